@@ -1,0 +1,148 @@
+"""Load catalog YAML with line-aware validation errors (`path:line: field: message`).
+
+Search path, later entries overriding earlier ones by name:
+  1. built-ins shipped in the repository (`recipes/`, `containers/`),
+  2. `~/.config/dlrun` (or `$XDG_CONFIG_HOME/dlrun`),
+  3. each directory of `$DLRUN_PATH` (colon-separated).
+Each directory may hold `systems/*.yaml`, `workloads/*.yaml` and `images/*.yaml` or `containers/*/image.yaml`.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from dlrun.catalog.models import ImageSpec, SystemSpec, WorkloadSpec
+from dlrun.errors import DlrunError, unknown_name
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+T = TypeVar("T", bound=BaseModel)
+
+
+class CatalogError(DlrunError):
+    """A catalog file is invalid; the message is `path:line: field: message`."""
+
+    exit_code = 2
+
+
+def builtin_dirs() -> list[Path]:
+    return [REPO_ROOT / "recipes", REPO_ROOT]
+
+
+def search_dirs() -> list[Path]:
+    dirs = builtin_dirs()
+    config_home = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    dirs.append(config_home / "dlrun")
+    for entry in os.environ.get("DLRUN_PATH", "").split(os.pathsep):
+        if entry:
+            dirs.append(Path(entry))
+    return dirs
+
+
+def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
+    """Follow a pydantic error location through the YAML node tree; return the 1-based line."""
+    line = node.start_mark.line + 1 if node is not None else None
+    for key in loc:
+        if isinstance(node, yaml.MappingNode):
+            match = next((v for k, v in node.value if k.value == key), None)
+            if match is None:
+                match = next((k for k, v in node.value if k.value == key), None)
+            node = match
+        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
+            node = node.value[key]
+        else:
+            break
+        if node is None:
+            break
+        line = node.start_mark.line + 1
+    return line
+
+
+def _entries(path: Path) -> Iterator[tuple[Any, yaml.Node]]:
+    """Yield (data, node) per entry: a file holds one mapping or a list of mappings."""
+    text = path.read_text()
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark else 1
+        raise CatalogError(f"{path}:{line}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
+    if isinstance(data, list):
+        yield from zip(data, node.value)
+    elif data is not None:
+        yield data, node
+
+
+def parse_entry(model: type[T], data: Any, node: yaml.Node | None, path: Path) -> T:
+    if not isinstance(data, dict):
+        line = node.start_mark.line + 1 if node is not None else 1
+        raise CatalogError(f"{path}:{line}: expected a mapping, got {type(data).__name__}")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = err["loc"]
+        line = _line_of(node, loc) or 1
+        field_name = ".".join(str(part) for part in loc) or "(entry)"
+        raise CatalogError(f"{path}:{line}: {field_name}: {err['msg']}") from None
+
+
+def load_file(model: type[T], path: Path) -> list[T]:
+    return [parse_entry(model, data, node, path) for data, node in _entries(path)]
+
+
+def _collect(model: type[T], files: list[Path]) -> dict[str, T]:
+    found: dict[str, T] = {}
+    for path in files:
+        for entry in load_file(model, path):
+            found[entry.name] = entry  # later search dirs override earlier ones
+    return found
+
+
+def _files(kind: str) -> list[Path]:
+    files: list[Path] = []
+    for base in search_dirs():
+        if kind == "images":
+            files += sorted((base / "images").glob("*.yaml"))
+            files += sorted((base / "containers").glob("*/image.yaml"))
+        else:
+            files += sorted((base / kind).glob("*.yaml"))
+    return list(dict.fromkeys(files))
+
+
+@dataclass
+class Catalog:
+    images: dict[str, ImageSpec] = field(default_factory=dict)
+    workloads: dict[str, WorkloadSpec] = field(default_factory=dict)
+    systems: dict[str, SystemSpec] = field(default_factory=dict)
+
+    def image(self, name: str) -> ImageSpec:
+        if name not in self.images:
+            raise unknown_name("image", name, self.images)
+        return self.images[name]
+
+    def workload(self, name: str) -> WorkloadSpec:
+        if name not in self.workloads:
+            raise unknown_name("workload", name, self.workloads)
+        return self.workloads[name]
+
+    def system(self, name: str) -> SystemSpec:
+        if name not in self.systems:
+            raise unknown_name("system", name, self.systems)
+        return self.systems[name]
+
+
+def load_catalog() -> Catalog:
+    from dlrun.catalog.localhost import detect_localhost, host_image
+
+    images = {"host": host_image()}
+    images.update(_collect(ImageSpec, _files("images")))
+    systems = {"localhost": detect_localhost()}
+    systems.update(_collect(SystemSpec, _files("systems")))
+    return Catalog(images=images, workloads=_collect(WorkloadSpec, _files("workloads")), systems=systems)

@@ -1,0 +1,9 @@
+"""How ranks start: each turns one rank command into the command that starts all ranks."""
+from dlrun.launchers.base import Launch, Launcher
+from dlrun.registry import Registry
+
+LAUNCHERS: Registry[Launcher] = Registry("launcher")
+
+from dlrun.launchers import mpirun, single  # noqa: E402,F401  (registers)
+
+__all__ = ["LAUNCHERS", "Launch", "Launcher"]

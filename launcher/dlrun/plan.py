@@ -1,0 +1,142 @@
+"""Resolve names and overrides into one immutable Plan: everything a run needs, as data."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dlrun.catalog import Catalog
+from dlrun.catalog.models import ImageSpec, SystemSpec, WorkloadSpec
+from dlrun.errors import UsageError
+
+Precision = Literal["fp32", "amp"]
+
+
+class Plan(BaseModel):
+    """The resolved run. Frozen: renderers and executors read it, nobody changes it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    workload: WorkloadSpec
+    image: ImageSpec
+    system: SystemSpec
+    nodes: int = Field(gt=0)
+    ranks_per_node: int = Field(gt=0)
+    batch_size: int = Field(gt=0, description="per rank")
+    steps: int = Field(gt=0)
+    warmup_steps: int = Field(ge=0)
+    precision: Precision = "fp32"
+    device: Literal["cpu", "cuda"] = "cpu"
+    threads_per_rank: int = Field(gt=0)
+    scheduler: str
+    launcher: str
+    runtime: str
+    fabric: str
+    master_port: int = 29500
+    env: dict[str, str] = {}
+    binds: list[tuple[str, str, bool]] = []  # (host path, container path, read-only)
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.ranks_per_node
+
+    @property
+    def global_batch_size(self) -> int:
+        return self.world_size * self.batch_size
+
+    def summary(self) -> dict:
+        """The plan as JSON-able data, with the derived counts spelled out."""
+        data = self.model_dump(mode="json")
+        data["world_size"] = self.world_size
+        data["global_batch_size"] = self.global_batch_size
+        return data
+
+
+def _positive(option: str, value: int | None) -> None:
+    if value is not None and value <= 0:
+        raise UsageError(f"{option} must be a positive integer, got {value}")
+
+
+def resolve_plan(
+    catalog: Catalog,
+    workload: str,
+    *,
+    image: str | None = None,
+    system: str = "localhost",
+    nodes: int | None = None,
+    ranks_per_node: int | None = None,
+    batch_size: int | None = None,
+    global_batch_size: int | None = None,
+    steps: int | None = None,
+    warmup_steps: int | None = None,
+    precision: str = "fp32",
+    launcher: str | None = None,
+    runtime: str | None = None,
+    scheduler: str | None = None,
+    fabric: str | None = None,
+    threads_per_rank: int | None = None,
+) -> Plan:
+    for option, value in (("--nodes", nodes), ("--ranks-per-node", ranks_per_node),
+                          ("--batch-size", batch_size), ("--global-batch-size", global_batch_size),
+                          ("--steps", steps), ("--threads", threads_per_rank)):
+        _positive(option, value)
+    if warmup_steps is not None and warmup_steps < 0:
+        raise UsageError(f"--warmup-steps must be >= 0, got {warmup_steps}")
+    if precision not in ("fp32", "amp"):
+        raise UsageError(f"unknown precision {precision!r}; valid: fp32, amp")
+
+    work: WorkloadSpec = catalog.workload(workload)
+    sys_: SystemSpec = catalog.system(system)
+    img: ImageSpec = catalog.image(image or sys_.default_image)
+
+    nodes = nodes or 1
+    if nodes > sys_.nodes:
+        raise UsageError(f"--nodes {nodes} exceeds system {sys_.name!r}, which has {sys_.nodes} node(s); "
+                         f"valid: 1..{sys_.nodes}")
+    if sys_.arch not in img.arch:
+        raise UsageError(f"image {img.name!r} is built for {', '.join(img.arch)}, "
+                         f"but system {sys_.name!r} is {sys_.arch}")
+
+    device = "cuda" if sys_.gpus_per_node else "cpu"
+    if ranks_per_node is None:
+        ranks_per_node = sys_.gpus_per_node or 1
+    per_node_limit = sys_.gpus_per_node or sys_.cpu.cores * sys_.cpu.threads_per_core
+    unit = "GPU(s)" if sys_.gpus_per_node else "CPU(s)"
+    if ranks_per_node > per_node_limit:
+        raise UsageError(f"--ranks-per-node {ranks_per_node} exceeds the {per_node_limit} {unit} per node of "
+                         f"system {sys_.name!r}; valid: 1..{per_node_limit}")
+    world = nodes * ranks_per_node
+
+    if batch_size is not None and global_batch_size is not None:
+        raise UsageError("give either --batch-size (per rank) or --global-batch-size, not both")
+    if global_batch_size is not None:
+        if global_batch_size % world:
+            lower = global_batch_size - global_batch_size % world
+            choices = f"{lower} or {lower + world}" if lower else f"{world}"
+            raise UsageError(f"--global-batch-size {global_batch_size} does not divide over {world} ranks "
+                             f"({nodes} node(s) x {ranks_per_node}); valid: a multiple of {world}, e.g. {choices}")
+        batch_size = global_batch_size // world
+    if batch_size is None:
+        batch_size = sys_.batch_sizes.get(work.name) or sys_.default_batch_size or work.default_batch_size
+
+    if threads_per_rank is None:
+        cores = sys_.cpu.cores
+        threads_per_rank = max(cores // ranks_per_node, 1)
+
+    return Plan(
+        workload=work,
+        image=img,
+        system=sys_,
+        nodes=nodes,
+        ranks_per_node=ranks_per_node,
+        batch_size=batch_size,
+        steps=steps if steps is not None else work.default_steps,
+        warmup_steps=warmup_steps if warmup_steps is not None else work.default_warmup_steps,
+        precision=precision,  # type: ignore[arg-type]
+        device=device,
+        threads_per_rank=threads_per_rank,
+        scheduler=scheduler or sys_.scheduler,
+        launcher=launcher or (sys_.launcher if world > 1 else "none"),
+        runtime=runtime or ("host" if img.kind == "host" else sys_.runtime),
+        fabric=fabric or (sys_.default_fabric if sys_.default_fabric != "auto" else sys_.fabrics[0]),
+    )

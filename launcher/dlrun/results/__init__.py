@@ -1,0 +1,1 @@
+"""Parse benchmark output into results, store them with provenance, read them back."""

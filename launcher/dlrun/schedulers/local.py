@@ -1,0 +1,29 @@
+"""`local`: run the launch command on this machine from a bash script in the run directory."""
+from __future__ import annotations
+
+from dlrun.launchers.base import Launch
+from dlrun.plan import Plan
+from dlrun.render import RUN_DIR_VAR, RenderedJob, join, quote, script_header
+from dlrun.schedulers import SCHEDULERS
+from dlrun.schedulers.base import Scheduler
+
+
+def export_lines(env: dict[str, str]) -> list[str]:
+    return [f"export {name}={quote(value)}" for name, value in sorted(env.items())]
+
+
+@SCHEDULERS.register("local")
+class LocalScheduler(Scheduler):
+    def render(self, plan: Plan, launch: Launch) -> RenderedJob:
+        lines = script_header(plan, "local run") + [
+            "set -euo pipefail",
+            # The run directory is where this script lives unless the executor says otherwise.
+            f': "${{{RUN_DIR_VAR}:=$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)}}"',
+            f"export {RUN_DIR_VAR}",
+            f'mkdir -p "${{{RUN_DIR_VAR}}}/logs"',
+            *export_lines(launch.env),
+            *launch.setup,
+            f"exec {join(launch.argv)}",
+        ]
+        return RenderedJob(script="\n".join(lines) + "\n", submit_argv=["bash", "run.sh"],
+                           scheduler=self.name, rank_log_pattern=launch.rank_log_pattern)
