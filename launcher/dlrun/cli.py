@@ -74,6 +74,12 @@ WarmupOpt = Annotated[Optional[int], typer.Option("--warmup-steps", help="Untime
 PrecisionOpt = Annotated[str, typer.Option("--precision", help="fp32 or amp (bf16 autocast on CPU, fp16 on GPU).")]
 ThreadsOpt = Annotated[Optional[int], typer.Option("--threads", help="CPU threads per rank (default: cores/ranks).")]
 LauncherOpt = Annotated[Optional[str], typer.Option("--launcher", help="Override the system's launcher.")]
+RuntimeOpt = Annotated[Optional[str], typer.Option("--runtime", help="Override the container runtime.")]
+SchedulerOpt = Annotated[Optional[str], typer.Option("--scheduler", help="Override the system's scheduler.")]
+FabricOpt = Annotated[Optional[str], typer.Option("--fabric", help="Interconnect: ib, opa, roce or tcp.")]
+DataOpt = Annotated[Optional[str], typer.Option("--data", help="Dataset directory, bound read-only at /data.")]
+BindOpt = Annotated[Optional[list[str]], typer.Option("--bind", "-B", help="Extra bind SRC[:DST][:ro|rw] (repeatable).")]
+EnvOpt = Annotated[Optional[list[str]], typer.Option("--env", "-e", help="Extra rank environment NAME=VALUE (repeatable).")]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the exact script that would run; run nothing.")]
 
 
@@ -89,13 +95,16 @@ def _resolve(workload: str, **options: Any):
 def run(workload: Workload, image: ImageOpt = None, system: SystemOpt = "localhost", nodes: NodesOpt = None,
         ranks_per_node: RanksOpt = None, batch_size: BatchOpt = None, global_batch_size: GlobalBatchOpt = None,
         steps: StepsOpt = None, warmup_steps: WarmupOpt = None, precision: PrecisionOpt = "fp32",
-        threads: ThreadsOpt = None, launcher: LauncherOpt = None, dry_run: DryRunOpt = False) -> None:
+        threads: ThreadsOpt = None, launcher: LauncherOpt = None, runtime: RuntimeOpt = None,
+        scheduler: SchedulerOpt = None, fabric: FabricOpt = None, data: DataOpt = None, bind: BindOpt = None,
+        env: EnvOpt = None, dry_run: DryRunOpt = False) -> None:
     """Run a workload: resolve a plan, render it, execute it, store the result."""
     from dlrun.render import render_job
 
     plan = _resolve(workload, image=image, system=system, nodes=nodes, ranks_per_node=ranks_per_node,
                     batch_size=batch_size, global_batch_size=global_batch_size, steps=steps,
-                    warmup_steps=warmup_steps, precision=precision, threads_per_rank=threads, launcher=launcher)
+                    warmup_steps=warmup_steps, precision=precision, threads_per_rank=threads, launcher=launcher,
+                    runtime=runtime, scheduler=scheduler, fabric=fabric, data_dir=data, binds=bind, env=env)
     rendered = render_job(plan)
     if dry_run:
         sys.stdout.write(rendered.script)
@@ -155,11 +164,14 @@ def _print_summary(console, record) -> None:
 def plan_cmd(workload: Workload, image: ImageOpt = None, system: SystemOpt = "localhost", nodes: NodesOpt = None,
              ranks_per_node: RanksOpt = None, batch_size: BatchOpt = None,
              global_batch_size: GlobalBatchOpt = None, steps: StepsOpt = None, warmup_steps: WarmupOpt = None,
-             precision: PrecisionOpt = "fp32", threads: ThreadsOpt = None, launcher: LauncherOpt = None) -> None:
+             precision: PrecisionOpt = "fp32", threads: ThreadsOpt = None, launcher: LauncherOpt = None,
+             runtime: RuntimeOpt = None, scheduler: SchedulerOpt = None, fabric: FabricOpt = None,
+             data: DataOpt = None, bind: BindOpt = None, env: EnvOpt = None) -> None:
     """Print the resolved plan as JSON (what `run` would do, as data)."""
     plan = _resolve(workload, image=image, system=system, nodes=nodes, ranks_per_node=ranks_per_node,
                     batch_size=batch_size, global_batch_size=global_batch_size, steps=steps,
-                    warmup_steps=warmup_steps, precision=precision, threads_per_rank=threads, launcher=launcher)
+                    warmup_steps=warmup_steps, precision=precision, threads_per_rank=threads, launcher=launcher,
+                    runtime=runtime, scheduler=scheduler, fabric=fabric, data_dir=data, binds=bind, env=env)
     _print_json(plan.summary())
 
 

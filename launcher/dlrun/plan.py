@@ -10,6 +10,35 @@ from dlrun.catalog.models import ImageSpec, SystemSpec, WorkloadSpec
 from dlrun.errors import UsageError
 
 Precision = Literal["fp32", "amp"]
+DATA_MOUNT = "/data"
+
+
+class Bind(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source: str
+    target: str
+    read_only: bool = True
+
+
+def parse_bind(spec: str) -> Bind:
+    """`SRC[:DST][:ro|rw]` -> Bind (read-only unless `:rw`)."""
+    parts = spec.split(":")
+    mode = "ro"
+    if len(parts) > 1 and parts[-1] in ("ro", "rw"):
+        mode = parts.pop()
+    if len(parts) == 1:
+        parts.append(parts[0])
+    if len(parts) != 2 or not parts[0] or not parts[1].startswith("/"):
+        raise UsageError(f"bad --bind {spec!r}; valid: SRC[:DST][:ro|rw] with an absolute DST")
+    return Bind(source=parts[0], target=parts[1], read_only=mode == "ro")
+
+
+def parse_env(spec: str) -> tuple[str, str]:
+    name, sep, value = spec.partition("=")
+    if not sep or not name.replace("_", "a").isalnum() or name[0].isdigit():
+        raise UsageError(f"bad --env {spec!r}; valid: NAME=VALUE with NAME made of letters, digits and _")
+    return name, value
 
 
 class Plan(BaseModel):
@@ -34,7 +63,8 @@ class Plan(BaseModel):
     fabric: str
     master_port: int = 29500
     env: dict[str, str] = {}
-    binds: list[tuple[str, str, bool]] = []  # (host path, container path, read-only)
+    binds: list[Bind] = []
+    devices: list[str] = []  # host device paths to pass into containers (fabric devices, /dev/infiniband/...)
 
     @property
     def world_size(self) -> int:
@@ -75,6 +105,9 @@ def resolve_plan(
     scheduler: str | None = None,
     fabric: str | None = None,
     threads_per_rank: int | None = None,
+    data_dir: str | None = None,
+    binds: list[str] | None = None,
+    env: list[str] | None = None,
 ) -> Plan:
     for option, value in (("--nodes", nodes), ("--ranks-per-node", ranks_per_node),
                           ("--batch-size", batch_size), ("--global-batch-size", global_batch_size),
@@ -123,6 +156,15 @@ def resolve_plan(
         cores = sys_.cpu.cores
         threads_per_rank = max(cores // ranks_per_node, 1)
 
+    bind_list = [parse_bind(spec) for spec in binds or []]
+    if data_dir is not None:
+        from pathlib import Path
+
+        if not Path(data_dir).is_dir():
+            raise UsageError(f"--data {data_dir!r} is not a directory; valid: an existing dataset directory")
+        bind_list.append(Bind(source=str(Path(data_dir).resolve()), target=DATA_MOUNT, read_only=True))
+    env_map = dict(parse_env(spec) for spec in env or [])
+
     return Plan(
         workload=work,
         image=img,
@@ -136,7 +178,9 @@ def resolve_plan(
         device=device,
         threads_per_rank=threads_per_rank,
         scheduler=scheduler or sys_.scheduler,
-        launcher=launcher or (sys_.launcher if world > 1 else "none"),
+        launcher=launcher or (sys_.launcher if world > 1 or sys_.scheduler != "local" else "none"),
         runtime=runtime or ("host" if img.kind == "host" else sys_.runtime),
         fabric=fabric or (sys_.default_fabric if sys_.default_fabric != "auto" else sys_.fabrics[0]),
+        binds=bind_list,
+        env=env_map,
     )

@@ -1,0 +1,57 @@
+# dlrun: `make demo` runs the main job on this machine; `make test` runs the whole test suite.
+# Both do all the set-up themselves (virtual environment, Python packages, Debian packages for tests).
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# torch is pinned everywhere: a range that admits a newer release pulls several GB of CUDA wheels.
+TORCH_PIN := torch==2.13.0
+EXTRAS := torch,test,images
+# Debian packages the tests use: real MPI, a real Slurm cluster, real container runtimes, linters.
+APT_PACKAGES := openmpi-bin libopenmpi-dev slurm-wlm munge charliecloud podman runc debootstrap shellcheck
+
+.PHONY: all setup sysdeps demo test bench lint clean
+
+all: test
+
+$(BIN)/activate:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/activate
+	echo '$(TORCH_PIN)' > $(VENV)/constraints.txt
+	$(BIN)/pip install -q --disable-pip-version-check '$(TORCH_PIN)' numpy
+	$(BIN)/pip install -q --disable-pip-version-check -c $(VENV)/constraints.txt -e '.[$(EXTRAS)]'
+	touch $@
+
+setup: $(VENV)/.installed
+
+# Installs missing Debian packages when it can (root + apt-get); otherwise says exactly what to install.
+sysdeps:
+	@missing=""; for p in $(APT_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' "$$p" 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing Debian packages:$$missing"; \
+	    apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing >/dev/null; \
+	  else \
+	    echo "missing Debian packages:$$missing"; \
+	    echo "install them with: sudo apt-get install -y$$missing"; exit 1; \
+	  fi; \
+	fi
+
+demo: setup
+	$(BIN)/dlrun run resnet50
+
+test: setup sysdeps
+	$(BIN)/python -m pytest -q tests
+
+bench: setup sysdeps
+	$(BIN)/python bench/run.py
+
+lint: setup
+	$(BIN)/dlrun images render --check
+
+clean:
+	rm -rf $(VENV) .pytest_cache
