@@ -1,0 +1,43 @@
+"""Shared fixtures. Backend-specific fixtures live in their own modules, listed in pytest_plugins."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+pytest_plugins: list[str] = []
+
+
+@pytest.fixture
+def dlrun_home(tmp_path, monkeypatch) -> Path:
+    """An empty, private DLRUN_HOME (run directories + result store) and no user catalogs."""
+    home = tmp_path / "dlrun-home"
+    monkeypatch.setenv("DLRUN_HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
+    monkeypatch.delenv("DLRUN_PATH", raising=False)
+    return home
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600,
+            check: bool | None = None) -> subprocess.CompletedProcess:
+    """Run the real `dlrun` entry point in a subprocess (as a user would)."""
+    proc = subprocess.run([sys.executable, "-m", "dlrun.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+    if check:
+        assert proc.returncode == 0, f"dlrun {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+def cli_json(*args: str, env: dict[str, str] | None = None):
+    proc = run_cli(*args, "--json", env=env, check=True)
+    return json.loads(proc.stdout)
+
+
+@pytest.fixture
+def cli():
+    return run_cli
