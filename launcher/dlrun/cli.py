@@ -37,7 +37,10 @@ app.add_typer(results_app, name="results")
 def _console(stderr: bool = False):
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False)
+    console = Console(stderr=stderr, highlight=False)
+    if not console.is_terminal:  # pipes and logs: do not squeeze tables into 80 columns
+        console = Console(stderr=stderr, highlight=False, width=160)
+    return console
 
 
 def _fail(message: str, code: int) -> None:
@@ -189,8 +192,8 @@ def _table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
     from rich.table import Table
 
     table = Table(title=title)
-    for column in columns:
-        table.add_column(column)
+    for index, column in enumerate(columns):
+        table.add_column(column, no_wrap=index == 0)
     for row in rows:
         table.add_row(*("" if cell is None else str(cell) for cell in row))
     _console().print(table)

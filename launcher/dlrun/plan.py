@@ -6,7 +6,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from dlrun.catalog import Catalog
-from dlrun.catalog.models import ImageSpec, SystemSpec, WorkloadSpec
+from dlrun.catalog.models import ImageSpec, SchedulerOptions, SystemSpec, WorkloadSpec
 from dlrun.errors import UsageError
 
 Precision = Literal["fp32", "amp"]
@@ -65,6 +65,13 @@ class Plan(BaseModel):
     env: dict[str, str] = {}
     binds: list[Bind] = []
     devices: list[str] = []  # host device paths to pass into containers (fabric devices, /dev/infiniband/...)
+    data_workers: int = Field(default=0, ge=0)  # data-loader workers per rank (Ren et al.'s j)
+    scheduler_options: SchedulerOptions = SchedulerOptions()
+    launcher_args: list[str] = []  # extra flags for the launcher (mpirun, srun, ...), passed as given
+
+    @property
+    def job_name(self) -> str:
+        return f"dlrun-{self.workload.name}"
 
     @property
     def world_size(self) -> int:
@@ -80,6 +87,10 @@ class Plan(BaseModel):
         data["world_size"] = self.world_size
         data["global_batch_size"] = self.global_batch_size
         return data
+
+
+def _first(*values: int | None) -> int:
+    return next(value for value in values if value is not None)
 
 
 def _positive(option: str, value: int | None) -> None:
@@ -108,6 +119,12 @@ def resolve_plan(
     data_dir: str | None = None,
     binds: list[str] | None = None,
     env: list[str] | None = None,
+    data_workers: int | None = None,
+    partition: str | None = None,
+    account: str | None = None,
+    time_limit: str | None = None,
+    exclusive: bool | None = None,
+    launcher_args: list[str] | None = None,
 ) -> Plan:
     for option, value in (("--nodes", nodes), ("--ranks-per-node", ranks_per_node),
                           ("--batch-size", batch_size), ("--global-batch-size", global_batch_size),
@@ -164,6 +181,19 @@ def resolve_plan(
             raise UsageError(f"--data {data_dir!r} is not a directory; valid: an existing dataset directory")
         bind_list.append(Bind(source=str(Path(data_dir).resolve()), target=DATA_MOUNT, read_only=True))
     env_map = dict(parse_env(spec) for spec in env or [])
+    if data_workers is not None and data_workers < 0:
+        raise UsageError(f"--data-workers must be >= 0, got {data_workers}")
+
+    scheduler = scheduler or sys_.scheduler
+    launcher = launcher or (sys_.launcher if world > 1 or scheduler != "local" else "none")
+    runtime = runtime or ("host" if img.kind == "host" else sys_.runtime)
+    _check_backend_names(scheduler=scheduler, launcher=launcher, runtime=runtime)
+    fabric = _resolve_fabric(sys_, fabric)
+    options = _scheduler_options(sys_.scheduler_options, partition=partition, account=account,
+                                 time_limit=time_limit, exclusive=exclusive)
+    from dlrun.fabrics import fabric_settings
+
+    devices = fabric_settings(fabric, sys_.fabric_config.get(fabric), device=device).devices
 
     return Plan(
         workload=work,
@@ -172,15 +202,64 @@ def resolve_plan(
         nodes=nodes,
         ranks_per_node=ranks_per_node,
         batch_size=batch_size,
-        steps=steps if steps is not None else work.default_steps,
-        warmup_steps=warmup_steps if warmup_steps is not None else work.default_warmup_steps,
+        steps=_first(steps, sys_.default_steps, work.default_steps),
+        warmup_steps=_first(warmup_steps, sys_.default_warmup_steps, work.default_warmup_steps),
         precision=precision,  # type: ignore[arg-type]
         device=device,
         threads_per_rank=threads_per_rank,
-        scheduler=scheduler or sys_.scheduler,
-        launcher=launcher or (sys_.launcher if world > 1 or sys_.scheduler != "local" else "none"),
-        runtime=runtime or ("host" if img.kind == "host" else sys_.runtime),
-        fabric=fabric or (sys_.default_fabric if sys_.default_fabric != "auto" else sys_.fabrics[0]),
+        scheduler=scheduler,
+        launcher=launcher,
+        runtime=runtime,
+        fabric=fabric,
         binds=bind_list,
         env=env_map,
+        devices=devices,
+        data_workers=sys_.data_loader_workers if data_workers is None else data_workers,
+        scheduler_options=options,
+        launcher_args=list(launcher_args or []),
     )
+
+
+def _check_backend_names(**names: str) -> None:
+    from dlrun.launchers import LAUNCHERS
+    from dlrun.runtimes import RUNTIMES
+    from dlrun.schedulers import SCHEDULERS
+
+    registries = {"scheduler": SCHEDULERS, "launcher": LAUNCHERS, "runtime": RUNTIMES}
+    for kind, name in names.items():
+        registry = registries[kind]
+        if name not in registry.names():
+            from dlrun.errors import unknown_name
+
+            raise unknown_name(kind, name, registry.names())
+
+
+def _resolve_fabric(system: SystemSpec, fabric: str | None) -> str:
+    from dlrun.fabrics import check_fabric_name
+
+    if fabric is None:
+        return system.default_fabric if system.default_fabric != "auto" else system.fabrics[0]
+    check_fabric_name(fabric)
+    if fabric not in system.fabrics:
+        raise UsageError(f"--fabric {fabric} is not a fabric of system {system.name!r}; "
+                         f"valid: {', '.join(system.fabrics)}")
+    return fabric
+
+
+def _scheduler_options(base: SchedulerOptions, *, partition: str | None, account: str | None,
+                       time_limit: str | None, exclusive: bool | None) -> SchedulerOptions:
+    from pydantic import ValidationError
+
+    changes = {key: value for key, value in (("partition", partition), ("account", account),
+                                             ("time", time_limit), ("exclusive", exclusive)) if value is not None}
+    if not changes:
+        return base
+    try:
+        return SchedulerOptions(**{**base.model_dump(), **changes})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        option = {"time": "--time"}.get(str(err["loc"][0]), f"--{err['loc'][0]}")
+        value = changes.get(str(err["loc"][0]))
+        raise UsageError(f"bad {option} {value!r}; valid: "
+                         + ("MINUTES, HH:MM:SS or D-HH:MM:SS" if option == "--time"
+                            else "letters, digits and _ . , : + = @ % / -")) from None

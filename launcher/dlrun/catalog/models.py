@@ -1,12 +1,17 @@
 """pydantic schemas for catalog entries. Unknown fields are errors: a typo must not pass silently."""
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 Arch = Literal["x86_64", "ppc64le", "aarch64"]
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]*$"
+FabricName = Literal["ib", "opa", "roce", "tcp"]
+# Words that land in scheduler directives (#SBATCH, #BSUB, #PBS), which no shell quoting protects.
+DIRECTIVE_WORD = r"^[A-Za-z0-9_.,:+=@%/-]+$"
+DEVICE_WORD = r"[A-Za-z0-9_.:-]+"
 
 
 class Strict(BaseModel):
@@ -19,6 +24,7 @@ class Source(Strict):
     doc: str
     where: str
     note: str | None = None
+    about: str | None = None  # which values of the entry this source backs, e.g. "gpus, cpu"
 
 
 class PublishedValue(Strict):
@@ -65,6 +71,68 @@ class GpuSpec(Strict):
     numa_affinity: list[int] | None = None
 
 
+class FabricConfig(Strict):
+    """What a site knows about one fabric; anything left out is detected or left to NCCL/UCX defaults."""
+
+    description: str | None = None
+    speed_gbps: float | None = Field(default=None, gt=0)
+    hca: list[str] = []         # RDMA devices with port, e.g. mlx5_0:1 or hfi1_0:1 (NCCL_IB_HCA, UCX_NET_DEVICES)
+    interfaces: list[str] = []  # IP interfaces for sockets and out-of-band traffic, e.g. ib0, eth2
+    gid_index: int | Literal["auto"] = "auto"  # RoCE: "auto" picks the RoCE v2 GID on the node at job start
+    ucx_tls: list[str] = []
+
+    @field_validator("hca", "interfaces", "ucx_tls")
+    @classmethod
+    def _device_words(cls, value: list[str]) -> list[str]:
+        for item in value:
+            if not re.fullmatch(DEVICE_WORD, item):
+                raise ValueError(f"{item!r} is not a device or interface name (letters, digits, _ . : -)")
+        return value
+
+
+class SchedulerOptions(Strict):
+    """Batch job settings. Values go into scheduler directives, so they are restricted to plain words."""
+
+    partition: str | None = Field(default=None, pattern=DIRECTIVE_WORD)  # Slurm partition, LSF/PBS queue
+    account: str | None = Field(default=None, pattern=DIRECTIVE_WORD)    # Slurm account, LSF -P, PBS -A
+    qos: str | None = Field(default=None, pattern=DIRECTIVE_WORD)
+    constraint: str | None = Field(default=None, pattern=DIRECTIVE_WORD)
+    reservation: str | None = Field(default=None, pattern=DIRECTIVE_WORD)
+    # Wall-clock limit: MINUTES, HH:MM, HH:MM:SS or D-HH:MM:SS. A dead rank can never hold nodes longer.
+    time: str | None = Field(default="00:30:00", pattern=r"^(\d+-)?\d+(:\d{2}){0,2}$")
+    exclusive: bool = False
+    gpu_request: Literal["gpus-per-node", "gres"] = "gpus-per-node"  # Slurm >= 19.05, or --gres=gpu:N
+    srun_mpi: str = Field(default="pmix", pattern=r"^[a-z0-9_]+$")   # srun --mpi=
+    lsf_alloc_flags: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_ ]+$")  # e.g. smt4
+    namespace: str | None = Field(default=None, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")  # kubernetes
+    extra: list[str] = []  # further directives, e.g. --mem=0
+
+    @field_validator("extra")
+    @classmethod
+    def _directive_flags(cls, value: list[str]) -> list[str]:
+        for item in value:
+            if not re.fullmatch(r"-{1,2}[A-Za-z][A-Za-z0-9_-]*(=[A-Za-z0-9_.,:+=@%/-]+)?", item):
+                raise ValueError(f"{item!r} is not a plain scheduler flag (like --mem=0)")
+        return value
+
+    def time_minutes(self) -> int | None:
+        if self.time is None:
+            return None
+        days, _, clock = self.time.rpartition("-")
+        parts = [int(p) for p in clock.split(":")]
+        if len(parts) == 1:
+            minutes = parts[0] if not days else parts[0] * 60  # D-HH
+        elif len(parts) == 2:
+            minutes = parts[0] * 60 + parts[1] if days else parts[0] + (1 if parts[1] else 0)  # MM:SS
+        else:
+            minutes = parts[0] * 60 + parts[1] + (1 if parts[2] else 0)
+        return minutes + int(days or 0) * 24 * 60
+
+    def hhmmss(self) -> str | None:
+        minutes = self.time_minutes()
+        return None if minutes is None else f"{minutes // 60:02d}:{minutes % 60:02d}:00"
+
+
 class SystemSpec(Strict):
     name: str = Field(pattern=NAME_PATTERN)
     description: str
@@ -74,8 +142,9 @@ class SystemSpec(Strict):
     cpu: CpuSpec
     memory_gb: float = Field(gt=0)
     gpus: GpuSpec | None = None
-    fabrics: list[Literal["ib", "opa", "roce", "tcp"]] = ["tcp"]
+    fabrics: list[FabricName] = ["tcp"]
     default_fabric: Literal["ib", "opa", "roce", "tcp", "auto"] = "auto"
+    fabric_config: dict[FabricName, FabricConfig] = {}
     scheduler: str = "local"
     launcher: str = "mpirun"
     runtime: str = "host"
@@ -84,7 +153,14 @@ class SystemSpec(Strict):
     batch_sizes: dict[str, int] = {}
     # Per-rank batch for workloads not in batch_sizes; None falls back to the workload's default.
     default_batch_size: int | None = Field(default=None, gt=0)
-    scheduler_options: dict[str, str] = {}
+    # Timed and warm-up steps unless given on the command line; None: the workload's defaults.
+    default_steps: int | None = Field(default=None, gt=0)
+    default_warmup_steps: int | None = Field(default=None, ge=0)
+    scheduler_options: SchedulerOptions = SchedulerOptions()
+    # Data-loader worker processes per GPU (Ren et al.'s j); passed to the harness, recorded with the result.
+    data_loader_workers: int = Field(default=0, ge=0)
+    # The site's host MPI and PMI, for the hybrid-model compatibility check, e.g. "openmpi 4.0.1".
+    mpi: str | None = None
     sources: list[Source] = []
     detected: bool = False
 

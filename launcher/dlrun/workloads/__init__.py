@@ -31,8 +31,4 @@ def describe_model(model: str) -> dict[str, Any]:
         raise DlrunError(f"cannot count model facts: {exc}; install the torch extra: pip install -e '.[torch]'")
     if model not in harness.MODEL_NAMES:
         raise unknown_name("model", model, harness.MODEL_NAMES)
-    net = harness.build_model(model)
-    image_size = harness.default_image_size(model) if hasattr(harness, "default_image_size") else None
-    macs = harness.count_forward_macs(net, image_size) if image_size else harness.count_forward_macs(net)
-    return {"model": model, "params": int(harness.count_params(net)), "forward_macs": int(macs),
-            "image_size": list(image_size) if image_size else None}
+    return harness.describe_model(model)

@@ -1,0 +1,473 @@
+"""Tests for the in-container PyTorch benchmark harness.
+
+Everything runs real torch on the CPU; the multi-process tests run real
+``mpirun``.  The harness is loaded from its file because it is shipped into
+containers as a stand-alone script.
+"""
+
+import importlib.util
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+HARNESS = REPO / "launcher" / "dlrun" / "workloads" / "harness_pytorch.py"
+
+
+def _load_harness():
+    spec = importlib.util.spec_from_file_location("dlrun_harness_pytorch", HARNESS)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+h = _load_harness()
+
+# Reference parameter counts (torchvision; Ren et al. Table II), in millions.
+TABLE_PARAMS_M = {
+    "alexnet": 61.10,
+    "resnet18": 11.69,
+    "resnet50_v1.5": 25.56,
+    "resnet50": 25.56,
+    "resnet101_v1.5": 44.55,
+    "resnet101": 44.55,
+    "resnet152_v1.5": 60.19,
+    "resnet152": 60.19,
+    "vgg16": 138.36,
+    "inception3": 23.83,
+}
+# Ren et al. Table II forward multiply-adds per image, in G.
+TABLE_MACS_G = {
+    "alexnet": 0.72,
+    "resnet18": 1.83,
+    "resnet50_v1.5": 4.14,
+    "resnet101_v1.5": 7.88,
+    "resnet152_v1.5": 11.62,
+}
+
+
+def _env(**extra):
+    env = dict(os.environ)
+    env.pop("DLRUN_HARNESS_TEST_PERTURB_RANK", None)
+    # A test run must never pick up a surrounding launcher's layout.
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK",
+                "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "SLURM_PROCID", "SLURM_NTASKS"):
+        env.pop(key, None)
+    env["OMP_NUM_THREADS"] = "1"
+    env["PYTHONWARNINGS"] = "ignore"
+    env.update(extra)
+    return env
+
+
+def _run(args, timeout=120, env=None):
+    return subprocess.run([sys.executable, str(HARNESS)] + list(args),
+                          capture_output=True, text=True, timeout=timeout,
+                          env=env or _env())
+
+
+def _results(stdout):
+    lines = [ln for ln in stdout.splitlines() if ln.startswith("DLRUN_RESULT ")]
+    return [json.loads(ln[len("DLRUN_RESULT "):]) for ln in lines]
+
+
+def _free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _mpirun(args, extra_env=(), np=2, timeout=120):
+    mpirun = shutil.which("mpirun")
+    assert mpirun, "mpirun not found on PATH"
+    cmd = [mpirun, "-np", str(np), "--oversubscribe", "--allow-run-as-root",
+           "--bind-to", "none",
+           "-x", "MASTER_ADDR=127.0.0.1", "-x", "MASTER_PORT=%d" % _free_port(),
+           "-x", "OMP_NUM_THREADS=1", "-x", "PYTHONWARNINGS=ignore"]
+    for item in extra_env:
+        cmd += ["-x", item]
+    cmd += [sys.executable, str(HARNESS)] + list(args)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          env=_env())
+
+
+# ---------------------------------------------------------------------------
+# Model definitions
+# ---------------------------------------------------------------------------
+
+def test_model_names_cover_catalogue():
+    assert set(h.MODEL_NAMES) == {
+        "alexnet", "resnet18", "resnet34", "resnet50", "resnet101", "resnet152",
+        "resnet50_v1.5", "resnet101_v1.5", "resnet152_v1.5", "vgg16",
+        "inception3", "lenet", "trivial"}
+    assert h.default_image_size("inception3") == (3, 299, 299)
+    assert h.default_image_size("lenet") == (3, 28, 28)
+    assert h.default_image_size("resnet50") == (3, 224, 224)
+
+
+@pytest.fixture(scope="module")
+def described():
+    return {name: h.describe_model(name) for name in h.MODEL_NAMES}
+
+
+@pytest.mark.parametrize("name", sorted(TABLE_PARAMS_M))
+def test_params_match_reference(described, name):
+    params = described[name]["params"]
+    assert round(params / 1e6, 2) == pytest.approx(TABLE_PARAMS_M[name], abs=1e-9), params
+
+
+@pytest.mark.parametrize("name", sorted(TABLE_MACS_G))
+def test_macs_within_two_percent_of_table(described, name):
+    macs = described[name]["forward_macs"]
+    ref = TABLE_MACS_G[name] * 1e9
+    assert abs(macs - ref) / ref < 0.02, (name, macs)
+
+
+def test_torchvision_mac_counts(described):
+    # Exact counts of the torchvision definitions (conv + linear multiply-adds).
+    expected_g = {"alexnet": 0.714, "resnet18": 1.814, "resnet50_v1.5": 4.089,
+                  "resnet101_v1.5": 7.801, "resnet152_v1.5": 11.514,
+                  "vgg16": 15.470, "inception3": 5.713}
+    for name, ref in expected_g.items():
+        assert described[name]["forward_macs"] / 1e9 == pytest.approx(ref, abs=0.0015), name
+
+
+def test_resnet_v1_differs_from_v1_5(described):
+    for depth in (50, 101, 152):
+        v1 = described["resnet%d" % depth]
+        v15 = described["resnet%d_v1.5" % depth]
+        assert v1["params"] == v15["params"]
+        # Stride on the first 1x1 convolution makes v1 cheaper: the 3x3
+        # convolutions of the three downsampling blocks run at the lower
+        # resolution, 0.231 G multiply-adds less at every depth.
+        diff = v15["forward_macs"] - v1["forward_macs"]
+        assert diff / 1e9 == pytest.approx(0.231, abs=0.001), depth
+    assert described["resnet50"]["forward_macs"] / 1e9 == pytest.approx(3.86, abs=0.01)
+    assert h.build_model("resnet50").layer2[0].conv1.stride == (2, 2)
+    assert h.build_model("resnet50").layer2[0].conv2.stride == (1, 1)
+    assert h.build_model("resnet50_v1.5").layer2[0].conv1.stride == (1, 1)
+    assert h.build_model("resnet50_v1.5").layer2[0].conv2.stride == (2, 2)
+
+
+def test_describe_record_shape(described):
+    for name, rec in described.items():
+        assert rec["model"] == name
+        assert rec["num_classes"] == 1000
+        assert rec["image_size"] == list(h.default_image_size(name))
+        assert isinstance(rec["params"], int) and isinstance(rec["forward_macs"], int)
+
+
+@pytest.mark.parametrize("name", ["alexnet", "resnet18", "lenet", "trivial"])
+def test_real_cpu_models_match_description(described, name):
+    # The description may be computed without materialising weights; a real
+    # model on the CPU must give the same numbers and produce 1000 logits.
+    model = h.build_model(name)
+    assert h.count_params(model) == described[name]["params"]
+    assert h.count_forward_macs(model, h.default_image_size(name)) == described[name]["forward_macs"]
+    c, hh, ww = h.default_image_size(name)
+    model.eval()
+    with torch.no_grad():
+        out = model(torch.zeros(2, c, hh, ww))
+    assert tuple(out.shape) == (2, 1000)
+
+
+def test_describe_falls_back_to_real_model(monkeypatch, described):
+    monkeypatch.setattr(h, "_meta_model", lambda name: None)
+    assert h.describe_model("resnet18") == described["resnet18"]
+
+
+def test_describe_cli_is_fast_and_json():
+    import time
+    start = time.monotonic()
+    proc = _run(["--describe", "--model", "vgg16"])
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 1
+    rec = json.loads(lines[0])
+    assert rec == {"model": "vgg16", "params": 138357544, "forward_macs": 15470264320,
+                   "image_size": [3, 224, 224], "num_classes": 1000}
+    assert elapsed < 10, elapsed  # includes interpreter and torch start-up
+
+
+# ---------------------------------------------------------------------------
+# Pure helpers
+# ---------------------------------------------------------------------------
+
+def test_detect_rank_env_order():
+    d = h.detect_rank_env
+    assert d({}) == (0, 1, 0, "single")
+    both = {"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1",
+            "OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "8"}
+    assert d(both) == (1, 4, 1, "torchrun")
+    ompi = {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "8",
+            "OMPI_COMM_WORLD_LOCAL_RANK": "1", "PMIX_RANK": "3",
+            "SLURM_PROCID": "0", "SLURM_NTASKS": "1"}
+    assert d(ompi) == (3, 8, 1, "openmpi")
+    pmix = {"PMIX_RANK": "2", "SLURM_NTASKS": "4", "SLURM_LOCALID": "0",
+            "SLURM_PROCID": "2"}
+    assert d(pmix) == (2, 4, 0, "pmix")
+    assert d({"SLURM_PROCID": "5", "SLURM_NTASKS": "6", "SLURM_LOCALID": "1"}) == (5, 6, 1, "slurm")
+    assert d({"SLURM_PROCID": "0", "SLURM_NTASKS": "2"}) == (0, 2, None, "slurm")
+    with pytest.raises(h.HarnessError):
+        d({"RANK": "4", "WORLD_SIZE": "4"})
+    with pytest.raises(h.HarnessError):
+        d({"RANK": "x", "WORLD_SIZE": "4"})
+
+
+def test_perf_stats_and_replica_tolerance():
+    rate, err, jitter = h.perf_stats(10, [0.1, 0.1, 0.1])
+    assert rate == pytest.approx(100.0) and err == pytest.approx(0.0) and jitter == pytest.approx(0.0)
+    rate, err, jitter = h.perf_stats(10, [0.1, 0.2])
+    assert rate == pytest.approx(20 / 0.3)
+    assert err == pytest.approx(25.0 / 2 ** 0.5)
+    assert jitter == pytest.approx(1.4826 * 25.0)
+    assert h.replicas_agree([1.0, 100.0], [1.0, 100.0])
+    assert h.replicas_agree([1.0, 100.0], [1.0 + 1e-5, 100.0])
+    assert not h.replicas_agree([1.0, 100.0], [1.001, 100.0])
+
+
+# ---------------------------------------------------------------------------
+# Feature guards for old PyTorch releases
+# ---------------------------------------------------------------------------
+
+def _fake_torch(**attrs):
+    return types.SimpleNamespace(**attrs)
+
+
+def test_guards_on_a_torch_without_new_features():
+    old = _fake_torch(float16=torch.float16, cuda=types.SimpleNamespace(),
+                      backends=types.SimpleNamespace())
+    with pytest.raises(h.HarnessError) as exc:
+        h.resolve_amp("cpu", old)
+    assert exc.value.code == 2 and "autocast" in exc.value.message
+    with pytest.raises(h.HarnessError):
+        h.resolve_amp("cuda", old)
+    with pytest.raises(h.HarnessError):
+        h.make_grad_scaler(old)
+    assert h.resolve_channels_last("auto", "amp", "cuda", old) is False
+    with pytest.raises(h.HarnessError):
+        h.resolve_channels_last("on", "fp32", "cpu", old)
+    model = torch.nn.Linear(2, 2)
+    assert h.maybe_compile(model, True, old) == (model, False)
+    assert h.mkldnn_available(old) is False
+
+
+def test_guards_pick_intermediate_apis():
+    calls = []
+
+    class LegacyAutocast(object):
+        def __init__(self):
+            calls.append("autocast")
+
+    class LegacyScaler(object):
+        pass
+
+    mid = _fake_torch(float16=torch.float16,
+                      cuda=types.SimpleNamespace(amp=types.SimpleNamespace(
+                          autocast=LegacyAutocast, GradScaler=LegacyScaler)))
+    factory, dtype, scaler = h.resolve_amp("cuda", mid)
+    factory()
+    assert (dtype, scaler, calls) == ("float16", True, ["autocast"])
+    assert isinstance(h.make_grad_scaler(mid), LegacyScaler)
+
+
+def test_guards_use_features_of_current_torch():
+    factory, dtype, scaler = h.resolve_amp("cpu")
+    assert (dtype, scaler) == ("bfloat16", False)
+    with factory():
+        y = torch.nn.Linear(4, 4)(torch.randn(2, 4))
+    assert y.dtype == torch.bfloat16
+    assert h.resolve_channels_last("auto", "fp32", "cpu") is False
+    assert h.resolve_channels_last("auto", "amp", "cpu") is True
+    assert h.resolve_channels_last("auto", "fp32", "cuda") is True
+    assert h.resolve_channels_last("off", "amp", "cuda") is False
+    assert h.mkldnn_available() == bool(torch.backends.mkldnn.is_available())
+
+
+def _main(capsys, args):
+    """Run the harness entry point in this process; (exit code, out, err)."""
+    try:
+        code = h.main(list(args))
+    except SystemExit as exc:
+        code = exc.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def _error_lines(err):
+    return [ln for ln in err.splitlines() if ln.startswith("dlrun-harness: ")]
+
+
+def test_run_without_channels_last_compile_and_mkldnn(monkeypatch, capsys):
+    # Real torch with the newer features removed, as on an old release.
+    monkeypatch.delattr(torch, "channels_last")
+    monkeypatch.delattr(torch, "compile")
+    monkeypatch.setattr(torch.backends, "mkldnn", types.SimpleNamespace())
+    code, out, err = _main(capsys, [
+        "--model", "trivial", "--batch-size", "4", "--steps", "2",
+        "--warmup-steps", "1", "--precision", "amp", "--compile"])
+    assert code == 0, err
+    (res,) = _results(out)
+    assert res["precision"] == "amp" and res["amp_dtype"] == "bfloat16"
+    assert res["channels_last"] is False and res["data_format"] == "NCHW"
+    assert res["compiled"] is False and res["mkldnn"] is False
+    assert _error_lines(err) == [
+        "dlrun-harness: warning: --compile: this PyTorch has no torch.compile; running eagerly"]
+    code, out, err = _main(capsys, ["--model", "trivial", "--steps", "1",
+                                    "--channels-last", "on"])
+    assert code == 2 and _results(out) == []
+    assert _error_lines(err) == [
+        "dlrun-harness: error: --channels-last on: this PyTorch has no torch.channels_last"]
+
+
+def test_amp_without_autocast_is_a_clear_error(monkeypatch, capsys):
+    monkeypatch.delattr(torch, "autocast")
+    code, out, err = _main(capsys, ["--model", "trivial", "--steps", "1",
+                                    "--precision", "amp"])
+    assert code == 2 and _results(out) == []
+    (line,) = _error_lines(err)
+    assert line.startswith("dlrun-harness: error: --precision amp") and "autocast" in line
+
+
+def test_syntax_floor_python36():
+    # vermin is a test dependency: a missing vermin fails this test.
+    proc = subprocess.run(
+        [sys.executable, "-c", "import sys, vermin; sys.exit(vermin.main())",
+         "-t=3.6-", "--no-tips", "--violations", str(HARNESS)],
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_harness_imports_only_stdlib_and_torch():
+    import ast
+    tree = ast.parse(HARNESS.read_text())
+    roots = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            roots.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            roots.add(node.module.split(".")[0])
+    third_party = roots - set(sys.stdlib_module_names) - {"torch"}
+    assert not third_party, third_party
+
+
+# ---------------------------------------------------------------------------
+# Real benchmark runs
+# ---------------------------------------------------------------------------
+
+def _check_result_arithmetic(res, world, batch, steps):
+    assert res["world_size"] == world and res["num_devices"] == world
+    assert res["batch_size_per_rank"] == batch
+    assert res["global_batch_size"] == world * batch
+    assert res["timed_steps"] == steps
+    assert res["formula"] == "world_size*batch_size_per_rank*timed_steps/wall_time_s"
+    assert res["wall_time_reduction"] == "max_over_ranks"
+    assert res["value"] == pytest.approx(world * batch * steps / res["wall_time_s"], rel=1e-9)
+    assert len(res["per_rank_images_per_sec"]) == world
+    assert res["wall_time_s"] == pytest.approx(max(res["per_rank_wall_time_s"]), rel=1e-12)
+    for rate, wall in zip(res["per_rank_images_per_sec"], res["per_rank_wall_time_s"]):
+        assert rate == pytest.approx(batch * steps / wall, rel=1e-9)
+    assert res["value"] <= sum(res["per_rank_images_per_sec"]) * (1 + 1e-9)
+
+
+def test_single_process_run():
+    proc = _run(["--model", "trivial", "--batch-size", "8", "--steps", "12",
+                 "--warmup-steps", "2", "--display-every", "5", "--threads", "1",
+                 "--data-workers", "2"])
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    for expected in ("Model:       trivial", "Dataset:     imagenet (synthetic)",
+                     "Mode:        training", "Batch size:  8 global", "8 per device",
+                     "Num batches: 12", "Devices:     ['/cpu:0']", "Data format: NCHW",
+                     "Optimizer:   sgd", "Variables:   replicated", "Running warm up",
+                     "Done warm up", "Step\tImg/sec\ttotal_loss"):
+        assert expected in out, expected
+    rows = [ln.split("\t")[0] for ln in out.splitlines() if "\timages/sec: " in ln]
+    assert rows == ["1", "5", "10"]
+    (res,) = _results(out)
+    assert out.splitlines()[-1].startswith("DLRUN_RESULT ")
+    assert ("total images/sec: %.2f" % res["value"]) in out
+    _check_result_arithmetic(res, 1, 8, 12)
+    assert res["metric"] == "throughput" and res["unit"] == "images/sec"
+    assert res["status"] == "ok" and res["framework"] == "pytorch"
+    assert res["framework_version"] == torch.__version__
+    assert res["model"] == "trivial" and res["params"] == 9232
+    assert res["warmup_steps"] == 2 and res["threads"] == 1
+    assert res["precision"] == "fp32" and res["channels_last"] is False
+    assert res["device"] == "cpu" and res["backend"] == "none"
+    assert res["data_workers"] == 2 and res["rank_source"] == "single"
+    assert res["final_loss"] > 0 and res["python_version"]
+
+
+def test_amp_cpu_bf16_run(capsys):
+    code, out, err = _main(capsys, ["--model", "trivial", "--batch-size", "4",
+                                    "--steps", "3", "--warmup-steps", "1",
+                                    "--precision", "amp"])
+    assert code == 0, err
+    (res,) = _results(out)
+    _check_result_arithmetic(res, 1, 4, 3)
+    assert res["precision"] == "amp" and res["amp_dtype"] == "bfloat16"
+    assert res["channels_last"] is True and "Data format: NHWC" in out
+
+
+def test_expected_world_size_mismatch(capsys):
+    code, out, err = _main(capsys, ["--model", "trivial", "--steps", "1",
+                                    "--expected-world-size", "3"])
+    assert code == 3
+    assert _results(out) == []
+    (line,) = _error_lines(err)
+    assert line.startswith("dlrun-harness: error: expected world size 3 but found 1")
+
+
+def test_nonfinite_loss_exits_5(capsys):
+    code, out, err = _main(capsys, ["--model", "trivial", "--steps", "2",
+                                    "--warmup-steps", "2", "--lr", "1e30"])
+    assert code == 5
+    assert _results(out) == []
+    (line,) = _error_lines(err)
+    assert line.startswith("dlrun-harness: error: loss is not finite")
+
+
+def test_bad_option_is_one_line(capsys):
+    code, out, err = _main(capsys, ["--model", "resnet9000"])
+    assert code == 2 and out == ""
+    assert err.splitlines() == [ln for ln in err.splitlines() if ln]
+    (line,) = err.splitlines()
+    assert line.startswith("dlrun-harness: error: argument --model: invalid choice")
+
+
+@pytest.mark.integration
+def test_two_rank_mpirun():
+    proc = _mpirun(["--model", "trivial", "--batch-size", "4", "--steps", "6",
+                    "--warmup-steps", "1", "--display-every", "3",
+                    "--expected-world-size", "2"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "terminate called" not in proc.stderr
+    results = _results(proc.stdout)
+    assert len(results) == 1
+    assert proc.stdout.count("Model:       trivial") == 1  # rank 0 only
+    res = results[0]
+    _check_result_arithmetic(res, 2, 4, 6)
+    assert res["backend"] == "gloo" and res["rank_source"] == "openmpi"
+    assert "Variables:   ddp" in proc.stdout
+    assert "Devices:     ['/cpu:0', '/cpu:0']" in proc.stdout
+
+
+@pytest.mark.integration
+def test_two_rank_divergence_is_detected():
+    proc = _mpirun(["--model", "trivial", "--batch-size", "4", "--steps", "2",
+                    "--warmup-steps", "1"],
+                   extra_env=["DLRUN_HARNESS_TEST_PERTURB_RANK=1"])
+    # Open MPI's mpirun passes on the first non-zero exit status.
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert _results(proc.stdout) == []
+    assert "dlrun-harness: error: replicas diverged" in proc.stderr
+    assert "terminate called" not in proc.stderr
