@@ -16,10 +16,19 @@ RUN_DIR_VAR = "DLRUN_RUN_DIR"
 
 @dataclass(frozen=True)
 class RankCommand:
-    """One rank's command and the environment every rank must see."""
+    """One rank's command and the environment every rank must see.
+
+    Contract for container runtimes: `env` must be visible inside the container with these values;
+    `passthrough` names (and names starting with `passthrough_prefixes`) are set per rank by the launcher
+    on the host (rank ids, PMIx contact, CUDA_VISIBLE_DEVICES) and must be inherited from the host process
+    as they are. Runtimes that run inside the launcher (pyxis) return flags for it in `launcher_args`.
+    """
 
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
+    passthrough: tuple[str, ...] = ()
+    passthrough_prefixes: tuple[str, ...] = ()
+    launcher_args: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -29,6 +38,7 @@ class RenderedJob:
     scheduler: str
     rank_log_pattern: str       # where per-rank stdout lands, relative to the run directory
     files: dict[str, str] = field(default_factory=dict)  # extra files to stage in the run directory
+    submit_stdin: str | None = None  # a staged file the submit command reads on stdin (`bsub < run.sh`)
 
 
 def harness_command(plan: Plan) -> list[str]:
@@ -44,7 +54,7 @@ def harness_command(plan: Plan) -> list[str]:
         "--device", plan.device,
         "--threads", str(plan.threads_per_rank),
         "--expected-world-size", str(plan.world_size),
-    ]
+    ] + (["--data-workers", str(plan.data_workers)] if plan.data_workers else [])
 
 
 def rank_environment(plan: Plan) -> dict[str, str]:
@@ -55,8 +65,19 @@ def rank_environment(plan: Plan) -> dict[str, str]:
         "MASTER_PORT": Expand(f"${{DLRUN_MASTER_PORT:-{plan.master_port}}}"),
         "PYTHONUNBUFFERED": "1",
     }
+    env.update(fabric_for(plan).env)
+    if plan.device == "cuda" and plan.fabric != "tcp":
+        # The executor reads NCCL's own account of the transport it chose (NET/IB vs NET/Socket).
+        env.update({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"})
     env.update(plan.env)
     return env
+
+
+def fabric_for(plan: Plan):
+    """The fabric settings of a plan: its system's configuration of that fabric, rendered."""
+    from dlrun.fabrics import fabric_settings
+
+    return fabric_settings(plan.fabric, plan.system.fabric_config.get(plan.fabric), device=plan.device)
 
 
 class Expand(str):
@@ -66,7 +87,21 @@ class Expand(str):
     """
 
 
+class Concat(str):
+    """One shell word made of parts, each quoted its own way: `Expand` parts expand, the rest stays literal.
+    E.g. Concat(Expand("--mounts=${DLRUN_RUN_DIR}"), ",", user_path)."""
+
+    parts: tuple[str, ...]
+
+    def __new__(cls, *parts: str) -> "Concat":
+        word = super().__new__(cls, "".join(parts))
+        word.parts = tuple(part for part in parts if part)
+        return word
+
+
 def quote(word: str) -> str:
+    if isinstance(word, Concat):
+        return "".join(quote(part) for part in word.parts) or "''"
     if isinstance(word, Expand):
         return f'"{word}"'
     return shlex.quote(word)
@@ -93,7 +128,12 @@ def render_job(plan: Plan) -> RenderedJob:
     runtime = RUNTIMES.get(plan.runtime)
     launcher = LAUNCHERS.get(plan.launcher)
     scheduler = SCHEDULERS.get(plan.scheduler)
-    rank = RankCommand(argv=harness_command(plan), env=rank_environment(plan))
-    rank = runtime.wrap(plan, rank)
+    for backend in (scheduler, launcher, runtime):
+        backend.check(plan)
+    rank = RankCommand(argv=harness_command(plan), env=rank_environment(plan),
+                       passthrough=launcher.rank_env_names, passthrough_prefixes=launcher.rank_env_prefixes)
+    rank = launcher.prepare(plan, rank)
+    if not scheduler.runs_image:  # a Kubernetes pod is the container; no runtime wraps the command
+        rank = runtime.wrap(plan, rank)
     launch = launcher.wrap(plan, rank)
     return scheduler.render(plan, launch)

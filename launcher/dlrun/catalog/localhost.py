@@ -45,13 +45,24 @@ def _usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
+def _pci_numa_node(bus_id: str) -> int | None:
+    """NUMA node of a PCI device from sysfs (nvidia-smi prints 00000000:3B:00.0; sysfs wants 0000:3b:00.0)."""
+    domain, _, rest = bus_id.strip().lower().partition(":")
+    path = Path("/sys/bus/pci/devices") / f"{domain[-4:]}:{rest}" / "numa_node"
+    try:
+        node = int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return node if node >= 0 else None
+
+
 def _gpus() -> GpuSpec | None:
     smi = shutil.which("nvidia-smi")
     if not smi:
         return None
     try:
         out = subprocess.run(
-            [smi, "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
+            [smi, "--query-gpu=name,memory.total,pci.bus_id", "--format=csv,noheader,nounits"],
             capture_output=True, text=True, timeout=20, check=True,
         ).stdout
     except (OSError, subprocess.SubprocessError):
@@ -59,8 +70,10 @@ def _gpus() -> GpuSpec | None:
     rows = [line.split(",") for line in out.strip().splitlines() if line.strip()]
     if not rows:
         return None
+    numa = [_pci_numa_node(row[2]) if len(row) > 2 else None for row in rows]
     return GpuSpec(model=rows[0][0].strip(), count_per_node=len(rows),
-                   memory_gb=round(float(rows[0][1]) / 1024, 1))
+                   memory_gb=round(float(rows[0][1]) / 1024, 1),
+                   numa_affinity=None if None in numa else [int(n) for n in numa])  # type: ignore[arg-type]
 
 
 def _arch() -> str:
@@ -69,8 +82,11 @@ def _arch() -> str:
 
 
 def detect_localhost() -> SystemSpec:
+    from dlrun.fabrics import detected_configs
+
     cpus = _usable_cpus()
     arch = _arch()
+    fabric_config = detected_configs("/")
     return SystemSpec(
         name="localhost",
         description=f"This machine ({platform.node()}), detected: {cpus} CPUs"
@@ -80,8 +96,9 @@ def detect_localhost() -> SystemSpec:
         cpu=CpuSpec(model=_cpu_model(), sockets=1, cores_per_socket=cpus, numa_nodes=_numa_nodes()),
         memory_gb=_meminfo_gb(),
         gpus=_gpus(),
-        fabrics=["tcp"],
-        default_fabric="tcp",
+        fabrics=list(fabric_config),  # best first: ib, opa, roce, tcp
+        default_fabric="auto",
+        fabric_config=fabric_config,
         scheduler="local",
         launcher="mpirun",
         runtime="host",

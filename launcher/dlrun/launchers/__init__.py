@@ -4,6 +4,6 @@ from dlrun.registry import Registry
 
 LAUNCHERS: Registry[Launcher] = Registry("launcher")
 
-from dlrun.launchers import mpirun, single  # noqa: E402,F401  (registers)
+from dlrun.launchers import horovodrun, jsrun, mpirun, single, srun, torchrun  # noqa: E402,F401  (registers)
 
 __all__ = ["LAUNCHERS", "Launch", "Launcher"]

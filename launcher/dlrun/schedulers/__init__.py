@@ -1,9 +1,9 @@
 """Schedulers: turn a launch into a submission (script + how to start it) and know how to wait."""
 from dlrun.registry import Registry
-from dlrun.schedulers.base import Scheduler
+from dlrun.schedulers.base import JobState, Scheduler
 
 SCHEDULERS: Registry[Scheduler] = Registry("scheduler")
 
-from dlrun.schedulers import local  # noqa: E402,F401  (registers)
+from dlrun.schedulers import kubernetes, local, lsf, pbs, slurm  # noqa: E402,F401  (registers)
 
-__all__ = ["SCHEDULERS", "Scheduler"]
+__all__ = ["SCHEDULERS", "JobState", "Scheduler"]

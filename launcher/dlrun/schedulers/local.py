@@ -3,17 +3,22 @@ from __future__ import annotations
 
 from dlrun.launchers.base import Launch
 from dlrun.plan import Plan
-from dlrun.render import RUN_DIR_VAR, RenderedJob, join, quote, script_header
+from dlrun.render import RUN_DIR_VAR, RenderedJob, join, script_header
 from dlrun.schedulers import SCHEDULERS
-from dlrun.schedulers.base import Scheduler
+from dlrun.schedulers.base import Scheduler, export_lines
 
-
-def export_lines(env: dict[str, str]) -> list[str]:
-    return [f"export {name}={quote(value)}" for name, value in sorted(env.items())]
+__all__ = ["LocalScheduler", "export_lines"]
 
 
 @SCHEDULERS.register("local")
 class LocalScheduler(Scheduler):
+    def check(self, plan: Plan) -> None:
+        if plan.nodes > 1:
+            from dlrun.errors import UsageError
+
+            raise UsageError(f"--nodes {plan.nodes} with scheduler local: a local run has one node; "
+                             "valid: --nodes 1, or a batch scheduler (slurm, pbs, lsf, kubernetes)")
+
     def render(self, plan: Plan, launch: Launch) -> RenderedJob:
         lines = script_header(plan, "local run") + [
             "set -euo pipefail",
@@ -21,8 +26,8 @@ class LocalScheduler(Scheduler):
             f': "${{{RUN_DIR_VAR}:=$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)}}"',
             f"export {RUN_DIR_VAR}",
             f'mkdir -p "${{{RUN_DIR_VAR}}}/logs"',
-            *export_lines(launch.env),
             *launch.setup,
+            *export_lines(launch.env),
             f"exec {join(launch.argv)}",
         ]
         return RenderedJob(script="\n".join(lines) + "\n", submit_argv=["bash", "run.sh"],

@@ -1,0 +1,319 @@
+"""Interconnects as data: what each fabric needs (devices, NCCL/UCX/libfabric env, OpenMPI MCA settings)
+and how to find them on a node (`/sys/class/infiniband`, `/dev/infiniband`, `/dev/hfi1_*`, `/sys/class/net`).
+
+Pure functions of a system profile's `FabricConfig` render the settings; detection reads a filesystem root
+(`/` by default, a fake tree in tests). Where a value can only be known on the compute node (the RoCE v2 GID
+index when the profile does not pin it) the settings carry a shell snippet that picks it there at job start,
+with the same rule as `pick_roce_gid_index`.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dlrun.catalog.models import FabricConfig
+from dlrun.errors import unknown_name
+from dlrun.render import Expand
+
+FABRICS = ("ib", "opa", "roce", "tcp")
+DESCRIPTIONS = {
+    "ib": "InfiniBand verbs (NCCL NET/IB, UCX rc)",
+    "opa": "Intel Omni-Path (PSM2 through libfabric: FI_PROVIDER=psm2)",
+    "roce": "RDMA over Converged Ethernet v2 (verbs over Ethernet, GID index from the sysfs GID table)",
+    "tcp": "plain TCP sockets (NCCL_IB_DISABLE=1)",
+}
+# Interfaces NCCL must never pick for inter-node traffic. NCCL matches prefixes after `^`.
+VIRTUAL_IF_PREFIXES = ("lo", "docker", "veth", "virbr", "br-", "cni", "flannel", "cali", "tun", "tap", "ifb")
+NCCL_IFNAME_EXCLUDE = "^" + ",".join(VIRTUAL_IF_PREFIXES)
+GID_VAR = "DLRUN_ROCE_GID_INDEX"
+
+
+@dataclass(frozen=True)
+class FabricSettings:
+    """Everything a launch needs for one fabric."""
+
+    name: str
+    env: dict[str, str] = field(default_factory=dict)   # rank environment (NCCL_*, UCX_*, FI_*, GLOO_*)
+    mca: dict[str, str] = field(default_factory=dict)   # OpenMPI MCA parameters (`-mca k v` or OMPI_MCA_k)
+    devices: list[str] = field(default_factory=list)    # host device paths containers must see
+    setup: list[str] = field(default_factory=list)      # shell lines to run on the first node before launch
+    ipc_lock: bool = False                              # RDMA needs locked memory (memlock, IPC_LOCK)
+
+
+def check_fabric_name(name: str) -> str:
+    if name not in FABRICS:
+        raise unknown_name("fabric", name, FABRICS)
+    return name
+
+
+def _hca_devices(config: FabricConfig) -> list[str]:
+    return [hca.split(":")[0] for hca in config.hca]
+
+
+def fabric_settings(name: str, config: FabricConfig | None = None, *, device: str = "cpu") -> FabricSettings:
+    """Settings for `name` given what the system profile says about it (HCA names, interfaces, GID index)."""
+    check_fabric_name(name)
+    config = config or FabricConfig()
+    env: dict[str, str] = {}
+    mca: dict[str, str] = {}
+    devices: list[str] = []
+    setup: list[str] = []
+    ifname = ",".join(config.interfaces) if config.interfaces else None
+    env["NCCL_SOCKET_IFNAME"] = ifname or NCCL_IFNAME_EXCLUDE
+    if config.interfaces:
+        # gloo (the CPU backend) binds to one named interface; it has no exclusion syntax.
+        env["GLOO_SOCKET_IFNAME"] = config.interfaces[0]
+
+    if name == "tcp":
+        env["NCCL_IB_DISABLE"] = "1"
+        mca.update({"pml": "ob1", "btl": "^openib"})
+        if config.interfaces:
+            mca["btl_tcp_if_include"] = ifname  # type: ignore[assignment]
+        else:
+            mca["btl_tcp_if_exclude"] = "lo,docker0,virbr0"
+        return FabricSettings(name=name, env=env, mca=mca)
+
+    devices.append("/dev/infiniband")
+    if name in ("ib", "roce"):
+        env["NCCL_IB_DISABLE"] = "0"
+        if config.hca:
+            env["NCCL_IB_HCA"] = ",".join(config.hca)
+            env["UCX_NET_DEVICES"] = ",".join(config.hca)
+        tls = ["rc", "sm", "self"] if device == "cpu" else ["rc", "sm", "self", "cuda_copy", "cuda_ipc"]
+        env["UCX_TLS"] = ",".join(config.ucx_tls or tls)
+        mca.update({"pml": "ucx", "osc": "ucx", "btl": "^openib"})
+        if name == "roce":
+            if isinstance(config.gid_index, int):
+                gid = str(config.gid_index)
+            else:
+                setup.append(roce_gid_shell(_hca_devices(config)))
+                gid = Expand("${" + GID_VAR + "}")
+            env["NCCL_IB_GID_INDEX"] = gid
+            env["UCX_IB_GID_INDEX"] = gid
+    else:  # opa
+        hfis = _hca_devices(config) or ["hfi1_0"]
+        devices += [f"/dev/{hfi}" for hfi in hfis]
+        env.update({"FI_PROVIDER": "psm2", "NCCL_IB_DISABLE": "0"})
+        if config.hca:
+            env["NCCL_IB_HCA"] = ",".join(config.hca)
+        if device == "cuda":
+            env["PSM2_CUDA"] = "1"  # CUDA-aware PSM2 (GPUDirect over Omni-Path)
+        mca.update({"pml": "cm", "mtl": "ofi", "mtl_ofi_provider_include": "psm2", "btl": "^openib"})
+    return FabricSettings(name=name, env=env, mca=mca, devices=devices, setup=setup, ipc_lock=True)
+
+
+# ------------------------------------------------------------------------------------------------ detection
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _numeric_entries(directory: Path) -> list[int]:
+    try:
+        return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
+    except OSError:
+        return []
+
+
+def pick_roce_gid_index(port_dir: Path) -> int | None:
+    """The lowest GID index of type `RoCE v2` with an IPv4-mapped address (::ffff:a.b.c.d); else the lowest
+    `RoCE v2` index with any routable (non-zero, non-link-local) address; else None."""
+    fallback = None
+    for index in _numeric_entries(port_dir / "gids"):
+        gid_type = _read(port_dir / "gid_attrs" / "types" / str(index))
+        gid = (_read(port_dir / "gids" / str(index)) or "").lower()
+        if gid_type is None or gid_type.lower() != "roce v2" or not gid.strip("0:"):
+            continue
+        if gid.startswith("0000:0000:0000:0000:0000:ffff:"):
+            return index
+        if fallback is None and not gid.startswith("fe80:"):
+            fallback = index
+    return fallback
+
+
+def roce_gid_shell(hcas: list[str]) -> str:
+    """A shell snippet that sets DLRUN_ROCE_GID_INDEX on the node, by the rule of `pick_roce_gid_index`.
+    `DLRUN_SYSFS_ROOT` (default empty) lets tests point it at a fake tree."""
+    devices = " ".join(hcas) if hcas else '"${DLRUN_SYSFS_ROOT:-}"/sys/class/infiniband/*'
+    body = (
+        f'{GID_VAR}=""; dlrun_fallback=""; '
+        f"for dlrun_dev in {devices}; do "
+        'dlrun_dev=${dlrun_dev##*/}; '
+        'for dlrun_port in "${DLRUN_SYSFS_ROOT:-}/sys/class/infiniband/${dlrun_dev}/ports/"*; do '
+        '[ "$(cat "${dlrun_port}/link_layer" 2>/dev/null)" = Ethernet ] || continue; '
+        "dlrun_i=0; "
+        'while [ -e "${dlrun_port}/gids/${dlrun_i}" ]; do '
+        'dlrun_type=$(cat "${dlrun_port}/gid_attrs/types/${dlrun_i}" 2>/dev/null || true); '
+        'dlrun_gid=$(cat "${dlrun_port}/gids/${dlrun_i}" 2>/dev/null || true); '
+        'if [ "${dlrun_type,,}" = "roce v2" ] && [ -n "${dlrun_gid//[0:]/}" ]; then '
+        'case "${dlrun_gid,,}" in '
+        f'0000:0000:0000:0000:0000:ffff:*) {GID_VAR}=${{dlrun_i}}; break 3 ;; '
+        'fe80:*) ;; '
+        '*) [ -n "${dlrun_fallback}" ] || dlrun_fallback=${dlrun_i} ;; '
+        "esac; fi; "
+        "dlrun_i=$((dlrun_i + 1)); "
+        "done; done; done; "
+        f'{GID_VAR}=${{{GID_VAR}:-${{dlrun_fallback}}}}; '
+        f'if [ -z "${{{GID_VAR}}}" ]; then '
+        "echo 'dlrun: no RoCE v2 GID on this node; set fabric_config.roce.gid_index in the system profile' >&2; "
+        "exit 1; fi; "
+        f"export {GID_VAR}"
+    )
+    return body
+
+
+def _net_interfaces(root: Path) -> list[dict[str, Any]]:
+    net = root / "sys" / "class" / "net"
+    found = []
+    try:
+        names = sorted(p.name for p in net.iterdir())
+    except OSError:
+        return []
+    for name in names:
+        base = net / name
+        if_type = _read(base / "type")
+        virtual = name.startswith(VIRTUAL_IF_PREFIXES) or not (base / "device").exists()
+        found.append({
+            "name": name,
+            "operstate": _read(base / "operstate"),
+            "type": "infiniband" if if_type == "32" else ("loopback" if if_type == "772" else "ethernet"),
+            "virtual": virtual,
+            "mtu": _read(base / "mtu"),
+            "speed_mbps": _read(base / "speed"),
+            "address": _read(base / "address"),
+        })
+    return found
+
+
+def _ib_devices(root: Path) -> list[dict[str, Any]]:
+    base = root / "sys" / "class" / "infiniband"
+    devices = []
+    try:
+        names = sorted(p.name for p in base.iterdir())
+    except OSError:
+        return []
+    for name in names:
+        ports = []
+        for port in _numeric_entries(base / name / "ports"):
+            port_dir = base / name / "ports" / str(port)
+            link_layer = _read(port_dir / "link_layer")
+            entry: dict[str, Any] = {
+                "port": port,
+                "link_layer": link_layer,
+                "state": _read(port_dir / "state"),
+                "rate": _read(port_dir / "rate"),
+            }
+            if link_layer == "Ethernet":
+                entry["roce_v2_gid_index"] = pick_roce_gid_index(port_dir)
+                ndevs = {_read(port_dir / "gid_attrs" / "ndevs" / str(i))
+                         for i in _numeric_entries(port_dir / "gids")} - {None, ""}
+                entry["netdevs"] = sorted(ndevs)  # type: ignore[type-var]
+            ports.append(entry)
+        netdevs = []
+        try:
+            netdevs = sorted(p.name for p in (base / name / "device" / "net").iterdir())
+        except OSError:
+            pass
+        devices.append({"name": name, "ports": ports, "netdevs": netdevs,
+                        "board_id": _read(base / name / "board_id"), "fw_ver": _read(base / name / "fw_ver")})
+    return devices
+
+
+def _active(port: dict[str, Any]) -> bool:
+    return "ACTIVE" in (port.get("state") or "").upper()
+
+
+def detect_fabrics(root: str | os.PathLike[str] = "/") -> dict[str, Any]:
+    """What this node offers: RDMA devices, Omni-Path devices, NICs, and the fabrics they make usable
+    (best first: ib, opa, roce, tcp), each with the FabricConfig to use it."""
+    root = Path(root)
+    ib = _ib_devices(root)
+    try:
+        hfi_nodes = sorted(p.name for p in (root / "dev").glob("hfi1_*"))
+    except OSError:
+        hfi_nodes = []
+    uverbs = sorted(p.name for p in (root / "dev" / "infiniband").glob("uverbs*"))
+    nics = _net_interfaces(root)
+    usable_nics = [n for n in nics if not n["virtual"] and n["type"] != "loopback"]
+    up_nics = [n for n in usable_nics if n["operstate"] in ("up", "unknown")] or usable_nics
+
+    configs: dict[str, FabricConfig] = {}
+    ib_ports = [(d, p) for d in ib if not d["name"].startswith("hfi1") for p in d["ports"]
+                if p["link_layer"] == "InfiniBand" and _active(p)]
+    if ib_ports:
+        ipoib = [n["name"] for n in up_nics if n["type"] == "infiniband"]
+        configs["ib"] = FabricConfig(hca=[f"{d['name']}:{p['port']}" for d, p in ib_ports], interfaces=ipoib[:1])
+    opa_ports = [(d, p) for d in ib if d["name"].startswith("hfi1") for p in d["ports"] if _active(p)]
+    if opa_ports or hfi_nodes:
+        ipoib = [n["name"] for n in up_nics if n["type"] == "infiniband"]
+        hcas = [f"{d['name']}:{p['port']}" for d, p in opa_ports] or [f"{h}:1" for h in hfi_nodes]
+        configs["opa"] = FabricConfig(hca=hcas, interfaces=ipoib[:1])
+    roce_ports = [(d, p) for d in ib for p in d["ports"]
+                  if p["link_layer"] == "Ethernet" and _active(p) and p.get("roce_v2_gid_index") is not None]
+    if roce_ports:
+        dev, port = roce_ports[0]
+        netdevs = port.get("netdevs") or dev["netdevs"]
+        configs["roce"] = FabricConfig(hca=[f"{d['name']}:{p['port']}" for d, p in roce_ports],
+                                       interfaces=netdevs[:1], gid_index=port["roce_v2_gid_index"])
+    tcp_nics = [n["name"] for n in up_nics if n["type"] == "ethernet"]
+    configs["tcp"] = FabricConfig(interfaces=tcp_nics[:1])
+    return {
+        "rdma_devices": ib,
+        "uverbs": uverbs,
+        "hfi1_devices": hfi_nodes,
+        "interfaces": nics,
+        "usable": [name for name in FABRICS if name in configs],
+        "config": {name: cfg.model_dump(mode="json", exclude_defaults=True) for name, cfg in configs.items()},
+    }
+
+
+def detected_configs(root: str | os.PathLike[str] = "/") -> dict[str, FabricConfig]:
+    found = detect_fabrics(root)
+    return {name: FabricConfig(**cfg) for name, cfg in found["config"].items()}
+
+
+# ------------------------------------------------------------------------------------ NCCL transport check
+NCCL_CHOSEN = re.compile(r"NCCL INFO Using network (?P<net>\S+(?: Libfabric)?)")
+NCCL_NET_INIT = re.compile(r"NCCL INFO NET/(?P<net>\w+)\s*:\s*Using")
+NCCL_CHANNEL_VIA = re.compile(r"NCCL INFO Channel .* via NET/(?P<net>\w+)")
+RDMA_NETS = {"IB", "OFI", "AWS Libfabric", "Libfabric"}
+
+
+def nccl_transports(text: str) -> dict[str, Any]:
+    """Which inter-node transport NCCL chose, from NCCL_DEBUG=INFO output of any number of ranks.
+
+    `Using network X` is NCCL's own statement of its choice; older releases print only
+    `NET/X : Using [0]dev`, which is used when the statement is missing. `via NET/X` on a channel line
+    is the transport a ring or tree really uses between nodes."""
+    chosen: set[str] = set()
+    initialised: set[str] = set()
+    channels: set[str] = set()
+    for line in text.splitlines():
+        if "NCCL INFO" not in line:
+            continue
+        for pattern, bucket in ((NCCL_CHOSEN, chosen), (NCCL_NET_INIT, initialised), (NCCL_CHANNEL_VIA, channels)):
+            match = pattern.search(line)
+            if match:
+                bucket.add(match.group("net"))
+    networks = chosen or initialised
+    return {"networks": sorted(networks), "net_channels": sorted(channels),
+            "seen": bool(chosen or initialised or channels)}
+
+
+def check_nccl_transport(fabric: str, text: str, nodes: int) -> tuple[bool, str | None, dict[str, Any]]:
+    """(ok, reason, facts): a run configured for ib/opa/roce whose ranks used NET/Socket failed."""
+    facts = nccl_transports(text)
+    if fabric == "tcp" or not facts["seen"]:
+        return True, None, facts
+    socket_chosen = "Socket" in facts["networks"] and not set(facts["networks"]) & RDMA_NETS
+    used_socket = "Socket" in facts["net_channels"] or (socket_chosen and nodes > 1)
+    if used_socket:
+        return False, (f"fabric {fabric} was configured but NCCL used NET/Socket (plain TCP): the RDMA devices "
+                       "were not usable by the ranks (check the container's device binds, NCCL_IB_HCA and "
+                       "that the HCA port is ACTIVE)"), facts
+    return True, None, facts

@@ -1,0 +1,53 @@
+"""`enroot` through the pyxis SPANK plugin: srun itself starts each rank in the container
+(`srun --container-image --container-mounts --container-name`), so this runtime adds flags to srun and
+leaves the rank command as it is. pyxis passes the task environment into the container."""
+from __future__ import annotations
+
+import re
+
+from dlrun.errors import UsageError
+from dlrun.plan import Plan
+from dlrun.render import Concat, Expand, RankCommand
+from dlrun.runtimes import RUNTIMES
+from dlrun.runtimes.base import Runtime, image_reference
+from dlrun.runtimes.singularity import bind_spec
+
+
+def pyxis_image(plan: Plan) -> str:
+    """pyxis writes `registry#repository:tag` (the registry separated by '#'); a path is a squashfs file."""
+    squashfs = getattr(plan.image, "squashfs", None)
+    if squashfs:
+        return squashfs
+    ref = image_reference(plan)
+    if ref.startswith("docker://"):
+        ref = ref[len("docker://"):]
+    first, _, rest = ref.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost") and "#" not in ref:
+        return f"{first}#{rest}"
+    return ref
+
+
+@RUNTIMES.register("enroot")
+class EnrootPyxisRuntime(Runtime):
+    def check(self, plan: Plan) -> None:
+        if plan.image.kind == "host":
+            raise UsageError(f"runtime enroot needs a container image, but image {plan.image.name!r} is the host's "
+                             "own Python; valid: --runtime host, or a container image (dlrun images list)")
+        if plan.scheduler != "slurm" or plan.launcher not in ("srun", "torchrun"):
+            raise UsageError(f"runtime enroot runs through pyxis, which is a Slurm srun plugin, but the plan uses "
+                             f"scheduler {plan.scheduler} with launcher {plan.launcher}; valid: --scheduler slurm "
+                             "--launcher srun (or torchrun)")
+
+    def wrap(self, plan: Plan, rank: RankCommand) -> RankCommand:
+        mounts = [bind_spec(b.source, b.target, b.read_only) for b in plan.binds]
+        mounts += [bind_spec(device, device, False) for device in plan.devices]
+        name = re.sub(r"[^A-Za-z0-9_-]", "-", f"dlrun-{plan.image.name}")
+        flags = [f"--container-image={pyxis_image(plan)}",
+                 Concat(Expand("--container-mounts=${DLRUN_RUN_DIR}:${DLRUN_RUN_DIR}"),
+                        *("," + mount for mount in mounts)),
+                 f"--container-name={name}",
+                 Expand("--container-workdir=${DLRUN_RUN_DIR}"),
+                 "--no-container-mount-home"]
+        return RankCommand(argv=rank.argv, env=rank.env, passthrough=rank.passthrough,
+                           passthrough_prefixes=rank.passthrough_prefixes,
+                           launcher_args=(*rank.launcher_args, *flags))

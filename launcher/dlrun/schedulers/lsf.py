@@ -1,0 +1,81 @@
+"""`lsf` (IBM Spectrum LSF): a bsub script read on stdin (`bsub < run.sh`). With jsrun (Summit-class POWER9
+systems under CSM) the allocation is whole nodes (`-nnodes`); otherwise slots (`-n`, `span[ptile=R]`).
+State from `bjobs -o "stat exit_code"`, cancelled with `bkill`."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from dlrun.launchers.base import Launch
+from dlrun.plan import Plan
+from dlrun.render import RenderedJob
+from dlrun.schedulers import SCHEDULERS
+from dlrun.schedulers.base import JobState, Scheduler, SchedulerError, run_tool
+
+LSF_STATES = {"PEND": "pending", "PSUSP": "pending", "WAIT": "pending", "RUN": "running", "USUSP": "running",
+              "SSUSP": "running", "PROV": "pending", "DONE": "completed", "EXIT": "failed", "ZOMBI": "failed",
+              "UNKWN": "unknown"}
+
+
+def bsub_directives(plan: Plan) -> list[str]:
+    opts = plan.scheduler_options
+    lines = [f"-J {plan.job_name}"]
+    if plan.launcher in ("jsrun", "torchrun"):
+        lines.append(f"-nnodes {plan.nodes}")
+    else:
+        lines += [f"-n {plan.world_size}", f'-R "span[ptile={plan.ranks_per_node}]"']
+        if plan.device == "cuda":
+            lines.append(f'-gpu "num={plan.system.gpus_per_node}"')
+    minutes = opts.time_minutes()
+    if minutes:
+        lines.append(f"-W {minutes // 60:d}:{minutes % 60:02d}")
+    if opts.account:
+        lines.append(f"-P {opts.account}")
+    if opts.partition:
+        lines.append(f"-q {opts.partition}")
+    if opts.exclusive:
+        lines.append("-x")
+    if opts.lsf_alloc_flags:
+        lines.append(f'-alloc_flags "{opts.lsf_alloc_flags}"')
+    lines += ["-o lsf-%J.out", "-e lsf-%J.out", *opts.extra]
+    return [f"#BSUB {line}" for line in lines]
+
+
+def parse_bjobs(text: str) -> JobState:
+    words = text.split()
+    raw = words[0] if words else ""
+    state = LSF_STATES.get(raw, "unknown")
+    code = int(words[1]) if len(words) > 1 and words[1].lstrip("-").isdigit() else (0 if raw == "DONE" else None)
+    return JobState(state=state, exit_code=code, raw=raw)
+
+
+@SCHEDULERS.register("lsf")
+class LsfScheduler(Scheduler):
+    batch = True
+    run_dir_default = "${LS_SUBCWD}"
+
+    def node_list_shell(self) -> str:
+        return 'sort -u "${LSB_DJOB_HOSTFILE}"'
+
+    def render(self, plan: Plan, launch: Launch) -> RenderedJob:
+        script = self.script(plan, launch, "LSF batch job", bsub_directives(plan), exec_launch=False)
+        return self.job(plan, launch, script, ["bsub"], submit_stdin="run.sh")
+
+    def submit(self, rendered: RenderedJob, run_path: Path, env: dict[str, str]) -> str:
+        proc = run_tool(rendered.submit_argv, cwd=run_path, env=env, stdin_path=run_path / "run.sh")
+        match = re.search(r"Job <(\d+)>", proc.stdout)
+        if proc.returncode != 0 or not match:
+            raise SchedulerError(f"bsub refused the job: {(proc.stderr or proc.stdout).strip()}")
+        return match.group(1)
+
+    def poll(self, job_id: str, run_path: Path) -> JobState:
+        proc = run_tool(["bjobs", "-noheader", "-o", "stat exit_code", job_id])
+        if proc.returncode != 0:
+            raise SchedulerError(f"bjobs {job_id}: {proc.stderr.strip()}")
+        return parse_bjobs(proc.stdout)
+
+    def cancel(self, job_id: str) -> None:
+        run_tool(["bkill", job_id])
+
+    def output_files(self, job_id: str, run_path: Path) -> list[Path]:
+        return [run_path / f"lsf-{job_id}.out"]

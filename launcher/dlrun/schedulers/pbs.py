@@ -1,0 +1,75 @@
+"""`pbs` (PBS Pro / OpenPBS): a qsub script (`select=N:ncpus:ngpus:mpiprocs`, walltime, queue, account),
+ranks started with `mpiexec` (see the mpirun launcher), state from `qstat -fx`, cancelled with `qdel`."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from dlrun.launchers.base import Launch
+from dlrun.plan import Plan
+from dlrun.render import RenderedJob
+from dlrun.schedulers import SCHEDULERS
+from dlrun.schedulers.base import JobState, Scheduler, SchedulerError, run_tool
+
+PBS_STATES = {"Q": "pending", "H": "pending", "W": "pending", "T": "pending", "S": "running", "R": "running",
+              "E": "running", "B": "running", "X": "completed", "F": "completed"}
+
+
+def pbs_directives(plan: Plan) -> list[str]:
+    opts = plan.scheduler_options
+    cores = plan.threads_per_rank * plan.ranks_per_node
+    select = f"select={plan.nodes}:ncpus={cores}:mpiprocs={plan.ranks_per_node}"
+    if plan.device == "cuda":
+        select += f":ngpus={plan.system.gpus_per_node}"
+    lines = [f"-N {plan.job_name}", f"-l {select}", "-l place=scatter" + (":excl" if opts.exclusive else "")]
+    if opts.hhmmss():
+        lines.append(f"-l walltime={opts.hhmmss()}")
+    if opts.partition:
+        lines.append(f"-q {opts.partition}")
+    if opts.account:
+        lines.append(f"-A {opts.account}")
+    lines += ["-j oe", "-o pbs.out", *opts.extra]
+    return [f"#PBS {line}" for line in lines]
+
+
+def parse_qstat(text: str) -> JobState:
+    state_match = re.search(r"job_state\s*=\s*(\w)", text)
+    exit_match = re.search(r"Exit_status\s*=\s*(-?\d+)", text)
+    raw = state_match.group(1) if state_match else ""
+    state = PBS_STATES.get(raw, "unknown")
+    code = int(exit_match.group(1)) if exit_match else None
+    if state == "completed" and code not in (None, 0):
+        # PBS: negative = the job never ran; > 256 = killed by signal (code - 256), e.g. qdel -> 271.
+        state = "cancelled" if code in (271, 265) else "failed"
+    return JobState(state=state, exit_code=code, raw=raw)
+
+
+@SCHEDULERS.register("pbs")
+class PbsScheduler(Scheduler):
+    batch = True
+    run_dir_default = "${PBS_O_WORKDIR}"
+
+    def node_list_shell(self) -> str:
+        return 'sort -u "${PBS_NODEFILE}"'
+
+    def render(self, plan: Plan, launch: Launch) -> RenderedJob:
+        script = self.script(plan, launch, "PBS batch job", pbs_directives(plan), exec_launch=False)
+        return self.job(plan, launch, script, ["qsub", "run.sh"])
+
+    def submit(self, rendered: RenderedJob, run_path: Path, env: dict[str, str]) -> str:
+        proc = run_tool(rendered.submit_argv, cwd=run_path, env=env)
+        if proc.returncode != 0 or not proc.stdout.strip():
+            raise SchedulerError(f"qsub refused the job: {(proc.stderr or proc.stdout).strip()}")
+        return proc.stdout.strip().splitlines()[-1]
+
+    def poll(self, job_id: str, run_path: Path) -> JobState:
+        proc = run_tool(["qstat", "-fx", job_id])
+        if proc.returncode != 0:
+            raise SchedulerError(f"qstat -fx {job_id}: {proc.stderr.strip()}")
+        return parse_qstat(proc.stdout)
+
+    def cancel(self, job_id: str) -> None:
+        run_tool(["qdel", job_id])
+
+    def output_files(self, job_id: str, run_path: Path) -> list[Path]:
+        return [run_path / "pbs.out"]

@@ -1,0 +1,100 @@
+"""`slurm`: an sbatch script (#SBATCH nodes, tasks per node, GPUs per node, CPUs per task, exclusive, time,
+partition, account), submitted with `sbatch --parsable`; state from `scontrol show job` (works without
+accounting), cancelled with `scancel`. The job's own output is `slurm-<id>.out` in the run directory."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from dlrun.launchers.base import Launch
+from dlrun.plan import Plan
+from dlrun.render import RenderedJob
+from dlrun.schedulers import SCHEDULERS
+from dlrun.schedulers.base import JobState, Scheduler, SchedulerError, run_tool
+
+SLURM_STATES = {
+    "PENDING": "pending", "CONFIGURING": "pending", "REQUEUED": "pending", "RESV_DEL_HOLD": "pending",
+    "REQUEUE_FED": "pending", "REQUEUE_HOLD": "pending", "SUSPENDED": "running", "STOPPED": "running",
+    "RUNNING": "running", "COMPLETING": "running", "SIGNALING": "running", "STAGE_OUT": "running",
+    "RESIZING": "running",
+    "COMPLETED": "completed", "CANCELLED": "cancelled", "TIMEOUT": "timeout", "DEADLINE": "timeout",
+    "FAILED": "failed", "NODE_FAIL": "failed", "BOOT_FAIL": "failed", "OUT_OF_MEMORY": "failed",
+    "PREEMPTED": "failed", "REVOKED": "failed", "SPECIAL_EXIT": "failed",
+}
+
+
+def sbatch_directives(plan: Plan) -> list[str]:
+    opts = plan.scheduler_options
+    per_node_tasks = 1 if plan.launcher == "torchrun" else plan.ranks_per_node
+    cpus = plan.threads_per_rank * (plan.ranks_per_node if plan.launcher == "torchrun" else 1)
+    lines = [f"--job-name={plan.job_name}", f"--nodes={plan.nodes}", f"--ntasks-per-node={per_node_tasks}",
+             f"--cpus-per-task={cpus}"]
+    if plan.device == "cuda":
+        gpus = plan.system.gpus_per_node
+        lines.append(f"--gpus-per-node={gpus}" if opts.gpu_request == "gpus-per-node" else f"--gres=gpu:{gpus}")
+    if opts.exclusive:
+        lines.append("--exclusive")
+    if opts.hhmmss():
+        lines.append(f"--time={opts.hhmmss()}")
+    for key in ("partition", "account", "qos", "constraint", "reservation"):
+        value = getattr(opts, key)
+        if value:
+            lines.append(f"--{key}={value}")
+    lines += ["--output=slurm-%j.out", "--error=slurm-%j.out", *opts.extra]
+    return [f"#SBATCH {line}" for line in lines]
+
+
+def parse_scontrol_job(text: str) -> JobState:
+    fields = dict(re.findall(r"(\w+)=(\S*)", text))
+    raw_state = fields.get("JobState", "")
+    state = SLURM_STATES.get(raw_state.split("+")[0], "unknown")
+    exit_code = None
+    match = re.match(r"(\d+):(\d+)", fields.get("ExitCode", ""))
+    if match:
+        code, signal = int(match.group(1)), int(match.group(2))
+        exit_code = code if code or not signal else 128 + signal
+    reason = fields.get("Reason")
+    return JobState(state=state, exit_code=exit_code, reason=None if reason in (None, "None") else reason,
+                    raw=raw_state)
+
+
+@SCHEDULERS.register("slurm")
+class SlurmScheduler(Scheduler):
+    batch = True
+    run_dir_default = "${SLURM_SUBMIT_DIR}"
+
+    def check(self, plan: Plan) -> None:
+        if plan.launcher in ("jsrun",):
+            from dlrun.errors import UsageError
+
+            raise UsageError("launcher jsrun needs LSF; valid with slurm: srun, mpirun, torchrun, horovodrun")
+
+    def node_list_shell(self) -> str:
+        return 'scontrol show hostnames "${SLURM_JOB_NODELIST}"'
+
+    def render(self, plan: Plan, launch: Launch) -> RenderedJob:
+        script = self.script(plan, launch, "Slurm batch job", sbatch_directives(plan), exec_launch=False)
+        return self.job(plan, launch, script, ["sbatch", "--parsable", "run.sh"])
+
+    def submit(self, rendered: RenderedJob, run_path: Path, env: dict[str, str]) -> str:
+        proc = run_tool(rendered.submit_argv, cwd=run_path, env=env)
+        if proc.returncode != 0:
+            raise SchedulerError(f"sbatch refused the job: {(proc.stderr or proc.stdout).strip()}")
+        job_id = proc.stdout.strip().split(";")[0]
+        if not job_id.isdigit():
+            raise SchedulerError(f"sbatch printed {proc.stdout.strip()!r}, not a job id")
+        return job_id
+
+    def poll(self, job_id: str, run_path: Path) -> JobState:
+        proc = run_tool(["scontrol", "show", "job", "-o", job_id])
+        if proc.returncode != 0:
+            if "Invalid job id" in proc.stderr:
+                return JobState(state="unknown", reason="the controller no longer knows the job")
+            raise SchedulerError(f"scontrol show job {job_id}: {proc.stderr.strip()}")
+        return parse_scontrol_job(proc.stdout)
+
+    def cancel(self, job_id: str) -> None:
+        run_tool(["scancel", job_id])
+
+    def output_files(self, job_id: str, run_path: Path) -> list[Path]:
+        return [run_path / f"slurm-{job_id}.out"]
