@@ -87,10 +87,21 @@ def parse_entry(model: type[T], data: Any, node: yaml.Node | None, path: Path) -
         return model.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
-        loc = err["loc"]
+        # Union members appear in the location by class name (`mpi.MpiSpec.version`); users wrote `mpi.version`.
+        loc = tuple(part for part in err["loc"] if part not in _model_names())
         line = _line_of(node, loc) or 1
         field_name = ".".join(str(part) for part in loc) or "(entry)"
         raise CatalogError(f"{path}:{line}: {field_name}: {err['msg']}") from None
+
+
+def _model_names() -> set[str]:
+    def walk(cls: type) -> set[str]:
+        names = {cls.__name__}
+        for sub in cls.__subclasses__():
+            names |= walk(sub)
+        return names
+
+    return walk(BaseModel) - {"BaseModel"}
 
 
 def load_file(model: type[T], path: Path) -> list[T]:
@@ -138,11 +149,27 @@ class Catalog:
         return self.systems[name]
 
 
+def _collect_images(files: list[Path]) -> dict[str, ImageSpec]:
+    """`images/*.yaml`: plain entries (a site's own image by uri and digest); `containers/<tag>/image.yaml`:
+    fully pinned stacks, one folder per tag."""
+    from dlrun.catalog.stack import PinnedImageSpec
+
+    found: dict[str, ImageSpec] = {}
+    for path in files:
+        pinned = path.name == "image.yaml" and path.parent.parent.name == "containers"
+        for entry in load_file(PinnedImageSpec if pinned else ImageSpec, path):
+            if pinned and entry.name != path.parent.name:
+                raise CatalogError(f"{path}:1: name: {entry.name!r} must match its folder {path.parent.name!r} "
+                                   "(one folder per image tag)")
+            found[entry.name] = entry
+    return found
+
+
 def load_catalog() -> Catalog:
     from dlrun.catalog.localhost import detect_localhost, host_image
 
     images = {"host": host_image()}
-    images.update(_collect(ImageSpec, _files("images")))
+    images.update(_collect_images(_files("images")))
     systems = {"localhost": detect_localhost()}
     systems.update(_collect(SystemSpec, _files("systems")))
     return Catalog(images=images, workloads=_collect(WorkloadSpec, _files("workloads")), systems=systems)

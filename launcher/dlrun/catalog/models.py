@@ -178,7 +178,8 @@ class SystemSpec(Strict):
 
 
 class ImageSpec(Strict):
-    """What the launcher needs of an image. The full pinned stack lives in containers/<tag>/image.yaml."""
+    """What the launcher needs of an image. The full pinned stack lives in containers/<tag>/image.yaml
+    (dlrun.catalog.stack.PinnedImageSpec, a subclass)."""
 
     name: str = Field(pattern=NAME_PATTERN)
     description: str
@@ -189,6 +190,12 @@ class ImageSpec(Strict):
     # Interpreter and harness location inside the image; for `host` they are resolved on this machine.
     python: str = "python3"
     harness_dir: str = "/opt/dlrun"
-    uri: str | None = None
+    uri: str | None = None  # repository without tag; the image for one architecture is `<uri>:<arch>`
+    # Content digest: the image ID (sha256 of the image config, which lists every layer's content digest).
+    # Identical in Docker and Podman and across save/load/push/pull. Filled from containers/images.lock.
     digest: str | None = None
+    # Filled per plan from containers/images.lock and this machine's image store (never written in YAML):
+    repo_digest: str | None = None  # `<registry>/<repo>@sha256:...` (manifest digest) after a push or pull
+    rootfs: str | None = None       # unpacked root filesystem (charliecloud)
+    sif: str | None = None          # Singularity/Apptainer image file
     sources: list[Source] = []
