@@ -84,6 +84,15 @@ DataOpt = Annotated[Optional[str], typer.Option("--data", help="Dataset director
 BindOpt = Annotated[Optional[list[str]], typer.Option("--bind", "-B", help="Extra bind SRC[:DST][:ro|rw] (repeatable).")]
 EnvOpt = Annotated[Optional[list[str]], typer.Option("--env", "-e", help="Extra rank environment NAME=VALUE (repeatable).")]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the exact script that would run; run nothing.")]
+DataWorkersOpt = Annotated[Optional[int], typer.Option("--data-workers",
+                                                      help="Data-loader workers per rank (default: the system's j).")]
+PartitionOpt = Annotated[Optional[str], typer.Option("--partition", help="Batch partition/queue.")]
+AccountOpt = Annotated[Optional[str], typer.Option("--account", help="Batch account/project.")]
+TimeOpt = Annotated[Optional[str], typer.Option("--time", help="Job time limit: MINUTES, HH:MM:SS or D-HH:MM:SS.")]
+ExclusiveOpt = Annotated[Optional[bool], typer.Option("--exclusive/--shared", help="Whole nodes (batch jobs).")]
+LauncherArgOpt = Annotated[Optional[list[str]], typer.Option("--launcher-arg",
+                                                             help="Extra launcher flag, passed as given (repeatable).")]
+SkipChecksOpt = Annotated[bool, typer.Option("--skip-checks", help="Run even if the pre-launch checks refuse.")]
 
 
 def _resolve(workload: str, **options: Any):
@@ -100,23 +109,45 @@ def run(workload: Workload, image: ImageOpt = None, system: SystemOpt = "localho
         steps: StepsOpt = None, warmup_steps: WarmupOpt = None, precision: PrecisionOpt = "fp32",
         threads: ThreadsOpt = None, launcher: LauncherOpt = None, runtime: RuntimeOpt = None,
         scheduler: SchedulerOpt = None, fabric: FabricOpt = None, data: DataOpt = None, bind: BindOpt = None,
-        env: EnvOpt = None, dry_run: DryRunOpt = False) -> None:
-    """Run a workload: resolve a plan, render it, execute it, store the result."""
+        env: EnvOpt = None, data_workers: DataWorkersOpt = None, partition: PartitionOpt = None,
+        account: AccountOpt = None, time: TimeOpt = None, exclusive: ExclusiveOpt = None,
+        launcher_arg: LauncherArgOpt = None, skip_checks: SkipChecksOpt = False, dry_run: DryRunOpt = False) -> None:
+    """Run a workload: resolve a plan, render it, check it, execute it, store the result."""
     from dlrun.render import render_job
 
     plan = _resolve(workload, image=image, system=system, nodes=nodes, ranks_per_node=ranks_per_node,
                     batch_size=batch_size, global_batch_size=global_batch_size, steps=steps,
                     warmup_steps=warmup_steps, precision=precision, threads_per_rank=threads, launcher=launcher,
-                    runtime=runtime, scheduler=scheduler, fabric=fabric, data_dir=data, binds=bind, env=env)
+                    runtime=runtime, scheduler=scheduler, fabric=fabric, data_dir=data, binds=bind, env=env,
+                    data_workers=data_workers, partition=partition, account=account, time_limit=time,
+                    exclusive=exclusive, launcher_args=launcher_arg)
     rendered = render_job(plan)
+    from dlrun.doctor import preflight, refuse_on_errors
+
     if dry_run:
+        for finding in preflight(plan):  # static: the profile's declared host MPI against the image
+            if finding.level != "ok":
+                print(f"dlrun: {finding.level}: {finding.line()}", file=sys.stderr)
         sys.stdout.write(rendered.script)
         return
-    _execute(plan, rendered)
+    from dlrun.doctor import node_inventory
+
+    inventory = node_inventory()
+    findings = preflight(plan, inventory)
+    if not skip_checks:
+        refuse_on_errors(findings)
+    for finding in findings:
+        if finding.level == "warn" or (finding.level == "error" and skip_checks):
+            print(f"dlrun: {finding.level}: {finding.line()}", file=sys.stderr)
+    if plan.image.kind == "container":
+        from dlrun.images.verify import verify_plan_image
+
+        verify_plan_image(plan)  # refuses (exit 1) an image whose digest differs from containers/images.lock
+    _execute(plan, rendered, inventory, findings)
 
 
-def _execute(plan, rendered) -> None:
-    from dlrun.execute import execute_local
+def _execute(plan, rendered, inventory=None, findings=None) -> None:
+    from dlrun.execute import execute
     from dlrun.paths import runs_dir, store_path
     from dlrun.results.store import Store
 
@@ -131,7 +162,8 @@ def _execute(plan, rendered) -> None:
         (err if stream == "stderr" else console).print(line, markup=False, highlight=False)
 
     with console.status("running…", spinner="dots"):
-        record = execute_local(plan, rendered, runs_root=runs_dir(), store=Store(store_path()), sink=sink)
+        record = execute(plan, rendered, runs_root=runs_dir(), store=Store(store_path()), sink=sink,
+                         inventory=inventory, findings=findings)
     _print_summary(console, record)
     if record.status == "cancelled":
         raise typer.Exit(130)
@@ -169,13 +201,63 @@ def plan_cmd(workload: Workload, image: ImageOpt = None, system: SystemOpt = "lo
              global_batch_size: GlobalBatchOpt = None, steps: StepsOpt = None, warmup_steps: WarmupOpt = None,
              precision: PrecisionOpt = "fp32", threads: ThreadsOpt = None, launcher: LauncherOpt = None,
              runtime: RuntimeOpt = None, scheduler: SchedulerOpt = None, fabric: FabricOpt = None,
-             data: DataOpt = None, bind: BindOpt = None, env: EnvOpt = None) -> None:
+             data: DataOpt = None, bind: BindOpt = None, env: EnvOpt = None, data_workers: DataWorkersOpt = None,
+             partition: PartitionOpt = None, account: AccountOpt = None, time: TimeOpt = None,
+             exclusive: ExclusiveOpt = None, launcher_arg: LauncherArgOpt = None) -> None:
     """Print the resolved plan as JSON (what `run` would do, as data)."""
     plan = _resolve(workload, image=image, system=system, nodes=nodes, ranks_per_node=ranks_per_node,
                     batch_size=batch_size, global_batch_size=global_batch_size, steps=steps,
                     warmup_steps=warmup_steps, precision=precision, threads_per_rank=threads, launcher=launcher,
-                    runtime=runtime, scheduler=scheduler, fabric=fabric, data_dir=data, binds=bind, env=env)
+                    runtime=runtime, scheduler=scheduler, fabric=fabric, data_dir=data, binds=bind, env=env,
+                    data_workers=data_workers, partition=partition, account=account, time_limit=time,
+                    exclusive=exclusive, launcher_args=launcher_arg)
     _print_json(plan.summary())
+
+
+# ----------------------------------------------------------------------------------------------- doctor
+@app.command()
+@handle_errors
+def doctor(image: Annotated[Optional[str], typer.Option("--image", "-i", help="Check this image too.")] = None,
+           system: Annotated[Optional[str], typer.Option("--system", "-s",
+                                                         help="Check for this system profile.")] = None,
+           as_json: Annotated[bool, typer.Option("--json", help="Machine-readable JSON output.")] = False) -> None:
+    """Check this node before a run: inventory (CPU/NUMA, GPUs, fabrics, NICs, container runtimes, MPI/PMI,
+    schedulers) and whether the system's launcher, runtime, fabric and the image's MPI fit together."""
+    from dlrun.doctor import doctor_report
+
+    report = doctor_report(_catalog(), system=system, image=image)
+    errors = [c for c in report["checks"] if c["level"] == "error"]
+    if as_json:
+        _print_json(report)
+    else:
+        _print_doctor(report)
+    if errors:
+        raise typer.Exit(1)
+
+
+def _print_doctor(report: dict[str, Any]) -> None:
+    inv = report["inventory"]
+    cpu = inv["cpu"]
+    mpi = inv["mpi"]
+    gpus = inv["gpu"]["gpus"]
+    runtimes = [f"{name} {info['version'] or ''}".strip() for name, info in inv["container_runtimes"].items()
+                if info["path"]]
+    rows = [
+        ["host", f"{inv['hostname']} ({inv['os']}, {inv['arch']}, kernel {inv['kernel']})"],
+        ["cpu", f"{cpu['model']}: {cpu['sockets']} socket(s), {cpu['physical_cores']} cores, "
+                f"{cpu['logical_cpus']} logical; NUMA " + ", ".join(f"{n['node']}:{n['cpulist']}" for n in cpu['numa'])],
+        ["memory", f"{inv['memory_gb']} GB"],
+        ["gpus", ", ".join(f"{g['index']}: {g['name']} (NUMA {g['numa_node']})" for g in gpus) or "none"],
+        ["fabrics", ", ".join(inv["fabrics"]["usable"])],
+        ["container runtimes", ", ".join(runtimes) or "none"],
+        ["mpi", f"{mpi['flavour']} {mpi['version']}" if mpi["flavour"] else "none"],
+        ["slurm mpi plugins", ", ".join(mpi["slurm_mpi_plugins"]) or "none"],
+        ["plan", ", ".join(f"{k} {v}" for k, v in report["plan"].items())],
+    ]
+    for check in report["checks"]:
+        rows.append([f"{check['level']}: {check['check']}",
+                     check["message"] + (f"; fix: {check['fix']}" if check.get("fix") else "")])
+    _table("dlrun doctor", ["item", "value"], rows)
 
 
 # ----------------------------------------------------------------------------------------------- catalogs
@@ -346,6 +428,11 @@ def main_callback(version: Annotated[bool, typer.Option("--version", callback=_v
                                                         help="Print the version and exit.")] = False) -> None:
     pass
 
+
+# `dlrun images show|render|build|pull|push|save|load|verify|lock` (typer only at import; the rest inside).
+from dlrun.images.cli import add_commands as _add_image_commands  # noqa: E402
+
+_add_image_commands(images_app)
 
 COMMANDS = {"run", "plan", "images", "workloads", "systems", "results", "parse", "doctor", "compare", "report",
             "reproduce"}

@@ -43,7 +43,7 @@ AFFINITY_SCRIPT = (
     'IFS=, read -r -a gpus <<< "${CUDA_VISIBLE_DEVICES:-}"; '
     'if [ "${#gpus[@]}" -gt 0 ]; then gpu=${gpus[lr % ${#gpus[@]}]}; else gpu=$lr; fi; '
     'export CUDA_VISIBLE_DEVICES="$gpu"; '
-    "numa=(@NUMA@); node=''; "
+    "numa=(@NUMA@); node=\"\"; "
     'case "$gpu" in (*[!0-9]*) ;; (*) node=${numa[gpu]:-} ;; esac; '
     'if [ -n "$node" ] && command -v taskset >/dev/null '
     '&& cpus=$(cat "/sys/devices/system/node/node${node}/cpulist" 2>/dev/null); '

@@ -18,9 +18,15 @@ class Runtime:
 
 
 def image_reference(plan: Plan) -> str:
-    """`uri@digest` when the digest is pinned, else the uri; the catalog name when the image has no uri."""
+    """What a runtime pulls: the registry digest reference when the image was pushed or pulled
+    (`repo@sha256:...`, immutable), else `uri:<arch>` (one tag per architecture), else the uri as written
+    when it already carries a tag, else the catalog name."""
     image = plan.image
+    repo_digest = getattr(image, "repo_digest", None)
+    if repo_digest:
+        return repo_digest
     uri = image.uri or image.name
-    if image.digest and "@" not in uri:
-        return f"{uri}@{image.digest}"
+    last = uri.rsplit("/", 1)[-1]
+    if image.uri and ":" not in last and "@" not in last:
+        return f"{uri}:{plan.system.arch}"
     return uri
