@@ -1,0 +1,120 @@
+"""Shared helpers for the dlrun benchmarks: timing, alternation, rows for the ratio table."""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+RESULTS_DIR = BENCH_DIR / "results"
+VENV_BIN = Path(sys.executable).parent
+PYTHON = sys.executable
+DLRUN = str(VENV_BIN / "dlrun")
+HARNESS = REPO_ROOT / "launcher" / "dlrun" / "workloads" / "harness_pytorch.py"
+
+
+@dataclass
+class Row:
+    """One line of the ratio table: what was measured, its goal and whether it was met."""
+
+    bench: str
+    name: str
+    value: float | None          # the ratio (or seconds, for the launcher-cost rows)
+    unit: str = "x"              # "x" for ratios, "s" for times
+    goal: float | None = None
+    goal_op: str = ">="          # ">=" or "<="
+    detail: str = ""             # the numbers behind the ratio
+    status: str = ""             # PASS | MISS | SKIP | N/A | INFO (filled in by `judge`)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def judge(self) -> "Row":
+        if self.status:
+            return self
+        if self.value is None:
+            self.status = "SKIP"
+        elif self.goal is None:
+            self.status = "INFO"
+        elif self.goal_op == ">=":
+            self.status = "PASS" if self.value >= self.goal else "MISS"
+        else:
+            self.status = "PASS" if self.value <= self.goal else "MISS"
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def spread(values: list[float]) -> str:
+    """`median (min-max, n)` for the detail column."""
+    if not values:
+        return "-"
+    return f"{median(values):.2f} ({min(values):.2f}-{max(values):.2f}, n={len(values)})"
+
+
+def alternate(variants: dict[str, Callable[[], float]], repeats: int, log: Callable[[str], None]) -> dict[str, list[float]]:
+    """Run each variant once per round, A/B/A/B..., so that drifting machine load hits all of them alike."""
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    for round_ in range(repeats):
+        for name, fn in variants.items():
+            value = fn()
+            samples[name].append(value)
+            log(f"  round {round_ + 1}/{repeats} {name}: {value:.3f}")
+    return samples
+
+
+def run_json(argv: list[str], env: dict[str, str] | None = None, timeout: float = 900,
+             marker: str | None = None) -> tuple[dict[str, Any], float]:
+    """Run a command that prints one JSON line (the last line, or the one after `marker`); (data, wall s)."""
+    start = time.perf_counter()
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv[:4])}... exited {proc.returncode}: {proc.stderr.strip()[-800:]}")
+    lines = proc.stdout.strip().splitlines()
+    if marker:
+        lines = [ln[len(marker):] for ln in lines if ln.startswith(marker)]
+    if not lines:
+        raise RuntimeError(f"{' '.join(argv[:4])}... printed no result")
+    return json.loads(lines[-1]), wall
+
+
+def wall_time(argv: list[str], env: dict[str, str] | None = None) -> float:
+    start = time.perf_counter()
+    proc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} exited {proc.returncode}: {proc.stderr.strip()[-400:]}")
+    return wall
+
+
+def bench_env(threads: int, **extra: str) -> dict[str, str]:
+    """The environment dlrun gives a rank (same thread count) for every process we time."""
+    env = dict(os.environ)
+    env.update({"OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"})
+    env.update(extra)
+    return env
+
+
+def cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def write_result(name: str, data: dict[str, Any]) -> Path:
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    path = RESULTS_DIR / f"{name}.json"
+    path.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    return path

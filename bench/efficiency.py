@@ -1,0 +1,83 @@
+"""Benchmark 2: the harness's ResNet-50 training FLOP rate over the best fp32 matrix-product rate, and the
+mixed-precision (bf16 autocast, channels-last) speed-up over fp32 - both with the harness's own defaults.
+
+Training FLOP per image = 3 (forward + backward: data and weight gradients) x 2 (multiply + add) x the
+forward multiply-adds counted on the harness's own model (`--describe`: 4.089 G for ResNet-50 v1.5).
+The harness runs as `dlrun run` starts it (same script, same options); fp32 and amp runs are alternated.
+A "before" row runs the harness with the memory format it used before channels-last became the CPU default.
+"""
+from __future__ import annotations
+
+import sys
+
+from common import BENCH_DIR, HARNESS, PYTHON, Row, alternate, bench_env, median, run_json, spread, write_result
+
+EFFICIENCY_GOAL = 0.55
+AMP_GOAL = 1.5
+MODEL = "resnet50_v1.5"
+
+
+def _harness(threads: int, batch: int, steps: int, warmup: int, precision: str, extra: list[str] = ()) -> dict:
+    data, _ = run_json([PYTHON, str(HARNESS), "--model", MODEL, "--batch-size", str(batch), "--steps", str(steps),
+                        "--warmup-steps", str(warmup), "--precision", precision, "--device", "cpu",
+                        "--threads", str(threads), "--expected-world-size", "1", *extra],
+                       env=bench_env(threads), marker="DLRUN_RESULT ")
+    return data
+
+
+def matmul_ceiling(threads: int) -> dict:
+    data, _ = run_json([PYTHON, str(BENCH_DIR / "matmul.py"), "--threads", str(threads)], env=bench_env(threads))
+    return data
+
+
+def measure(threads: int, repeats: int, log, quick: bool = False, before: bool = True) -> list[Row]:
+    sys.path.insert(0, str(BENCH_DIR.parent / "launcher"))
+    from dlrun.workloads import describe_model
+
+    macs = describe_model(MODEL)["forward_macs"]
+    train_flop = 3 * 2 * macs
+    batch, steps, warmup = 16, 8, 2
+    log(f"[2] matrix-product ceiling, {threads} threads")
+    ceilings = [matmul_ceiling(threads)]
+    results: dict[str, list[dict]] = {"fp32": [], "amp": [], "fp32_before": []}
+
+    def variant(name, precision, extra=()):
+        def fn():
+            res = _harness(threads, batch, steps, warmup, precision, list(extra))
+            results[name].append(res)
+            return float(res["value"])
+        return fn
+
+    variants = {"fp32": variant("fp32", "fp32"), "amp": variant("amp", "amp")}
+    if before and not quick:
+        variants["fp32_before"] = variant("fp32_before", "fp32", ["--channels-last", "off"])
+    log(f"[2] harness {MODEL} batch {batch}, {warmup}+{steps} steps: fp32 vs amp (bf16 autocast)")
+    samples = alternate(variants, repeats, log)
+    ceilings.append(matmul_ceiling(threads))  # once more after the runs: load drifts
+    ceiling = median([c["fp32_ceiling_gflops"] for c in ceilings])
+    fp32 = median(samples["fp32"])
+    amp = median(samples["amp"])
+    fp32_gflops = fp32 * train_flop / 1e9
+    eff = fp32_gflops / ceiling
+    cl = results["fp32"][-1]["channels_last"]
+    rows = [
+        Row("2 efficiency", f"ResNet-50 fp32 training FLOP rate / fp32 matmul", eff, goal=EFFICIENCY_GOAL,
+            detail=f"{fp32:.2f} img/s x {train_flop / 1e9:.1f} GFLOP = {fp32_gflops:.0f} GFLOP/s vs matmul "
+                   f"{ceiling:.0f} GFLOP/s (oneDNN; MKL torch.mm "
+                   f"{median([c['fp32_mm_gflops'] for c in ceilings]):.0f}); "
+                   f"{'NHWC' if cl else 'NCHW'}"),
+        Row("2 efficiency", "ResNet-50 amp (bf16, NHWC) / fp32 throughput", amp / fp32, goal=AMP_GOAL,
+            detail=f"amp {spread(samples['amp'])} vs fp32 {spread(samples['fp32'])} img/s"),
+    ]
+    if "fp32_before" in samples:
+        old = median(samples["fp32_before"])
+        rows.append(Row("2 efficiency", "fp32 default (NHWC) / fp32 NCHW (before)", fp32 / old,
+                        detail=f"NCHW {spread(samples['fp32_before'])} img/s = "
+                               f"{old * train_flop / 1e9 / ceiling:.2f} of the ceiling"))
+    write_result("efficiency", {"model": MODEL, "forward_macs": macs, "train_flop_per_image": train_flop,
+                                "threads": threads, "batch": batch, "steps": steps, "warmup_steps": warmup,
+                                "matmul": ceilings, "ceiling_gflops": ceiling, "samples_img_s": samples,
+                                "efficiency": eff, "amp_speedup": amp / fp32,
+                                "goals": {"efficiency": EFFICIENCY_GOAL, "amp_speedup": AMP_GOAL},
+                                "harness_results": {k: v[-1:] for k, v in results.items()}})
+    return rows

@@ -1,0 +1,94 @@
+"""Benchmark 1: what `dlrun run` measures and reports vs a hand-written loop with the same model and settings.
+
+Compared: the throughput dlrun stores for the run (the harness's timed steps, warm-up excluded, read back
+from dlrun's result store) against the images/sec of `bare_loop.py` over the same number of timed steps after
+the same warm-up: same model definition, batch, threads, precision and memory format. Both run as fresh
+processes with the same environment, alternated dlrun/bare/dlrun/bare. The end-to-end wall time of each
+process (interpreter start, model build, warm-up, run directory and store) is reported too, for information.
+"""
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+from common import DLRUN, PYTHON, BENCH_DIR, Row, alternate, bench_env, median, run_json, spread, write_result
+import time
+import subprocess
+
+GOAL = 0.98
+# (dlrun workload, harness model, batch, timed steps, warm-up steps)
+CASES = [("resnet50", "resnet50_v1.5", 16, 8, 2), ("resnet18", "resnet18", 16, 16, 2)]
+
+
+def _dlrun_once(home: Path, workload: str, batch: int, steps: int, warmup: int, threads: int,
+                precision: str) -> tuple[float, float, dict]:
+    sys.path.insert(0, str(BENCH_DIR.parent / "launcher"))
+    from dlrun.results.store import Store
+
+    env = bench_env(threads, DLRUN_HOME=str(home))
+    argv = [DLRUN, "run", workload, "--batch-size", str(batch), "--steps", str(steps),
+            "--warmup-steps", str(warmup), "--threads", str(threads), "--precision", precision]
+    start = time.perf_counter()
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(f"dlrun run {workload} exited {proc.returncode}: {proc.stderr.strip()[-600:]}")
+    run = Store(home / "results.sqlite").list_runs(1)[0]
+    detail = Store(home / "results.sqlite").get_run(run["id"])
+    result = detail["results"][0]
+    return float(run["value"]), wall, result
+
+
+def measure(threads: int, repeats: int, log, quick: bool = False) -> list[Row]:
+    sys.path.insert(0, str(BENCH_DIR.parent / "launcher"))
+    from dlrun.workloads import load_harness
+
+    harness = load_harness("pytorch")
+    rows: list[Row] = []
+    record: dict = {"goal": GOAL, "threads": threads, "repeats": repeats, "cases": []}
+    precision = "fp32"
+    cases = CASES[:1] if quick else CASES
+    with tempfile.TemporaryDirectory(prefix="dlrun-bench-") as tmp:
+        home = Path(tmp)
+        for workload, model, batch, steps, warmup in cases:
+            # The memory format the harness picks by default, so that the bare loop matches it.
+            channels_last = harness.resolve_channels_last("auto", precision, "cpu")
+            walls = {"dlrun": [], "bare": []}
+            results = []
+
+            def via_dlrun():
+                value, wall, result = _dlrun_once(home, workload, batch, steps, warmup, threads, precision)
+                walls["dlrun"].append(wall)
+                results.append(result)
+                return value
+
+            def bare():
+                data, wall = run_json([PYTHON, str(BENCH_DIR / "bare_loop.py"), "--model", model,
+                                       "--batch-size", str(batch), "--steps", str(steps),
+                                       "--warmup-steps", str(warmup), "--threads", str(threads),
+                                       "--precision", precision,
+                                       "--channels-last", "on" if channels_last else "off"],
+                                      env=bench_env(threads))
+                walls["bare"].append(wall)
+                return float(data["images_per_sec"])
+
+            log(f"[1] {workload} batch {batch} {precision} channels_last={channels_last}, "
+                f"{warmup}+{steps} steps, {threads} threads")
+            samples = alternate({"dlrun": via_dlrun, "bare": bare}, repeats, log)
+            ratio = median(samples["dlrun"]) / median(samples["bare"])
+            mismatch = [r for r in results if bool(r["extra"].get("channels_last")) != channels_last]
+            rows.append(Row("1 harness overhead", f"{workload} fp32 b{batch}: dlrun/bare", ratio, goal=GOAL,
+                            detail=f"dlrun {spread(samples['dlrun'])} vs bare {spread(samples['bare'])} img/s",
+                            status="MISS" if mismatch else ""))
+            rows.append(Row("1 harness overhead", f"{workload}: end-to-end wall dlrun/bare", 
+                            median(walls["bare"]) / median(walls["dlrun"]),
+                            detail=f"process wall s: dlrun {spread(walls['dlrun'])} vs bare {spread(walls['bare'])}"
+                                   " (incl. start-up; informational)"))
+            record["cases"].append({"workload": workload, "model": model, "batch": batch, "steps": steps,
+                                    "warmup_steps": warmup, "precision": precision,
+                                    "channels_last": channels_last, "samples_img_s": samples,
+                                    "process_wall_s": walls, "ratio": ratio,
+                                    "dlrun_results": [r["extra"] for r in results[-1:]]})
+    write_result("overhead", record)
+    return rows

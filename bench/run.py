@@ -1,0 +1,104 @@
+"""`make bench`: measure dlrun against what it measures, side by side, as ratios next to their goals.
+
+1 harness overhead   dlrun run vs a bare PyTorch loop (ResNet-50, ResNet-18)
+2 efficiency         training FLOP rate vs the best fp32 matrix product; bf16 amp vs fp32
+3 launcher cost      --help, --dry-run, a 512-node render, a 100,000-run results list
+4 container overhead cpu-reference under ch-run and podman vs chroot
+5 communication      (not applicable yet)
+6 GPU                bench/gpu.sh, on a GPU machine only
+
+Each benchmark writes bench/results/<name>.json; the table goes to stdout and to bench/results/summary.json.
+"""
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+import traceback
+
+from rich.console import Console
+from rich.table import Table
+
+import comm
+import containers
+import efficiency
+import launcher_cost
+import overhead
+from common import Row, cpu_count, write_result
+
+BENCHMARKS = {"overhead": overhead, "efficiency": efficiency, "launcher": launcher_cost,
+              "containers": containers, "comm": comm}
+
+
+def _versions() -> dict:
+    import torch
+
+    sys.path.insert(0, str(__import__("common").REPO_ROOT / "launcher"))
+    import dlrun
+
+    return {"python": platform.python_version(), "torch": torch.__version__, "dlrun": dlrun.__version__,
+            "machine": platform.machine(), "cpus": cpu_count()}
+
+
+def _cell(row: Row) -> str:
+    if row.value is None:
+        return "-"
+    return f"{row.value:.3f} s" if row.unit == "s" else f"{row.value:.3f}x"
+
+
+def _goal(row: Row) -> str:
+    if row.goal is None:
+        return ""
+    return f"{row.goal_op} {row.goal:g}{' s' if row.unit == 's' else 'x'}"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--only", action="append", choices=sorted(BENCHMARKS), help="run only these (repeatable)")
+    p.add_argument("--repeats", type=int, default=3, help="A/B rounds per comparison (default 3)")
+    p.add_argument("--threads", type=int, default=None, help="threads per process (default: all CPUs)")
+    p.add_argument("--quick", action="store_true", help="fewer cases and repeats (a smoke test of the bench)")
+    args = p.parse_args()
+    threads = args.threads or cpu_count()
+    repeats = 1 if args.quick else args.repeats
+    console = Console(highlight=False, width=max(Console().width, 180))
+    err = Console(stderr=True, highlight=False)
+    log = lambda line: err.print(line, markup=False)  # noqa: E731
+    with open("/proc/loadavg") as f:
+        load_before = f.read().split()[:3]
+    started = time.time()
+    rows: list[Row] = []
+    for name, module in BENCHMARKS.items():
+        if args.only and name not in args.only:
+            continue
+        t0 = time.perf_counter()
+        try:
+            rows += module.measure(threads, repeats, log, quick=args.quick)
+        except Exception as exc:  # one broken benchmark must not hide the others
+            traceback.print_exc()
+            rows.append(Row(name, "benchmark failed", None, status="FAIL", detail=f"{type(exc).__name__}: {exc}"))
+        log(f"    ({name}: {time.perf_counter() - t0:.0f} s)")
+    total = time.time() - started
+    with open("/proc/loadavg") as f:
+        load_after = f.read().split()[:3]
+
+    table = Table(title=f"dlrun bench: {threads} threads, {repeats} alternated rounds, {total:.0f} s "
+                        f"(load average {' '.join(load_before)} -> {' '.join(load_after)})")
+    for column in ("benchmark", "measured", "value", "goal", "", "numbers"):
+        table.add_column(column, overflow="fold")
+    styles = {"PASS": "green", "MISS": "red", "FAIL": "red", "SKIP": "yellow", "N/A": "yellow", "INFO": "dim"}
+    for row in rows:
+        row.judge()
+        table.add_row(row.bench, row.name, _cell(row), _goal(row),
+                      f"[{styles.get(row.status, '')}]{row.status}[/]", row.detail)
+    console.print(table)
+    write_result("summary", {"started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+                             "wall_s": total, "threads": threads, "repeats": repeats,
+                             "load_average_before": load_before, "load_average_after": load_after,
+                             "versions": _versions(), "rows": [r.to_dict() for r in rows]})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
