@@ -60,8 +60,10 @@ the optimizer SGD with momentum.
 
 * ``--precision amp``: bfloat16 autocast on CPU, float16 autocast plus a
   gradient scaler on CUDA.  Exit 2 if this PyTorch has no autocast.
-* ``--channels-last auto`` means: on for CUDA, on for amp on CPU, off for
-  fp32 on CPU (and off wherever torch.channels_last does not exist).
+* ``--channels-last auto`` means: on for CUDA, on for amp on CPU, on for
+  fp32 on CPU where oneDNN (mkldnn) is available - its NHWC convolution
+  kernels train ResNet-50 several times faster than NCHW - and off
+  otherwise (always off wherever torch.channels_last does not exist).
   ``on`` fails (exit 2) where channels-last is unsupported.
 * ``--compile`` uses torch.compile where it exists and otherwise warns and
   runs eagerly (the result records ``compiled``).
@@ -725,7 +727,8 @@ def resolve_channels_last(mode, precision, device_type, torch_mod=torch):
             raise HarnessError("--channels-last on: this PyTorch has no "
                                "torch.channels_last")
         return True
-    wanted = device_type == "cuda" or precision == "amp"
+    wanted = (device_type == "cuda" or precision == "amp"
+              or mkldnn_available(torch_mod))
     return bool(wanted and supported)
 
 
