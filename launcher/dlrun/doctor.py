@@ -90,7 +90,7 @@ def parse_mpi_version(text: str) -> MpiInfo | None:
     patterns = [
         ("spectrum", r"IBM Spectrum MPI\)?\s*([\d.]+)"),
         ("intel", r"Intel\(R\) MPI Library.*?Version\s+([\w. ]+?)(?:\s+Build|$)"),
-        ("mvapich2", r"MVAPICH2?\s+(?:Version:?\s*)?([\d.a-z]+)"),
+        ("mvapich2", r"MVAPICH2?\s+Version\s*:?\s*([\d][\d.a-z]*)"),
         ("hpcx", r"hpcx[- ]v?([\d.]+)"),
         ("openmpi", r"Open MPI\)?\s+v?([\d.]+\w*)"),
         ("mpich", r"HYDRA build details:[\s\S]*?Version:\s+([\d.a-z]+)"),

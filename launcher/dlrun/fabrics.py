@@ -141,8 +141,8 @@ def roce_gid_shell(hcas: list[str]) -> str:
     `DLRUN_SYSFS_ROOT` (default empty) lets tests point it at a fake tree."""
     devices = " ".join(hcas) if hcas else '"${DLRUN_SYSFS_ROOT:-}"/sys/class/infiniband/*'
     body = (
-        f'{GID_VAR}=""; dlrun_fallback=""; '
-        f"for dlrun_dev in {devices}; do "
+        f'{GID_VAR}=""; dlrun_fallback=""; dlrun_devs=({devices}); '
+        'for dlrun_dev in "${dlrun_devs[@]}"; do '
         'dlrun_dev=${dlrun_dev##*/}; '
         'for dlrun_port in "${DLRUN_SYSFS_ROOT:-}/sys/class/infiniband/${dlrun_dev}/ports/"*; do '
         '[ "$(cat "${dlrun_port}/link_layer" 2>/dev/null)" = Ethernet ] || continue; '

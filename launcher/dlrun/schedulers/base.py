@@ -9,7 +9,7 @@ from pathlib import Path
 from dlrun.errors import DlrunError
 from dlrun.launchers.base import Launch
 from dlrun.plan import Plan
-from dlrun.render import RUN_DIR_VAR, RenderedJob, join, quote, script_header
+from dlrun.render import RUN_DIR_VAR, RenderedJob, fabric_for, join, quote, script_header
 
 DONE_STATES = ("completed", "failed", "cancelled", "timeout")
 
@@ -95,7 +95,7 @@ class Scheduler:
         if plan.nodes > 1:
             # Batch scripts run on the first node of the allocation, where rank 0 starts.
             lines += ["DLRUN_MASTER_ADDR=$(hostname)", "export DLRUN_MASTER_ADDR"]
-        lines += [*launch.setup, *export_lines(launch.env)]
+        lines += [*fabric_for(plan).setup, *launch.setup, *export_lines(launch.env)]
         lines.append(("exec " if exec_launch else "") + join(launch.argv))
         return "\n".join(lines) + "\n"
 

