@@ -40,6 +40,7 @@ class TorchrunLauncher(Launcher):
         else:
             argv += ["--rdzv_backend", "c10d", "--rdzv_endpoint", Expand("${MASTER_ADDR}:${MASTER_PORT}"),
                      "--rdzv_id", plan.job_name]
+        argv += list(plan.launcher_args)  # torchrun's own options, before the program
         affinity = gpu_affinity_argv(plan)
         if affinity:
             argv += ["--no_python", *affinity, python, *script]
@@ -50,21 +51,20 @@ class TorchrunLauncher(Launcher):
 
     def wrap(self, plan: Plan, rank: RankCommand) -> Launch:
         if plan.scheduler == "local":
-            return Launch(argv=list(plan.launcher_args) + rank.argv, env=rank.env, rank_log_pattern="output.log")
+            return Launch(argv=rank.argv, env=rank.env, rank_log_pattern="output.log")
         if plan.scheduler == "slurm":
             from dlrun.launchers.srun import mca_env
 
             argv = ["srun", f"--nodes={plan.nodes}", f"--ntasks={plan.nodes}", "--ntasks-per-node=1",
                     f"--cpus-per-task={plan.threads_per_rank * plan.ranks_per_node}", "--kill-on-bad-exit=1",
-                    "--export=ALL", *rank.launcher_args, *plan.launcher_args, *rank.argv]
+                    "--export=ALL", *rank.launcher_args, *rank.argv]
             return Launch(argv=argv, env={**mca_env(plan), **rank.env}, rank_log_pattern="output.log")
         if plan.scheduler == "lsf":
             argv = ["jsrun", "--nrs", str(plan.nodes), "--rs_per_host", "1", "--tasks_per_rs", "1",
-                    "--cpu_per_rs", "ALL_CPUS", "--gpu_per_rs", "ALL_GPUS", "--smpiargs=off",
-                    *plan.launcher_args, *rank.argv]
+                    "--cpu_per_rs", "ALL_CPUS", "--gpu_per_rs", "ALL_GPUS", "--smpiargs=off", *rank.argv]
             return Launch(argv=argv, env=rank.env, rank_log_pattern="output.log")
         hosts, setup = mpirun_hosts(plan, 1)
-        argv = mpirun_argv(plan, sorted(rank.env), hosts, np=plan.nodes) + list(plan.launcher_args) + rank.argv
+        argv = mpirun_argv(plan, sorted(rank.env), hosts, np=plan.nodes) + rank.argv
         return Launch(argv=argv, env={**rank.env, **ROOT_OK}, rank_log_pattern="logs/1/rank.{rank}/stdout",
                       setup=setup)
 
