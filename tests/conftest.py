@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-pytest_plugins: list[str] = ["fixtures_slurm"]
+pytest_plugins: list[str] = ["fixtures_slurm", "fixtures_images"]
 
 
 @pytest.fixture

@@ -146,6 +146,10 @@ def resolve_plan(
     if sys_.arch not in img.arch:
         raise UsageError(f"image {img.name!r} is built for {', '.join(img.arch)}, "
                          f"but system {sys_.name!r} is {sys_.arch}")
+    if img.kind == "container":
+        from dlrun.images.verify import with_local_image
+
+        img = with_local_image(img, sys_.arch)  # digest from containers/images.lock, local rootfs/SIF paths
 
     device = "cuda" if sys_.gpus_per_node else "cpu"
     if ranks_per_node is None:

@@ -9,6 +9,7 @@ Each directory may hold `systems/*.yaml`, `workloads/*.yaml` and `images/*.yaml`
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,10 +89,15 @@ def parse_entry(model: type[T], data: Any, node: yaml.Node | None, path: Path) -
     except ValidationError as exc:
         err = exc.errors()[0]
         # Union members appear in the location by class name (`mpi.MpiSpec.version`); users wrote `mpi.version`.
-        loc = tuple(part for part in err["loc"] if part not in _model_names())
+        loc = tuple(part for part in err["loc"] if not _union_member(part))
         line = _line_of(node, loc) or 1
         field_name = ".".join(str(part) for part in loc) or "(entry)"
         raise CatalogError(f"{path}:{line}: {field_name}: {err['msg']}") from None
+
+
+def _union_member(part: Any) -> bool:
+    """pydantic names union members by class, or `function-after[validator(), Class]` when validated."""
+    return isinstance(part, str) and (part in _model_names() or re.fullmatch(r"function-\w+\[.*\]", part) is not None)
 
 
 def _model_names() -> set[str]:

@@ -7,7 +7,7 @@ import platform
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlrun.catalog.loader import REPO_ROOT, load_file, search_dirs
+from dlrun.catalog.loader import load_file, search_dirs
 from dlrun.catalog.stack import PinnedImageSpec
 from dlrun.errors import UsageError, unknown_name
 
@@ -25,11 +25,8 @@ class SpecFile:
 
     @property
     def display_path(self) -> str:
-        """`containers/<tag>/image.yaml` for the built-ins; the full path for a user's own folder."""
-        try:
-            return str(self.path.relative_to(REPO_ROOT))
-        except ValueError:
-            return str(self.path)
+        """`containers/<tag>/image.yaml`, relative to its catalog directory (the repository or a site's)."""
+        return f"containers/{self.path.parent.name}/image.yaml"
 
     @property
     def sha256(self) -> str:

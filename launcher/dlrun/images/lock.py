@@ -1,0 +1,100 @@
+"""`containers/images.lock`: the content digests of the images this site built, pulled or loaded.
+
+One entry per image and architecture:
+  digest        image ID: sha256 of the image config, which lists the content digest of every layer.
+                Docker and Podman report the same ID for the same image, before and after save/load,
+                push/pull. This is the digest runs record.
+  rootfs        dlrun's digest of the unpacked root filesystem (Charliecloud; see digest.tree_digest)
+  sif           sha256 of the Singularity/Apptainer image file
+  repo_digests  registry references by manifest digest, after a push or pull
+The file is YAML with sorted keys, written atomically under a file lock; `$DLRUN_IMAGES_LOCK` points
+elsewhere (tests, or a site that keeps its lock outside the repository).
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dlrun.catalog.loader import REPO_ROOT
+from dlrun.errors import DlrunError
+from dlrun.rundir import write_atomic
+
+HEADER = """\
+# Content digests of the dlrun reference images this site built, pulled or loaded, per architecture.
+# Written by `dlrun images build|pull|load|lock`; `dlrun images verify` and every run compare against it.
+# digest: image ID (sha256 of the image config; the same in Docker and Podman, across save/load/push/pull)
+# rootfs: digest of the unpacked root filesystem (Charliecloud);  sif: sha256 of the SIF file.
+"""
+FIELDS = ("digest", "rootfs", "sif", "repo_digests", "layers", "spec_sha256", "recorded_by", "recorded_at",
+          "size_bytes", "packages", "harness_sha256")
+
+
+def lock_path() -> Path:
+    if os.environ.get("DLRUN_IMAGES_LOCK"):
+        return Path(os.environ["DLRUN_IMAGES_LOCK"])
+    return REPO_ROOT / "containers" / "images.lock"
+
+
+def read_lock(path: Path | None = None) -> dict[str, dict[str, dict[str, Any]]]:
+    path = path or lock_path()
+    if not path.exists():
+        return {}
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise DlrunError(f"{path}: invalid YAML: {exc}", exit_code=2) from None
+    images = data.get("images") or {}
+    if not isinstance(images, dict):
+        raise DlrunError(f"{path}: `images` must be a mapping of image -> architecture -> entry", exit_code=2)
+    return images
+
+
+def entry(name: str, arch: str, path: Path | None = None) -> dict[str, Any] | None:
+    return (read_lock(path).get(name) or {}).get(arch)
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / f".{path.name}.flock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def render_lock(images: dict[str, dict[str, dict[str, Any]]]) -> str:
+    body = yaml.safe_dump({"version": 1, "images": images}, sort_keys=True, default_flow_style=False, width=120)
+    return HEADER + body
+
+
+def record(name: str, arch: str, *, path: Path | None = None, replace: bool = False, **fields: Any) -> dict[str, Any]:
+    """Merge `fields` into the entry of (name, arch) and write the lock; returns the new entry."""
+    path = path or lock_path()
+    unknown = set(fields) - set(FIELDS)
+    if unknown:
+        raise ValueError(f"unknown lock fields: {sorted(unknown)}")
+    with _locked(path):
+        images = read_lock(path)
+        current = {} if replace else dict((images.get(name) or {}).get(arch) or {})
+        current.update({k: v for k, v in fields.items() if v is not None})
+        current["recorded_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        images.setdefault(name, {})[arch] = current
+        write_atomic(path, render_lock(images))
+    return current
+
+
+def ensure_lock_file(path: Path | None = None) -> None:
+    path = path or lock_path()
+    if not path.exists():
+        with _locked(path):
+            if not path.exists():
+                write_atomic(path, render_lock({}))

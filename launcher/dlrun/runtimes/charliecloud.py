@@ -1,0 +1,63 @@
+"""`charliecloud`: `ch-run` on the image's unpacked root filesystem (no daemon, no privileges).
+
+- The image's own environment comes from `/ch/environment` (`--set-env`), then dlrun's rank variables
+  are set explicitly (`--set-env=NAME=VALUE`, already expanded by the job script, hence
+  `--env-no-expand`). Everything else, including the launcher's per-rank variables (OMPI_*, PMIX_*,
+  SLURM_*), is inherited from the host, which is how ch-run works; host Python and loader paths that
+  would shadow the image's are unset first.
+- Binds: `-b SRC:DST`; the target must exist in the image (dlrun's images create /data). ch-run binds
+  are read-write, so a read-only bind is remounted read-only inside the container: that takes `-u 0`
+  (the caller, mapped to root in its own user namespace; no privilege beyond the caller's own).
+- Devices: ch-run binds the host's /dev as it is, so fabric devices need nothing.
+- ch-run needs $USER, which batch jobs and containers do not always set.
+"""
+from __future__ import annotations
+
+import shlex
+
+from dlrun.errors import UsageError
+from dlrun.plan import Plan
+from dlrun.render import Expand, RankCommand
+from dlrun.runtimes import RUNTIMES
+from dlrun.runtimes.base import Runtime
+
+HOST_ONLY_ENV = ("PYTHONPATH", "PYTHONHOME", "LD_LIBRARY_PATH", "LD_PRELOAD", "VIRTUAL_ENV")
+
+
+def remount_read_only(targets: list[str], argv: list[str]) -> list[str]:
+    script = " && ".join(f"mount -o remount,bind,ro {shlex.quote(t)}" for t in targets) + ' && exec "$@"'
+    return ["/bin/sh", "-c", script, "dlrun-ro-binds", *argv]
+
+
+@RUNTIMES.register("charliecloud")
+class CharliecloudRuntime(Runtime):
+    def check(self, plan: Plan) -> None:
+        if plan.image.kind == "host":
+            raise UsageError(f"runtime {self.name} needs a container image, but image {plan.image.name!r} is the "
+                             "host's own Python; valid: --runtime host, or a container image (dlrun images list)")
+        for bind in plan.binds:
+            if ":" in bind.source or ":" in bind.target:
+                raise UsageError(f"bind {bind.source}:{bind.target} contains ':', which ch-run -b cannot express; "
+                                 "valid: paths without ':'")
+
+    def wrap(self, plan: Plan, rank: RankCommand) -> RankCommand:
+        rootfs = plan.image.rootfs
+        if not rootfs:
+            raise UsageError(f"image {plan.image.name!r} has no unpacked root filesystem on this machine; build or "
+                             f"load it: dlrun images build {plan.image.name} --engine charliecloud")
+        env = {**rank.env, "USER": Expand("${USER:-$(id -un)}")}
+        argv = ["ch-run", "--env-no-expand"] + [f"--unset-env={name}" for name in HOST_ONLY_ENV] + ["--set-env"]
+        for name, value in sorted(env.items()):
+            argv.append(Expand(f"--set-env={name}={value}") if isinstance(value, Expand) else f"--set-env={name}={value}")
+        read_only = []
+        for bind in plan.binds:
+            argv += ["-b", f"{bind.source}:{bind.target}"]
+            if bind.read_only:
+                read_only.append(bind.target)
+        command = list(rank.argv)
+        if read_only:
+            argv += ["-u", "0", "-g", "0"]
+            command = remount_read_only(read_only, command)
+        argv += [rootfs, "--", *command]
+        return RankCommand(argv=argv, env=env, passthrough=rank.passthrough,
+                           passthrough_prefixes=rank.passthrough_prefixes, launcher_args=rank.launcher_args)

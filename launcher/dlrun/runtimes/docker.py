@@ -1,0 +1,128 @@
+"""`docker`, `podman` (their CLIs) and `docker-api` (the Docker API through docker-py, against Docker or
+Podman's compatible service at $DOCKER_HOST): one container per rank.
+
+Flags, as NVIDIA recommends for deep-learning containers: host network and IPC (NCCL's shared memory and
+the fabric need both; Podman refuses --shm-size with host IPC, so it is not given), IPC_LOCK for RDMA
+memory registration, `--device` for each fabric device, and the GPUs when the plan runs on CUDA
+(`--gpus all` for Docker, CDI `--device nvidia.com/gpu=all` for Podman). Limits: Docker's daemon sets
+unlimited locked memory and a 64 MiB stack; Podman (rootless, or without CAP_SYS_RESOURCE) may not raise
+a limit at all (`memlock=-1` fails with "error setting rlimit ... operation not permitted"), so it passes
+the node's own limits (`--ulimit host`), which RDMA sites already set to unlimited locked memory. Binds `-v SRC:DST[:ro]`; the run directory is bound at its own path and is the working
+directory. Environment: `-e NAME` passes each rank variable from the launcher's environment; the
+launcher's per-rank prefixes (OMPI_*, PMIX_*) are added as Podman's `-e PREFIX*`, and for Docker, which
+has no prefix form, by a `sh -c` that lists them when the rank starts.
+
+The image is run by its ID (the content digest recorded in images.lock) when it is locked, so what runs
+is exactly what was verified; otherwise by `uri:<arch>`.
+"""
+from __future__ import annotations
+
+import sys
+
+from dlrun.errors import UsageError
+from dlrun.plan import Plan
+from dlrun.render import RUN_DIR_VAR, Expand, RankCommand
+from dlrun.runtimes import RUNTIMES
+from dlrun.runtimes.base import Runtime, image_reference
+
+COMMON = ["--network=host", "--ipc=host"]
+DOCKER_LIMITS = ["--ulimit", "memlock=-1", "--ulimit", "stack=67108864"]
+PODMAN_LIMITS = ["--ulimit", "host"]
+
+
+def container_image(plan: Plan) -> str:
+    return plan.image.digest or image_reference(plan)
+
+
+def bind_flag(source: str, target: str, read_only: bool) -> str:
+    if ":" in source or ":" in target:
+        raise UsageError(f"bind {source}:{target} contains ':', which -v cannot express; valid: paths without ':'")
+    return f"{source}:{target}" + (":ro" if read_only else "")
+
+
+def prefix_env_script(engine: str, prefixes: tuple[str, ...]) -> str:
+    """`sh -c` program that adds `--env=NAME` for every variable with one of `prefixes`, then runs."""
+    pattern = "|".join(prefixes)
+    return (f'exec {engine} run $(env | grep -oE "^({pattern})[A-Za-z0-9_]*=" | sed "s/^/--env=/; s/=$//") "$@"')
+
+
+class _ContainerRuntime(Runtime):
+    engine = "docker"
+    limits = DOCKER_LIMITS
+
+    def check(self, plan: Plan) -> None:
+        if plan.image.kind == "host":
+            raise UsageError(f"runtime {self.name} needs a container image, but image {plan.image.name!r} is the "
+                             "host's own Python; valid: --runtime host, or a container image (dlrun images list)")
+
+    def gpu_flags(self, plan: Plan) -> list[str]:
+        return ["--gpus", "all"] if plan.device == "cuda" else []
+
+    def options(self, plan: Plan, rank: RankCommand) -> list[str]:
+        argv = ["--rm", *COMMON, *self.limits, "--cap-add", "IPC_LOCK", *self.gpu_flags(plan)]
+        for device in plan.devices:
+            argv += ["--device", device]
+        run_dir = Expand("${" + RUN_DIR_VAR + "}")
+        argv += ["-v", Expand("${%s}:${%s}" % (RUN_DIR_VAR, RUN_DIR_VAR)), "-w", run_dir]
+        for bind in plan.binds:
+            argv += ["-v", bind_flag(bind.source, bind.target, bind.read_only)]
+        for name in sorted(set(rank.env) | set(rank.passthrough)):
+            argv += ["-e", name]
+        return argv
+
+
+@RUNTIMES.register("docker")
+class DockerRuntime(_ContainerRuntime):
+    engine = "docker"
+
+    def wrap(self, plan: Plan, rank: RankCommand) -> RankCommand:
+        rest = [*self.options(plan, rank), container_image(plan), *rank.argv]
+        if rank.passthrough_prefixes:
+            argv = ["sh", "-c", prefix_env_script(self.engine, rank.passthrough_prefixes), "dlrun-docker", *rest]
+        else:
+            argv = [self.engine, "run", *rest]
+        return RankCommand(argv=argv, env=rank.env, passthrough=rank.passthrough,
+                           passthrough_prefixes=rank.passthrough_prefixes, launcher_args=rank.launcher_args)
+
+
+@RUNTIMES.register("podman")
+class PodmanRuntime(_ContainerRuntime):
+    engine = "podman"
+    limits = PODMAN_LIMITS
+
+    def gpu_flags(self, plan: Plan) -> list[str]:
+        return ["--device", "nvidia.com/gpu=all"] if plan.device == "cuda" else []
+
+    def wrap(self, plan: Plan, rank: RankCommand) -> RankCommand:
+        argv = [self.engine, "run", *self.options(plan, rank)]
+        argv += [f"--env={prefix}*" for prefix in rank.passthrough_prefixes]
+        argv += [container_image(plan), *rank.argv]
+        return RankCommand(argv=argv, env=rank.env, passthrough=rank.passthrough,
+                           passthrough_prefixes=rank.passthrough_prefixes, launcher_args=rank.launcher_args)
+
+
+@RUNTIMES.register("docker-api")
+class DockerApiRuntime(_ContainerRuntime):
+    """Each rank runs `python -m dlrun.images.docker_run`, which drives the Docker API with docker-py at
+    $DOCKER_HOST (the `docker` runtime's settings against Docker, the `podman` runtime's against Podman),
+    streams the container's output, and exits with its status. It refuses to start an image whose ID is
+    not the plan's digest."""
+
+    def wrap(self, plan: Plan, rank: RankCommand) -> RankCommand:
+        argv = [sys.executable, "-m", "dlrun.images.docker_run", "--image", container_image(plan)]
+        if plan.image.digest:
+            argv += ["--expect-digest", plan.image.digest]
+        if plan.device == "cuda":
+            argv += ["--gpus", "all"]
+        for device in plan.devices:
+            argv += ["--device", device]
+        argv += ["-v", Expand("${%s}:${%s}" % (RUN_DIR_VAR, RUN_DIR_VAR)), "-w", Expand("${" + RUN_DIR_VAR + "}")]
+        for bind in plan.binds:
+            argv += ["-v", bind_flag(bind.source, bind.target, bind.read_only)]
+        for name in sorted(set(rank.env) | set(rank.passthrough)):
+            argv += ["-e", name]
+        for prefix in rank.passthrough_prefixes:
+            argv += ["--env-prefix", prefix]
+        argv += ["--", *rank.argv]
+        return RankCommand(argv=argv, env=rank.env, passthrough=rank.passthrough,
+                           passthrough_prefixes=rank.passthrough_prefixes, launcher_args=rank.launcher_args)
