@@ -271,9 +271,12 @@ def _check_invariants(runtime, launcher, fabric, script: str) -> None:
         assert "CUDA_VISIBLE_DEVICES" in last, "one GPU per rank"
 
 
-def test_full_matrix_matches_golden_and_passes_shellcheck(tmp_path):
-    path = GOLDEN / "matrix.txt"
-    rendered = {f"{r}/{l}/{f}": _render_or_error(r, l, f) for r, l, f in _combinations()}
+@pytest.mark.parametrize("runtime", sorted(RUNTIMES.names()))
+def test_full_matrix_matches_golden_and_passes_shellcheck(tmp_path, runtime):
+    """One golden file per runtime (tests/golden/matrix/<runtime>.txt): a change to one runtime's module
+    shows up, and is regenerated, in that runtime's file only."""
+    path = GOLDEN / "matrix" / f"{runtime}.txt"
+    rendered = {f"{r}/{l}/{f}": _render_or_error(r, l, f) for r, l, f in _combinations() if r == runtime}
     if REGEN:
         _write_sections(path, rendered)
     golden = _sections(path)
@@ -284,16 +287,15 @@ def test_full_matrix_matches_golden_and_passes_shellcheck(tmp_path):
                          "regenerate with DLRUN_REGEN_GOLDEN=1")
 
     scripts = []
-    ok = 0
     for key, text in rendered.items():
         if text.startswith("error: "):
             continue
-        ok += 1
         _check_invariants(*key.split("/"), text)
         script = tmp_path / (key.replace("/", "-") + ".sh")
         script.write_text(text)
         scripts.append(str(script))
-    assert ok >= 4 * len(RUNTIMES.names()), "most combinations must render"
+    if runtime != "enroot":  # pyxis needs srun or torchrun; everything else renders with every launcher
+        assert len(scripts) == len(LAUNCHERS) * len(FABRICS)
     proc = subprocess.run([shellcheck_path(), "--severity=style", *scripts], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-4000:]
     for script in scripts:
