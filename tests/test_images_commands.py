@@ -366,10 +366,12 @@ def test_runtime_commands(image_home, tmp_path):
         "--set-env=OMP_NUM_THREADS=2 \"--set-env=USER=${USER:-$(id -un)}\" "
         f"-b {data}:/data -u 0 -g 0 {rootfs} -- /bin/sh -c 'mount -o remount,bind,ro /data && exec \"$@\"' "
         f"dlrun-ro-binds {harness}")
-    options = ("--rm --network=host --ipc=host --ulimit memlock=-1 --ulimit stack=67108864 --cap-add IPC_LOCK "
-               "-v \"${DLRUN_RUN_DIR}:${DLRUN_RUN_DIR}\" -w \"${DLRUN_RUN_DIR}\" "
-               f"-v {data}:/data:ro -e MASTER_PORT -e OMP_NUM_THREADS")
-    assert wrapped("docker", data) == f"docker run {options} {digest} {harness}"
+    rest = ("--cap-add IPC_LOCK -v \"${DLRUN_RUN_DIR}:${DLRUN_RUN_DIR}\" -w \"${DLRUN_RUN_DIR}\" "
+            f"-v {data}:/data:ro -e MASTER_PORT -e OMP_NUM_THREADS")
+    assert wrapped("docker", data) == ("docker run --rm --network=host --ipc=host --ulimit memlock=-1 --ulimit "
+                                       f"stack=67108864 {rest} {digest} {harness}")
+    # Podman may not raise limits (rootless, or no CAP_SYS_RESOURCE as on CI): the node's own limits.
+    options = f"--rm --network=host --ipc=host --ulimit host {rest}"
     assert wrapped("podman", data) == f"podman run {options} {digest} {harness}"
     assert wrapped("docker-api", data) == (
         f"{sys.executable} -m dlrun.images.docker_run --image {digest} --expect-digest {digest} "
