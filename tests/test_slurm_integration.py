@@ -60,10 +60,11 @@ def _db_status(home: Path) -> list[tuple]:
         db.close()
 
 
-def test_two_node_job_trains_and_is_collected(slurm_cluster, dlrun_home):
+def test_two_node_job_trains_and_is_collected(slurm_cluster, dlrun_home, tmp_path):
     started = time.time()
-    proc = run_cli("run", "trivial", "--system", CLUSTER_SYSTEM, "--nodes", "2", env=slurm_cluster.env,
-                   timeout=300)
+    hostile = f"x'y\"z;$(touch {tmp_path}/pwned) `touch {tmp_path}/pwned2`\nsecond line"
+    proc = run_cli("run", "trivial", "--system", CLUSTER_SYSTEM, "--nodes", "2", "--env", f"HOSTILE={hostile}",
+                   env=slurm_cluster.env, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "submitted slurm job" in proc.stderr
     assert "total images/sec" in proc.stdout  # rank 0's log was followed live
@@ -90,7 +91,21 @@ def test_two_node_job_trains_and_is_collected(slurm_cluster, dlrun_home):
     assert "DLRUN_RESULT" in (run_dir / "logs" / "rank.0" / "stdout").read_text()
     assert "JobState=COMPLETED" in slurm_cluster.scontrol_job(job["job_id"])
     assert not list((dlrun_home / "runs").glob(".staging-*"))
+    assert not list(tmp_path.glob("pwned*")), "an injected command ran inside the batch job"
     print(f"two-node slurm run: {time.time() - started:.1f} s wall, {extra['value']:.1f} images/sec")
+
+
+@pytest.mark.parametrize("launcher,rank_source", [("mpirun", "openmpi"), ("torchrun", "torchrun")])
+def test_other_launchers_inside_the_allocation(slurm_cluster, dlrun_home, launcher, rank_source):
+    """mpirun (hybrid model: OpenMPI starts its daemons through Slurm on both nodes) and torchrun (one agent
+    per node through srun, c10d rendezvous) inside the same sbatch allocation."""
+    proc = run_cli("run", "trivial", "--system", CLUSTER_SYSTEM, "--nodes", "2", "--launcher", launcher,
+                   env=slurm_cluster.env, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run = cli_json("results", "list", env=slurm_cluster.env)[0]
+    assert (run["status"], run["launcher"], run["world_size"]) == ("ok", launcher, 2)
+    extra = cli_json("results", "show", run["id"], env=slurm_cluster.env)["results"][0]["extra"]
+    assert extra["rank_source"] == rank_source and extra["world_size"] == 2
 
 
 def test_sigint_cancels_the_job_and_records_cancelled(slurm_cluster, dlrun_home):
