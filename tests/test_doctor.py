@@ -120,3 +120,17 @@ def test_dry_run_warns_from_the_profiles_declared_mpi(dlrun_home):
     assert proc.returncode == 0
     assert "dlrun: error: host openmpi 4.0.1 and image openmpi 3.1.3" in proc.stderr
     assert proc.stdout.startswith("#!/usr/bin/env bash")
+
+
+def test_preflight_warns_when_slurm_lacks_the_pmi_plugin():
+    from matrix_catalog import matrix_plan
+
+    from dlrun.doctor import preflight
+
+    inventory = node_inventory()
+    plan = matrix_plan("host", "srun", "tcp")
+    inventory["mpi"]["slurm_mpi_plugins"] = ["pmix", "pmi2"]
+    assert not [f for f in preflight(plan, inventory) if f.check == "pmi"]
+    inventory["mpi"]["slurm_mpi_plugins"] = ["pmi2", "none"]
+    [finding] = [f for f in preflight(plan, inventory) if f.check == "pmi"]
+    assert finding.level == "warn" and "srun --mpi=pmix" in finding.message

@@ -351,6 +351,11 @@ def _tool_findings(plan: Any, inventory: dict[str, Any]) -> list[Finding]:
         if not shutil.which(name):
             findings.append(Finding("error", "tools", f"{name} is not on PATH on this machine",
                                     f"install {PACKAGE_HINT.get(name, name)}"))
+    plugins = (inventory.get("mpi") or {}).get("slurm_mpi_plugins") or []
+    wanted = plan.scheduler_options.srun_mpi
+    if plan.launcher == "srun" and plugins and wanted not in plugins:
+        findings.append(Finding("warn", "pmi", f"srun --mpi={wanted} but this node's Slurm has MPI plugins "
+                                f"{', '.join(plugins)}", "set scheduler_options.srun_mpi to one of them"))
     return findings
 
 
