@@ -346,17 +346,20 @@ def execute_batch(plan: Plan, rendered: RenderedJob, *, runs_root: Path, store: 
             time.sleep(interval)
             interval = min(interval * 1.5, poll_interval)
     except KeyboardInterrupt:
-        scheduler.cancel(job_id)
         status, reason = "cancelled", f"interrupted by the user (SIGINT); {plan.scheduler} job {job_id} cancelled"
         deadline = time.time() + cancel_grace
-        while time.time() < deadline:
-            try:
-                state = scheduler.poll(job_id, run.path)
-            except SchedulerError:
-                break
-            if state.done or state.state == "unknown":
-                break
-            time.sleep(0.5)
+        try:
+            scheduler.cancel(job_id)
+            while time.time() < deadline:  # until the scheduler has really ended it (files closed)
+                try:
+                    state = scheduler.poll(job_id, run.path)
+                except SchedulerError:
+                    break
+                if state.done or state.state == "unknown":
+                    break
+                time.sleep(0.5)
+        except KeyboardInterrupt:  # a second Ctrl-C: record what we have, do not leave a staging directory
+            scheduler.cancel(job_id)
     except SchedulerError as exc:
         reason = f"lost track of {plan.scheduler} job {job_id}: {exc}"
     follower.poll(followed(), final=True)
