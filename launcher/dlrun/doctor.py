@@ -123,9 +123,27 @@ def image_mpi(image: Any) -> MpiInfo | None | str:
     return MpiInfo(flavour=str(flavour), version=str(version) if version else None, pmi=tuple(pmi))
 
 
+def uses_image_mpi(plan: Any) -> bool:
+    """Whether the ranks load the image's MPI library. The PyTorch harness does not: it reads its rank from
+    the launcher's environment and communicates over gloo/NCCL. Horovod (horovodrun, and the TensorFlow
+    stacks built on Horovod) does."""
+    return plan.launcher == "horovodrun" or plan.image.framework != "pytorch" or plan.workload.framework != "pytorch"
+
+
 def check_mpi_compat(host: MpiInfo | None, container: MpiInfo | None | str, *, launcher: str,
-                     runtime: str, srun_mpi: str = "pmix") -> list[Finding]:
-    """Host vs container MPI for the hybrid model (and PMI for srun)."""
+                     runtime: str, srun_mpi: str = "pmix", uses_mpi: bool = True) -> list[Finding]:
+    """Host vs container MPI for the hybrid model (and PMI for srun). When the ranks do not load the image's
+    MPI (`uses_mpi` False) a mismatch is a warning: this job runs, an MPI program in the same image would not."""
+    findings = _mpi_compat(host, container, launcher=launcher, runtime=runtime, srun_mpi=srun_mpi)
+    if uses_mpi:
+        return findings
+    return [Finding("warn", f.check, f.message + " (this job's ranks do not load the image's MPI, so it runs; "
+                    "an MPI or Horovod program in this image would not)", f.fix) if f.level == "error" else f
+            for f in findings]
+
+
+def _mpi_compat(host: MpiInfo | None, container: MpiInfo | None | str, *, launcher: str,
+                runtime: str, srun_mpi: str) -> list[Finding]:
     check = "mpi-compat"
     if runtime == "host" or container is None:
         if runtime != "host" and launcher in ("mpirun", "horovodrun"):
@@ -330,7 +348,7 @@ def preflight(plan: Any, inventory: dict[str, Any] | None = None) -> list[Findin
         host = parse_mpi_version(plan.system.mpi) if plan.system.mpi else None
     if inventory is not None or host is not None:
         findings += check_mpi_compat(host, image_mpi(plan.image), launcher=plan.launcher, runtime=plan.runtime,
-                                     srun_mpi=plan.scheduler_options.srun_mpi)
+                                     srun_mpi=plan.scheduler_options.srun_mpi, uses_mpi=uses_image_mpi(plan))
     findings += _fabric_findings(plan, inventory)
     return findings
 
