@@ -69,6 +69,9 @@ def test_debootstrap_dry_run(image_home):
     assert lines[1].startswith("tar --sort=name --format=posix --numeric-owner --owner=0 --group=0 ")
     assert lines[2].startswith("cp -al ") and lines[2].endswith(f"{image_home['store']}/cpu-reference/x86_64/rootfs.tmp")
     assert lines[3].startswith("# dlrun's layer") and lines[4].startswith("# write ")
+    assert dry("build", "cpu-reference", "--engine", "debootstrap", "--arch", "x86_64", env=image_home["env"]) == lines
+    proc = run_cli("images", "build", "tf1.14-nccl", "--engine", "debootstrap", "--dry-run", env=image_home["env"])
+    assert proc.returncode == 2 and "has no `debootstrap:` section" in proc.stderr
 
 
 def test_pull_push_save_load_dry_run_commands(image_home, tmp_path):
@@ -430,3 +433,15 @@ def test_docker_run_helper_environment_and_volumes():
     assert args.command == ["python3", "-c", "print(1)"]
     assert environment(args.env, args.env_prefix, {"A": "1", "OMPI_X": "2", "B": "3"}) == {"A": "1", "OMPI_X": "2"}
     assert volumes(args.volumes) == {"/a": {"bind": "/data", "mode": "ro"}, "/r": {"bind": "/r", "mode": "rw"}}
+
+
+def test_run_says_which_runtime_tool_is_missing(image_home, tmp_path):
+    from dlrun.images import lock
+
+    fake_rootfs(image_home["store"])
+    lock.record("cpu-reference", "x86_64", digest="sha256:" + "1" * 64, rootfs="sha256:" + "2" * 64)
+    env = {**image_home["env"], "PATH": f"{tmp_path}/empty-bin"}
+    proc = run_cli("run", "trivial", "--image", "cpu-reference", "--runtime", "charliecloud", "--skip-checks", env=env)
+    assert proc.returncode == 1
+    assert "runtime charliecloud needs ch-run, which is not installed" in proc.stderr
+    assert "apt-get install charliecloud" in proc.stderr

@@ -17,7 +17,8 @@ from dlrun.errors import DlrunError
 
 Name = Annotated[str, typer.Argument(help="Image tag (see `dlrun images list`).", show_default=False)]
 EngineOpt = Annotated[str, typer.Option("--engine", "-E", help="docker (Docker API via docker-py), podman (the same API, "
-                                        "Podman's service), singularity, apptainer, or charliecloud.")]
+                                        "Podman's service), singularity, apptainer, charliecloud, or debootstrap "
+                                        "(charliecloud's root filesystem, bootstrapped: Debian images).")]
 ArchOpt = Annotated[Optional[str], typer.Option("--arch", help="x86_64, ppc64le or aarch64 (default: this machine's).")]
 SystemOpt = Annotated[Optional[str], typer.Option("--system", "-s", help="Take the architecture from this system.")]
 HostOpt = Annotated[Optional[str], typer.Option("--host", help="Docker API endpoint (default: $DOCKER_HOST).")]
@@ -145,8 +146,8 @@ def add_commands(images_app: typer.Typer) -> None:
     @_errors
     def build(name: Name, engine: EngineOpt = "docker", arch: ArchOpt = None, system: SystemOpt = None,
               host: HostOpt = None, dry_run: DryRunOpt = False) -> None:
-        """Build an image from its generated recipe (Debian specs: --engine charliecloud uses debootstrap,
-        no registry needed) and record its digest in containers/images.lock."""
+        """Build an image from its generated recipe (Debian specs: --engine debootstrap or charliecloud, no
+        registry needed) and record its digest in containers/images.lock."""
         from dlrun.images import ops
 
         _report(ops.build(name, engine=engine, arch=arch, system=system, host=host, dry_run=dry_run, log=_log),

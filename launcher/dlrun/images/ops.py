@@ -2,7 +2,8 @@
 
 Engines: `docker` (the Docker API through docker-py), `podman` (the same API, Podman's service socket),
 `singularity` / `apptainer` (their CLIs; SIF files), `charliecloud` (a root filesystem directory: built
-with debootstrap for Debian specs, else with ch-image; loaded by unpacking a Docker archive).
+with debootstrap for Debian specs, else with ch-image; loaded by unpacking a Docker archive);
+`debootstrap` is `charliecloud` for Debian specs, named for what it does.
 Each operation first describes itself as steps (`--dry-run` prints them), then runs exactly them.
 After build/pull/load the digest goes to images.lock; pull/load/save/verify refuse a digest that differs
 from the lock (exit 1, both digests shown).
@@ -23,7 +24,7 @@ from dlrun.images.spec import (SpecFile, archive_path, artifact_dir, choose_arch
                                sif_path)
 from dlrun.images.steps import ApiCall, Command, Note, require_tool, run_command
 
-ENGINES = ("docker", "podman", "singularity", "apptainer", "charliecloud")
+ENGINES = ("docker", "podman", "singularity", "apptainer", "charliecloud", "debootstrap")
 API_ENGINES = ("docker", "podman")
 SIF_ENGINES = ("singularity", "apptainer")
 Log = Callable[[str], None]
@@ -72,6 +73,9 @@ def _ensure_native(spec_file: SpecFile, arch: str, engine: str) -> None:
 def _context(name: str, arch: str | None, system: str | None, engine: str) -> tuple[SpecFile, str]:
     check_engine(engine)
     spec_file = get_spec(name)
+    if engine == "debootstrap" and spec_file.spec.debootstrap is None:
+        raise UsageError(f"image {name!r} has no `debootstrap:` section; only Debian images build with debootstrap. "
+                         "valid: --engine docker|podman|singularity|apptainer|charliecloud")
     return spec_file, choose_arch(spec_file.spec, arch, system)
 
 
@@ -79,6 +83,7 @@ def _context(name: str, arch: str | None, system: str | None, engine: str) -> tu
 def build(name: str, *, engine: str, arch: str | None = None, system: str | None = None, host: str | None = None,
           dry_run: bool = False, log: Log = print) -> Result:
     spec_file, arch = _context(name, arch, system, engine)
+    engine = "charliecloud" if engine == "debootstrap" else engine  # the same root filesystem
     spec = spec_file.spec
     ref = spec.reference(arch)
     if engine in API_ENGINES:
@@ -172,6 +177,7 @@ def current_digest(name: str, arch: str, engine: str, *, host: str | None = None
 def verify(name: str, *, engine: str, arch: str | None = None, system: str | None = None, host: str | None = None,
            dry_run: bool = False) -> Result:
     spec_file, arch = _context(name, arch, system, engine)
+    engine = "charliecloud" if engine == "debootstrap" else engine  # the same root filesystem
     what = {"docker": "image ID", "podman": "image ID", "charliecloud": "root filesystem"}.get(engine, "SIF file")
     steps = [Note(f"compare the {what} of {name} ({arch}) with images.lock")]
     if dry_run:
@@ -191,6 +197,7 @@ def lock_current(name: str, *, engine: str, arch: str | None = None, system: str
                  host: str | None = None, dry_run: bool = False) -> Result:
     """Record the digest of what this machine has (e.g. built from the committed recipe without dlrun)."""
     spec_file, arch = _context(name, arch, system, engine)
+    engine = "charliecloud" if engine == "debootstrap" else engine  # the same root filesystem
     steps = [Note(f"record the {engine} digest of {name} ({arch}) in {lock.lock_path()}")]
     if dry_run:
         return Result(steps)
@@ -225,6 +232,7 @@ def _sif_source(source: str) -> str:
 def pull(name: str, source: str, *, engine: str, arch: str | None = None, system: str | None = None,
          host: str | None = None, dry_run: bool = False) -> Result:
     spec_file, arch = _context(name, arch, system, engine)
+    engine = "charliecloud" if engine == "debootstrap" else engine  # the same root filesystem
     ref = spec_file.spec.reference(arch)
     if engine in API_ENGINES:
         from dlrun.images import docker_api
@@ -276,6 +284,7 @@ def pull(name: str, source: str, *, engine: str, arch: str | None = None, system
 def push(name: str, destination: str, *, engine: str, arch: str | None = None, system: str | None = None,
          host: str | None = None, dry_run: bool = False) -> Result:
     spec_file, arch = _context(name, arch, system, engine)
+    engine = "charliecloud" if engine == "debootstrap" else engine  # the same root filesystem
     ref = spec_file.spec.reference(arch)
     if engine in API_ENGINES:
         from dlrun.images import docker_api
@@ -314,6 +323,7 @@ def save(name: str, output: Path | None, *, engine: str, arch: str | None = None
          host: str | None = None, dry_run: bool = False) -> Result:
     """A file another site can load: a Docker archive (docker, podman, charliecloud) or the SIF."""
     spec_file, arch = _context(name, arch, system, engine)
+    engine = "charliecloud" if engine == "debootstrap" else engine  # the same root filesystem
     output = Path(output or default_save_path(name, arch, engine))
     ref = spec_file.spec.reference(arch)
     if engine in API_ENGINES:
@@ -349,6 +359,7 @@ def load(name: str, archive: Path, *, engine: str, arch: str | None = None, syst
          host: str | None = None, dry_run: bool = False, log: Log = print) -> Result:
     """Load a Docker archive (docker, podman, charliecloud) or a SIF; refuse one whose digest differs from the lock."""
     spec_file, arch = _context(name, arch, system, engine)
+    engine = "charliecloud" if engine == "debootstrap" else engine  # the same root filesystem
     archive = Path(archive)
     ref = spec_file.spec.reference(arch)
     if engine in SIF_ENGINES:

@@ -24,7 +24,7 @@ INSTALL_HINTS = {
     "ch-convert": "apt-get install charliecloud-builders",
     "tar": "apt-get install tar",
     "cp": "apt-get install coreutils",
-    "docker": "pip install 'dlrun[images]' (docker-py), and a Docker engine or Podman's API service",
+    "docker": "install Docker Engine (https://docs.docker.com/engine/install/), or use --runtime podman or docker-api",
     "podman": "apt-get install podman",
 }
 

@@ -66,6 +66,12 @@ def verify_plan_image(plan) -> dict[str, Any]:
                          f"record what it ran; build, pull or load it first (dlrun images build {image.name} --engine "
                          "...), or record the copy you have: dlrun images lock " + image.name + " --engine ...")
     key = (image.name, arch, plan.runtime)
+    tool = {"rootfs": "ch-run", "docker-cli": "docker", "podman-cli": "podman"}.get(check or "")
+    if tool and plan.scheduler == "local" and shutil.which(tool) is None:
+        from dlrun.images.steps import INSTALL_HINTS
+
+        raise DlrunError(f"runtime {plan.runtime} needs {tool}, which is not installed (not on PATH); "
+                         f"{INSTALL_HINTS[tool]}")
     if check is None:
         _CHECKED[key] = {"image_check": {"runtime": plan.runtime, "verified": False,
                                          "reason": f"runtime {plan.runtime} has no digest check in dlrun"}}
