@@ -67,7 +67,7 @@ def main() -> None:
         loss = step()
     wall = time.perf_counter() - start
     print(json.dumps({"images_per_sec": args.batch_size * args.steps / wall, "wall_time_s": wall,
-                      "warmup_s": warm, "final_loss": float(loss), "threads": torch.get_num_threads(),
+                      "warmup_s": warm, "final_loss": float(loss.detach()), "threads": torch.get_num_threads(),
                       "channels_last": channels_last, "precision": args.precision, "model": args.model,
                       "batch_size": args.batch_size, "steps": args.steps, "compiled": args.compile}))
 
