@@ -10,6 +10,8 @@ rebuilding from the same cache gives the same ID.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import io
 import json
@@ -260,8 +262,27 @@ def image_config(spec_file: SpecFile, arch: str, base: dict, top_diff: str, boot
     }
 
 
+@contextlib.contextmanager
+def _exclusive(path: Path):
+    """One build per cache and store at a time (two CI jobs on one machine share them)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def build(spec_file: SpecFile, arch: str, log: Log) -> dict:
     """Build (or confirm up to date) the image for `arch`; returns the lock fields to record."""
+    spec = spec_file.spec
+    with _exclusive(base_dir(spec, arch).parent / f".{base_dir(spec, arch).name}.lock"), \
+            _exclusive(artifact_dir(spec.name, arch).parent / f".{arch}.build.lock"):
+        return _build(spec_file, arch, log)
+
+
+def _build(spec_file: SpecFile, arch: str, log: Log) -> dict:
     from dlrun.images import lock
 
     spec = spec_file.spec
