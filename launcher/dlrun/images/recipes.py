@@ -293,7 +293,18 @@ def header(spec_file: SpecFile, arch: str, fmt: str) -> str:
 
 
 def render_recipe(spec_file: SpecFile, arch: str, fmt: str) -> str:
-    import hpccm.config
+    try:
+        import hpccm
+        import hpccm.config
+    except ImportError:
+        from dlrun.errors import DlrunError
+
+        raise DlrunError(f"hpccm is not installed; pip install 'dlrun[images]' (hpccm=={HPCCM_VERSION})") from None
+    if hpccm.__version__ != HPCCM_VERSION:
+        from dlrun.errors import DlrunError
+
+        raise DlrunError(f"hpccm {hpccm.__version__} is installed, but the recipes are rendered with "
+                         f"{HPCCM_VERSION}: pip install 'hpccm=={HPCCM_VERSION}'")
 
     if arch not in spec_file.spec.arch:
         from dlrun.errors import UsageError
