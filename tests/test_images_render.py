@@ -213,7 +213,7 @@ def test_ppc64le_recipes_differ_where_they_must():
 def test_labels_record_the_whole_stack():
     text = recipe("tf1.14-nccl", "x86_64", "docker")
     for expected in ('dlrun.mpi="openmpi 4.0.1, CUDA-aware, pmix, UCX 1.5.2, verbs, PSM2"',
-                     'dlrun.cuda="10.0.130 (base)"', 'dlrun.cudnn="7.4.2.24 (apt)"', 'dlrun.nccl="2.4.8-1 (apt)"',
+                     'dlrun.cuda="10.0.130 (base)"', 'dlrun.cudnn="7.6.0.64 (apt)"', 'dlrun.nccl="2.4.7-1 (apt)"',
                      'dlrun.framework="tensorflow 1.14.0 (pip)"', "HOROVOD_GPU_ALLREDUCE=NCCL",
                      "aef6daa90a467a1fc7ce8395cd0067e5fda1ecff (cnn_tf_v1.14_compatible)",
                      'dlrun.nccl-tests="v2.0.0 0f8c785a47237a6a7bbcd733c69b9486caa60c19 MPI=1"'):
