@@ -76,3 +76,23 @@ def test_hostile_env_value_is_quoted_not_executed(dlrun_home, tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stdout == f"a b;$(touch {marker})'\"`id`"
     assert not marker.exists()
+
+
+def test_tensorflow_image_runs_tf_cnn_benchmarks(dlrun_home):
+    """The design card's job: the TF 1.14 image runs tf_cnn_benchmarks under Horovod on 8 TX-GAIA nodes."""
+    proc = run_cli("--image", "tf1.14-nccl", "--nodes", "8", "resnet50", "--system", "txgaia", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    last = proc.stdout.strip().splitlines()[-1]
+    assert "mpirun -np 16 " in last
+    assert ("tf_cnn_benchmarks.py --model=resnet50_v1.5 --batch_size=" in last
+            and "--variable_update=horovod --horovod_device=gpu" in last)
+    assert "harness_pytorch.py" not in proc.stdout
+    v1 = run_cli("run", "resnet50_v1", "--image", "tf1.14-nccl", "--system", "txgaia", "--dry-run")
+    assert "--model=resnet50 " in v1.stdout
+
+
+def test_workload_without_tf_cnn_model_is_refused_for_tensorflow_images(dlrun_home):
+    proc = run_cli("run", "resnet18", "--image", "tf1.14-nccl", "--system", "txgaia", "--dry-run")
+    assert proc.returncode == 2
+    assert "workload 'resnet18' has no tf_cnn_benchmarks model" in proc.stderr
+    assert "valid workloads for it: " in proc.stderr and "resnet50_v1.5" in proc.stderr

@@ -146,6 +146,13 @@ def resolve_plan(
     if sys_.arch not in img.arch:
         raise UsageError(f"image {img.name!r} is built for {', '.join(img.arch)}, "
                          f"but system {sys_.name!r} is {sys_.arch}")
+    if img.framework == "tensorflow" and not work.tf_cnn_model:
+        valid = sorted(w.name for w in catalog.workloads.values() if w.tf_cnn_model)
+        raise UsageError(f"workload {work.name!r} has no tf_cnn_benchmarks model, which image {img.name!r} "
+                         f"(TensorFlow) runs; valid workloads for it: {', '.join(valid)}")
+    if img.framework not in ("pytorch", "tensorflow"):
+        raise UsageError(f"image {img.name!r} has framework {img.framework!r}, which no dlrun workload command "
+                         "runs; valid: pytorch, tensorflow")
     if img.kind == "container":
         from dlrun.images.verify import with_local_image
 

@@ -57,6 +57,44 @@ def harness_command(plan: Plan) -> list[str]:
     ] + (["--data-workers", str(plan.data_workers)] if plan.data_workers else [])
 
 
+TF_CNN_BENCHMARKS_DIR = "/opt/tensorflow-benchmarks"  # where our TensorFlow images clone tensorflow/benchmarks
+
+
+def tf_cnn_benchmarks_command(plan: Plan) -> list[str]:
+    """TensorFlow images run tf_cnn_benchmarks (the benchmark code the seeds' TensorFlow numbers come from)."""
+    root = next((b.path for b in getattr(plan.image, "benchmarks", []) if b.name == "tf_cnn_benchmarks"),
+                TF_CNN_BENCHMARKS_DIR)
+    gpu = plan.device == "cuda"
+    argv = [
+        plan.image.python, f"{root}/scripts/tf_cnn_benchmarks/tf_cnn_benchmarks.py",
+        f"--model={plan.workload.tf_cnn_model}",
+        f"--batch_size={plan.batch_size}",
+        f"--num_batches={plan.steps}",
+        f"--num_warmup_batches={plan.warmup_steps}",
+        "--display_every=10",
+        f"--device={'gpu' if gpu else 'cpu'}",
+        f"--data_format={'NCHW' if gpu else 'NHWC'}",
+        "--num_gpus=1",  # one device per rank; ranks come from the launcher
+        f"--variable_update={'horovod' if plan.world_size > 1 else 'replicated'}",
+    ]
+    if plan.world_size > 1 and gpu:
+        argv.append("--horovod_device=gpu")
+    if plan.precision == "amp":
+        argv.append("--use_fp16=True")
+    if not gpu:
+        argv += [f"--num_intra_threads={plan.threads_per_rank}", "--num_inter_threads=1"]
+    if plan.workload.dataset == "imagenet":
+        argv += ["--data_name=imagenet", "--data_dir=/data"]
+    return argv
+
+
+def workload_command(plan: Plan) -> list[str]:
+    """One rank's command: the image's framework decides which benchmark code runs the workload."""
+    if plan.image.framework == "tensorflow":
+        return tf_cnn_benchmarks_command(plan)
+    return harness_command(plan)
+
+
 def rank_environment(plan: Plan) -> dict[str, str]:
     env = {
         "OMP_NUM_THREADS": str(plan.threads_per_rank),
@@ -132,7 +170,7 @@ def render_job(plan: Plan) -> RenderedJob:
     scheduler = SCHEDULERS.get(plan.scheduler)
     for backend in (scheduler, launcher, runtime):
         backend.check(plan)
-    rank = RankCommand(argv=harness_command(plan), env=rank_environment(plan),
+    rank = RankCommand(argv=workload_command(plan), env=rank_environment(plan),
                        passthrough=launcher.rank_env_names, passthrough_prefixes=launcher.rank_env_prefixes)
     rank = launcher.prepare(plan, rank)
     if not scheduler.runs_image:  # a Kubernetes pod is the container; no runtime wraps the command
