@@ -36,10 +36,13 @@ def measure(threads: int, repeats: int, log, quick: bool = False, before: bool =
 
     macs = describe_model(MODEL)["forward_macs"]
     train_flop = 3 * 2 * macs
-    batch, steps, warmup = 16, 8, 2
-    log(f"[2] matrix-product ceiling, {threads} threads")
-    ceilings = [matmul_ceiling(threads)]
+    batch, steps, warmup = 16, 6, 2
+    ceilings: list[dict] = []
     results: dict[str, list[dict]] = {"fp32": [], "amp": [], "fp32_before": []}
+
+    def matmul():
+        ceilings.append(matmul_ceiling(threads))
+        return float(ceilings[-1]["fp32_ceiling_gflops"])
 
     def variant(name, precision, extra=(), steps=steps):
         def fn():
@@ -48,37 +51,43 @@ def measure(threads: int, repeats: int, log, quick: bool = False, before: bool =
             return float(res["value"])
         return fn
 
-    variants = {"fp32": variant("fp32", "fp32"), "amp": variant("amp", "amp")}
+    # The ceiling is measured in every round, right before the fp32 run it is compared with.
+    variants = {"matmul": matmul, "fp32": variant("fp32", "fp32"), "amp": variant("amp", "amp")}
     if before and not quick:
         # NCHW is several times slower: fewer timed steps keep the bench short.
-        variants["fp32_before"] = variant("fp32_before", "fp32", ["--channels-last", "off"], steps=4)
-    log(f"[2] harness {MODEL} batch {batch}, {warmup}+{steps} steps: fp32 vs amp (bf16 autocast)")
+        variants["fp32_before"] = variant("fp32_before", "fp32", ["--channels-last", "off"], steps=3)
+    log(f"[2] fp32 matmul ceiling (GFLOP/s), then harness {MODEL} batch {batch}, {warmup}+{steps} steps: "
+        f"fp32 vs amp (bf16 autocast), {threads} threads")
     samples = alternate(variants, repeats, log)
-    ceilings.append(matmul_ceiling(threads))  # once more after the runs: load drifts
-    ceiling = median([c["fp32_ceiling_gflops"] for c in ceilings])
+    ceiling = median(samples["matmul"])
     fp32 = median(samples["fp32"])
     amp = median(samples["amp"])
+    eff = median([f * train_flop / 1e9 / m for f, m in zip(samples["fp32"], samples["matmul"])])
+    # Paired per-round ratios (each round runs the variants back to back) cancel slow load drift.
+    amp_speedup = median([a / f for a, f in zip(samples["amp"], samples["fp32"])])
     fp32_gflops = fp32 * train_flop / 1e9
-    eff = fp32_gflops / ceiling
     cl = results["fp32"][-1]["channels_last"]
     rows = [
         Row("2 efficiency", f"ResNet-50 fp32 training FLOP rate / fp32 matmul", eff, goal=EFFICIENCY_GOAL,
-            detail=f"{fp32:.2f} img/s x {train_flop / 1e9:.1f} GFLOP = {fp32_gflops:.0f} GFLOP/s vs matmul "
+            detail=f"median of per-round ratios; {fp32:.2f} img/s x {train_flop / 1e9:.1f} GFLOP = "
+                   f"{fp32_gflops:.0f} GFLOP/s vs matmul "
                    f"{ceiling:.0f} GFLOP/s (oneDNN; MKL torch.mm "
                    f"{median([c['fp32_mm_gflops'] for c in ceilings]):.0f}); "
                    f"{'NHWC' if cl else 'NCHW'}"),
-        Row("2 efficiency", "ResNet-50 amp (bf16, NHWC) / fp32 throughput", amp / fp32, goal=AMP_GOAL,
-            detail=f"amp {spread(samples['amp'])} vs fp32 {spread(samples['fp32'])} img/s"),
+        Row("2 efficiency", "ResNet-50 amp (bf16, NHWC) / fp32 throughput", amp_speedup, goal=AMP_GOAL,
+            detail=f"median of per-round ratios; amp {spread(samples['amp'])} vs fp32 {spread(samples['fp32'])} "
+                   "img/s"),
     ]
     if "fp32_before" in samples:
         old = median(samples["fp32_before"])
-        rows.append(Row("2 efficiency", "fp32 default (NHWC) / fp32 NCHW (before)", fp32 / old,
-                        detail=f"NCHW {spread(samples['fp32_before'])} img/s = "
+        gain = median([f / b for f, b in zip(samples["fp32"], samples["fp32_before"])])
+        rows.append(Row("2 efficiency", "fp32 default (NHWC) / fp32 NCHW (before)", gain,
+                        detail=f"median of per-round ratios; NCHW {spread(samples['fp32_before'])} img/s = "
                                f"{old * train_flop / 1e9 / ceiling:.2f} of the ceiling"))
     write_result("efficiency", {"model": MODEL, "forward_macs": macs, "train_flop_per_image": train_flop,
                                 "threads": threads, "batch": batch, "steps": steps, "warmup_steps": warmup,
                                 "matmul": ceilings, "ceiling_gflops": ceiling, "samples_img_s": samples,
-                                "efficiency": eff, "amp_speedup": amp / fp32,
+                                "efficiency": eff, "amp_speedup": amp_speedup,
                                 "goals": {"efficiency": EFFICIENCY_GOAL, "amp_speedup": AMP_GOAL},
                                 "harness_results": {k: v[-1:] for k, v in results.items()}})
     return rows
