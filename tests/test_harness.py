@@ -285,7 +285,7 @@ def test_guards_use_features_of_current_torch():
     with factory():
         y = torch.nn.Linear(4, 4)(torch.randn(2, 4))
     assert y.dtype == torch.bfloat16
-    # fp32 on CPU: NHWC where oneDNN trains it (several times faster than NCHW), NCHW elsewhere.
+    # fp32 on CPU: NHWC where oneDNN trains it (faster than NCHW), NCHW elsewhere.
     assert h.resolve_channels_last("auto", "fp32", "cpu") is h.mkldnn_available()
     no_onednn = _fake_torch(channels_last=torch.channels_last,
                             backends=types.SimpleNamespace())
