@@ -67,7 +67,7 @@ def test_srun_pmi_must_be_supported_by_the_image():
 
 
 def test_host_runtime_and_mpi_free_images_need_no_match():
-    assert _compat("openmpi 4.1.4", "openmpi 3.1.3", runtime="host") == []
+    assert _compat("openmpi 4.1.4", "openmpi 3.1.2", runtime="host") == []
     assert check_mpi_compat(None, "not_used", launcher="mpirun", runtime="docker")[0].level == "ok"
 
 
@@ -105,13 +105,13 @@ def test_doctor_refuses_the_seed_stack_against_this_hosts_mpi(dlrun_home):
 
 
 def test_run_refuses_an_incompatible_hybrid_pair_before_anything_starts(dlrun_home):
-    """Horovod loads the image's Open MPI 3.1.3; this host's mpirun is 4.1.x: refused, with the fix."""
+    """Horovod loads the image's Open MPI 3.1.2; this host's mpirun is 4.1.x: refused, with the fix."""
     proc = run_cli("run", "trivial", "--image", "pytorch1.0-horovod", "--runtime", "singularity",
                    "--launcher", "horovodrun", "--ranks-per-node", "2")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     [line] = proc.stderr.strip().splitlines()
     assert line.startswith("dlrun: error: refusing to run:")
-    assert "openmpi 3.1.3" in line and "4.1 vs 3.1" in line and "fix:" in line
+    assert "openmpi 3.1.2" in line and "4.1 vs 3.1" in line and "fix:" in line
     assert "singularity is not on PATH" in line and "horovodrun is not on PATH" in line  # missing here too
     assert not dlrun_home.exists() or not list((dlrun_home / "runs").glob("*"))
 
@@ -126,7 +126,7 @@ def test_mismatch_is_a_warning_when_the_ranks_do_not_load_the_images_mpi():
     assert uses_image_mpi(matrix_plan("singularity", "horovodrun", "tcp"))
     from dlrun.catalog import load_catalog
 
-    image = load_catalog().image("pytorch1.0-horovod")  # pins Open MPI 3.1.3
+    image = load_catalog().image("pytorch1.0-horovod")  # pins Open MPI 3.1.2
     inventory = {"mpi": {"flavour": "openmpi", "version": "4.1.4"}, "fabrics": {"usable": ["tcp"]}}
     [finding] = [f for f in preflight(plan.model_copy(update={"image": image}), inventory) if f.check == "mpi-compat"]
     assert finding.level == "warn" and "do not load the image's MPI" in finding.message
@@ -135,7 +135,7 @@ def test_mismatch_is_a_warning_when_the_ranks_do_not_load_the_images_mpi():
 def test_dry_run_warns_from_the_profiles_declared_mpi(dlrun_home):
     proc = run_cli("run", "resnet50", "--system", "txgaia", "--image", "pytorch1.0-horovod", "--dry-run")
     assert proc.returncode == 0
-    assert "dlrun: warn: host openmpi 4.0.1 and image openmpi 3.1.3" in proc.stderr
+    assert "dlrun: warn: host openmpi 4.0.1 and image openmpi 3.1.2" in proc.stderr
     assert proc.stdout.startswith("#!/usr/bin/env bash")
     tf = run_cli("run", "resnet50", "--system", "txgaia", "--image", "tf1.14-nccl", "--dry-run")
     assert tf.returncode == 0 and "mpi-compat" not in tf.stderr and "error" not in tf.stderr

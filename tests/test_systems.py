@@ -42,8 +42,12 @@ def test_dry_run_renders_and_passes_shellcheck(dlrun_home, tmp_path, system):
     scripts = [_dry_run("resnet50", "--system", system, "--nodes", "1")]
     if spec.nodes > 1:
         scripts.append(_dry_run("resnet50", "--system", system, "--nodes", "2"))
+    tensorflow = load_catalog().image(spec.default_image).framework == "tensorflow"
     for index, text in enumerate(scripts):
-        assert "harness_pytorch.py --model resnet50_v1.5" in text
+        if tensorflow:  # the seeds' TensorFlow stacks run tf_cnn_benchmarks
+            assert "tf_cnn_benchmarks.py --model=resnet50_v1.5" in text
+        else:
+            assert "harness_pytorch.py --model resnet50_v1.5" in text
         path = tmp_path / f"{system}-{index}.sh"
         path.write_text(text)
         proc = subprocess.run([shellcheck_path(), "--severity=style", str(path)], capture_output=True, text=True)
@@ -91,7 +95,7 @@ def test_ac922_lsf_jsrun_resource_sets(dlrun_home):
 def test_summitdev_ip_over_ib(dlrun_home):
     text = _dry_run("resnet50", "--system", "summitdev", "--nodes", "2")
     assert "export NCCL_SOCKET_IFNAME=ib0" in text and "export NCCL_IB_DISABLE=1" in text
-    assert "--batch-size 32" in text  # 128 images per node over 4 GPUs
+    assert "--batch_size=32" in text  # 128 images per node over 4 GPUs (tf_cnn_benchmarks' flag)
     assert "jsrun --nrs 8" in text
 
 
