@@ -63,10 +63,14 @@ def spread(values: list[float]) -> str:
 
 
 def alternate(variants: dict[str, Callable[[], float]], repeats: int, log: Callable[[str], None]) -> dict[str, list[float]]:
-    """Run each variant once per round, A/B/A/B..., so that drifting machine load hits all of them alike."""
+    """Run each variant once per round, so that drifting machine load hits all of them alike; the order
+    flips every round (A B, B A, A B, ...) so that no variant always runs first or always follows another."""
     samples: dict[str, list[float]] = {name: [] for name in variants}
     for round_ in range(repeats):
-        for name, fn in variants.items():
+        order = list(variants.items())
+        if round_ % 2:
+            order.reverse()
+        for name, fn in order:
             value = fn()
             samples[name].append(value)
             log(f"  round {round_ + 1}/{repeats} {name}: {value:.3f}")

@@ -51,7 +51,7 @@ def measure(threads: int, repeats: int, log, quick: bool = False, before: bool =
             return float(res["value"])
         return fn
 
-    # The ceiling is measured in every round, right before the fp32 run it is compared with.
+    # The ceiling is measured in every round, next to the fp32 run it is compared with.
     variants = {"matmul": matmul, "fp32": variant("fp32", "fp32"), "amp": variant("amp", "amp")}
     if before and not quick:
         # NCHW is several times slower: fewer timed steps keep the bench short.
