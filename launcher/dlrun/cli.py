@@ -95,11 +95,19 @@ LauncherArgOpt = Annotated[Optional[list[str]], typer.Option("--launcher-arg",
 SkipChecksOpt = Annotated[bool, typer.Option("--skip-checks", help="Run even if the pre-launch checks refuse.")]
 
 
-def _resolve(workload: str, **options: Any):
+# `run` and `plan` take the same options; these are the ones whose CLI name differs from resolve_plan's.
+_PLAN_NAMES = {"threads": "threads_per_rank", "data": "data_dir", "bind": "binds", "time": "time_limit",
+               "launcher_arg": "launcher_args"}
+_NOT_PLAN = {"skip_checks", "dry_run"}
+
+
+def _resolve(options: dict[str, Any]):
+    """Resolve a plan from a command's parameters (its `locals()` on entry)."""
     from dlrun.catalog import load_catalog
     from dlrun.plan import resolve_plan
 
-    return resolve_plan(load_catalog(), workload, **options)
+    kwargs = {_PLAN_NAMES.get(name, name): value for name, value in options.items() if name not in _NOT_PLAN}
+    return resolve_plan(load_catalog(), kwargs.pop("workload"), **kwargs)
 
 
 @app.command()
@@ -113,14 +121,9 @@ def run(workload: Workload, image: ImageOpt = None, system: SystemOpt = "localho
         account: AccountOpt = None, time: TimeOpt = None, exclusive: ExclusiveOpt = None,
         launcher_arg: LauncherArgOpt = None, skip_checks: SkipChecksOpt = False, dry_run: DryRunOpt = False) -> None:
     """Run a workload: resolve a plan, render it, check it, execute it, store the result."""
+    plan = _resolve(locals())
     from dlrun.render import render_job
 
-    plan = _resolve(workload, image=image, system=system, nodes=nodes, ranks_per_node=ranks_per_node,
-                    batch_size=batch_size, global_batch_size=global_batch_size, steps=steps,
-                    warmup_steps=warmup_steps, precision=precision, threads_per_rank=threads, launcher=launcher,
-                    runtime=runtime, scheduler=scheduler, fabric=fabric, data_dir=data, binds=bind, env=env,
-                    data_workers=data_workers, partition=partition, account=account, time_limit=time,
-                    exclusive=exclusive, launcher_args=launcher_arg)
     rendered = render_job(plan)
     from dlrun.doctor import preflight, refuse_on_errors
 
@@ -205,13 +208,7 @@ def plan_cmd(workload: Workload, image: ImageOpt = None, system: SystemOpt = "lo
              partition: PartitionOpt = None, account: AccountOpt = None, time: TimeOpt = None,
              exclusive: ExclusiveOpt = None, launcher_arg: LauncherArgOpt = None) -> None:
     """Print the resolved plan as JSON (what `run` would do, as data)."""
-    plan = _resolve(workload, image=image, system=system, nodes=nodes, ranks_per_node=ranks_per_node,
-                    batch_size=batch_size, global_batch_size=global_batch_size, steps=steps,
-                    warmup_steps=warmup_steps, precision=precision, threads_per_rank=threads, launcher=launcher,
-                    runtime=runtime, scheduler=scheduler, fabric=fabric, data_dir=data, binds=bind, env=env,
-                    data_workers=data_workers, partition=partition, account=account, time_limit=time,
-                    exclusive=exclusive, launcher_args=launcher_arg)
-    _print_json(plan.summary())
+    _print_json(_resolve(locals()).summary())
 
 
 # ----------------------------------------------------------------------------------------------- doctor
