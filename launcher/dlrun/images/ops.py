@@ -70,20 +70,21 @@ def _ensure_native(spec_file: SpecFile, arch: str, engine: str) -> None:
                          f"{spec_file.spec.name!r} {arch} must be built on a {arch} node")
 
 
-def _context(name: str, arch: str | None, system: str | None, engine: str) -> tuple[SpecFile, str]:
+def _context(name: str, arch: str | None, system: str | None, engine: str) -> tuple[SpecFile, str, str]:
+    """(spec file, architecture, engine), with `debootstrap` read as `charliecloud` (the same root filesystem)."""
     check_engine(engine)
     spec_file = get_spec(name)
     if engine == "debootstrap" and spec_file.spec.debootstrap is None:
         raise UsageError(f"image {name!r} has no `debootstrap:` section; only Debian images build with debootstrap. "
                          "valid: --engine docker|podman|singularity|apptainer|charliecloud")
-    return spec_file, choose_arch(spec_file.spec, arch, system)
+    engine = "charliecloud" if engine == "debootstrap" else engine
+    return spec_file, choose_arch(spec_file.spec, arch, system), engine
 
 
 # ----------------------------------------------------------------------------------------------- build
 def build(name: str, *, engine: str, arch: str | None = None, system: str | None = None, host: str | None = None,
           dry_run: bool = False, log: Log = print) -> Result:
-    spec_file, arch = _context(name, arch, system, engine)
-    engine = "charliecloud" if engine == "debootstrap" else engine  # the same root filesystem
+    spec_file, arch, engine = _context(name, arch, system, engine)
     spec = spec_file.spec
     ref = spec.reference(arch)
     if engine in API_ENGINES:
@@ -176,8 +177,7 @@ def current_digest(name: str, arch: str, engine: str, *, host: str | None = None
 
 def verify(name: str, *, engine: str, arch: str | None = None, system: str | None = None, host: str | None = None,
            dry_run: bool = False) -> Result:
-    spec_file, arch = _context(name, arch, system, engine)
-    engine = "charliecloud" if engine == "debootstrap" else engine  # the same root filesystem
+    spec_file, arch, engine = _context(name, arch, system, engine)
     what = {"docker": "image ID", "podman": "image ID", "charliecloud": "root filesystem"}.get(engine, "SIF file")
     steps = [Note(f"compare the {what} of {name} ({arch}) with images.lock")]
     if dry_run:
@@ -196,8 +196,7 @@ def verify(name: str, *, engine: str, arch: str | None = None, system: str | Non
 def lock_current(name: str, *, engine: str, arch: str | None = None, system: str | None = None,
                  host: str | None = None, dry_run: bool = False) -> Result:
     """Record the digest of what this machine has (e.g. built from the committed recipe without dlrun)."""
-    spec_file, arch = _context(name, arch, system, engine)
-    engine = "charliecloud" if engine == "debootstrap" else engine  # the same root filesystem
+    spec_file, arch, engine = _context(name, arch, system, engine)
     steps = [Note(f"record the {engine} digest of {name} ({arch}) in {lock.lock_path()}")]
     if dry_run:
         return Result(steps)
@@ -231,8 +230,7 @@ def _sif_source(source: str) -> str:
 
 def pull(name: str, source: str, *, engine: str, arch: str | None = None, system: str | None = None,
          host: str | None = None, dry_run: bool = False) -> Result:
-    spec_file, arch = _context(name, arch, system, engine)
-    engine = "charliecloud" if engine == "debootstrap" else engine  # the same root filesystem
+    spec_file, arch, engine = _context(name, arch, system, engine)
     ref = spec_file.spec.reference(arch)
     if engine in API_ENGINES:
         from dlrun.images import docker_api
@@ -283,8 +281,7 @@ def pull(name: str, source: str, *, engine: str, arch: str | None = None, system
 
 def push(name: str, destination: str, *, engine: str, arch: str | None = None, system: str | None = None,
          host: str | None = None, dry_run: bool = False) -> Result:
-    spec_file, arch = _context(name, arch, system, engine)
-    engine = "charliecloud" if engine == "debootstrap" else engine  # the same root filesystem
+    spec_file, arch, engine = _context(name, arch, system, engine)
     ref = spec_file.spec.reference(arch)
     if engine in API_ENGINES:
         from dlrun.images import docker_api
@@ -322,8 +319,7 @@ def default_save_path(name: str, arch: str, engine: str) -> Path:
 def save(name: str, output: Path | None, *, engine: str, arch: str | None = None, system: str | None = None,
          host: str | None = None, dry_run: bool = False) -> Result:
     """A file another site can load: a Docker archive (docker, podman, charliecloud) or the SIF."""
-    spec_file, arch = _context(name, arch, system, engine)
-    engine = "charliecloud" if engine == "debootstrap" else engine  # the same root filesystem
+    spec_file, arch, engine = _context(name, arch, system, engine)
     output = Path(output or default_save_path(name, arch, engine))
     ref = spec_file.spec.reference(arch)
     if engine in API_ENGINES:
@@ -358,8 +354,7 @@ def save(name: str, output: Path | None, *, engine: str, arch: str | None = None
 def load(name: str, archive: Path, *, engine: str, arch: str | None = None, system: str | None = None,
          host: str | None = None, dry_run: bool = False, log: Log = print) -> Result:
     """Load a Docker archive (docker, podman, charliecloud) or a SIF; refuse one whose digest differs from the lock."""
-    spec_file, arch = _context(name, arch, system, engine)
-    engine = "charliecloud" if engine == "debootstrap" else engine  # the same root filesystem
+    spec_file, arch, engine = _context(name, arch, system, engine)
     archive = Path(archive)
     ref = spec_file.spec.reference(arch)
     if engine in SIF_ENGINES:
