@@ -9,7 +9,8 @@ BIN := $(VENV)/bin
 TORCH_PIN := torch==2.13.0
 EXTRAS := torch,test,images
 # Debian packages the tests use: real MPI, a real Slurm cluster, real container runtimes, linters.
-APT_PACKAGES := openmpi-bin libopenmpi-dev slurm-wlm munge charliecloud podman runc debootstrap shellcheck
+APT_PACKAGES := openmpi-bin libopenmpi-dev slurm-wlm munge charliecloud podman runc debootstrap shellcheck \
+	libtcmalloc-minimal4 libjemalloc2
 
 .PHONY: all setup sysdeps demo test bench lint clean
 

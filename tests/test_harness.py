@@ -479,3 +479,118 @@ def test_two_rank_divergence_is_detected():
     assert _results(proc.stdout) == []
     assert "dlrun-harness: error: replicas diverged" in proc.stderr
     assert "terminate called" not in proc.stderr
+
+
+# ----------------------------------------------------------------------------- memory allocator
+# CI installs libtcmalloc-minimal4 and libjemalloc2 (Makefile APT_PACKAGES): these tests preload the real ones.
+
+def _fake_find(found):
+    return lambda name: found.get(name)
+
+
+def test_plan_allocator_decisions():
+    tc, je = "/usr/lib/x/libtcmalloc_minimal.so.4", "/usr/lib/x/libjemalloc.so.2"
+    both = _fake_find({"tcmalloc": tc, "jemalloc": je})
+    only_je = _fake_find({"jemalloc": je})
+    none = _fake_find({})
+    assert h.plan_allocator("auto", None, both) == ("exec", "tcmalloc", tc)
+    assert h.plan_allocator("auto", None, only_je) == ("exec", "jemalloc", je)
+    assert h.plan_allocator("auto", None, none) == ("use", "glibc-tuned", None)
+    assert h.plan_allocator("jemalloc", None, both) == ("exec", "jemalloc", je)
+    # after the re-exec, or imported as a module: never exec again
+    assert h.plan_allocator("auto", None, both, reexeced=True) == ("use", "glibc-tuned", None)
+    assert h.plan_allocator("auto", None, both, can_exec=False) == ("use", "glibc-tuned", None)
+    # already loaded (the re-exec worked, or the user preloaded one): kept
+    assert h.plan_allocator("auto", "jemalloc", both) == ("use", "jemalloc", None)
+    assert h.plan_allocator("tcmalloc", "tcmalloc", none) == ("use", "tcmalloc", None)
+    assert h.plan_allocator("system", None, both) == ("use", "system", None)
+    assert h.plan_allocator("glibc-tuned", None, both) == ("use", "glibc-tuned", None)
+
+
+@pytest.mark.parametrize("requested, loaded, find, kwargs, message", [
+    ("tcmalloc", None, {}, {}, "--allocator tcmalloc: no libtcmalloc shared library found in"),
+    ("jemalloc", None, {}, {}, "install libjemalloc2 or use --allocator auto|glibc-tuned|system"),
+    ("tcmalloc", "jemalloc", {}, {}, "--allocator tcmalloc: jemalloc is already loaded"),
+    ("system", "tcmalloc", {}, {}, "unset LD_PRELOAD or use --allocator auto|tcmalloc"),
+    ("tcmalloc", None, {"tcmalloc": "/l/libtcmalloc_minimal.so.4"}, {"reexeced": True},
+     "preloading it did not take effect"),
+    ("tcmalloc", None, {"tcmalloc": "/l/libtcmalloc_minimal.so.4"}, {"can_exec": False},
+     "LD_PRELOAD=/l/libtcmalloc_minimal.so.4"),
+])
+def test_plan_allocator_refuses_what_it_cannot_do(requested, loaded, find, kwargs, message):
+    with pytest.raises(h.HarnessError) as err:
+        h.plan_allocator(requested, loaded, _fake_find(find), **kwargs)
+    assert message in err.value.message and err.value.code == h.EXIT_USAGE
+
+
+def test_allocator_detection_and_lookup(tmp_path):
+    maps = ("7f00-7f01 r-xp 0 08:01 1 /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4.5.10\n"
+            "7f02-7f03 r-xp 0 08:01 2 /usr/lib/x86_64-linux-gnu/libc.so.6\n")
+    assert h.loaded_allocator(maps) == "tcmalloc"
+    assert h.loaded_allocator(maps.replace("tcmalloc_minimal.so.4.5.10", "jemalloc.so.2")) == "jemalloc"
+    assert h.loaded_allocator("7f02-7f03 r-xp 0 08:01 2 /usr/lib/libc.so.6\n") is None
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "libjemalloc.so.2").write_bytes(b"")
+    dirs = [str(tmp_path / "a"), str(tmp_path / "b")]
+    assert h.find_allocator("jemalloc", dirs) == str(tmp_path / "b" / "libjemalloc.so.2")
+    assert h.find_allocator("tcmalloc", dirs) is None
+    assert str(Path(sys.prefix) / "lib") in h.library_dirs()
+    assert h._argv_allocator(["--model", "x", "--allocator", "jemalloc"]) == "jemalloc"
+    assert h._argv_allocator(["--allocator=system"]) == "system"
+    assert h._argv_allocator(["--model", "x"]) == "auto"
+    assert h._argv_allocator(["--describe", "--allocator", "tcmalloc"]) is None
+    assert h._argv_allocator(["--allocator", "bogus"]) is None  # argparse reports it
+
+
+def test_setup_allocator_reexecs_with_preload_and_restores_children_env(monkeypatch):
+    monkeypatch.setattr(h, "loaded_allocator", lambda maps_text=None: None)
+    monkeypatch.setattr(h, "find_allocator", lambda name, dirs=None: {
+        "jemalloc": "/opt/lib/libjemalloc.so.2"}.get(name))
+    calls = []
+    environ = {"LD_PRELOAD": "/site/libhook.so", "PATH": "/bin"}
+    h.setup_allocator("auto", True, environ=environ, execve=lambda *a: calls.append(a))
+    ((exe, argv, env),) = calls
+    assert exe == sys.executable and argv[0] == sys.executable
+    assert env["LD_PRELOAD"] == "/opt/lib/libjemalloc.so.2:/site/libhook.so"
+    assert env["MALLOC_CONF"] == h.JEMALLOC_CONF and env[h.REEXEC_ENV] == "/site/libhook.so"
+    # in the re-executed process: the user's LD_PRELOAD is what children see
+    monkeypatch.setattr(h, "loaded_allocator", lambda maps_text=None: "jemalloc")
+    monkeypatch.setattr(h, "_mapped_library", lambda name: "/opt/lib/libjemalloc.so.2")
+    state = h.setup_allocator("auto", True, environ=env, execve=lambda *a: calls.append(a))
+    assert len(calls) == 1 and state == {"name": "jemalloc", "library": "/opt/lib/libjemalloc.so.2"}
+    assert env["LD_PRELOAD"] == "/site/libhook.so" and h.REEXEC_ENV not in env
+
+
+def test_tune_glibc_malloc_applies():
+    assert h.tune_glibc_malloc() is True  # Debian's glibc has mallopt
+
+
+@pytest.mark.parametrize("requested, library", [("auto", "libtcmalloc_minimal.so.4"),
+                                                ("tcmalloc", "libtcmalloc_minimal.so.4"),
+                                                ("jemalloc", "libjemalloc.so.2"),
+                                                ("glibc-tuned", None), ("system", None)])
+def test_allocator_really_loaded(requested, library):
+    """Run as a program, the harness re-executes itself with the allocator preloaded and records it."""
+    env = _env()
+    env.pop("LD_PRELOAD", None)
+    proc = _run(["--model", "trivial", "--batch-size", "2", "--steps", "1", "--warmup-steps", "0",
+                 "--allocator", requested], env=env)
+    assert proc.returncode == 0, proc.stderr
+    (res,) = _results(proc.stdout)
+    expected = "tcmalloc" if requested == "auto" else requested
+    assert res["allocator"] == expected
+    if library:
+        assert Path(res["allocator_library"]).name.startswith(library)
+        assert "Allocator:   %s (%s)" % (expected, res["allocator_library"]) in proc.stdout
+    else:
+        assert res["allocator_library"] is None and "Allocator:   %s\n" % expected in proc.stdout
+
+
+def test_allocator_clash_with_user_preload_is_one_line():
+    jemalloc = h.find_allocator("jemalloc")
+    proc = _run(["--model", "trivial", "--steps", "1", "--allocator", "tcmalloc"],
+                env=_env(LD_PRELOAD=jemalloc))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "dlrun-harness: error: --allocator tcmalloc: jemalloc is already loaded (LD_PRELOAD=%r); "
+        "unset LD_PRELOAD or use --allocator auto|jemalloc" % jemalloc]

@@ -55,6 +55,14 @@ def test_single_rank_script_runs_the_harness_directly(dlrun_home):
     assert last.startswith("exec ") and "harness_pytorch.py --model resnet50_v1.5" in last
     assert "mpirun" not in rendered.script
     assert "--expected-world-size 1" in last
+    assert "--allocator" not in last  # auto is the harness's default
+
+
+def test_allocator_choice_reaches_the_harness_and_the_plan(dlrun_home):
+    plan = resolve_plan(load_catalog(), "resnet50", steps=2, allocator="system")
+    assert plan.summary()["allocator"] == "system"
+    last = render_job(plan).script.strip().splitlines()[-1]
+    assert last.endswith("--expected-world-size 1 --allocator system")
 
 
 def test_two_rank_script_uses_mpirun(dlrun_home):

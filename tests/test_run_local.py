@@ -37,6 +37,8 @@ def test_two_ranks_through_mpirun_store_world_size_2(dlrun_home):
     extra = result["extra"]
     assert extra["world_size"] == 2 and len(extra["per_rank_images_per_sec"]) == 2
     assert extra["value"] == pytest.approx(2 * 4 * 3 / extra["wall_time_s"], rel=1e-3)
+    # each rank re-executed itself under mpirun with tcmalloc preloaded (Makefile installs it)
+    assert extra["allocator"] == "tcmalloc" and "libtcmalloc" in extra["allocator_library"]
     assert shown["provenance"]["harness_sha256"]
 
     run_dir = Path(run["run_dir"])
@@ -56,11 +58,13 @@ def test_two_ranks_through_mpirun_store_world_size_2(dlrun_home):
 
 @pytest.mark.integration
 def test_single_rank_run_and_results_views(dlrun_home):
-    proc = run_cli("run", "trivial", "--steps", "3", "--warmup-steps", "1")
+    proc = run_cli("run", "trivial", "--steps", "3", "--warmup-steps", "1", "--allocator", "jemalloc")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "total images/sec" in proc.stdout
     runs = cli_json("results", "list")
     assert [r["world_size"] for r in runs] == [1]
+    extra = cli_json("results", "show", runs[0]["id"])["results"][0]["extra"]
+    assert extra["allocator"] == "jemalloc"
     assert runs[0]["value"] > 0
     run_dir = Path(runs[0]["run_dir"])
     assert (run_dir / "logs" / "rank.0" / "stdout").read_text() == (run_dir / "output.log").read_text()

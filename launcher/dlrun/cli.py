@@ -86,6 +86,9 @@ EnvOpt = Annotated[Optional[list[str]], typer.Option("--env", "-e", help="Extra 
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the exact script that would run; run nothing.")]
 DataWorkersOpt = Annotated[Optional[int], typer.Option("--data-workers",
                                                       help="Data-loader workers per rank (default: the system's j).")]
+AllocatorOpt = Annotated[str, typer.Option(
+    "--allocator", help="Memory allocator of the PyTorch harness: auto (tcmalloc, else jemalloc, else glibc-tuned), "
+    "tcmalloc, jemalloc, glibc-tuned or system.")]
 PartitionOpt = Annotated[Optional[str], typer.Option("--partition", help="Batch partition/queue.")]
 AccountOpt = Annotated[Optional[str], typer.Option("--account", help="Batch account/project.")]
 TimeOpt = Annotated[Optional[str], typer.Option("--time", help="Job time limit: MINUTES, HH:MM:SS or D-HH:MM:SS.")]
@@ -117,7 +120,8 @@ def run(workload: Workload, image: ImageOpt = None, system: SystemOpt = "localho
         steps: StepsOpt = None, warmup_steps: WarmupOpt = None, precision: PrecisionOpt = "fp32",
         threads: ThreadsOpt = None, launcher: LauncherOpt = None, runtime: RuntimeOpt = None,
         scheduler: SchedulerOpt = None, fabric: FabricOpt = None, data: DataOpt = None, bind: BindOpt = None,
-        env: EnvOpt = None, data_workers: DataWorkersOpt = None, partition: PartitionOpt = None,
+        env: EnvOpt = None, data_workers: DataWorkersOpt = None, allocator: AllocatorOpt = "auto",
+        partition: PartitionOpt = None,
         account: AccountOpt = None, time: TimeOpt = None, exclusive: ExclusiveOpt = None,
         launcher_arg: LauncherArgOpt = None, skip_checks: SkipChecksOpt = False, dry_run: DryRunOpt = False) -> None:
     """Run a workload: resolve a plan, render it, check it, execute it, store the result."""
@@ -205,7 +209,7 @@ def plan_cmd(workload: Workload, image: ImageOpt = None, system: SystemOpt = "lo
              precision: PrecisionOpt = "fp32", threads: ThreadsOpt = None, launcher: LauncherOpt = None,
              runtime: RuntimeOpt = None, scheduler: SchedulerOpt = None, fabric: FabricOpt = None,
              data: DataOpt = None, bind: BindOpt = None, env: EnvOpt = None, data_workers: DataWorkersOpt = None,
-             partition: PartitionOpt = None, account: AccountOpt = None, time: TimeOpt = None,
+             allocator: AllocatorOpt = "auto", partition: PartitionOpt = None, account: AccountOpt = None, time: TimeOpt = None,
              exclusive: ExclusiveOpt = None, launcher_arg: LauncherArgOpt = None) -> None:
     """Print the resolved plan as JSON (what `run` would do, as data)."""
     _print_json(_resolve(locals()).summary())

@@ -41,6 +41,10 @@ def parse_env(spec: str) -> tuple[str, str]:
     return name, value
 
 
+Allocator = Literal["auto", "tcmalloc", "jemalloc", "glibc-tuned", "system"]
+ALLOCATORS = ("auto", "tcmalloc", "jemalloc", "glibc-tuned", "system")
+
+
 class Plan(BaseModel):
     """The resolved run. Frozen: renderers and executors read it, nobody changes it."""
 
@@ -66,6 +70,7 @@ class Plan(BaseModel):
     binds: list[Bind] = []
     devices: list[str] = []  # host device paths to pass into containers (fabric devices, /dev/infiniband/...)
     data_workers: int = Field(default=0, ge=0)  # data-loader workers per rank (Ren et al.'s j)
+    allocator: Allocator = "auto"  # the PyTorch harness's malloc (see harness_pytorch.py)
     scheduler_options: SchedulerOptions = SchedulerOptions()
     launcher_args: list[str] = []  # extra flags for the launcher (mpirun, srun, ...), passed as given
 
@@ -120,6 +125,7 @@ def resolve_plan(
     binds: list[str] | None = None,
     env: list[str] | None = None,
     data_workers: int | None = None,
+    allocator: str = "auto",
     partition: str | None = None,
     account: str | None = None,
     time_limit: str | None = None,
@@ -134,6 +140,10 @@ def resolve_plan(
         raise UsageError(f"--warmup-steps must be >= 0, got {warmup_steps}")
     if precision not in ("fp32", "amp"):
         raise UsageError(f"unknown precision {precision!r}; valid: fp32, amp")
+    if allocator not in ALLOCATORS:
+        from dlrun.errors import unknown_name
+
+        raise unknown_name("allocator", allocator, ALLOCATORS)
 
     work: WorkloadSpec = catalog.workload(workload)
     sys_: SystemSpec = catalog.system(system)
@@ -150,6 +160,9 @@ def resolve_plan(
         valid = sorted(w.name for w in catalog.workloads.values() if w.tf_cnn_model)
         raise UsageError(f"workload {work.name!r} has no tf_cnn_benchmarks model, which image {img.name!r} "
                          f"(TensorFlow) runs; valid workloads for it: {', '.join(valid)}")
+    if img.framework == "tensorflow" and allocator != "auto":
+        raise UsageError(f"--allocator {allocator} applies to dlrun's PyTorch harness, but image {img.name!r} runs "
+                         "tf_cnn_benchmarks (TensorFlow); valid for it: auto")
     if img.framework not in ("pytorch", "tensorflow"):
         raise UsageError(f"image {img.name!r} has framework {img.framework!r}, which no dlrun workload command "
                          "runs; valid: pytorch, tensorflow")
@@ -226,6 +239,7 @@ def resolve_plan(
         env=env_map,
         devices=devices,
         data_workers=sys_.data_loader_workers if data_workers is None else data_workers,
+        allocator=allocator,  # type: ignore[arg-type]
         scheduler_options=options,
         launcher_args=list(launcher_args or []),
     )

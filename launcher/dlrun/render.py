@@ -54,7 +54,8 @@ def harness_command(plan: Plan) -> list[str]:
         "--device", plan.device,
         "--threads", str(plan.threads_per_rank),
         "--expected-world-size", str(plan.world_size),
-    ] + (["--data-workers", str(plan.data_workers)] if plan.data_workers else [])
+    ] + (["--data-workers", str(plan.data_workers)] if plan.data_workers else []) + (
+        ["--allocator", plan.allocator] if plan.allocator != "auto" else [])
 
 
 TF_CNN_BENCHMARKS_DIR = "/opt/tensorflow-benchmarks"  # where our TensorFlow images clone tensorflow/benchmarks
