@@ -107,3 +107,29 @@ def test_user_catalog_adds_and_overrides(dlrun_home, tmp_path):
            "name: resnet50\ndescription: site override\nmodel: resnet50\n")
     data = cli_json("workloads", "show", "resnet50", env={"DLRUN_PATH": str(tmp_path / "site")})
     assert data["description"] == "site override" and data["model"] == "resnet50"
+
+
+def test_allreduce_workloads(dlrun_home):
+    catalog = load_catalog()
+    small, ren = catalog.workload("allreduce"), catalog.workload("allreduce_1mb_1gb")
+    assert small.kind == ren.kind == "allreduce" and small.model is None and small.label == "allreduce"
+    assert (small.min_bytes, small.max_bytes, small.size_factor) == (8, 64 << 20, 2)
+    # Ren et al. Sec. IV-A: 1 MB to 1 GB, 500 iterations per point
+    assert (ren.min_bytes, ren.max_bytes, ren.default_steps) == (1 << 20, 1 << 30, 500)
+    assert ren.sources[0].where == "Sec. IV-A, Fig. 2"
+    shown = cli_json("workloads", "show", "allreduce")
+    assert shown["kind"] == "allreduce" and "model_facts" not in shown
+
+
+@pytest.mark.parametrize("text, message", [
+    ("- {name: w, description: d}\n", "a cnn-training workload needs `model`"),
+    ("- {name: w, description: d, kind: allreduce, model: resnet18}\n", "an allreduce workload trains no model"),
+    ("- {name: w, description: d, kind: allreduce, min_bytes: 64, max_bytes: 8}\n",
+     "min_bytes 64 exceeds max_bytes 8"),
+])
+def test_workload_kind_rules(tmp_path, text, message):
+    bad = tmp_path / "w.yaml"
+    bad.write_text(text)
+    with pytest.raises(CatalogError) as err:
+        load_file(WorkloadSpec, bad)
+    assert message in str(err.value) and str(bad) in str(err.value)

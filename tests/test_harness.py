@@ -594,3 +594,56 @@ def test_allocator_clash_with_user_preload_is_one_line():
     assert proc.stderr.strip().splitlines() == [
         "dlrun-harness: error: --allocator tcmalloc: jemalloc is already loaded (LD_PRELOAD=%r); "
         "unset LD_PRELOAD or use --allocator auto|jemalloc" % jemalloc]
+
+
+# ----------------------------------------------------------------------------- all-reduce benchmark
+
+def test_message_sizes_and_bus_bandwidth():
+    assert h.message_sizes(8, 64) == [8, 16, 32, 64]
+    assert h.message_sizes(1024, 1 << 20, 8) == [1024, 8192, 65536, 524288]
+    assert h.message_sizes(10, 40) == [8, 20, 40]  # whole float32 elements
+    for bad in ((2, 8, 2), (64, 8, 2), (8, 64, 1)):
+        with pytest.raises(h.HarnessError):
+            h.message_sizes(*bad)
+    algbw, busbw = h.bus_bandwidth(1e9, 0.5, 2)
+    assert algbw == pytest.approx(2.0) and busbw == pytest.approx(2.0)  # 2 ranks: factor 2*(1)/2 = 1
+    assert h.bus_bandwidth(1e9, 0.5, 8)[1] == pytest.approx(2.0 * 2 * 7 / 8)
+
+
+def test_allreduce_needs_two_ranks(capsys):
+    code, out, err = _main(capsys, ["--benchmark", "allreduce", "--max-bytes", "64"])
+    assert code == h.EXIT_USAGE and _results(out) == []
+    assert _error_lines(err) == ["dlrun-harness: error: --benchmark allreduce needs at least 2 ranks, found 1; "
+                                 "start it with 2 or more processes (e.g. mpirun -np 2, torchrun "
+                                 "--nproc-per-node 2)"]
+
+
+@pytest.mark.integration
+def test_two_rank_allreduce_sweep():
+    proc = _mpirun(["--benchmark", "allreduce", "--min-bytes", "8", "--max-bytes", "65536",
+                    "--size-factor", "4", "--steps", "3", "--warmup-steps", "1", "--expected-world-size", "2"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (res,) = _results(proc.stdout)
+    assert res["metric"] == "busbw" and res["unit"] == "GB/s" and res["benchmark"] == "allreduce"
+    assert res["world_size"] == 2 and res["backend"] == "gloo" and res["rank_source"] == "openmpi"
+    assert [r["bytes"] for r in res["sizes"]] == [8, 32, 128, 512, 2048, 8192, 32768]
+    for row in res["sizes"]:
+        assert row["wrong"] == 0 and row["count"] == row["bytes"] // 4 and row["time_us"] > 0
+        assert row["algbw_gbs"] == pytest.approx(row["bytes"] / (row["time_us"] * 1e-6) / 1e9, rel=1e-9)
+        assert row["busbw_gbs"] == pytest.approx(row["algbw_gbs"] * 2 * (2 - 1) / 2, rel=1e-12)
+    assert res["value"] == res["sizes"][-1]["busbw_gbs"] and res["largest_bytes"] == 32768
+    assert res["avg_busbw"] == pytest.approx(sum(r["busbw_gbs"] for r in res["sizes"]) / 7)
+    table = [ln.split() for ln in proc.stdout.splitlines() if ln.startswith(" ") and ln.split()[0].isdigit()]
+    assert [int(t[0]) for t in table] == [8, 32, 128, 512, 2048, 8192, 32768]
+    assert "# Avg bus bandwidth    : %.4f" % res["avg_busbw"] in proc.stdout
+
+
+@pytest.mark.integration
+def test_two_rank_allreduce_wrong_values_exit_6():
+    proc = _mpirun(["--benchmark", "allreduce", "--max-bytes", "64", "--steps", "1", "--warmup-steps", "0"],
+                   extra_env=["DLRUN_HARNESS_TEST_PERTURB_RANK=1"])
+    assert proc.returncode == h.EXIT_WRONG_RESULT, proc.stdout + proc.stderr
+    assert _results(proc.stdout) == []
+    assert _error_lines(proc.stderr) == [
+        "dlrun-harness: error: all-reduce returned wrong values: 8 elements over all ranks, "
+        "at message sizes [8, 16, 32, 64] bytes"]

@@ -58,6 +58,17 @@ def test_single_rank_script_runs_the_harness_directly(dlrun_home):
     assert "--allocator" not in last  # auto is the harness's default
 
 
+def test_allreduce_workload_renders_the_harness_sweep(dlrun_home):
+    plan = resolve_plan(load_catalog(), "allreduce_1mb_1gb", ranks_per_node=2)
+    assert (plan.steps, plan.warmup_steps) == (500, 5)  # the workload's, not the system's training defaults
+    last = render_job(plan).script.strip().splitlines()[-1]
+    assert last.startswith("exec mpirun -np 2 ")
+    assert last.endswith("harness_pytorch.py --benchmark allreduce --min-bytes 1048576 --max-bytes 1073741824 "
+                         "--size-factor 2 --steps 500 --warmup-steps 5 --device cpu --threads 1 "
+                         "--expected-world-size 2")
+    assert "# workload=allreduce_1mb_1gb model=allreduce " in render_job(plan).script
+
+
 def test_allocator_choice_reaches_the_harness_and_the_plan(dlrun_home):
     plan = resolve_plan(load_catalog(), "resnet50", steps=2, allocator="system")
     assert plan.summary()["allocator"] == "system"

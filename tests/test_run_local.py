@@ -57,6 +57,23 @@ def test_two_ranks_through_mpirun_store_world_size_2(dlrun_home):
 
 
 @pytest.mark.integration
+def test_allreduce_run_stores_bus_bandwidth(dlrun_home):
+    proc = run_cli("run", "allreduce", "--ranks-per-node", "2", "--steps", "2", "--warmup-steps", "1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "# Avg bus bandwidth" in proc.stdout and "bus bandwidth" in proc.stdout
+    (run,) = cli_json("results", "list")
+    assert run["status"] == "ok" and run["unit"] == "GB/s" and run["value"] > 0
+    assert run["batch_size"] is None and run["world_size"] == 2
+    result = cli_json("results", "show", run["id"])["results"][0]
+    assert result["metric"] == "busbw" and result["num_devices"] == 2
+    sizes = result["extra"]["sizes"]
+    assert [s["bytes"] for s in sizes] == [8 << i for i in range(24)]  # 8 B .. 64 MiB
+    assert result["value"] == sizes[-1]["busbw_gbs"] and all(s["wrong"] == 0 for s in sizes)
+    table = run_cli("results", "list", check=True).stdout
+    assert "GB/s" in table
+
+
+@pytest.mark.integration
 def test_single_rank_run_and_results_views(dlrun_home):
     proc = run_cli("run", "trivial", "--steps", "3", "--warmup-steps", "1", "--allocator", "jemalloc")
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -160,7 +160,7 @@ def _execute(plan, rendered, inventory=None, findings=None) -> None:
 
     console = _console()
     err = _console(stderr=True)
-    title = (f"{plan.workload.name} ({plan.workload.model}) on {plan.system.name}: {plan.world_size} rank(s), "
+    title = (f"{plan.workload.name} ({plan.workload.label}) on {plan.system.name}: {plan.world_size} rank(s), "
              f"batch {plan.batch_size}/rank, {plan.warmup_steps}+{plan.steps} steps, {plan.precision}, "
              f"image {plan.image.name}")
     console.print(f"[bold]dlrun[/bold] {title}")
@@ -187,12 +187,18 @@ def _print_summary(console, record) -> None:
     res = record.result or {}
     if res:
         extra = res.get("extra", {})
-        table.add_row("throughput", f"{res['value']:.2f} {res['unit']} (all ranks)")
-        table.add_row("formula", str(extra.get("formula", "")))
-        rates = extra.get("per_rank_images_per_sec")
-        if rates:
-            table.add_row("per rank", ", ".join(f"{r:.2f}" for r in rates))
-        table.add_row("model / batch", f"{res.get('model')} / {res.get('batch_size')} per rank")
+        if res["metric"] == "busbw":
+            table.add_row("bus bandwidth", f"{res['value']:.3f} {res['unit']} at {extra.get('largest_bytes')} B "
+                                           f"(average over sizes {extra.get('avg_busbw', 0):.3f})")
+            table.add_row("formula", str(extra.get("formula", "")))
+            table.add_row("backend", str(extra.get("backend")))
+        else:
+            table.add_row("throughput", f"{res['value']:.2f} {res['unit']} (all ranks)")
+            table.add_row("formula", str(extra.get("formula", "")))
+            rates = extra.get("per_rank_images_per_sec")
+            if rates:
+                table.add_row("per rank", ", ".join(f"{r:.2f}" for r in rates))
+            table.add_row("model / batch", f"{res.get('model')} / {res.get('batch_size')} per rank")
         table.add_row("world size", str(res.get("num_devices")))
         table.add_row("framework", f"{extra.get('framework')} {extra.get('framework_version', '')}")
     if record.reason:
@@ -304,7 +310,7 @@ def workloads_list(as_json: JsonOpt = False) -> None:
         _print_json([w.model_dump(mode="json") for w in workloads.values()])
         return
     _table("workloads", ["name", "model", "framework", "batch", "description"],
-           [[w.name, w.model, w.framework, w.default_batch_size, w.description] for w in workloads.values()])
+           [[w.name, w.label, w.framework, w.default_batch_size if w.model else "-", w.description] for w in workloads.values()])
 
 
 @workloads_app.command("show")
@@ -315,6 +321,16 @@ def workloads_show(name: Annotated[str, typer.Argument(help="Workload name.")], 
 
     workload = _catalog().workload(name)
     data = workload.model_dump(mode="json")
+    if workload.kind == "allreduce":
+        if as_json:
+            _print_json(data)
+            return
+        _table(f"workload {workload.name}", ["field", "value"], [
+            ["name", workload.name], ["description", workload.description], ["kind", workload.kind],
+            ["framework", workload.framework],
+            ["message sizes", f"{workload.min_bytes} B to {workload.max_bytes} B, x{workload.size_factor}"],
+            ["iterations / warm-up per size", f"{workload.default_steps} / {workload.default_warmup_steps}"]])
+        return
     data["model_facts"] = describe_model(workload.model)
     if as_json:
         _print_json(data)
@@ -375,7 +391,7 @@ def results_list(as_json: JsonOpt = False,
         _print_json(runs)
         return
     _table("results", ["id", "status", "workload", "system", "image", "ranks", "batch", "value"],
-           [[r["id"], r["status"], r["workload"], r["system"], r["image"], r["world_size"], r["batch_size"],
+           [[r["id"], r["status"], r["workload"], r["system"], r["image"], r["world_size"], "-" if r["batch_size"] is None else r["batch_size"],
              f"{r['value']:.2f} {r['unit']}" if r["value"] is not None else "-"] for r in runs])
 
 

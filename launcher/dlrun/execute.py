@@ -224,7 +224,8 @@ def _finish(plan: Plan, rendered: RenderedJob, run: RunDir, store: Store, *, sta
         "system": plan.system.name, "scheduler": plan.scheduler, "launcher": plan.launcher,
         "runtime": plan.runtime, "fabric": plan.fabric,
         "nodes": plan.nodes, "ranks_per_node": plan.ranks_per_node, "world_size": plan.world_size,
-        "batch_size": plan.batch_size, "precision": plan.precision,
+        "batch_size": plan.batch_size if plan.workload.model else None,  # allreduce trains nothing
+        "precision": plan.precision,
         "run_dir": str(final),
         "plan": plan.summary(),
         "provenance": {**provenance(plan), "hostname": env_capture["hostname"], "argv": env_capture["argv"],

@@ -180,6 +180,14 @@ def resolve_plan(
         raise UsageError(f"--ranks-per-node {ranks_per_node} exceeds the {per_node_limit} {unit} per node of "
                          f"system {sys_.name!r}; valid: 1..{per_node_limit}")
     world = nodes * ranks_per_node
+    if work.kind == "allreduce":
+        if world < 2:
+            raise UsageError(f"workload {work.name!r} measures all-reduce between ranks and needs at least 2, got "
+                             f"{world} ({nodes} node(s) x {ranks_per_node}); valid: --ranks-per-node 2 or more, "
+                             "or --nodes 2 or more")
+        if batch_size is not None or global_batch_size is not None or precision != "fp32":
+            raise UsageError(f"workload {work.name!r} trains no model; --batch-size, --global-batch-size and "
+                             "--precision do not apply (valid: --steps and --warmup-steps, per message size)")
 
     if batch_size is not None and global_batch_size is not None:
         raise UsageError("give either --batch-size (per rank) or --global-batch-size, not both")
@@ -226,8 +234,10 @@ def resolve_plan(
         nodes=nodes,
         ranks_per_node=ranks_per_node,
         batch_size=batch_size,
-        steps=_first(steps, sys_.default_steps, work.default_steps),
-        warmup_steps=_first(warmup_steps, sys_.default_warmup_steps, work.default_warmup_steps),
+        # A system's default steps are training steps; an allreduce workload's are iterations per message size.
+        steps=_first(steps, None if work.kind == "allreduce" else sys_.default_steps, work.default_steps),
+        warmup_steps=_first(warmup_steps, None if work.kind == "allreduce" else sys_.default_warmup_steps,
+                            work.default_warmup_steps),
         precision=precision,  # type: ignore[arg-type]
         device=device,
         threads_per_rank=threads_per_rank,

@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Arch = Literal["x86_64", "ppc64le", "aarch64"]
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]*$"
@@ -36,10 +36,15 @@ class PublishedValue(Strict):
 class WorkloadSpec(Strict):
     name: str = Field(pattern=NAME_PATTERN)
     description: str
-    kind: Literal["cnn-training"] = "cnn-training"
+    # cnn-training: the harness trains `model`; allreduce: the harness measures all-reduce bus bandwidth
+    # over the run's process group (message sizes min_bytes, x size_factor, ..., max_bytes).
+    kind: Literal["cnn-training", "allreduce"] = "cnn-training"
     framework: Literal["pytorch", "tensorflow"] = "pytorch"
     # Model name in the in-container harness (tf_cnn_benchmarks naming: resnet50 is v1, resnet50_v1.5 is v1.5).
-    model: str
+    model: str | None = None
+    min_bytes: int = Field(default=8, ge=4)
+    max_bytes: int = Field(default=64 * 1024 * 1024, ge=4)
+    size_factor: int = Field(default=2, ge=2)
     tf_cnn_model: str | None = None
     dataset: Literal["synthetic", "imagenet"] = "synthetic"
     default_batch_size: int = Field(default=32, gt=0)
@@ -48,6 +53,21 @@ class WorkloadSpec(Strict):
     published_params: PublishedValue | None = None
     published_ops_per_image: PublishedValue | None = None
     sources: list[Source] = []
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> "WorkloadSpec":
+        if self.kind == "cnn-training" and not self.model:
+            raise ValueError("a cnn-training workload needs `model` (the harness's model name)")
+        if self.kind == "allreduce" and (self.model or self.tf_cnn_model):
+            raise ValueError("an allreduce workload trains no model: leave out `model` and `tf_cnn_model`")
+        if self.min_bytes > self.max_bytes:
+            raise ValueError(f"min_bytes {self.min_bytes} exceeds max_bytes {self.max_bytes}")
+        return self
+
+    @property
+    def label(self) -> str:
+        """The model, or what an allreduce workload measures."""
+        return self.model or self.kind
 
 
 class CpuSpec(Strict):

@@ -78,7 +78,7 @@ class Store:
 
     def list_runs(self, limit: int | None = 50) -> list[dict[str, Any]]:
         query = (f"SELECT r.{', r.'.join(RUN_COLUMNS)}, res.value, res.unit FROM runs r "
-                 "LEFT JOIN results res ON res.run_id = r.id AND res.metric = 'throughput' "
+                 "LEFT JOIN results res ON res.run_id = r.id AND res.metric IN ('throughput', 'busbw') "
                  "ORDER BY r.created_at DESC, r.id DESC")
         params: tuple = ()
         if limit is not None:

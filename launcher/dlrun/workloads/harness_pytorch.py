@@ -129,12 +129,27 @@ Errors are one stderr line starting with ``dlrun-harness: error:`` (an
 unexpected exception also prints its traceback before that line).  Exit
 codes: 0 ok; 1 unexpected failure; 2 bad option or unsupported feature;
 3 world size differs from --expected-world-size; 4 replicas diverged;
+6 all-reduce returned wrong values (--benchmark allreduce);
 5 non-finite loss (one process: checked at every displayed step; several:
 checked at the end, all ranks agreeing through an all-reduce).
 
 Test hook: if DLRUN_HARNESS_TEST_PERTURB_RANK=R is set, rank R adds 1.0 to
-its first parameter tensor after training, before the replica check, so that
-tests can prove the check fires.  It has no other effect.
+its first parameter tensor after training, before the replica check (with
+--benchmark allreduce: adds 1.0 to the first element it contributes to each
+checked all-reduce), so that tests can prove the checks fire.  It has no
+other effect.
+
+All-reduce benchmark (``--benchmark allreduce``, at least 2 ranks): for each
+message size from --min-bytes to --max-bytes (x --size-factor; float32
+elements), --warmup-steps untimed and --steps timed in-place sum
+all-reduces of a zero buffer over the process group (gloo on CPU, NCCL on
+CUDA), then one check all-reduce where rank r contributes r + 1 (every
+element must come back n (n + 1) / 2; any wrong element: exit 6).  Time
+per size = the slowest rank's mean per all-reduce; algbw = bytes / time and
+busbw = algbw * 2 (n - 1) / n in GB/s (nccl-tests' definitions).  Rank 0
+prints an nccl-tests-like table and a DLRUN_RESULT with metric "busbw",
+value = busbw at the largest size, unit "GB/s", avg_busbw, and every size
+in "sizes" (bytes, count, time_us, algbw_gbs, busbw_gbs, wrong).
 """
 
 import argparse
@@ -161,6 +176,7 @@ EXIT_USAGE = 2
 EXIT_WORLD_SIZE = 3
 EXIT_DIVERGED = 4
 EXIT_NONFINITE = 5
+EXIT_WRONG_RESULT = 6
 
 
 class HarnessError(Exception):
@@ -1088,6 +1104,18 @@ def build_parser():
                    help="recorded only: synthetic data needs no loaders")
     p.add_argument("--compile", action="store_true",
                    help="use torch.compile where available")
+    p.add_argument("--benchmark", choices=("train", "allreduce"),
+                   default="train",
+                   help="train (default) or allreduce: all-reduce bus "
+                        "bandwidth over message sizes, --steps timed and "
+                        "--warmup-steps untimed iterations per size")
+    p.add_argument("--min-bytes", type=_positive, default=8,
+                   help="allreduce: smallest message (default 8)")
+    p.add_argument("--max-bytes", type=_positive, default=64 * 1024 * 1024,
+                   help="allreduce: largest message (default 64 MiB)")
+    p.add_argument("--size-factor", type=_positive, default=2,
+                   help="allreduce: size multiplier between messages "
+                        "(default 2)")
     p.add_argument("--allocator", choices=ALLOCATOR_CHOICES, default="auto",
                    help="memory allocator: auto (tcmalloc, else jemalloc, "
                         "else glibc-tuned), tcmalloc, jemalloc, glibc-tuned "
@@ -1307,7 +1335,9 @@ def _maybe_perturb(module, rank):
             break
 
 
-def run_benchmark(args):
+def _setup_process(args):
+    """What every benchmark does first: check the world size, settle the
+    allocator and threads, pick the device and the backend."""
     rank, world_size, local_rank, rank_source = detect_rank_env()
     if (args.expected_world_size is not None
             and args.expected_world_size != world_size):
@@ -1334,6 +1364,13 @@ def run_benchmark(args):
         device = torch.device("cpu")
         device_name = _cpu_name()
     backend = _resolve_backend(args.backend, device_type)
+    return (rank, world_size, rank_source, device_type, device, device_name,
+            backend)
+
+
+def run_benchmark(args):
+    (rank, world_size, rank_source, device_type, device, device_name,
+     backend) = _setup_process(args)
 
     if args.precision == "amp":
         autocast, amp_dtype, needs_scaler = resolve_amp(device_type)
@@ -1412,6 +1449,149 @@ def run_benchmark(args):
         _out(RULE)
         _out("DLRUN_RESULT " + json.dumps(result, sort_keys=True))
     return 0
+
+
+# --- All-reduce bus bandwidth ------------------------------------------------
+
+
+def message_sizes(min_bytes, max_bytes, factor=2):
+    """min_bytes, min_bytes*factor, ... up to max_bytes (as nccl-tests -b -e
+    -f), each rounded down to whole float32 elements (at least one)."""
+    if min_bytes < 4 or max_bytes < min_bytes or factor < 2:
+        raise HarnessError("message sizes: need 4 <= --min-bytes <= "
+                           "--max-bytes and --size-factor >= 2, got %d, %d, "
+                           "%d" % (min_bytes, max_bytes, factor))
+    sizes = []
+    size = min_bytes
+    while size <= max_bytes:
+        sizes.append(size // 4 * 4)
+        size *= factor
+    return sizes
+
+
+def bus_bandwidth(nbytes, seconds, world_size):
+    """(algbw, busbw) in GB/s, nccl-tests' definitions for all-reduce:
+    algbw = bytes / time; busbw = algbw * 2 (n - 1) / n, the rate each link
+    carries in a ring, comparable across rank counts and with the hardware."""
+    algbw = nbytes / seconds / 1e9
+    return algbw, algbw * 2.0 * (world_size - 1) / world_size
+
+
+def run_allreduce(args):
+    (rank, world_size, rank_source, device_type, device, device_name,
+     backend) = _setup_process(args)
+    if world_size < 2:
+        raise HarnessError(
+            "--benchmark allreduce needs at least 2 ranks, found 1; start "
+            "it with 2 or more processes (e.g. mpirun -np 2, torchrun "
+            "--nproc-per-node 2)")
+    sizes = message_sizes(args.min_bytes, args.max_bytes, args.size_factor)
+    comm = _Comm(rank, world_size, backend, device)
+    comm.init()
+    try:
+        rows = _allreduce_sweep(args, comm, device, sizes)
+    except BaseException:
+        _leave_now(sys.exc_info())
+        raise
+    comm.destroy()
+    wrong = sum(r["wrong"] for r in rows)
+    if wrong:
+        bad = [r["bytes"] for r in rows if r["wrong"]]
+        if rank == 0:
+            _error_line("all-reduce returned wrong values: %d elements over "
+                        "all ranks, at message sizes %s bytes"
+                        % (wrong, bad))
+        return EXIT_WRONG_RESULT
+    largest = rows[-1]
+    avg_busbw = sum(r["busbw_gbs"] for r in rows) / len(rows)
+    result = {
+        "benchmark": "allreduce",
+        "metric": "busbw",
+        "value": largest["busbw_gbs"],
+        "unit": "GB/s",
+        "formula": "busbw = bytes/time * 2*(world_size-1)/world_size at the "
+                   "largest message; time = max over ranks of the mean time "
+                   "of one all-reduce",
+        "time_reduction": "max_over_ranks",
+        "op": "sum",
+        "dtype": "float32",
+        "in_place": True,
+        "largest_bytes": largest["bytes"],
+        "avg_busbw": avg_busbw,
+        "sizes": rows,
+        "iterations": args.steps,
+        "warmup_iterations": args.warmup_steps,
+        "world_size": world_size,
+        "num_devices": world_size,
+        "rank_source": rank_source,
+        "device": device_type,
+        "device_name": device_name,
+        "backend": backend,
+        "threads": torch.get_num_threads(),
+        "allocator": ALLOCATOR["name"],
+        "allocator_library": ALLOCATOR["library"],
+        "harness_version": HARNESS_VERSION,
+        "status": "ok",
+    }
+    result.update(_versions(device_type))
+    if rank == 0:
+        _out("# Avg bus bandwidth    : %.4f" % avg_busbw)
+        _out(RULE)
+        _out("DLRUN_RESULT " + json.dumps(result, sort_keys=True))
+    return 0
+
+
+def _allreduce_sweep(args, comm, device, sizes):
+    """Time `--steps` in-place float32 sum all-reduces per message size after
+    `--warmup-steps` untimed ones, then check one all-reduce of known values
+    (rank r contributes r + 1 everywhere; every element must be
+    n (n + 1) / 2).  Timed buffers hold zeros, so repeated reduction never
+    overflows and the values cannot change the speed."""
+    dist, rank, world_size = comm.dist, comm.rank, comm.world_size
+    expected = world_size * (world_size + 1) / 2.0
+    if rank == 0:
+        _out("PyTorch:     %s" % torch.__version__)
+        _out("Benchmark:   all-reduce (sum, float32, in place), %d ranks, "
+             "backend %s" % (world_size, comm.backend))
+        _out("Iterations:  %d timed, %d warm-up per size"
+             % (args.steps, args.warmup_steps))
+        _out("#%12s %14s %8s %6s %12s %8s %8s %8s"
+             % ("size", "count", "type", "redop", "time", "algbw", "busbw",
+                "#wrong"))
+        _out("#%12s %14s %8s %6s %12s %8s %8s %8s"
+             % ("(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", ""))
+    rows = []
+    for nbytes in sizes:
+        count = max(nbytes // 4, 1)
+        buf = torch.zeros(count, dtype=torch.float32, device=device)
+        for _ in range(args.warmup_steps):
+            dist.all_reduce(buf)
+        _sync(device)
+        comm.barrier()
+        _sync(device)
+        start = time.perf_counter()
+        for _ in range(args.steps):
+            dist.all_reduce(buf)
+        _sync(device)
+        local = (time.perf_counter() - start) / args.steps
+        buf.fill_(rank + 1.0)
+        if os.environ.get(PERTURB_ENV) == str(rank):
+            buf[0] += 1.0  # test hook: a wrong contribution
+        dist.all_reduce(buf)
+        local_wrong = int((buf != expected).sum().item())
+        del buf
+        seconds = comm.all_reduce([local], "MAX")[0]
+        wrong = int(comm.all_reduce([float(local_wrong)], "SUM")[0])
+        algbw, busbw = bus_bandwidth(count * 4, seconds, world_size)
+        rows.append({"bytes": count * 4, "count": count,
+                     "time_us": seconds * 1e6, "algbw_gbs": algbw,
+                     "busbw_gbs": busbw, "wrong": wrong})
+        if rank == 0:
+            _out(" %12d %14d %8s %6s %12.2f %8.3f %8.3f %8d"
+                 % (count * 4, count, "float", "sum", seconds * 1e6, algbw,
+                    busbw, wrong))
+    comm.barrier()
+    return rows
 
 
 def _leave_now(exc_info):
@@ -1581,6 +1761,8 @@ def main(argv=None):
         if args.describe:
             _out(json.dumps(describe_model(args.model), sort_keys=True))
             return 0
+        if args.benchmark == "allreduce":
+            return run_allreduce(args)
         return run_benchmark(args)
     except HarnessError as exc:
         _error_line(exc.message)
