@@ -104,10 +104,37 @@ def wall_time(argv: list[str], env: dict[str, str] | None = None) -> float:
 
 def bench_env(threads: int, **extra: str) -> dict[str, str]:
     """The environment dlrun gives a rank (same thread count) for every process we time."""
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("LD_PRELOAD", "MALLOC_CONF") and not k.startswith("MALLOC_")}  # each variant sets its own
     env.update({"OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"})
     env.update(extra)
     return env
+
+
+def harness_allocator() -> tuple[str, str | None]:
+    """The allocator the harness picks by default on this machine (name, library), as it decides it."""
+    sys.path.insert(0, str(REPO_ROOT / "launcher"))
+    from dlrun.workloads import load_harness
+
+    h = load_harness("pytorch")
+    action, name, library = h.plan_allocator("auto", None, h.find_allocator)
+    return name, library
+
+
+def allocator_env(name: str, library: str | None) -> dict[str, str]:
+    """Environment that gives a plain Python process the allocator the harness runs under."""
+    sys.path.insert(0, str(REPO_ROOT / "launcher"))
+    from dlrun.workloads import load_harness
+
+    h = load_harness("pytorch")
+    if name == "tcmalloc":
+        return {"LD_PRELOAD": str(library)}
+    if name == "jemalloc":
+        return {"LD_PRELOAD": str(library), "MALLOC_CONF": h.JEMALLOC_CONF}
+    if name == "glibc-tuned":  # glibc's environment names for the harness's mallopt settings
+        return {"MALLOC_MMAP_THRESHOLD_": str(32 * 1024 * 1024), "MALLOC_TRIM_THRESHOLD_": str(2 ** 31 - 1),
+                "MALLOC_TOP_PAD_": str(64 * 1024 * 1024)}
+    return {}
 
 
 def cpu_count() -> int:

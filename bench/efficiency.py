@@ -4,7 +4,8 @@ mixed-precision (bf16 autocast, channels-last) speed-up over fp32 - both with th
 Training FLOP per image = 3 (forward + backward: data and weight gradients) x 2 (multiply + add) x the
 forward multiply-adds counted on the harness's own model (`--describe`: 4.089 G for ResNet-50 v1.5).
 The harness runs as `dlrun run` starts it (same script, same options); fp32 and amp runs are alternated.
-A "before" row runs the harness with the memory format it used before channels-last became the CPU default.
+A "before" row runs the harness under glibc's malloc (`--allocator system`), as it ran before it started
+preloading a caching allocator (tcmalloc).
 """
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def measure(threads: int, repeats: int, log, quick: bool = False, before: bool =
     train_flop = 3 * 2 * macs
     batch, steps, warmup = 16, 6, 2
     ceilings: list[dict] = []
-    results: dict[str, list[dict]] = {"fp32": [], "amp": [], "fp32_before": []}
+    results: dict[str, list[dict]] = {"fp32": [], "amp": [], "fp32_glibc": []}
 
     def matmul():
         ceilings.append(matmul_ceiling(threads))
@@ -54,8 +55,7 @@ def measure(threads: int, repeats: int, log, quick: bool = False, before: bool =
     # The ceiling is measured in every round, next to the fp32 run it is compared with.
     variants = {"matmul": matmul, "fp32": variant("fp32", "fp32"), "amp": variant("amp", "amp")}
     if before and not quick:
-        # NCHW is several times slower: fewer timed steps keep the bench short.
-        variants["fp32_before"] = variant("fp32_before", "fp32", ["--channels-last", "off"], steps=3)
+        variants["fp32_glibc"] = variant("fp32_glibc", "fp32", ["--allocator", "system"])
     log(f"[2] fp32 matmul ceiling (GFLOP/s), then harness {MODEL} batch {batch}, {warmup}+{steps} steps: "
         f"fp32 vs amp (bf16 autocast), {threads} threads")
     samples = alternate(variants, repeats, log)
@@ -78,11 +78,13 @@ def measure(threads: int, repeats: int, log, quick: bool = False, before: bool =
             detail=f"median of per-round ratios; amp {spread(samples['amp'])} vs fp32 {spread(samples['fp32'])} "
                    "img/s"),
     ]
-    if "fp32_before" in samples:
-        old = median(samples["fp32_before"])
-        gain = median([f / b for f, b in zip(samples["fp32"], samples["fp32_before"])])
-        rows.append(Row("2 efficiency", "fp32 default (NHWC) / fp32 NCHW (before)", gain,
-                        detail=f"median of per-round ratios; NCHW {spread(samples['fp32_before'])} img/s = "
+    allocator = results["fp32"][-1].get("allocator")
+    rows[0].detail += f"; allocator {allocator}"
+    if "fp32_glibc" in samples:
+        old = median(samples["fp32_glibc"])
+        gain = median([f / b for f, b in zip(samples["fp32"], samples["fp32_glibc"])])
+        rows.append(Row("2 efficiency", f"fp32 default ({allocator}) / fp32 glibc malloc (before)", gain,
+                        detail=f"median of per-round ratios; glibc {spread(samples['fp32_glibc'])} img/s = "
                                f"{old * train_flop / 1e9 / ceiling:.2f} of the ceiling"))
     write_result("efficiency", {"model": MODEL, "forward_macs": macs, "train_flop_per_image": train_flop,
                                 "threads": threads, "batch": batch, "steps": steps, "warmup_steps": warmup,

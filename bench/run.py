@@ -4,7 +4,7 @@
 2 efficiency         training FLOP rate vs the best fp32 matrix product; bf16 amp vs fp32
 3 launcher cost      --help, --dry-run, a 512-node render, a 100,000-run results list
 4 container overhead cpu-reference under ch-run and podman vs chroot
-5 communication      (not applicable yet)
+5 communication      dlrun's all-reduce busbw vs Open MPI's MPI_Allreduce (mpi4py), 2 local ranks
 6 GPU                bench/gpu.sh, on a GPU machine only
 
 Each benchmark writes bench/results/<name>.json; the table goes to stdout and to bench/results/summary.json.

@@ -102,6 +102,9 @@ def test_harness_runs_in_the_image_and_the_result_holds_its_digest(cpu_reference
     result = run["results"][0]
     assert result["unit"] == "images/sec" and result["value"] > 0
     assert result["extra"]["framework_version"] == "1.13.0a0"  # Debian's torch 1.13.1 as it reports itself
+    # the image carries tcmalloc and the harness preloaded it inside the container
+    assert result["extra"]["allocator"] == "tcmalloc"
+    assert "/usr/lib/" in result["extra"]["allocator_library"] and "libtcmalloc_minimal.so.4" in result["extra"]["allocator_library"]
     print(f"\n{runtime}: trivial {result['value']:.1f} images/sec")
 
 
