@@ -40,8 +40,19 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=c
 
 home=$(mktemp -d)
 trap 'rm -rf "$home"' EXIT
+# The bare loop runs under the memory allocator the harness picks on this machine (like for like).
+mapfile -t alloc_env < <("$PYTHON" - <<'PY'
+import sys
+sys.path.insert(0, "bench")
+from common import allocator_env, harness_allocator
+name, library = harness_allocator()
+sys.stderr.write("allocator (harness and bare loop): %s %s\n" % (name, library or ""))
+for key, value in allocator_env(name, library).items():
+    print("%s=%s" % (key, value))
+PY
+)
 bare() {
-  "$PYTHON" - "$BATCH" "$STEPS" "$WARMUP" <<'PY'
+  env "${alloc_env[@]}" "$PYTHON" - "$BATCH" "$STEPS" "$WARMUP" <<'PY'
 import sys, time, json
 import torch, torch.nn as nn
 sys.path.insert(0, "launcher")
