@@ -24,7 +24,7 @@ from common import (BENCH_DIR, DLRUN, PYTHON, Row, allocator_env, alternate, ben
 
 GOAL = 0.98
 # (dlrun workload, harness model, batch, timed steps, warm-up steps)
-CASES = [("resnet50", "resnet50_v1.5", 16, 6, 2), ("resnet18", "resnet18", 16, 10, 2)]
+CASES = [("resnet50", "resnet50_v1.5", 16, 10, 2), ("resnet18", "resnet18", 16, 10, 2)]
 
 
 def _dlrun_once(home: Path, workload: str, batch: int, steps: int, warmup: int, threads: int,
