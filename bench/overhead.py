@@ -87,7 +87,9 @@ def measure(threads: int, repeats: int, log, quick: bool = False) -> list[Row]:
                 variants["bare_glibc"] = bare_with("bare_glibc", {})
             log(f"[1] {workload} batch {batch} {precision} channels_last={channels_last}, "
                 f"{warmup}+{steps} steps, {threads} threads, allocator {alloc_name}")
-            samples = alternate(variants, repeats, log)
+            # ResNet-18 runs take seconds: two extra rounds steady its ratio, whose goal sits near 1, for ~40 s.
+            rounds = repeats + 2 if workload == "resnet18" and not quick else repeats
+            samples = alternate(variants, rounds, log)
             # Each round is a back-to-back pair, so the median of per-round ratios cancels slow load drift.
             ratio = median([d / b for d, b in zip(samples["dlrun"], samples["bare"])])
             mismatch = [r for r in results if bool(r["extra"].get("channels_last")) != channels_last
