@@ -1324,6 +1324,18 @@ def _versions(device_type):
     return info
 
 
+def _run_fields(device_type):
+    """Result fields every benchmark shares: allocator, versions, status."""
+    fields = {
+        "allocator": ALLOCATOR["name"],
+        "allocator_library": ALLOCATOR["library"],
+        "harness_version": HARNESS_VERSION,
+        "status": "ok",
+    }
+    fields.update(_versions(device_type))
+    return fields
+
+
 def _maybe_perturb(module, rank):
     """The documented test hook (see the module notes)."""
     value = os.environ.get(PERTURB_ENV)
@@ -1436,13 +1448,9 @@ def run_benchmark(args):
         "momentum": args.momentum,
         "seed": args.seed,
         "data_workers": args.data_workers,
-        "allocator": ALLOCATOR["name"],
-        "allocator_library": ALLOCATOR["library"],
         "final_loss": outcome["final_loss"],
-        "harness_version": HARNESS_VERSION,
-        "status": "ok",
     }
-    result.update(_versions(device_type))
+    result.update(_run_fields(device_type))
     if rank == 0:
         _out(RULE)
         _out("total images/sec: %.2f" % total)
@@ -1528,12 +1536,8 @@ def run_allreduce(args):
         "device_name": device_name,
         "backend": backend,
         "threads": torch.get_num_threads(),
-        "allocator": ALLOCATOR["name"],
-        "allocator_library": ALLOCATOR["library"],
-        "harness_version": HARNESS_VERSION,
-        "status": "ok",
     }
-    result.update(_versions(device_type))
+    result.update(_run_fields(device_type))
     if rank == 0:
         _out("# Avg bus bandwidth    : %.4f" % avg_busbw)
         _out(RULE)
