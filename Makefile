@@ -42,7 +42,9 @@ sysdeps:
 	  fi; \
 	fi
 
+# The demo wants only tcmalloc (the harness's allocator; without it the harness falls back to glibc-tuned).
 demo: setup
+	-@$(MAKE) --no-print-directory sysdeps APT_PACKAGES=libtcmalloc-minimal4
 	$(BIN)/dlrun run resnet50
 
 test: setup sysdeps
