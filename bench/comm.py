@@ -14,11 +14,10 @@ import json
 import re
 import shlex
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-from common import BENCH_DIR, DLRUN, Row, alternate, bench_env, median, spread, write_result
+from common import BENCH_DIR, DLRUN, Row, alternate, bench_env, latest_result, median, spread, write_result
 
 STEPS, WARMUP = 20, 5
 RANKS = 2
@@ -43,9 +42,6 @@ def mpi_script(dry_run_script: str, steps: int, warmup: int) -> str:
 
 
 def measure(threads: int, repeats: int, log, quick: bool = False) -> list[Row]:
-    sys.path.insert(0, str(BENCH_DIR.parent / "launcher"))
-    from dlrun.results.store import Store
-
     steps, warmup = (5, 1) if quick else (STEPS, WARMUP)
     with tempfile.TemporaryDirectory(prefix="dlrun-bench-comm-") as tmp:
         home = Path(tmp)
@@ -61,8 +57,7 @@ def measure(threads: int, repeats: int, log, quick: bool = False) -> list[Row]:
             proc = subprocess.run([DLRUN, *_dlrun_args(steps, warmup)], capture_output=True, text=True, env=env)
             if proc.returncode != 0:
                 raise RuntimeError(f"dlrun run allreduce exited {proc.returncode}: {proc.stderr.strip()[-600:]}")
-            store = Store(home / "home" / "results.sqlite")
-            result = store.get_run(store.list_runs(1)[0]["id"])["results"][0]["extra"]
+            result = latest_result(home / "home")[1]["extra"]
             info["dlrun"] = {k: result.get(k) for k in ("backend", "framework_version", "allocator", "world_size")}
             runs["dlrun"].append(result["sizes"])
             return result["sizes"][-1]["busbw_gbs"]

@@ -131,10 +131,19 @@ def allocator_env(name: str, library: str | None) -> dict[str, str]:
         return {"LD_PRELOAD": str(library)}
     if name == "jemalloc":
         return {"LD_PRELOAD": str(library), "MALLOC_CONF": h.JEMALLOC_CONF}
-    if name == "glibc-tuned":  # glibc's environment names for the harness's mallopt settings
-        return {"MALLOC_MMAP_THRESHOLD_": str(32 * 1024 * 1024), "MALLOC_TRIM_THRESHOLD_": str(2 ** 31 - 1),
-                "MALLOC_TOP_PAD_": str(64 * 1024 * 1024)}
+    if name == "glibc-tuned":  # the harness's mallopt settings, under glibc's environment names
+        return {env_name: str(value) for _, env_name, value in h.GLIBC_TUNING}
     return {}
+
+
+def latest_result(home: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(run, its first result) of the newest run in the dlrun store under DLRUN_HOME=home."""
+    sys.path.insert(0, str(REPO_ROOT / "launcher"))
+    from dlrun.results.store import Store
+
+    store = Store(home / "results.sqlite")
+    run = store.list_runs(1)[0]
+    return run, store.get_run(run["id"])["results"][0]
 
 
 def cpu_count() -> int:

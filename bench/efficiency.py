@@ -61,14 +61,13 @@ def measure(threads: int, repeats: int, log, quick: bool = False, before: bool =
     samples = alternate(variants, repeats, log)
     ceiling = median(samples["matmul"])
     fp32 = median(samples["fp32"])
-    amp = median(samples["amp"])
     eff = median([f * train_flop / 1e9 / m for f, m in zip(samples["fp32"], samples["matmul"])])
     # Paired per-round ratios (each round runs the variants back to back) cancel slow load drift.
     amp_speedup = median([a / f for a, f in zip(samples["amp"], samples["fp32"])])
     fp32_gflops = fp32 * train_flop / 1e9
     cl = results["fp32"][-1]["channels_last"]
     rows = [
-        Row("2 efficiency", f"ResNet-50 fp32 training FLOP rate / fp32 matmul", eff, goal=EFFICIENCY_GOAL,
+        Row("2 efficiency", "ResNet-50 fp32 training FLOP rate / fp32 matmul", eff, goal=EFFICIENCY_GOAL,
             detail=f"median of per-round ratios; {fp32:.2f} img/s x {train_flop / 1e9:.1f} GFLOP = "
                    f"{fp32_gflops:.0f} GFLOP/s vs matmul "
                    f"{ceiling:.0f} GFLOP/s (oneDNN; MKL torch.mm "

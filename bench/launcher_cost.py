@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import BENCH_DIR, DLRUN, PYTHON, REPO_ROOT, Row, bench_env, median, spread, wall_time, write_result
+from common import DLRUN, PYTHON, REPO_ROOT, Row, bench_env, median, spread, wall_time, write_result
 
 HELP_GOAL = 0.20
 RENDER_GOAL = 0.5

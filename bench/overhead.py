@@ -19,8 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import (BENCH_DIR, DLRUN, PYTHON, Row, allocator_env, alternate, bench_env, harness_allocator, median,
-                    run_json, spread, write_result)
+from common import (BENCH_DIR, DLRUN, PYTHON, Row, allocator_env, alternate, bench_env, harness_allocator,
+                    latest_result, median, run_json, spread, write_result)
 
 GOAL = 0.98
 # (dlrun workload, harness model, batch, timed steps, warm-up steps)
@@ -29,9 +29,6 @@ CASES = [("resnet50", "resnet50_v1.5", 16, 10, 2), ("resnet18", "resnet18", 16, 
 
 def _dlrun_once(home: Path, workload: str, batch: int, steps: int, warmup: int, threads: int,
                 precision: str) -> tuple[float, float, dict]:
-    sys.path.insert(0, str(BENCH_DIR.parent / "launcher"))
-    from dlrun.results.store import Store
-
     env = bench_env(threads, DLRUN_HOME=str(home))
     argv = [DLRUN, "run", workload, "--batch-size", str(batch), "--steps", str(steps),
             "--warmup-steps", str(warmup), "--threads", str(threads), "--precision", precision]
@@ -40,8 +37,7 @@ def _dlrun_once(home: Path, workload: str, batch: int, steps: int, warmup: int, 
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         raise RuntimeError(f"dlrun run {workload} exited {proc.returncode}: {proc.stderr.strip()[-600:]}")
-    run = Store(home / "results.sqlite").list_runs(1)[0]
-    result = Store(home / "results.sqlite").get_run(run["id"])["results"][0]
+    run, result = latest_result(home)
     return float(run["value"]), wall, result
 
 

@@ -543,7 +543,7 @@ def test_allocator_detection_and_lookup(tmp_path):
 
 
 def test_setup_allocator_reexecs_with_preload_and_restores_children_env(monkeypatch):
-    monkeypatch.setattr(h, "loaded_allocator", lambda maps_text=None: None)
+    monkeypatch.setattr(h, "mapped_allocator", lambda maps_text=None: (None, None))
     monkeypatch.setattr(h, "find_allocator", lambda name, dirs=None: {
         "jemalloc": "/opt/lib/libjemalloc.so.2"}.get(name))
     calls = []
@@ -554,8 +554,7 @@ def test_setup_allocator_reexecs_with_preload_and_restores_children_env(monkeypa
     assert env["LD_PRELOAD"] == "/opt/lib/libjemalloc.so.2:/site/libhook.so"
     assert env["MALLOC_CONF"] == h.JEMALLOC_CONF and env[h.REEXEC_ENV] == "/site/libhook.so"
     # in the re-executed process: the user's LD_PRELOAD is what children see
-    monkeypatch.setattr(h, "loaded_allocator", lambda maps_text=None: "jemalloc")
-    monkeypatch.setattr(h, "_mapped_library", lambda name: "/opt/lib/libjemalloc.so.2")
+    monkeypatch.setattr(h, "mapped_allocator", lambda maps_text=None: ("jemalloc", "/opt/lib/libjemalloc.so.2"))
     state = h.setup_allocator("auto", True, environ=env, execve=lambda *a: calls.append(a))
     assert len(calls) == 1 and state == {"name": "jemalloc", "library": "/opt/lib/libjemalloc.so.2"}
     assert env["LD_PRELOAD"] == "/site/libhook.so" and h.REEXEC_ENV not in env

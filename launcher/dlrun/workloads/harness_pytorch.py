@@ -209,23 +209,37 @@ JEMALLOC_CONF = ("oversize_threshold:0,background_thread:true,"
                  "metadata_thp:auto,dirty_decay_ms:-1,muzzy_decay_ms:-1")
 # Set across the re-exec: the LD_PRELOAD the harness was started with.
 REEXEC_ENV = "DLRUN_HARNESS_ORIGINAL_LD_PRELOAD"
-# glibc mallopt parameters (malloc.h)
-_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
-_GLIBC_MMAP_THRESHOLD_MAX = 32 * 1024 * 1024  # glibc's limit on 64-bit
+# glibc-tuned: (mallopt parameter number from malloc.h, glibc's environment
+# name for the same setting, value).  Never trim the heap; serve allocations
+# up to glibc's largest mmap threshold (32 MiB on 64-bit) from it.
+GLIBC_TUNING = (
+    (-3, "MALLOC_MMAP_THRESHOLD_", 32 * 1024 * 1024),  # M_MMAP_THRESHOLD
+    (-1, "MALLOC_TRIM_THRESHOLD_", 2 ** 31 - 1),        # M_TRIM_THRESHOLD
+    (-2, "MALLOC_TOP_PAD_", 64 * 1024 * 1024),          # M_TOP_PAD
+)
 
 
-def loaded_allocator(maps_text=None):
-    """tcmalloc or jemalloc if one is mapped into this process, else None."""
+def mapped_allocator(maps_text=None):
+    """(name, path) of tcmalloc or jemalloc if one is mapped into this
+    process (/proc/self/maps), else (None, None)."""
     if maps_text is None:
         try:
             with open("/proc/self/maps") as f:
                 maps_text = f.read()
         except (IOError, OSError):
-            return None
-    for name, _ in ALLOCATOR_LIBRARIES:
-        if "/lib%s" % name in maps_text:
-            return name
-    return None
+            return None, None
+    for line in maps_text.splitlines():
+        fields = line.split()
+        path = fields[5] if len(fields) >= 6 else ""
+        for name, _ in ALLOCATOR_LIBRARIES:
+            if "/lib%s" % name in path:
+                return name, path
+    return None, None
+
+
+def loaded_allocator(maps_text=None):
+    """tcmalloc or jemalloc if one is mapped into this process, else None."""
+    return mapped_allocator(maps_text)[0]
 
 
 def library_dirs(prefix=None):
@@ -246,14 +260,12 @@ def library_dirs(prefix=None):
 
 def find_allocator(name, dirs=None):
     """Path of the named allocator's shared library, or None."""
-    for lib_name, files in ALLOCATOR_LIBRARIES:
-        if lib_name != name:
-            continue
-        for d in (dirs if dirs is not None else library_dirs()):
-            for f in files:
-                path = os.path.join(d, f)
-                if os.path.isfile(path):
-                    return path
+    files = dict(ALLOCATOR_LIBRARIES)[name]
+    for d in (dirs if dirs is not None else library_dirs()):
+        for f in files:
+            path = os.path.join(d, f)
+            if os.path.isfile(path):
+                return path
     return None
 
 
@@ -302,10 +314,8 @@ def tune_glibc_malloc():
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return False
-    ok = mallopt(_M_MMAP_THRESHOLD, _GLIBC_MMAP_THRESHOLD_MAX) == 1
-    ok = mallopt(_M_TRIM_THRESHOLD, 2 ** 31 - 1) == 1 and ok
-    ok = mallopt(_M_TOP_PAD, 64 * 1024 * 1024) == 1 and ok
-    return ok
+    results = [mallopt(param, value) == 1 for param, _, value in GLIBC_TUNING]
+    return all(results)
 
 
 def _argv_allocator(argv):
@@ -339,7 +349,7 @@ def setup_allocator(requested, allow_exec, environ=None, execve=None):
             environ["LD_PRELOAD"] = original
         else:
             environ.pop("LD_PRELOAD", None)
-    loaded = loaded_allocator()
+    loaded, loaded_path = mapped_allocator()
     action, name, library = plan_allocator(
         requested, loaded, find_allocator, allow_exec, reexeced)
     if action == "exec":
@@ -359,22 +369,9 @@ def setup_allocator(requested, allow_exec, environ=None, execve=None):
         return ALLOCATOR  # only reached with a test double for execve
     if name == "glibc-tuned" and not tune_glibc_malloc():
         name = "system"
-    if name in ("tcmalloc", "jemalloc"):
-        library = _mapped_library(name)
-    ALLOCATOR["name"], ALLOCATOR["library"] = name, library
+    ALLOCATOR["name"] = name
+    ALLOCATOR["library"] = loaded_path if name == loaded else None
     return ALLOCATOR
-
-
-def _mapped_library(name):
-    try:
-        with open("/proc/self/maps") as f:
-            for line in f:
-                path = line.split()[-1] if len(line.split()) >= 6 else ""
-                if "/lib%s" % name in path:
-                    return path
-    except (IOError, OSError):
-        pass
-    return None
 
 
 if __name__ == "__main__":
@@ -1380,6 +1377,25 @@ def _setup_process(args):
             backend)
 
 
+def _in_process_group(comm, work, *args):
+    """work(*args) inside the process group, which is torn down after it.
+    On an exception with a live group: report and leave at once - never let
+    interpreter shutdown run a process group's destructors (with a live DDP
+    model they hang or abort)."""
+    comm.init()
+    try:
+        outcome = work(*args)
+    except BaseException:
+        if comm.dist is not None:
+            _leave_now(sys.exc_info())
+        raise
+    # work has returned: what it built (model, optimizer, buffers) is
+    # unreferenced now.
+    gc.collect()
+    comm.destroy()
+    return outcome
+
+
 def run_benchmark(args):
     (rank, world_size, rank_source, device_type, device, device_name,
      backend) = _setup_process(args)
@@ -1392,19 +1408,8 @@ def run_benchmark(args):
                                           device_type)
 
     comm = _Comm(rank, world_size, backend, device)
-    comm.init()
-    try:
-        outcome = _train(args, comm, device, autocast, needs_scaler,
-                         channels_last)
-    except BaseException:
-        # Never let interpreter shutdown run a process group's destructors
-        # with a live DDP model: report and leave at once.
-        if comm.dist is not None:
-            _leave_now(sys.exc_info())
-        raise
-    # _train has returned: the model and optimizer are unreferenced now.
-    gc.collect()
-    comm.destroy()
+    outcome = _in_process_group(comm, _train, args, comm, device, autocast,
+                                needs_scaler, channels_last)
     if outcome["error"] is not None:
         message, code = outcome["error"]
         if rank == 0:
@@ -1495,13 +1500,8 @@ def run_allreduce(args):
             "--nproc-per-node 2)")
     sizes = message_sizes(args.min_bytes, args.max_bytes, args.size_factor)
     comm = _Comm(rank, world_size, backend, device)
-    comm.init()
-    try:
-        rows = _allreduce_sweep(args, comm, device, sizes)
-    except BaseException:
-        _leave_now(sys.exc_info())
-        raise
-    comm.destroy()
+    rows = _in_process_group(comm, _allreduce_sweep, args, comm, device,
+                             sizes)
     wrong = sum(r["wrong"] for r in rows)
     if wrong:
         bad = [r["bytes"] for r in rows if r["wrong"]]
