@@ -215,8 +215,8 @@ def plan_cmd(workload: Workload, image: ImageOpt = None, system: SystemOpt = "lo
              precision: PrecisionOpt = "fp32", threads: ThreadsOpt = None, launcher: LauncherOpt = None,
              runtime: RuntimeOpt = None, scheduler: SchedulerOpt = None, fabric: FabricOpt = None,
              data: DataOpt = None, bind: BindOpt = None, env: EnvOpt = None, data_workers: DataWorkersOpt = None,
-             allocator: AllocatorOpt = "auto", partition: PartitionOpt = None, account: AccountOpt = None, time: TimeOpt = None,
-             exclusive: ExclusiveOpt = None, launcher_arg: LauncherArgOpt = None) -> None:
+             allocator: AllocatorOpt = "auto", partition: PartitionOpt = None, account: AccountOpt = None,
+             time: TimeOpt = None, exclusive: ExclusiveOpt = None, launcher_arg: LauncherArgOpt = None) -> None:
     """Print the resolved plan as JSON (what `run` would do, as data)."""
     _print_json(_resolve(locals()).summary())
 
@@ -310,7 +310,8 @@ def workloads_list(as_json: JsonOpt = False) -> None:
         _print_json([w.model_dump(mode="json") for w in workloads.values()])
         return
     _table("workloads", ["name", "model", "framework", "batch", "description"],
-           [[w.name, w.label, w.framework, w.default_batch_size if w.model else "-", w.description] for w in workloads.values()])
+           [[w.name, w.label, w.framework, "-" if w.kind == "allreduce" else w.default_batch_size, w.description]
+            for w in workloads.values()])
 
 
 @workloads_app.command("show")
@@ -391,8 +392,8 @@ def results_list(as_json: JsonOpt = False,
         _print_json(runs)
         return
     _table("results", ["id", "status", "workload", "system", "image", "ranks", "batch", "value"],
-           [[r["id"], r["status"], r["workload"], r["system"], r["image"], r["world_size"], "-" if r["batch_size"] is None else r["batch_size"],
-             f"{r['value']:.2f} {r['unit']}" if r["value"] is not None else "-"] for r in runs])
+           [[r["id"], r["status"], r["workload"], r["system"], r["image"], r["world_size"],
+             "-" if r["batch_size"] is None else r["batch_size"], f"{r['value']:.2f} {r['unit']}" if r["value"] is not None else "-"] for r in runs])
 
 
 @results_app.command("show")

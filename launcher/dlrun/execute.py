@@ -224,7 +224,7 @@ def _finish(plan: Plan, rendered: RenderedJob, run: RunDir, store: Store, *, sta
         "system": plan.system.name, "scheduler": plan.scheduler, "launcher": plan.launcher,
         "runtime": plan.runtime, "fabric": plan.fabric,
         "nodes": plan.nodes, "ranks_per_node": plan.ranks_per_node, "world_size": plan.world_size,
-        "batch_size": plan.batch_size if plan.workload.model else None,  # allreduce trains nothing
+        "batch_size": None if plan.workload.kind == "allreduce" else plan.batch_size,  # allreduce trains nothing
         "precision": plan.precision,
         "run_dir": str(final),
         "plan": plan.summary(),

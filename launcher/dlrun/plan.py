@@ -1,7 +1,7 @@
 """Resolve names and overrides into one immutable Plan: everything a run needs, as data."""
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -42,7 +42,7 @@ def parse_env(spec: str) -> tuple[str, str]:
 
 
 Allocator = Literal["auto", "tcmalloc", "jemalloc", "glibc-tuned", "system"]
-ALLOCATORS = ("auto", "tcmalloc", "jemalloc", "glibc-tuned", "system")
+ALLOCATORS = get_args(Allocator)
 
 
 class Plan(BaseModel):
@@ -205,6 +205,10 @@ def resolve_plan(
         cores = sys_.cpu.cores
         threads_per_rank = max(cores // ranks_per_node, 1)
 
+    # A system's default steps are training steps; an allreduce workload's are iterations per message size.
+    sys_steps, sys_warmup = ((None, None) if work.kind == "allreduce"
+                             else (sys_.default_steps, sys_.default_warmup_steps))
+
     bind_list = [parse_bind(spec) for spec in binds or []]
     if data_dir is not None:
         from pathlib import Path
@@ -234,10 +238,8 @@ def resolve_plan(
         nodes=nodes,
         ranks_per_node=ranks_per_node,
         batch_size=batch_size,
-        # A system's default steps are training steps; an allreduce workload's are iterations per message size.
-        steps=_first(steps, None if work.kind == "allreduce" else sys_.default_steps, work.default_steps),
-        warmup_steps=_first(warmup_steps, None if work.kind == "allreduce" else sys_.default_warmup_steps,
-                            work.default_warmup_steps),
+        steps=_first(steps, sys_steps, work.default_steps),
+        warmup_steps=_first(warmup_steps, sys_warmup, work.default_warmup_steps),
         precision=precision,  # type: ignore[arg-type]
         device=device,
         threads_per_rank=threads_per_rank,

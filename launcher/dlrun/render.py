@@ -43,32 +43,25 @@ class RenderedJob:
 
 def harness_command(plan: Plan) -> list[str]:
     """The in-container command for one rank."""
-    harness = HARNESS[plan.workload.framework]
     work = plan.workload
     if work.kind == "allreduce":
-        return [
-            plan.image.python, f"{plan.image.harness_dir}/{harness}",
-            "--benchmark", "allreduce",
-            "--min-bytes", str(work.min_bytes),
-            "--max-bytes", str(work.max_bytes),
-            "--size-factor", str(work.size_factor),
-            "--steps", str(plan.steps),
-            "--warmup-steps", str(plan.warmup_steps),
-            "--device", plan.device,
-            "--threads", str(plan.threads_per_rank),
-            "--expected-world-size", str(plan.world_size),
-        ] + (["--allocator", plan.allocator] if plan.allocator != "auto" else [])
+        what = ["--benchmark", "allreduce", "--min-bytes", str(work.min_bytes), "--max-bytes", str(work.max_bytes),
+                "--size-factor", str(work.size_factor)]
+        precision: list[str] = []
+        data_workers = 0  # nothing to load
+    else:
+        what = ["--model", str(work.model), "--batch-size", str(plan.batch_size)]
+        precision = ["--precision", plan.precision]
+        data_workers = plan.data_workers
     return [
-        plan.image.python, f"{plan.image.harness_dir}/{harness}",
-        "--model", work.model,
-        "--batch-size", str(plan.batch_size),
+        plan.image.python, f"{plan.image.harness_dir}/{HARNESS[work.framework]}", *what,
         "--steps", str(plan.steps),
         "--warmup-steps", str(plan.warmup_steps),
-        "--precision", plan.precision,
+        *precision,
         "--device", plan.device,
         "--threads", str(plan.threads_per_rank),
         "--expected-world-size", str(plan.world_size),
-    ] + (["--data-workers", str(plan.data_workers)] if plan.data_workers else []) + (
+    ] + (["--data-workers", str(data_workers)] if data_workers else []) + (
         ["--allocator", plan.allocator] if plan.allocator != "auto" else [])
 
 
