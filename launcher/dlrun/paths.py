@@ -1,8 +1,43 @@
-"""Where dlrun keeps run directories and the result store: `$DLRUN_HOME`, else `$XDG_DATA_HOME/dlrun`."""
+"""Where dlrun finds its built-in files and keeps a site's state.
+
+Built-in, read-only (shipped with the package): the catalogs `recipes/` and `containers/`, and the
+in-container harness files. A wheel carries the catalogs inside the package (`dlrun/_builtin/`); an
+editable install or a checkout reads them from the source tree's top level.
+
+Site state, written by dlrun (never into the source tree or site-packages):
+  `$DLRUN_HOME` (default `$XDG_DATA_HOME/dlrun`, i.e. `~/.local/share/dlrun`): run directories, the result
+      store, the site's image lock (digests of the images this site built, pulled or loaded) and its
+      image store (root filesystems, archives, SIF files);
+  `$XDG_CACHE_HOME/dlrun` (default `~/.cache/dlrun`): reusable build inputs (bootstrapped Debian trees);
+  `$XDG_CONFIG_HOME/dlrun` (default `~/.config/dlrun`): a site's own catalog entries, which dlrun only reads.
+"""
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+#: The in-container harness files (standard library + framework only), bound or copied into images.
+HARNESS_DIR = PACKAGE_DIR / "workloads"
+#: Where a wheel puts the built-in catalogs (see `[tool.hatch.build.targets.wheel.force-include]`).
+SHIPPED_DIR = PACKAGE_DIR / "_builtin"
+
+
+def source_root() -> Path | None:
+    """The source tree this package runs from (a checkout or an editable install), else None."""
+    root = PACKAGE_DIR.parents[1]
+    return root if (root / "pyproject.toml").is_file() and (root / "recipes").is_dir() else None
+
+
+def builtin_root() -> Path:
+    """The directory holding the built-in `recipes/` and `containers/`."""
+    if SHIPPED_DIR.is_dir():
+        return SHIPPED_DIR
+    root = source_root()
+    if root is None:
+        raise RuntimeError(f"dlrun's built-in catalogs are missing: neither {SHIPPED_DIR} nor a source tree "
+                           "above the package; reinstall dlrun")
+    return root
 
 
 def dlrun_home() -> Path:
@@ -10,6 +45,16 @@ def dlrun_home() -> Path:
         return Path(os.environ["DLRUN_HOME"])
     data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(data_home) / "dlrun"
+
+
+def config_home() -> Path:
+    return Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "dlrun"
+
+
+def cache_home() -> Path:
+    if os.environ.get("DLRUN_CACHE_DIR"):
+        return Path(os.environ["DLRUN_CACHE_DIR"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dlrun"
 
 
 def runs_dir() -> Path:
