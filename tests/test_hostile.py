@@ -20,7 +20,7 @@ from dlrun.catalog.loader import Catalog
 from dlrun.errors import UsageError
 from dlrun.plan import resolve_plan
 from dlrun.render import render_job
-from dlrun.runtimes import RUNTIMES
+from dlrun.registry import RUNTIMES
 
 LAUNCHER_TOOLS = ("mpirun", "mpiexec", "srun", "jsrun", "horovodrun")
 RUNTIME_TOOLS = ("singularity", "apptainer", "docker", "podman", "ch-run", "enroot")

@@ -345,7 +345,7 @@ def plan_for(runtime: str, data: Path, **options):
 def wrapped(runtime: str, data: Path, **options) -> str:
     """The runtime's exact command for a fixed rank command (independent of this machine's fabric)."""
     from dlrun.render import Expand, RankCommand, join
-    from dlrun.runtimes import RUNTIMES
+    from dlrun.registry import RUNTIMES
 
     rank = RankCommand(argv=["python3", "/opt/dlrun/harness_pytorch.py", "--model", "trivial"],
                        env={"OMP_NUM_THREADS": "2", "MASTER_PORT": Expand("${DLRUN_MASTER_PORT:-29500}")})
@@ -391,7 +391,7 @@ def test_runtime_gpu_and_device_flags(image_home, tmp_path):
     """CUDA plans get the GPUs (Docker --gpus, Podman CDI); fabric devices are passed one by one."""
     from dlrun.plan import Plan
     from dlrun.render import RankCommand
-    from dlrun.runtimes import RUNTIMES
+    from dlrun.registry import RUNTIMES
 
     data = tmp_path / "dataset"
     data.mkdir()

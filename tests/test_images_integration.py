@@ -65,7 +65,7 @@ def test_dataset_is_read_only_under_both_runtimes(cpu_reference_in_podman, datas
     from dlrun.catalog import load_catalog
     from dlrun.plan import resolve_plan
     from dlrun.render import RankCommand, join
-    from dlrun.runtimes import RUNTIMES
+    from dlrun.registry import RUNTIMES
 
     env = {**os.environ, **cpu_reference_in_podman["env"], "DLRUN_RUN_DIR": str(dataset.parent)}
     probe = RankCommand(argv=["sh", "-c", "cat /data/README && if touch /data/x 2>/dev/null; then echo WRITABLE; "

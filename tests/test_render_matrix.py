@@ -20,10 +20,10 @@ import pytest
 from matrix_catalog import (EXPECTED_RUNTIMES, FABRICS, LAUNCHERS, SCHEDULER_FOR, matrix_plan, shellcheck_path)
 
 from dlrun.errors import UsageError
-from dlrun.launchers import LAUNCHERS as LAUNCHER_REGISTRY
+from dlrun.registry import LAUNCHERS as LAUNCHER_REGISTRY
 from dlrun.render import RankCommand, fabric_for, harness_command, join, rank_environment, render_job
-from dlrun.runtimes import RUNTIMES
-from dlrun.schedulers import SCHEDULERS
+from dlrun.registry import RUNTIMES
+from dlrun.registry import SCHEDULERS
 
 GOLDEN = Path(__file__).parent / "golden"
 REGEN = os.environ.get("DLRUN_REGEN_GOLDEN") == "1"

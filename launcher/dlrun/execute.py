@@ -104,7 +104,7 @@ def execute(plan: Plan, rendered: RenderedJob, *, runs_root: Path, store: Store,
             inventory: dict[str, Any] | None = None, findings: list[Any] | None = None,
             poll_interval: float = 2.0) -> RunRecord:
     """Run the job the way its scheduler runs jobs: locally, or submitted and waited for."""
-    from dlrun.schedulers import SCHEDULERS
+    from dlrun.registry import SCHEDULERS
 
     scheduler = SCHEDULERS.get(plan.scheduler)
     if scheduler.batch:
@@ -313,7 +313,7 @@ def execute_batch(plan: Plan, rendered: RenderedJob, *, runs_root: Path, store: 
                   poll_interval: float = 2.0, cancel_grace: float = 120.0) -> RunRecord:
     """Submit to a batch scheduler, follow the job until it ends, collect its logs, record the run.
     SIGINT (KeyboardInterrupt) cancels the job and records the run as cancelled."""
-    from dlrun.schedulers import SCHEDULERS
+    from dlrun.registry import SCHEDULERS
     from dlrun.schedulers.base import JobState, SchedulerError
 
     scheduler = SCHEDULERS.get(plan.scheduler)

@@ -258,9 +258,9 @@ def resolve_plan(
 
 
 def _check_backend_names(**names: str) -> None:
-    from dlrun.launchers import LAUNCHERS
-    from dlrun.runtimes import RUNTIMES
-    from dlrun.schedulers import SCHEDULERS
+    from dlrun.registry import LAUNCHERS
+    from dlrun.registry import RUNTIMES
+    from dlrun.registry import SCHEDULERS
 
     registries = {"scheduler": SCHEDULERS, "launcher": LAUNCHERS, "runtime": RUNTIMES}
     for kind, name in names.items():

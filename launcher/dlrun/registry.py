@@ -1,30 +1,116 @@
-"""Name -> backend class registries for runtimes, launchers and schedulers."""
+"""Backends by name, registered the way ReFrame registers its schedulers and launchers.
+
+Each kind has an explicit table of backend name -> the module that defines it. A module is imported the
+first time one of its names is looked up (so `dlrun --help` imports no backend, and a backend whose
+optional dependency is missing breaks only the runs that choose it); its classes register themselves with
+`@REGISTRY.register(name)`. A name registered twice, or not declared in the table, is a programming error.
+The tables are data (module paths as strings), so the lower layers can check a name without importing the
+backends above them.
+"""
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from dlrun.errors import unknown_name
+from dlrun.errors import DlrunError, unknown_name
 
 T = TypeVar("T")
 
 
+@dataclass(frozen=True)
+class Tool:
+    """A program a backend runs on the submitting or compute node, and how to get it."""
+
+    command: str  #: the executable that must be on PATH
+    install: str  #: how to install it (package, module or project)
+
+
+class BackendUnavailable(DlrunError):
+    """A chosen backend's module cannot be imported here (an optional dependency is missing)."""
+
+    exit_code = 2
+
+
 class Registry(Generic[T]):
-    def __init__(self, kind: str):
+    def __init__(self, kind: str, modules: Mapping[str, str]):
         self.kind = kind
-        self._entries: dict[str, type[T]] = {}
+        self._modules = dict(modules)
+        self._classes: dict[str, type[T]] = {}
 
     def register(self, *names: str) -> Callable[[type[T]], type[T]]:
         def add(cls: type[T]) -> type[T]:
             for name in names:
-                self._entries[name] = cls
+                if name not in self._modules:
+                    raise RuntimeError(f"{self.kind} {name!r} ({cls.__module__}) is not declared in dlrun.registry")
+                if self._modules[name] != cls.__module__:
+                    raise RuntimeError(f"{self.kind} {name!r} is declared in {self._modules[name]}, "
+                                       f"not {cls.__module__}")
+                if name in self._classes and self._classes[name] is not cls:
+                    raise RuntimeError(f"{self.kind} {name!r} is already registered by "
+                                       f"{self._classes[name].__qualname__}")
+                self._classes[name] = cls
             return cls
         return add
 
     def names(self) -> list[str]:
-        return sorted(self._entries)
+        return sorted(self._modules)
+
+    def check(self, name: str) -> str:
+        """`name` if it is a backend of this kind, else the one-line usage error with the closest match."""
+        if name not in self._modules:
+            raise unknown_name(self.kind, name, self._modules)
+        return name
+
+    def get_class(self, name: str) -> type[T]:
+        self.check(name)
+        if name not in self._classes:
+            module = self._modules[name]
+            try:
+                importlib.import_module(module)
+            except ImportError as exc:
+                raise BackendUnavailable(f"{self.kind} {name} cannot be used here: {exc}") from None
+            if name not in self._classes:
+                raise RuntimeError(f"{module} did not register {self.kind} {name!r}")
+        return self._classes[name]
 
     def get(self, name: str) -> T:
-        if name not in self._entries:
-            raise unknown_name(self.kind, name, self._entries)
-        return self._entries[name](name)  # type: ignore[call-arg]
+        return self.get_class(name)(name)  # type: ignore[call-arg]
+
+    def available(self) -> dict[str, T]:
+        """Every backend of this kind that can be loaded here, by name."""
+        found = {}
+        for name in self.names():
+            try:
+                found[name] = self.get(name)
+            except BackendUnavailable:
+                continue
+        return found
+
+
+RUNTIMES: Registry = Registry("runtime", {
+    "host": "dlrun.runtimes.host",
+    "singularity": "dlrun.runtimes.singularity",
+    "apptainer": "dlrun.runtimes.singularity",
+    "docker": "dlrun.runtimes.docker",
+    "podman": "dlrun.runtimes.docker",
+    "docker-api": "dlrun.runtimes.docker",
+    "charliecloud": "dlrun.runtimes.charliecloud",
+    "enroot": "dlrun.runtimes.enroot",
+})
+LAUNCHERS: Registry = Registry("launcher", {
+    "none": "dlrun.launchers.single",
+    "mpirun": "dlrun.launchers.mpirun",
+    "srun": "dlrun.launchers.srun",
+    "jsrun": "dlrun.launchers.jsrun",
+    "torchrun": "dlrun.launchers.torchrun",
+    "horovodrun": "dlrun.launchers.horovodrun",
+})
+SCHEDULERS: Registry = Registry("scheduler", {
+    "local": "dlrun.schedulers.local",
+    "slurm": "dlrun.schedulers.slurm",
+    "lsf": "dlrun.schedulers.lsf",
+    "pbs": "dlrun.schedulers.pbs",
+    "kubernetes": "dlrun.schedulers.kubernetes",
+})

@@ -169,9 +169,9 @@ def script_header(plan: Plan, title: str) -> list[str]:
 
 
 def render_job(plan: Plan) -> RenderedJob:
-    from dlrun.launchers import LAUNCHERS
-    from dlrun.runtimes import RUNTIMES
-    from dlrun.schedulers import SCHEDULERS
+    from dlrun.registry import LAUNCHERS
+    from dlrun.registry import RUNTIMES
+    from dlrun.registry import SCHEDULERS
 
     runtime = RUNTIMES.get(plan.runtime)
     launcher = LAUNCHERS.get(plan.launcher)

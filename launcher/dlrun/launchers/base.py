@@ -68,7 +68,7 @@ def gpu_affinity_argv(plan: Plan) -> list[str]:
 
 def hosts_setup(plan: Plan, slots: int) -> list[str]:
     """Shell lines that set DLRUN_HOSTS to `host:slots,...` from the scheduler's allocation."""
-    from dlrun.schedulers import SCHEDULERS
+    from dlrun.registry import SCHEDULERS
 
     nodes = SCHEDULERS.get(plan.scheduler).node_list_shell()
     return [f"DLRUN_HOSTS=$({nodes} | sed 's/$/:{int(slots)}/' | paste -sd, -)"]

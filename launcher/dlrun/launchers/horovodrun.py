@@ -2,7 +2,7 @@
 (`-x` for every exported variable); dlrun passes the fabric's MCA settings through `--mpi-args`."""
 from __future__ import annotations
 
-from dlrun.launchers import LAUNCHERS
+from dlrun.registry import LAUNCHERS
 from dlrun.launchers.base import Launch, Launcher, gpu_affinity_argv, require_no_launcher_args, require_scheduler
 from dlrun.launchers.mpirun import OMPI_RANK_ENV, OMPI_RANK_PREFIXES, ROOT_OK, mpirun_hosts
 from dlrun.plan import Plan

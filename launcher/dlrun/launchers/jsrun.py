@@ -4,7 +4,7 @@ jsrun binds CPUs and sets CUDA_VISIBLE_DEVICES per resource set itself. The harn
 MPI (`--smpiargs=off`), so the JSM rank ids are handed to it as RANK / WORLD_SIZE / LOCAL_RANK."""
 from __future__ import annotations
 
-from dlrun.launchers import LAUNCHERS
+from dlrun.registry import LAUNCHERS
 from dlrun.launchers.base import Launch, Launcher, require_no_launcher_args, require_scheduler
 from dlrun.plan import Plan
 from dlrun.render import RankCommand

@@ -6,7 +6,7 @@ variable so that every rank on every node sees it. Under PBS it is spelled `mpie
 """
 from __future__ import annotations
 
-from dlrun.launchers import LAUNCHERS
+from dlrun.registry import LAUNCHERS
 from dlrun.launchers.base import (Launch, Launcher, gpu_affinity_argv, hosts_setup, require_no_launcher_args,
                                   require_scheduler)
 from dlrun.plan import Plan

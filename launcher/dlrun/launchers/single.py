@@ -1,7 +1,7 @@
 """`none`: one rank, started directly (no MPI)."""
 from __future__ import annotations
 
-from dlrun.launchers import LAUNCHERS
+from dlrun.registry import LAUNCHERS
 from dlrun.launchers.base import Launch, Launcher, require_no_launcher_args, require_scheduler
 from dlrun.plan import Plan
 from dlrun.render import RankCommand

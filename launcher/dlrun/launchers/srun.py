@@ -2,7 +2,7 @@
 one rank fails (no hang), one output file per rank. With the enroot runtime, pyxis flags go here."""
 from __future__ import annotations
 
-from dlrun.launchers import LAUNCHERS
+from dlrun.registry import LAUNCHERS
 from dlrun.launchers.base import Launch, Launcher, gpu_affinity_argv, numa_map, require_scheduler
 from dlrun.plan import Plan
 from dlrun.render import RUN_DIR_VAR, Expand, RankCommand, fabric_for

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from dlrun.errors import UsageError
-from dlrun.launchers import LAUNCHERS
+from dlrun.registry import LAUNCHERS
 from dlrun.launchers.base import Launch, Launcher, gpu_affinity_argv, require_scheduler
 from dlrun.launchers.mpirun import ROOT_OK, mpirun_argv, mpirun_hosts
 from dlrun.plan import Plan

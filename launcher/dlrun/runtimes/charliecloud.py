@@ -18,7 +18,7 @@ import shlex
 from dlrun.errors import UsageError
 from dlrun.plan import Plan
 from dlrun.render import Expand, RankCommand
-from dlrun.runtimes import RUNTIMES
+from dlrun.registry import RUNTIMES
 from dlrun.runtimes.base import Runtime
 
 HOST_ONLY_ENV = ("PYTHONPATH", "PYTHONHOME", "LD_LIBRARY_PATH", "LD_PRELOAD", "VIRTUAL_ENV")

@@ -22,7 +22,7 @@ import sys
 from dlrun.errors import UsageError
 from dlrun.plan import Plan
 from dlrun.render import RUN_DIR_VAR, Expand, RankCommand
-from dlrun.runtimes import RUNTIMES
+from dlrun.registry import RUNTIMES
 from dlrun.runtimes.base import Runtime, image_reference
 
 COMMON = ["--network=host", "--ipc=host"]

@@ -8,7 +8,7 @@ import re
 from dlrun.errors import UsageError
 from dlrun.plan import Plan
 from dlrun.render import Concat, Expand, RankCommand
-from dlrun.runtimes import RUNTIMES
+from dlrun.registry import RUNTIMES
 from dlrun.runtimes.base import Runtime, image_reference
 from dlrun.runtimes.singularity import bind_spec
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dlrun.plan import Plan
 from dlrun.render import RankCommand
-from dlrun.runtimes import RUNTIMES
+from dlrun.registry import RUNTIMES
 from dlrun.runtimes.base import Runtime
 
 

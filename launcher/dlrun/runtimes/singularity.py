@@ -10,7 +10,7 @@ from __future__ import annotations
 from dlrun.errors import UsageError
 from dlrun.plan import Plan
 from dlrun.render import Expand, RankCommand
-from dlrun.runtimes import RUNTIMES
+from dlrun.registry import RUNTIMES
 from dlrun.runtimes.base import Runtime, image_reference
 
 ENV_PREFIX = {"singularity": "SINGULARITYENV_", "apptainer": "APPTAINERENV_"}

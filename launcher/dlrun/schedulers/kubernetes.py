@@ -12,7 +12,7 @@ from dlrun.launchers.base import Launch
 from dlrun.plan import Plan
 from dlrun.render import RUN_DIR_VAR, RenderedJob, join, quote, script_header
 from dlrun.runtimes.base import image_reference
-from dlrun.schedulers import SCHEDULERS
+from dlrun.registry import SCHEDULERS
 from dlrun.schedulers.base import Scheduler, export_lines
 
 POD_RUN_DIR = "/tmp/dlrun-run"

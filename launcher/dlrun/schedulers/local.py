@@ -4,7 +4,7 @@ from __future__ import annotations
 from dlrun.launchers.base import Launch
 from dlrun.plan import Plan
 from dlrun.render import RUN_DIR_VAR, RenderedJob, fabric_for, join, script_header
-from dlrun.schedulers import SCHEDULERS
+from dlrun.registry import SCHEDULERS
 from dlrun.schedulers.base import Scheduler, export_lines
 
 __all__ = ["LocalScheduler", "export_lines"]

@@ -8,7 +8,7 @@ from pathlib import Path
 from dlrun.launchers.base import Launch
 from dlrun.plan import Plan
 from dlrun.render import RenderedJob
-from dlrun.schedulers import SCHEDULERS
+from dlrun.registry import SCHEDULERS
 from dlrun.schedulers.base import JobState, Scheduler, SchedulerError, run_tool
 
 PBS_STATES = {"Q": "pending", "H": "pending", "W": "pending", "T": "pending", "S": "running", "R": "running",

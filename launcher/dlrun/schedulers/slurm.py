@@ -9,7 +9,7 @@ from pathlib import Path
 from dlrun.launchers.base import Launch
 from dlrun.plan import Plan
 from dlrun.render import RenderedJob
-from dlrun.schedulers import SCHEDULERS
+from dlrun.registry import SCHEDULERS
 from dlrun.schedulers.base import JobState, Scheduler, SchedulerError, run_tool
 
 SLURM_STATES = {
