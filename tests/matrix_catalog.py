@@ -8,9 +8,12 @@ import shutil
 import pytest
 
 from dlrun.catalog import load_catalog
+
+from dlrun.probe.host import probe_host
 from dlrun.catalog.loader import Catalog
 from dlrun.catalog.models import (CpuSpec, FabricConfig, GpuSpec, ImageSpec, SchedulerOptions, Source,
                                   SystemSpec)
+from dlrun.images.verify import with_local_image
 from dlrun.plan import Plan, resolve_plan
 
 # Every runtime the project ships; the set is complete once every backend module is written.
@@ -51,7 +54,7 @@ MATRIX_IMAGE = ImageSpec(name="matrix-image", description="rendering tests", kin
 
 @functools.lru_cache(maxsize=1)
 def matrix_catalog() -> Catalog:
-    base = load_catalog()
+    base = load_catalog(host=probe_host())
     return Catalog(images={**base.images, MATRIX_IMAGE.name: MATRIX_IMAGE}, workloads=base.workloads,
                    systems={**base.systems, MATRIX_SYSTEM.name: MATRIX_SYSTEM})
 
@@ -63,7 +66,7 @@ def matrix_plan(runtime: str, launcher: str, fabric: str, *, scheduler: str | No
                         nodes=1 if single else options.pop("nodes", 2),
                         ranks_per_node=1 if single else options.pop("ranks_per_node", 2),
                         steps=options.pop("steps", 3), warmup_steps=options.pop("warmup_steps", 1),
-                        batch_size=options.pop("batch_size", 8), **options)
+                        batch_size=options.pop("batch_size", 8), local_image=with_local_image, **options)
 
 
 def shellcheck_path() -> str:

@@ -7,6 +7,8 @@ import pytest
 from conftest import cli_json, run_cli
 
 from dlrun.catalog import CatalogError, load_catalog
+
+from dlrun.probe.host import probe_host
 from dlrun.catalog.loader import load_file
 from dlrun.catalog.models import SystemSpec, WorkloadSpec
 
@@ -20,7 +22,7 @@ TABLE_II = {  # Ren et al. (BNL), Table II: parameters (M) and ops per instance 
 
 
 def test_builtins_load(dlrun_home):
-    catalog = load_catalog()
+    catalog = load_catalog(host=probe_host())
     assert "host" in catalog.images
     assert "localhost" in catalog.systems
     assert {"alexnet", "resnet18", "resnet50", "resnet50_v1", "resnet50_v1.5", "resnet101", "resnet152",
@@ -110,7 +112,7 @@ def test_user_catalog_adds_and_overrides(dlrun_home, tmp_path):
 
 
 def test_allreduce_workloads(dlrun_home):
-    catalog = load_catalog()
+    catalog = load_catalog(host=probe_host())
     small, ren = catalog.workload("allreduce"), catalog.workload("allreduce_1mb_1gb")
     assert small.kind == ren.kind == "allreduce" and small.model is None and small.label == "allreduce"
     assert (small.min_bytes, small.max_bytes, small.size_factor) == (8, 64 << 20, 2)

@@ -8,7 +8,9 @@ import subprocess
 import pytest
 from conftest import run_cli
 
-from dlrun.doctor import MpiInfo, check_mpi_compat, node_inventory, parse_mpi_version
+from dlrun.preflight import node_inventory
+from dlrun.preflight.mpi import check_mpi_compat
+from dlrun.probe.mpi import MpiInfo, parse_mpi_version
 
 VERSION_OUTPUTS = [
     ("mpirun (Open MPI) 4.1.4\n\nReport bugs to http://www.open-mpi.org/community/help/", "openmpi", "4.1.4"),
@@ -119,14 +121,16 @@ def test_run_refuses_an_incompatible_hybrid_pair_before_anything_starts(dlrun_ho
 def test_mismatch_is_a_warning_when_the_ranks_do_not_load_the_images_mpi():
     from matrix_catalog import matrix_plan
 
-    from dlrun.doctor import preflight, uses_image_mpi
+    from dlrun.preflight import preflight
+    from dlrun.preflight.mpi import uses_image_mpi
 
     plan = matrix_plan("singularity", "mpirun", "tcp")
     assert not uses_image_mpi(plan)  # the PyTorch harness: rank ids from the environment, gloo/NCCL
     assert uses_image_mpi(matrix_plan("singularity", "horovodrun", "tcp"))
     from dlrun.catalog import load_catalog
+    from dlrun.probe.host import probe_host
 
-    image = load_catalog().image("pytorch1.0-horovod")  # pins Open MPI 3.1.2
+    image = load_catalog(host=probe_host()).image("pytorch1.0-horovod")  # pins Open MPI 3.1.2
     inventory = {"mpi": {"flavour": "openmpi", "version": "4.1.4"}, "fabrics": {"usable": ["tcp"]}}
     [finding] = [f for f in preflight(plan.model_copy(update={"image": image}), inventory) if f.check == "mpi-compat"]
     assert finding.level == "warn" and "do not load the image's MPI" in finding.message
@@ -144,7 +148,7 @@ def test_dry_run_warns_from_the_profiles_declared_mpi(dlrun_home):
 def test_preflight_warns_when_slurm_lacks_the_pmi_plugin():
     from matrix_catalog import matrix_plan
 
-    from dlrun.doctor import preflight
+    from dlrun.preflight import preflight
 
     inventory = node_inventory()
     plan = matrix_plan("host", "srun", "tcp")

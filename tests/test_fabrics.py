@@ -9,8 +9,8 @@ import sysfs_trees as trees
 
 from dlrun.catalog.models import FabricConfig
 from dlrun.errors import UsageError
-from dlrun.fabrics import (NCCL_IFNAME_EXCLUDE, check_nccl_transport, detect_fabrics, fabric_settings,
-                           nccl_transports, pick_roce_gid_index, roce_gid_shell)
+from dlrun.fabrics import NCCL_IFNAME_EXCLUDE, check_nccl_transport, fabric_settings, nccl_transports, roce_gid_shell
+from dlrun.probe.fabrics import detect_fabrics, pick_roce_gid_index
 
 
 # ------------------------------------------------------------------------------------------ settings

@@ -336,15 +336,19 @@ def exec_line(text: str) -> str:
 
 def plan_for(runtime: str, data: Path, **options):
     from dlrun.catalog import load_catalog
+    from dlrun.probe.host import probe_host
     from dlrun.plan import resolve_plan
 
-    return resolve_plan(load_catalog(), "trivial", image="cpu-reference", runtime=runtime, data_dir=str(data),
-                        threads_per_rank=2, **options)
+    from dlrun.images.verify import with_local_image
+
+    return resolve_plan(load_catalog(host=probe_host()), "trivial", image="cpu-reference", runtime=runtime,
+                        data_dir=str(data), threads_per_rank=2, local_image=with_local_image, **options)
 
 
 def wrapped(runtime: str, data: Path, **options) -> str:
     """The runtime's exact command for a fixed rank command (independent of this machine's fabric)."""
-    from dlrun.render import Expand, RankCommand, join
+    from dlrun.job import RankCommand
+    from dlrun.shell import Expand, join
     from dlrun.registry import RUNTIMES
 
     rank = RankCommand(argv=["python3", "/opt/dlrun/harness_pytorch.py", "--model", "trivial"],
@@ -390,7 +394,7 @@ def test_runtime_commands(image_home, tmp_path):
 def test_runtime_gpu_and_device_flags(image_home, tmp_path):
     """CUDA plans get the GPUs (Docker --gpus, Podman CDI); fabric devices are passed one by one."""
     from dlrun.plan import Plan
-    from dlrun.render import RankCommand
+    from dlrun.job import RankCommand
     from dlrun.registry import RUNTIMES
 
     data = tmp_path / "dataset"

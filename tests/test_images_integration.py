@@ -63,8 +63,11 @@ def test_build_records_what_it_built(cpu_reference):
 def test_dataset_is_read_only_under_both_runtimes(cpu_reference_in_podman, dataset, monkeypatch):
     """The runtimes' own wrapped commands, with a probe as the rank command."""
     from dlrun.catalog import load_catalog
+    from dlrun.probe.host import probe_host
+    from dlrun.images.verify import with_local_image
     from dlrun.plan import resolve_plan
-    from dlrun.render import RankCommand, join
+    from dlrun.job import RankCommand
+    from dlrun.shell import join
     from dlrun.registry import RUNTIMES
 
     env = {**os.environ, **cpu_reference_in_podman["env"], "DLRUN_RUN_DIR": str(dataset.parent)}
@@ -73,7 +76,8 @@ def test_dataset_is_read_only_under_both_runtimes(cpu_reference_in_podman, datas
     for key, value in cpu_reference_in_podman["env"].items():  # the plan reads the lock and store from here
         monkeypatch.setenv(key, value)
     for runtime in ("charliecloud", "docker-api"):
-        plan = resolve_plan(load_catalog(), "trivial", image="cpu-reference", runtime=runtime, data_dir=str(dataset))
+        plan = resolve_plan(load_catalog(host=probe_host()), "trivial", image="cpu-reference", runtime=runtime,
+                            data_dir=str(dataset), local_image=with_local_image)
         argv = RUNTIMES.get(runtime).wrap(plan, probe).argv
         proc = subprocess.run(["bash", "-c", join(argv)], capture_output=True, text=True, env=env, timeout=300)
         assert proc.returncode == 0, f"{runtime}: {proc.stderr}"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import cli_json, run_cli
 
-from dlrun.catalog.localhost import HARNESS_DIR
+from dlrun.paths import HARNESS_DIR
 
 ARCH = os.uname().machine
 

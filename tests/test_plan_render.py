@@ -7,7 +7,9 @@ import subprocess
 from conftest import run_cli
 
 from dlrun.catalog import load_catalog
-from dlrun.cli import normalise_argv
+
+from dlrun.probe.host import probe_host
+from dlrun.cli.app import normalise_argv
 from dlrun.plan import resolve_plan
 from dlrun.render import render_job
 
@@ -40,7 +42,7 @@ def test_plan_json_is_complete(dlrun_home):
 
 
 def test_plan_is_immutable(dlrun_home):
-    plan = resolve_plan(load_catalog(), "resnet18")
+    plan = resolve_plan(load_catalog(host=probe_host()), "resnet18")
     try:
         plan.nodes = 4  # type: ignore[misc]
     except Exception as exc:  # pydantic raises ValidationError for frozen models
@@ -50,7 +52,7 @@ def test_plan_is_immutable(dlrun_home):
 
 
 def test_single_rank_script_runs_the_harness_directly(dlrun_home):
-    rendered = render_job(resolve_plan(load_catalog(), "resnet50", steps=2, warmup_steps=1))
+    rendered = render_job(resolve_plan(load_catalog(host=probe_host()), "resnet50", steps=2, warmup_steps=1))
     last = rendered.script.strip().splitlines()[-1]
     assert last.startswith("exec ") and "harness_pytorch.py --model resnet50_v1.5" in last
     assert "mpirun" not in rendered.script
@@ -59,7 +61,7 @@ def test_single_rank_script_runs_the_harness_directly(dlrun_home):
 
 
 def test_allreduce_workload_renders_the_harness_sweep(dlrun_home):
-    plan = resolve_plan(load_catalog(), "allreduce_1mb_1gb", ranks_per_node=2)
+    plan = resolve_plan(load_catalog(host=probe_host()), "allreduce_1mb_1gb", ranks_per_node=2)
     assert (plan.steps, plan.warmup_steps) == (500, 5)  # the workload's, not the system's training defaults
     last = render_job(plan).script.strip().splitlines()[-1]
     assert last.startswith("exec mpirun -np 2 ")
@@ -70,14 +72,14 @@ def test_allreduce_workload_renders_the_harness_sweep(dlrun_home):
 
 
 def test_allocator_choice_reaches_the_harness_and_the_plan(dlrun_home):
-    plan = resolve_plan(load_catalog(), "resnet50", steps=2, allocator="system")
+    plan = resolve_plan(load_catalog(host=probe_host()), "resnet50", steps=2, allocator="system")
     assert plan.summary()["allocator"] == "system"
     last = render_job(plan).script.strip().splitlines()[-1]
     assert last.endswith("--expected-world-size 1 --allocator system")
 
 
 def test_two_rank_script_uses_mpirun(dlrun_home):
-    rendered = render_job(resolve_plan(load_catalog(), "resnet18", ranks_per_node=2, batch_size=4, steps=3))
+    rendered = render_job(resolve_plan(load_catalog(host=probe_host()), "resnet18", ranks_per_node=2, batch_size=4, steps=3))
     last = rendered.script.strip().splitlines()[-1]
     assert last.startswith("exec mpirun -np 2 -H localhost:2 --bind-to none --map-by slot ")
     for name in ("MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS"):
@@ -88,7 +90,7 @@ def test_two_rank_script_uses_mpirun(dlrun_home):
 
 def test_hostile_env_value_is_quoted_not_executed(dlrun_home, tmp_path):
     marker = tmp_path / "pwned"
-    rendered = render_job(resolve_plan(load_catalog(), "resnet18", env=[f"X=a b;$(touch {marker})'\"`id`"]))
+    rendered = render_job(resolve_plan(load_catalog(host=probe_host()), "resnet18", env=[f"X=a b;$(touch {marker})'\"`id`"]))
     script = rendered.script.replace(rendered.script.strip().splitlines()[-1], 'printf "%s" "$X"')
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True,
                          env={"PATH": "/usr/bin:/bin", "DLRUN_RUN_DIR": str(tmp_path)})

@@ -21,7 +21,10 @@ from matrix_catalog import (EXPECTED_RUNTIMES, FABRICS, LAUNCHERS, SCHEDULER_FOR
 
 from dlrun.errors import UsageError
 from dlrun.registry import LAUNCHERS as LAUNCHER_REGISTRY
-from dlrun.render import RankCommand, fabric_for, harness_command, join, rank_environment, render_job
+from dlrun.job import RankCommand
+from dlrun.plan import fabric_for
+from dlrun.render import harness_command, rank_environment, render_job
+from dlrun.shell import join
 from dlrun.registry import RUNTIMES
 from dlrun.registry import SCHEDULERS
 
@@ -177,9 +180,10 @@ def test_launcher_scheduler_mismatches_are_usage_errors():
 
 def test_torchrun_refuses_old_pytorch_images():
     from dlrun.catalog import load_catalog
+    from dlrun.probe.host import probe_host
     from dlrun.plan import resolve_plan
 
-    plan = resolve_plan(load_catalog(), "trivial", system="dgx1v", launcher="torchrun")
+    plan = resolve_plan(load_catalog(host=probe_host()), "trivial", system="dgx1v", launcher="torchrun")
     with pytest.raises(UsageError, match="torchrun needs PyTorch >= 1.10.*1.0.0a0"):
         render_job(plan)
 

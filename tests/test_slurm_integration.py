@@ -154,7 +154,7 @@ exec {python} "$@"
 
 
 def test_dying_rank_ends_the_job_within_30s_and_is_recorded_failed(slurm_cluster, dlrun_home, tmp_path):
-    from dlrun.catalog.localhost import HARNESS_DIR
+    from dlrun.paths import HARNESS_DIR
 
     wrapper = tmp_path / "dying-python"
     wrapper.write_text(DYING_PYTHON.format(python=sys.executable))

@@ -5,7 +5,7 @@ import json
 import multiprocessing as mp
 import sqlite3
 
-from dlrun.envcapture import REDACTED, capture_environment, redact
+from dlrun.execute.envcapture import REDACTED, capture_environment, redact
 from dlrun.results.store import Store
 
 

@@ -10,6 +10,8 @@ from matrix_catalog import shellcheck_path
 
 from dlrun.catalog import load_catalog
 
+from dlrun.probe.host import probe_host
+
 SYSTEMS = ["txgaia", "dgx2", "dgx1v", "aws-p3dn", "ac922", "rtx-ts4", "summitdev", "prace-1080ti", "dgx-h100",
            "localhost"]
 SEED_DOCS = {"txgaia": "Samsi et al.", "dgx2": "Ren et al.", "dgx1v": "Ren et al.", "aws-p3dn": "Ren et al.",
@@ -24,12 +26,12 @@ def _dry_run(*args: str) -> str:
 
 
 def test_every_seed_system_has_a_profile(dlrun_home):
-    assert set(SYSTEMS) <= set(load_catalog().systems)
+    assert set(SYSTEMS) <= set(load_catalog(host=probe_host()).systems)
 
 
 @pytest.mark.parametrize("system", SYSTEMS)
 def test_profile_cites_its_sources(dlrun_home, system):
-    spec = load_catalog().system(system)
+    spec = load_catalog(host=probe_host()).system(system)
     assert spec.sources and all(source.doc and source.where for source in spec.sources)
     if system in SEED_DOCS:
         assert any(SEED_DOCS[system] in source.doc for source in spec.sources)
@@ -38,11 +40,11 @@ def test_profile_cites_its_sources(dlrun_home, system):
 
 @pytest.mark.parametrize("system", SYSTEMS)
 def test_dry_run_renders_and_passes_shellcheck(dlrun_home, tmp_path, system):
-    spec = load_catalog().system(system)
+    spec = load_catalog(host=probe_host()).system(system)
     scripts = [_dry_run("resnet50", "--system", system, "--nodes", "1")]
     if spec.nodes > 1:
         scripts.append(_dry_run("resnet50", "--system", system, "--nodes", "2"))
-    tensorflow = load_catalog().image(spec.default_image).framework == "tensorflow"
+    tensorflow = load_catalog(host=probe_host()).image(spec.default_image).framework == "tensorflow"
     for index, text in enumerate(scripts):
         if tensorflow:  # the seeds' TensorFlow stacks run tf_cnn_benchmarks
             assert "tf_cnn_benchmarks.py --model=resnet50_v1.5" in text

@@ -1,24 +1,23 @@
-"""Interconnects as data: what each fabric needs (devices, NCCL/UCX/libfabric env, OpenMPI MCA settings)
-and how to find them on a node (`/sys/class/infiniband`, `/dev/infiniband`, `/dev/hfi1_*`, `/sys/class/net`).
+"""Interconnects as data: what each fabric needs (devices, NCCL/UCX/libfabric env, OpenMPI MCA settings),
+and the check that NCCL really used the fabric a run asked for.
 
-Pure functions of a system profile's `FabricConfig` render the settings; detection reads a filesystem root
-(`/` by default, a fake tree in tests). Where a value can only be known on the compute node (the RoCE v2 GID
-index when the profile does not pin it) the settings carry a shell snippet that picks it there at job start,
-with the same rule as `pick_roce_gid_index`.
+Pure functions of a system profile's `FabricConfig`; finding fabrics on a node is `dlrun.probe.fabrics`.
+Where a value can only be known on the compute node (the RoCE v2 GID index when the profile does not pin
+it) the settings carry a shell snippet that picks it there at job start, with the same rule as
+`dlrun.probe.fabrics.pick_roce_gid_index`.
 """
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from dlrun.catalog.models import FabricConfig
 from dlrun.errors import unknown_name
-from dlrun.render import Expand
+from dlrun.probe.fabrics import FABRIC_ORDER, VIRTUAL_IF_PREFIXES
+from dlrun.shell import Expand
 
-FABRICS = ("ib", "opa", "roce", "tcp")
+FABRICS = FABRIC_ORDER
 DESCRIPTIONS = {
     "ib": "InfiniBand verbs (NCCL NET/IB, UCX rc)",
     "opa": "Intel Omni-Path (PSM2 through libfabric: FI_PROVIDER=psm2)",
@@ -26,7 +25,6 @@ DESCRIPTIONS = {
     "tcp": "plain TCP sockets (NCCL_IB_DISABLE=1)",
 }
 # Interfaces NCCL must never pick for inter-node traffic. NCCL matches prefixes after `^`.
-VIRTUAL_IF_PREFIXES = ("lo", "docker", "veth", "virbr", "br-", "cni", "flannel", "cali", "tun", "tap", "ifb")
 NCCL_IFNAME_EXCLUDE = "^" + ",".join(VIRTUAL_IF_PREFIXES)
 GID_VAR = "DLRUN_ROCE_GID_INDEX"
 
@@ -105,37 +103,6 @@ def fabric_settings(name: str, config: FabricConfig | None = None, *, device: st
     return FabricSettings(name=name, env=env, mca=mca, devices=devices, setup=setup, ipc_lock=True)
 
 
-# ------------------------------------------------------------------------------------------------ detection
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
-def _numeric_entries(directory: Path) -> list[int]:
-    try:
-        return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
-    except OSError:
-        return []
-
-
-def pick_roce_gid_index(port_dir: Path) -> int | None:
-    """The lowest GID index of type `RoCE v2` with an IPv4-mapped address (::ffff:a.b.c.d); else the lowest
-    `RoCE v2` index with any routable (non-zero, non-link-local) address; else None."""
-    fallback = None
-    for index in _numeric_entries(port_dir / "gids"):
-        gid_type = _read(port_dir / "gid_attrs" / "types" / str(index))
-        gid = (_read(port_dir / "gids" / str(index)) or "").lower()
-        if gid_type is None or gid_type.lower() != "roce v2" or not gid.strip("0:"):
-            continue
-        if gid.startswith("0000:0000:0000:0000:0000:ffff:"):
-            return index
-        if fallback is None and not gid.startswith("fe80:"):
-            fallback = index
-    return fallback
-
-
 def roce_gid_shell(hcas: list[str]) -> str:
     """A shell snippet that sets DLRUN_ROCE_GID_INDEX on the node, by the rule of `pick_roce_gid_index`.
     `DLRUN_SYSFS_ROOT` (default empty) lets tests point it at a fake tree."""
@@ -165,116 +132,6 @@ def roce_gid_shell(hcas: list[str]) -> str:
         f"export {GID_VAR}"
     )
     return body
-
-
-def _net_interfaces(root: Path) -> list[dict[str, Any]]:
-    net = root / "sys" / "class" / "net"
-    found = []
-    try:
-        names = sorted(p.name for p in net.iterdir())
-    except OSError:
-        return []
-    for name in names:
-        base = net / name
-        if_type = _read(base / "type")
-        virtual = name.startswith(VIRTUAL_IF_PREFIXES) or not (base / "device").exists()
-        found.append({
-            "name": name,
-            "operstate": _read(base / "operstate"),
-            "type": "infiniband" if if_type == "32" else ("loopback" if if_type == "772" else "ethernet"),
-            "virtual": virtual,
-            "mtu": _read(base / "mtu"),
-            "speed_mbps": _read(base / "speed"),
-            "address": _read(base / "address"),
-        })
-    return found
-
-
-def _ib_devices(root: Path) -> list[dict[str, Any]]:
-    base = root / "sys" / "class" / "infiniband"
-    devices = []
-    try:
-        names = sorted(p.name for p in base.iterdir())
-    except OSError:
-        return []
-    for name in names:
-        ports = []
-        for port in _numeric_entries(base / name / "ports"):
-            port_dir = base / name / "ports" / str(port)
-            link_layer = _read(port_dir / "link_layer")
-            entry: dict[str, Any] = {
-                "port": port,
-                "link_layer": link_layer,
-                "state": _read(port_dir / "state"),
-                "rate": _read(port_dir / "rate"),
-            }
-            if link_layer == "Ethernet":
-                entry["roce_v2_gid_index"] = pick_roce_gid_index(port_dir)
-                ndevs = {_read(port_dir / "gid_attrs" / "ndevs" / str(i))
-                         for i in _numeric_entries(port_dir / "gids")} - {None, ""}
-                entry["netdevs"] = sorted(ndevs)  # type: ignore[type-var]
-            ports.append(entry)
-        netdevs = []
-        try:
-            netdevs = sorted(p.name for p in (base / name / "device" / "net").iterdir())
-        except OSError:
-            pass
-        devices.append({"name": name, "ports": ports, "netdevs": netdevs,
-                        "board_id": _read(base / name / "board_id"), "fw_ver": _read(base / name / "fw_ver")})
-    return devices
-
-
-def _active(port: dict[str, Any]) -> bool:
-    return "ACTIVE" in (port.get("state") or "").upper()
-
-
-def detect_fabrics(root: str | os.PathLike[str] = "/") -> dict[str, Any]:
-    """What this node offers: RDMA devices, Omni-Path devices, NICs, and the fabrics they make usable
-    (best first: ib, opa, roce, tcp), each with the FabricConfig to use it."""
-    root = Path(root)
-    ib = _ib_devices(root)
-    try:
-        hfi_nodes = sorted(p.name for p in (root / "dev").glob("hfi1_*"))
-    except OSError:
-        hfi_nodes = []
-    uverbs = sorted(p.name for p in (root / "dev" / "infiniband").glob("uverbs*"))
-    nics = _net_interfaces(root)
-    usable_nics = [n for n in nics if not n["virtual"] and n["type"] != "loopback"]
-    up_nics = [n for n in usable_nics if n["operstate"] in ("up", "unknown")] or usable_nics
-
-    configs: dict[str, FabricConfig] = {}
-    ib_ports = [(d, p) for d in ib if not d["name"].startswith("hfi1") for p in d["ports"]
-                if p["link_layer"] == "InfiniBand" and _active(p)]
-    if ib_ports:
-        ipoib = [n["name"] for n in up_nics if n["type"] == "infiniband"]
-        configs["ib"] = FabricConfig(hca=[f"{d['name']}:{p['port']}" for d, p in ib_ports], interfaces=ipoib[:1])
-    opa_ports = [(d, p) for d in ib if d["name"].startswith("hfi1") for p in d["ports"] if _active(p)]
-    if opa_ports or hfi_nodes:
-        ipoib = [n["name"] for n in up_nics if n["type"] == "infiniband"]
-        hcas = [f"{d['name']}:{p['port']}" for d, p in opa_ports] or [f"{h}:1" for h in hfi_nodes]
-        configs["opa"] = FabricConfig(hca=hcas, interfaces=ipoib[:1])
-    roce_ports = [(d, p) for d in ib for p in d["ports"]
-                  if p["link_layer"] == "Ethernet" and _active(p) and p.get("roce_v2_gid_index") is not None]
-    if roce_ports:
-        dev, port = roce_ports[0]
-        netdevs = port.get("netdevs") or dev["netdevs"]
-        configs["roce"] = FabricConfig(hca=[f"{d['name']}:{p['port']}" for d, p in roce_ports],
-                                       interfaces=netdevs[:1], gid_index=port["roce_v2_gid_index"])
-    tcp_nics = [n["name"] for n in up_nics if n["type"] == "ethernet"]
-    configs["tcp"] = FabricConfig(interfaces=tcp_nics[:1])
-    return {
-        "rdma_devices": ib,
-        "uverbs": uverbs,
-        "hfi1_devices": hfi_nodes,
-        "interfaces": nics,
-        "usable": [name for name in FABRICS if name in configs],
-        "config": {name: cfg.model_dump(mode="json", exclude_defaults=True) for name, cfg in configs.items()},
-    }
-
-
-def detected_configs(root: str | os.PathLike[str] = "/") -> dict[str, FabricConfig]:
-    found = detect_fabrics(root)
-    return {name: FabricConfig(**cfg) for name, cfg in found["config"].items()}
 
 
 # ------------------------------------------------------------------------------------ NCCL transport check

@@ -1,13 +1,20 @@
 """Resolve names and overrides into one immutable Plan: everything a run needs, as data."""
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 from typing import Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dlrun.catalog import Catalog
 from dlrun.catalog.models import ImageSpec, SchedulerOptions, SystemSpec, WorkloadSpec
-from dlrun.errors import UsageError
+from dlrun.errors import UsageError, unknown_name
+from dlrun.fabrics import FabricSettings, check_fabric_name, fabric_settings
+from dlrun.registry import LAUNCHERS, RUNTIMES, SCHEDULERS
+
+#: Fills in what this site has of an image for one architecture (digest, root filesystem, SIF, squashfs).
+LocalImage = Callable[[ImageSpec, str], ImageSpec]
 
 Precision = Literal["fp32", "amp"]
 DATA_MOUNT = "/data"
@@ -94,6 +101,11 @@ class Plan(BaseModel):
         return data
 
 
+def fabric_for(plan: Plan) -> FabricSettings:
+    """The fabric settings of a plan: its system's configuration of that fabric, rendered."""
+    return fabric_settings(plan.fabric, plan.system.fabric_config.get(plan.fabric), device=plan.device)
+
+
 def _first(*values: int | None) -> int:
     return next(value for value in values if value is not None)
 
@@ -131,7 +143,10 @@ def resolve_plan(
     time_limit: str | None = None,
     exclusive: bool | None = None,
     launcher_args: list[str] | None = None,
+    local_image: LocalImage | None = None,
 ) -> Plan:
+    """The plan for `workload` with these overrides. `local_image` adds this site's copy of a container image
+    (its recorded digest and local files); without it the image is used as the catalog describes it."""
     for option, value in (("--nodes", nodes), ("--ranks-per-node", ranks_per_node),
                           ("--batch-size", batch_size), ("--global-batch-size", global_batch_size),
                           ("--steps", steps), ("--threads", threads_per_rank)):
@@ -141,8 +156,6 @@ def resolve_plan(
     if precision not in ("fp32", "amp"):
         raise UsageError(f"unknown precision {precision!r}; valid: fp32, amp")
     if allocator not in ALLOCATORS:
-        from dlrun.errors import unknown_name
-
         raise unknown_name("allocator", allocator, ALLOCATORS)
 
     work: WorkloadSpec = catalog.workload(workload)
@@ -152,7 +165,7 @@ def resolve_plan(
     nodes = nodes or 1
     if nodes > sys_.nodes:
         raise UsageError(f"--nodes {nodes} exceeds system {sys_.name!r}, which has {sys_.nodes} node(s); "
-                         f"valid: 1..{sys_.nodes}")
+                         f"valid: 1..{sys_.nodes}, or --system NAME for a larger system (see dlrun systems list)")
     if sys_.arch not in img.arch:
         raise UsageError(f"image {img.name!r} is built for {', '.join(img.arch)}, "
                          f"but system {sys_.name!r} is {sys_.arch}")
@@ -166,10 +179,8 @@ def resolve_plan(
     if img.framework not in ("pytorch", "tensorflow"):
         raise UsageError(f"image {img.name!r} has framework {img.framework!r}, which no dlrun workload command "
                          "runs; valid: pytorch, tensorflow")
-    if img.kind == "container":
-        from dlrun.images.verify import with_local_image
-
-        img = with_local_image(img, sys_.arch)  # digest from containers/images.lock, local rootfs/SIF paths
+    if img.kind == "container" and local_image is not None:
+        img = local_image(img, sys_.arch)
 
     device = "cuda" if sys_.gpus_per_node else "cpu"
     if ranks_per_node is None:
@@ -211,8 +222,6 @@ def resolve_plan(
 
     bind_list = [parse_bind(spec) for spec in binds or []]
     if data_dir is not None:
-        from pathlib import Path
-
         if not Path(data_dir).is_dir():
             raise UsageError(f"--data {data_dir!r} is not a directory; valid: an existing dataset directory")
         bind_list.append(Bind(source=str(Path(data_dir).resolve()), target=DATA_MOUNT, read_only=True))
@@ -227,8 +236,6 @@ def resolve_plan(
     fabric = _resolve_fabric(sys_, fabric)
     options = _scheduler_options(sys_.scheduler_options, partition=partition, account=account,
                                  time_limit=time_limit, exclusive=exclusive)
-    from dlrun.fabrics import fabric_settings
-
     devices = fabric_settings(fabric, sys_.fabric_config.get(fabric), device=device).devices
 
     return Plan(
@@ -258,22 +265,12 @@ def resolve_plan(
 
 
 def _check_backend_names(**names: str) -> None:
-    from dlrun.registry import LAUNCHERS
-    from dlrun.registry import RUNTIMES
-    from dlrun.registry import SCHEDULERS
-
     registries = {"scheduler": SCHEDULERS, "launcher": LAUNCHERS, "runtime": RUNTIMES}
     for kind, name in names.items():
-        registry = registries[kind]
-        if name not in registry.names():
-            from dlrun.errors import unknown_name
-
-            raise unknown_name(kind, name, registry.names())
+        registries[kind].check(name)
 
 
 def _resolve_fabric(system: SystemSpec, fabric: str | None) -> str:
-    from dlrun.fabrics import check_fabric_name
-
     if fabric is None:
         return system.default_fabric if system.default_fabric != "auto" else system.fabrics[0]
     check_fabric_name(fabric)
@@ -285,8 +282,6 @@ def _resolve_fabric(system: SystemSpec, fabric: str | None) -> str:
 
 def _scheduler_options(base: SchedulerOptions, *, partition: str | None, account: str | None,
                        time_limit: str | None, exclusive: bool | None) -> SchedulerOptions:
-    from pydantic import ValidationError
-
     changes = {key: value for key, value in (("partition", partition), ("account", account),
                                              ("time", time_limit), ("exclusive", exclusive)) if value is not None}
     if not changes:

@@ -1,10 +1,13 @@
 """Load catalog YAML with line-aware validation errors (`path:line: field: message`).
 
 Search path, later entries overriding earlier ones by name:
-  1. built-ins shipped in the repository (`recipes/`, `containers/`),
+  1. built-ins shipped with the package (`recipes/`, `containers/`; see `dlrun.paths.builtin_root`),
   2. `~/.config/dlrun` (or `$XDG_CONFIG_HOME/dlrun`),
   3. each directory of `$DLRUN_PATH` (colon-separated).
 Each directory may hold `systems/*.yaml`, `workloads/*.yaml` and `images/*.yaml` or `containers/*/image.yaml`.
+
+Loading is pure data: nothing here looks at the host. The `localhost` system and the `host` image are made
+from probed facts that the caller passes in (`load_catalog(host=probe_host())`).
 """
 from __future__ import annotations
 
@@ -18,10 +21,13 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from dlrun.catalog.localhost import host_image, localhost_system
 from dlrun.catalog.models import ImageSpec, SystemSpec, WorkloadSpec
+from dlrun.catalog.stack import PinnedImageSpec
 from dlrun.errors import DlrunError, unknown_name
+from dlrun.paths import builtin_root, config_home
+from dlrun.probe.host import HostFacts
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
 T = TypeVar("T", bound=BaseModel)
 
 
@@ -32,13 +38,13 @@ class CatalogError(DlrunError):
 
 
 def builtin_dirs() -> list[Path]:
-    return [REPO_ROOT / "recipes", REPO_ROOT]
+    root = builtin_root()
+    return [root / "recipes", root]
 
 
 def search_dirs() -> list[Path]:
     dirs = builtin_dirs()
-    config_home = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
-    dirs.append(config_home / "dlrun")
+    dirs.append(config_home())
     for entry in os.environ.get("DLRUN_PATH", "").split(os.pathsep):
         if entry:
             dirs.append(Path(entry))
@@ -166,8 +172,6 @@ class Catalog:
 def _collect_images(files: list[Path]) -> dict[str, ImageSpec]:
     """`images/*.yaml`: plain entries (a site's own image by uri and digest); `containers/<tag>/image.yaml`:
     fully pinned stacks, one folder per tag."""
-    from dlrun.catalog.stack import PinnedImageSpec
-
     found: dict[str, ImageSpec] = {}
     for path in files:
         pinned = path.name == "image.yaml" and path.parent.parent.name == "containers"
@@ -179,11 +183,11 @@ def _collect_images(files: list[Path]) -> dict[str, ImageSpec]:
     return found
 
 
-def load_catalog() -> Catalog:
-    from dlrun.catalog.localhost import detect_localhost, host_image
-
-    images = {"host": host_image()}
+def load_catalog(host: HostFacts | None = None) -> Catalog:
+    """Every catalog entry on the search path; with `host`, also system `localhost` and image `host` made
+    from those facts (a file may override either by name)."""
+    images = {"host": host_image(host)} if host else {}
     images.update(_collect_images(_files("images")))
-    systems = {"localhost": detect_localhost()}
+    systems = {"localhost": localhost_system(host)} if host else {}
     systems.update(_collect(SystemSpec, _files("systems")))
     return Catalog(images=images, workloads=_collect(WorkloadSpec, _files("workloads")), systems=systems)

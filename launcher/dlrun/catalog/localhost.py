@@ -1,102 +1,41 @@
-"""The built-ins that are detected rather than written: system `localhost` and image `host`."""
+"""The built-ins made from a probed host rather than written in YAML: system `localhost` and image `host`.
+Pure functions of `HostFacts` (dlrun.probe.host), so tests can describe any machine."""
 from __future__ import annotations
 
-import os
-import platform
-import shutil
-import subprocess
-import sys
-from pathlib import Path
-
-from dlrun.catalog.models import CpuSpec, GpuSpec, ImageSpec, Source, SystemSpec
-
-HARNESS_DIR = Path(__file__).resolve().parents[1] / "workloads"
+from dlrun.catalog.models import CpuSpec, FabricConfig, GpuSpec, ImageSpec, Source, SystemSpec
+from dlrun.paths import HARNESS_DIR
+from dlrun.probe.cpu import ARCHES
+from dlrun.probe.host import HostFacts
 
 
-def _meminfo_gb() -> float:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return round(int(line.split()[1]) / 1024**2, 1)
-    except OSError:
-        pass
-    return 1.0
-
-
-def _numa_nodes() -> int:
-    nodes = list(Path("/sys/devices/system/node").glob("node[0-9]*"))
-    return max(len(nodes), 1)
-
-
-def _cpu_model() -> str | None:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith(("model name", "cpu\t")):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return None
-
-
-def _usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
-def _pci_numa_node(bus_id: str) -> int | None:
-    """NUMA node of a PCI device from sysfs (nvidia-smi prints 00000000:3B:00.0; sysfs wants 0000:3b:00.0)."""
-    domain, _, rest = bus_id.strip().lower().partition(":")
-    path = Path("/sys/bus/pci/devices") / f"{domain[-4:]}:{rest}" / "numa_node"
-    try:
-        node = int(path.read_text().strip())
-    except (OSError, ValueError):
+def _gpu_spec(facts: HostFacts) -> GpuSpec | None:
+    if not facts.gpus:
         return None
-    return node if node >= 0 else None
-
-
-def _gpus() -> GpuSpec | None:
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return None
-    try:
-        out = subprocess.run(
-            [smi, "--query-gpu=name,memory.total,pci.bus_id", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=20, check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    rows = [line.split(",") for line in out.strip().splitlines() if line.strip()]
-    if not rows:
-        return None
-    numa = [_pci_numa_node(row[2]) if len(row) > 2 else None for row in rows]
-    return GpuSpec(model=rows[0][0].strip(), count_per_node=len(rows),
-                   memory_gb=round(float(rows[0][1]) / 1024, 1),
+    first = facts.gpus[0]
+    numa = [gpu.get("numa_node") for gpu in facts.gpus]
+    memory = first.get("memory_mib")
+    return GpuSpec(model=first["name"], count_per_node=len(facts.gpus),
+                   memory_gb=round(float(memory) / 1024, 1) if memory is not None else None,
                    numa_affinity=None if None in numa else [int(n) for n in numa])  # type: ignore[arg-type]
 
 
-def _arch() -> str:
-    machine = platform.machine()
-    return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine.lower(), machine)
+def _arch(facts: HostFacts) -> str:
+    return facts.arch if facts.arch in ARCHES else "x86_64"
 
 
-def detect_localhost() -> SystemSpec:
-    from dlrun.fabrics import detected_configs
-
-    cpus = _usable_cpus()
-    arch = _arch()
-    fabric_config = detected_configs("/")
+def localhost_system(facts: HostFacts) -> SystemSpec:
+    fabric_config = {name: FabricConfig(**cfg) for name, cfg in facts.fabrics.get("config", {}).items()}
     return SystemSpec(
         name="localhost",
-        description=f"This machine ({platform.node()}), detected: {cpus} CPUs"
-        + (", GPUs via nvidia-smi" if shutil.which("nvidia-smi") else ", no GPU"),
-        arch=arch if arch in ("x86_64", "ppc64le", "aarch64") else "x86_64",
+        description=f"This machine ({facts.hostname}), detected: {facts.usable_cpus} CPUs"
+        + (f", {len(facts.gpus)} GPU(s)" if facts.gpus else ", no GPU"),
+        arch=_arch(facts),  # type: ignore[arg-type]
         nodes=1,
-        cpu=CpuSpec(model=_cpu_model(), sockets=1, cores_per_socket=cpus, numa_nodes=_numa_nodes()),
-        memory_gb=_meminfo_gb(),
-        gpus=_gpus(),
-        fabrics=list(fabric_config),  # best first: ib, opa, roce, tcp
+        cpu=CpuSpec(model=facts.cpu_model, sockets=1, cores_per_socket=facts.usable_cpus,
+                    numa_nodes=facts.numa_nodes),
+        memory_gb=facts.memory_gb,
+        gpus=_gpu_spec(facts),
+        fabrics=list(fabric_config) or ["tcp"],  # best first: ib, opa, roce, tcp
         default_fabric="auto",
         fabric_config=fabric_config,
         scheduler="local",
@@ -114,14 +53,14 @@ def detect_localhost() -> SystemSpec:
     )
 
 
-def host_image() -> ImageSpec:
+def host_image(facts: HostFacts) -> ImageSpec:
     """No container: the harness runs with this Python, from the installed package."""
     return ImageSpec(
         name="host",
         description="No container: the local Python interpreter and its installed PyTorch",
         kind="host",
-        arch=[_arch()] if _arch() in ("x86_64", "ppc64le", "aarch64") else ["x86_64"],
+        arch=[_arch(facts)],  # type: ignore[list-item]
         framework="pytorch",
-        python=sys.executable,
+        python=facts.python,
         harness_dir=str(HARNESS_DIR),
     )

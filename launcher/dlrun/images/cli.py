@@ -112,7 +112,7 @@ def add_commands(images_app: typer.Typer) -> None:
             data["lock"] = {arch: lock.entry(name, arch) for arch in spec_file.spec.arch}
             print(json.dumps(data, indent=2, sort_keys=True))
             return
-        from dlrun.cli import _table
+        from dlrun.cli.output import table as _table
 
         _table(f"image {name}", ["field", "value"], show_rows(spec_file))
 

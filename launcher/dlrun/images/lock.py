@@ -22,9 +22,11 @@ from typing import Any
 
 import yaml
 
-from dlrun.catalog.loader import REPO_ROOT
+from dlrun.paths import builtin_root
+
+REPO_ROOT = builtin_root()  # the build context and the lock's old place; see dlrun.paths
 from dlrun.errors import DlrunError
-from dlrun.rundir import write_atomic
+from dlrun.files import write_atomic
 
 HEADER = """\
 # Content digests of the dlrun reference images this site built, pulled or loaded, per architecture.

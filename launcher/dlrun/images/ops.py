@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dlrun.catalog.loader import REPO_ROOT
+from dlrun.paths import builtin_root
+
+REPO_ROOT = builtin_root()  # the build context and the lock's old place; see dlrun.paths
 from dlrun.errors import DlrunError, UsageError, unknown_name
 from dlrun.images import lock
 from dlrun.images.spec import (SpecFile, archive_path, artifact_dir, choose_arch, get_spec, host_arch, rootfs_path,

@@ -333,7 +333,7 @@ class Drift:
 
 def render_all(names: list[str] | None = None, *, check: bool = False) -> tuple[list[Path], list[Drift]]:
     """Render every spec (or `names`); write the files unless `check`. Returns (written, drifted)."""
-    from dlrun.rundir import write_atomic
+    from dlrun.files import write_atomic
 
     files = spec_files()
     if names:

@@ -65,8 +65,9 @@ def choose_arch(spec: PinnedImageSpec, arch: str | None = None, system: str | No
     where = ""
     if system is not None:
         from dlrun.catalog import load_catalog
+        from dlrun.probe.host import probe_host
 
-        sys_ = load_catalog().system(system)
+        sys_ = load_catalog(host=probe_host()).system(system)
         if arch is not None and arch != sys_.arch:
             raise UsageError(f"--arch {arch} contradicts system {system!r}, which is {sys_.arch}")
         arch, where = sys_.arch, f" (system {system!r})"

@@ -1,37 +1,50 @@
+"""Launchers start the ranks. Each is given the plan, the (runtime-wrapped) rank command and the scheduler
+object it runs under; it asks the scheduler what it needs (the allocation's hosts, whether it has a step
+launcher of its own, how to start one process per node) instead of branching on the scheduler's name."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from dlrun.plan import Plan
-from dlrun.render import RankCommand
+from dlrun.errors import UsageError
+from dlrun.job import Launch, RankCommand
+from dlrun.plan import Plan, fabric_for
+from dlrun.registry import SCHEDULERS, Tool
 
+if TYPE_CHECKING:  # the scheduler object is handed in; launchers never import schedulers
+    from dlrun.schedulers.base import Scheduler
 
-@dataclass(frozen=True)
-class Launch:
-    """The command that starts every rank, the environment to export first, and where rank logs go."""
-
-    argv: list[str]
-    env: dict[str, str] = field(default_factory=dict)
-    rank_log_pattern: str = "logs/rank.{rank}/stdout"
-    setup: list[str] = field(default_factory=list)  # shell lines to run before the launch (already quoted)
+__all__ = ["Launch", "Launcher"]
 
 
 class Launcher:
-    # Variables this launcher sets per rank on the host; containers must inherit them (RankCommand.passthrough).
+    #: The program this launcher runs on the submitting (or first compute) node.
+    tool: Tool | None = None
+    #: Variables this launcher sets per rank on the host; containers must inherit them (RankCommand.passthrough).
     rank_env_names: tuple[str, ...] = ()
     rank_env_prefixes: tuple[str, ...] = ()
 
     def __init__(self, name: str):
         self.name = name
 
-    def check(self, plan: Plan) -> None:
+    def supports(self, scheduler: "Scheduler") -> bool:
+        """Whether this launcher can start ranks in an allocation of `scheduler`."""
+        return not scheduler.runs_image
+
+    def check(self, plan: Plan, scheduler: "Scheduler") -> None:
         """Raise UsageError when this launcher cannot start the plan's ranks (wrong scheduler, old image)."""
+        if not self.supports(scheduler):
+            raise UsageError(f"launcher {self.name} needs scheduler {' or '.join(self.schedulers())}, but the plan "
+                             f"uses {scheduler.name}; valid: --scheduler {self.schedulers()[0]}, or another --launcher")
+
+    def schedulers(self) -> list[str]:
+        """The schedulers this launcher works under (for messages)."""
+        return [name for name, sched in SCHEDULERS.available().items() if self.supports(sched)]
 
     def prepare(self, plan: Plan, rank: RankCommand) -> RankCommand:
         """Change the in-container command before the runtime wraps it (torchrun runs inside the image)."""
         return rank
 
-    def wrap(self, plan: Plan, rank: RankCommand) -> Launch:
+    def wrap(self, plan: Plan, rank: RankCommand, scheduler: "Scheduler") -> Launch:
         raise NotImplementedError
 
 
@@ -66,25 +79,17 @@ def gpu_affinity_argv(plan: Plan) -> list[str]:
     return ["bash", "-c", AFFINITY_SCRIPT.replace("@NUMA@", " ".join(str(int(n)) for n in numa)), AFFINITY_ARG0]
 
 
-def hosts_setup(plan: Plan, slots: int) -> list[str]:
+def hosts_setup(scheduler: "Scheduler", slots: int) -> list[str]:
     """Shell lines that set DLRUN_HOSTS to `host:slots,...` from the scheduler's allocation."""
-    from dlrun.registry import SCHEDULERS
-
-    nodes = SCHEDULERS.get(plan.scheduler).node_list_shell()
-    return [f"DLRUN_HOSTS=$({nodes} | sed 's/$/:{int(slots)}/' | paste -sd, -)"]
+    return [f"DLRUN_HOSTS=$({scheduler.node_list_shell()} | sed 's/$/:{int(slots)}/' | paste -sd, -)"]
 
 
-def require_scheduler(launcher: str, plan: Plan, allowed: tuple[str, ...]) -> None:
-    if plan.scheduler not in allowed:
-        from dlrun.errors import UsageError
-
-        raise UsageError(f"launcher {launcher} needs scheduler {' or '.join(allowed)}, but the plan uses "
-                         f"{plan.scheduler}; valid: --scheduler {allowed[0]}, or another --launcher")
+def mca_env(plan: Plan) -> dict[str, str]:
+    """The fabric's OpenMPI settings as environment, for MPI inside ranks that the scheduler starts."""
+    return {f"OMPI_MCA_{key}": value for key, value in fabric_for(plan).mca.items()}
 
 
 def require_no_launcher_args(launcher: str, rank: RankCommand) -> None:
     if rank.launcher_args:
-        from dlrun.errors import UsageError
-
         raise UsageError(f"launcher {launcher} cannot take the runtime's launcher flags {list(rank.launcher_args)}; "
                          "valid: --launcher srun")

@@ -2,24 +2,28 @@
 (`-x` for every exported variable); dlrun passes the fabric's MCA settings through `--mpi-args`."""
 from __future__ import annotations
 
-from dlrun.registry import LAUNCHERS
-from dlrun.launchers.base import Launch, Launcher, gpu_affinity_argv, require_no_launcher_args, require_scheduler
+from typing import TYPE_CHECKING
+
+from dlrun.job import RUN_DIR_VAR, Launch, RankCommand
+from dlrun.launchers.base import Launcher, gpu_affinity_argv, require_no_launcher_args
 from dlrun.launchers.mpirun import OMPI_RANK_ENV, OMPI_RANK_PREFIXES, ROOT_OK, mpirun_hosts
-from dlrun.plan import Plan
-from dlrun.render import RUN_DIR_VAR, Expand, RankCommand, fabric_for
+from dlrun.plan import Plan, fabric_for
+from dlrun.registry import LAUNCHERS, Tool
+from dlrun.shell import Expand
+
+if TYPE_CHECKING:
+    from dlrun.schedulers.base import Scheduler
 
 
 @LAUNCHERS.register("horovodrun")
 class HorovodrunLauncher(Launcher):
+    tool = Tool("horovodrun", "Horovod (pip install horovod)")
     rank_env_names = OMPI_RANK_ENV
     rank_env_prefixes = OMPI_RANK_PREFIXES
 
-    def check(self, plan: Plan) -> None:
-        require_scheduler(self.name, plan, ("local", "slurm", "pbs", "lsf"))
-
-    def wrap(self, plan: Plan, rank: RankCommand) -> Launch:
+    def wrap(self, plan: Plan, rank: RankCommand, scheduler: "Scheduler") -> Launch:
         require_no_launcher_args(self.name, rank)
-        hosts, setup = mpirun_hosts(plan, plan.ranks_per_node)
+        hosts, setup = mpirun_hosts(scheduler, plan.ranks_per_node)
         mca = fabric_for(plan).mca
         # dlrun's own words only: horovodrun pastes this string into the mpirun command line it runs.
         mpi_args = " ".join(["--bind-to none --map-by slot", *(f"-mca {k} {v}" for k, v in mca.items())])

@@ -4,10 +4,15 @@ jsrun binds CPUs and sets CUDA_VISIBLE_DEVICES per resource set itself. The harn
 MPI (`--smpiargs=off`), so the JSM rank ids are handed to it as RANK / WORLD_SIZE / LOCAL_RANK."""
 from __future__ import annotations
 
-from dlrun.registry import LAUNCHERS
-from dlrun.launchers.base import Launch, Launcher, require_no_launcher_args, require_scheduler
+from typing import TYPE_CHECKING
+
+from dlrun.job import Launch, RankCommand
+from dlrun.launchers.base import Launcher, require_no_launcher_args
 from dlrun.plan import Plan
-from dlrun.render import RankCommand
+from dlrun.registry import LAUNCHERS, Tool
+
+if TYPE_CHECKING:
+    from dlrun.schedulers.base import Scheduler
 
 JSM_TO_TORCH = ('export RANK="$JSM_NAMESPACE_RANK" WORLD_SIZE="$JSM_NAMESPACE_SIZE" '
                 'LOCAL_RANK="$JSM_NAMESPACE_LOCAL_RANK"; exec "$@"')
@@ -15,14 +20,15 @@ JSM_TO_TORCH = ('export RANK="$JSM_NAMESPACE_RANK" WORLD_SIZE="$JSM_NAMESPACE_SI
 
 @LAUNCHERS.register("jsrun")
 class JsrunLauncher(Launcher):
+    tool = Tool("jsrun", "IBM Job Step Manager (LSF with CSM)")
     rank_env_names = ("JSM_NAMESPACE_RANK", "JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_LOCAL_RANK", "RANK",
                       "WORLD_SIZE", "LOCAL_RANK", "CUDA_VISIBLE_DEVICES")
     rank_env_prefixes = ("JSM_", "PMIX_", "OMPI_")
 
-    def check(self, plan: Plan) -> None:
-        require_scheduler(self.name, plan, ("lsf",))
+    def supports(self, scheduler: "Scheduler") -> bool:
+        return self.name in scheduler.step_launchers
 
-    def wrap(self, plan: Plan, rank: RankCommand) -> Launch:
+    def wrap(self, plan: Plan, rank: RankCommand, scheduler: "Scheduler") -> Launch:
         require_no_launcher_args(self.name, rank)
         cores = plan.threads_per_rank
         gpus = 1 if plan.device == "cuda" else 0
@@ -31,4 +37,4 @@ class JsrunLauncher(Launcher):
                 "--bind", f"packed:{cores}", "--launch_distribution", "packed", "--smpiargs=off"]
         argv += list(plan.launcher_args)
         argv += ["bash", "-c", JSM_TO_TORCH, "dlrun-jsm"] + rank.argv
-        return Launch(argv=argv, env=rank.env, rank_log_pattern="output.log")
+        return Launch(argv=argv, env=rank.env, rank_log_pattern="output.log", whole_nodes=True)

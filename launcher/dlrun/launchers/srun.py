@@ -2,19 +2,20 @@
 one rank fails (no hang), one output file per rank. With the enroot runtime, pyxis flags go here."""
 from __future__ import annotations
 
-from dlrun.registry import LAUNCHERS
-from dlrun.launchers.base import Launch, Launcher, gpu_affinity_argv, numa_map, require_scheduler
+from typing import TYPE_CHECKING
+
+from dlrun.job import RUN_DIR_VAR, Launch, RankCommand
+from dlrun.launchers.base import Launcher, gpu_affinity_argv, mca_env, numa_map
 from dlrun.plan import Plan
-from dlrun.render import RUN_DIR_VAR, Expand, RankCommand, fabric_for
+from dlrun.registry import LAUNCHERS, Tool
+from dlrun.shell import Expand
+
+if TYPE_CHECKING:
+    from dlrun.schedulers.base import Scheduler
 
 SLURM_RANK_ENV = ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_NTASKS", "SLURM_STEP_ID",
                   "SLURM_JOB_ID", "PMIX_RANK", "PMIX_NAMESPACE", "CUDA_VISIBLE_DEVICES")
 SLURM_RANK_PREFIXES = ("SLURM_", "PMIX_", "PMI_", "OMPI_")
-
-
-def mca_env(plan: Plan) -> dict[str, str]:
-    """The fabric's OpenMPI settings as environment, for MPI inside ranks that srun starts."""
-    return {f"OMPI_MCA_{key}": value for key, value in fabric_for(plan).mca.items()}
 
 
 def rank_dirs_setup(world_size: int) -> list[str]:
@@ -24,13 +25,14 @@ def rank_dirs_setup(world_size: int) -> list[str]:
 
 @LAUNCHERS.register("srun")
 class SrunLauncher(Launcher):
+    tool = Tool("srun", "the Slurm client (Debian: apt-get install slurm-client)")
     rank_env_names = SLURM_RANK_ENV
     rank_env_prefixes = SLURM_RANK_PREFIXES
 
-    def check(self, plan: Plan) -> None:
-        require_scheduler(self.name, plan, ("slurm",))
+    def supports(self, scheduler: "Scheduler") -> bool:
+        return self.name in scheduler.step_launchers
 
-    def wrap(self, plan: Plan, rank: RankCommand) -> Launch:
+    def wrap(self, plan: Plan, rank: RankCommand, scheduler: "Scheduler") -> Launch:
         argv = ["srun", f"--mpi={plan.scheduler_options.srun_mpi}", f"--nodes={plan.nodes}",
                 f"--ntasks={plan.world_size}", f"--ntasks-per-node={plan.ranks_per_node}",
                 f"--cpus-per-task={plan.threads_per_rank}", "--kill-on-bad-exit=1", "--export=ALL",

@@ -16,10 +16,11 @@ from __future__ import annotations
 import shlex
 
 from dlrun.errors import UsageError
+from dlrun.job import RankCommand
 from dlrun.plan import Plan
-from dlrun.render import Expand, RankCommand
-from dlrun.registry import RUNTIMES
-from dlrun.runtimes.base import Runtime
+from dlrun.registry import RUNTIMES, Tool
+from dlrun.runtimes.base import ContainerRuntime
+from dlrun.shell import Expand
 
 HOST_ONLY_ENV = ("PYTHONPATH", "PYTHONHOME", "LD_LIBRARY_PATH", "LD_PRELOAD", "VIRTUAL_ENV")
 
@@ -30,15 +31,8 @@ def remount_read_only(targets: list[str], argv: list[str]) -> list[str]:
 
 
 @RUNTIMES.register("charliecloud")
-class CharliecloudRuntime(Runtime):
-    def check(self, plan: Plan) -> None:
-        if plan.image.kind == "host":
-            raise UsageError(f"runtime {self.name} needs a container image, but image {plan.image.name!r} is the "
-                             "host's own Python; valid: --runtime host, or a container image (dlrun images list)")
-        for bind in plan.binds:
-            if ":" in bind.source or ":" in bind.target:
-                raise UsageError(f"bind {bind.source}:{bind.target} contains ':', which ch-run -b cannot express; "
-                                 "valid: paths without ':'")
+class CharliecloudRuntime(ContainerRuntime):
+    tool = Tool("ch-run", "Charliecloud (Debian: apt-get install charliecloud)")
 
     def wrap(self, plan: Plan, rank: RankCommand) -> RankCommand:
         rootfs = plan.image.rootfs
@@ -59,5 +53,4 @@ class CharliecloudRuntime(Runtime):
             argv += ["-u", "0", "-g", "0"]
             command = remount_read_only(read_only, command)
         argv += [rootfs, "--", *command]
-        return RankCommand(argv=argv, env=env, passthrough=rank.passthrough,
-                           passthrough_prefixes=rank.passthrough_prefixes, launcher_args=rank.launcher_args)
+        return rank.with_argv(argv, env=env)

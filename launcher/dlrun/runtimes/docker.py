@@ -20,10 +20,11 @@ from __future__ import annotations
 import sys
 
 from dlrun.errors import UsageError
+from dlrun.job import RUN_DIR_VAR, RankCommand
 from dlrun.plan import Plan
-from dlrun.render import RUN_DIR_VAR, Expand, RankCommand
-from dlrun.registry import RUNTIMES
-from dlrun.runtimes.base import Runtime, image_reference
+from dlrun.registry import RUNTIMES, Tool
+from dlrun.runtimes.base import ContainerRuntime, image_reference
+from dlrun.shell import Expand
 
 COMMON = ["--network=host", "--ipc=host"]
 DOCKER_LIMITS = ["--ulimit", "memlock=-1", "--ulimit", "stack=67108864"]
@@ -46,14 +47,9 @@ def prefix_env_script(engine: str, prefixes: tuple[str, ...]) -> str:
     return (f'exec {engine} run $(env | grep -oE "^({pattern})[A-Za-z0-9_]*=" | sed "s/^/--env=/; s/=$//") "$@"')
 
 
-class _ContainerRuntime(Runtime):
+class _EngineRuntime(ContainerRuntime):
     engine = "docker"
     limits = DOCKER_LIMITS
-
-    def check(self, plan: Plan) -> None:
-        if plan.image.kind == "host":
-            raise UsageError(f"runtime {self.name} needs a container image, but image {plan.image.name!r} is the "
-                             "host's own Python; valid: --runtime host, or a container image (dlrun images list)")
 
     def gpu_flags(self, plan: Plan) -> list[str]:
         return ["--gpus", "all"] if plan.device == "cuda" else []
@@ -72,8 +68,9 @@ class _ContainerRuntime(Runtime):
 
 
 @RUNTIMES.register("docker")
-class DockerRuntime(_ContainerRuntime):
+class DockerRuntime(_EngineRuntime):
     engine = "docker"
+    tool = Tool("docker", "Docker Engine with the NVIDIA Container Toolkit")
 
     def wrap(self, plan: Plan, rank: RankCommand) -> RankCommand:
         rest = [*self.options(plan, rank), container_image(plan), *rank.argv]
@@ -81,13 +78,13 @@ class DockerRuntime(_ContainerRuntime):
             argv = ["sh", "-c", prefix_env_script(self.engine, rank.passthrough_prefixes), "dlrun-docker", *rest]
         else:
             argv = [self.engine, "run", *rest]
-        return RankCommand(argv=argv, env=rank.env, passthrough=rank.passthrough,
-                           passthrough_prefixes=rank.passthrough_prefixes, launcher_args=rank.launcher_args)
+        return rank.with_argv(argv)
 
 
 @RUNTIMES.register("podman")
-class PodmanRuntime(_ContainerRuntime):
+class PodmanRuntime(_EngineRuntime):
     engine = "podman"
+    tool = Tool("podman", "Podman (Debian: apt-get install podman)")
     limits = PODMAN_LIMITS
 
     def gpu_flags(self, plan: Plan) -> list[str]:
@@ -97,12 +94,11 @@ class PodmanRuntime(_ContainerRuntime):
         argv = [self.engine, "run", *self.options(plan, rank)]
         argv += [f"--env={prefix}*" for prefix in rank.passthrough_prefixes]
         argv += [container_image(plan), *rank.argv]
-        return RankCommand(argv=argv, env=rank.env, passthrough=rank.passthrough,
-                           passthrough_prefixes=rank.passthrough_prefixes, launcher_args=rank.launcher_args)
+        return rank.with_argv(argv)
 
 
 @RUNTIMES.register("docker-api")
-class DockerApiRuntime(_ContainerRuntime):
+class DockerApiRuntime(_EngineRuntime):
     """Each rank runs `python -m dlrun.images.docker_run`, which drives the Docker API with docker-py at
     $DOCKER_HOST (the `docker` runtime's settings against Docker, the `podman` runtime's against Podman),
     streams the container's output, and exits with its status. It refuses to start an image whose ID is
@@ -124,5 +120,4 @@ class DockerApiRuntime(_ContainerRuntime):
         for prefix in rank.passthrough_prefixes:
             argv += ["--env-prefix", prefix]
         argv += ["--", *rank.argv]
-        return RankCommand(argv=argv, env=rank.env, passthrough=rank.passthrough,
-                           passthrough_prefixes=rank.passthrough_prefixes, launcher_args=rank.launcher_args)
+        return rank.with_argv(argv)

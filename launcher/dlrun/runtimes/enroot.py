@@ -6,11 +6,12 @@ from __future__ import annotations
 import re
 
 from dlrun.errors import UsageError
+from dlrun.job import RankCommand
 from dlrun.plan import Plan
-from dlrun.render import Concat, Expand, RankCommand
-from dlrun.registry import RUNTIMES
-from dlrun.runtimes.base import Runtime, image_reference
+from dlrun.registry import RUNTIMES, Tool
+from dlrun.runtimes.base import ContainerRuntime, image_reference
 from dlrun.runtimes.singularity import bind_spec
+from dlrun.shell import Concat, Expand
 
 
 def pyxis_image(plan: Plan) -> str:
@@ -28,11 +29,13 @@ def pyxis_image(plan: Plan) -> str:
 
 
 @RUNTIMES.register("enroot")
-class EnrootPyxisRuntime(Runtime):
+class EnrootPyxisRuntime(ContainerRuntime):
+    # pyxis runs inside srun on the compute nodes (a batch job): only doctor on a compute node looks for it.
+    tool = Tool("enroot", "enroot and the pyxis Slurm plugin (https://github.com/NVIDIA/pyxis)")
+    bind_forbidden = ",:"
+
     def check(self, plan: Plan) -> None:
-        if plan.image.kind == "host":
-            raise UsageError(f"runtime enroot needs a container image, but image {plan.image.name!r} is the host's "
-                             "own Python; valid: --runtime host, or a container image (dlrun images list)")
+        super().check(plan)
         if plan.scheduler != "slurm" or plan.launcher not in ("srun", "torchrun"):
             raise UsageError(f"runtime enroot runs through pyxis, which is a Slurm srun plugin, but the plan uses "
                              f"scheduler {plan.scheduler} with launcher {plan.launcher}; valid: --scheduler slurm "
@@ -48,6 +51,4 @@ class EnrootPyxisRuntime(Runtime):
                  f"--container-name={name}",
                  Expand("--container-workdir=${DLRUN_RUN_DIR}"),
                  "--no-container-mount-home"]
-        return RankCommand(argv=rank.argv, env=rank.env, passthrough=rank.passthrough,
-                           passthrough_prefixes=rank.passthrough_prefixes,
-                           launcher_args=(*rank.launcher_args, *flags))
+        return rank.with_argv(rank.argv, launcher_args=(*rank.launcher_args, *flags))

@@ -1,8 +1,8 @@
 """`host`: no container; the rank command runs as it is."""
 from __future__ import annotations
 
+from dlrun.job import RankCommand
 from dlrun.plan import Plan
-from dlrun.render import RankCommand
 from dlrun.registry import RUNTIMES
 from dlrun.runtimes.base import Runtime
 

@@ -8,10 +8,11 @@ in that flag's comma-separated syntax, else with the `SINGULARITYENV_`/`APPTAINE
 from __future__ import annotations
 
 from dlrun.errors import UsageError
+from dlrun.job import RankCommand
 from dlrun.plan import Plan
-from dlrun.render import Expand, RankCommand
-from dlrun.registry import RUNTIMES
-from dlrun.runtimes.base import Runtime, image_reference
+from dlrun.registry import RUNTIMES, Tool
+from dlrun.runtimes.base import ContainerRuntime, image_reference
+from dlrun.shell import Expand
 
 ENV_PREFIX = {"singularity": "SINGULARITYENV_", "apptainer": "APPTAINERENV_"}
 
@@ -37,12 +38,17 @@ def singularity_image(plan: Plan) -> str:
     return ref if "://" in ref or ref.endswith(".sif") else f"docker://{ref}"
 
 
+TOOLS = {"singularity": Tool("singularity", "SingularityCE (https://sylabs.io) or Apptainer"),
+         "apptainer": Tool("apptainer", "Apptainer (https://apptainer.org)")}
+
+
 @RUNTIMES.register("singularity", "apptainer")
-class SingularityRuntime(Runtime):
-    def check(self, plan: Plan) -> None:
-        if plan.image.kind == "host":
-            raise UsageError(f"runtime {self.name} needs a container image, but image {plan.image.name!r} is the "
-                             "host's own Python; valid: --runtime host, or a container image (dlrun images list)")
+class SingularityRuntime(ContainerRuntime):
+    bind_forbidden = ",:"
+
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.tool = TOOLS[name]
 
     def wrap(self, plan: Plan, rank: RankCommand) -> RankCommand:
         argv = [self.name, "exec"]
@@ -60,5 +66,4 @@ class SingularityRuntime(Runtime):
             else:
                 prefixed[ENV_PREFIX[self.name] + name] = value
         argv += [singularity_image(plan), *rank.argv]
-        return RankCommand(argv=argv, env={**rank.env, **prefixed}, passthrough=rank.passthrough,
-                           passthrough_prefixes=rank.passthrough_prefixes, launcher_args=rank.launcher_args)
+        return rank.with_argv(argv, env={**rank.env, **prefixed})

@@ -8,12 +8,12 @@ import json
 from typing import Any
 
 from dlrun.errors import UsageError
-from dlrun.launchers.base import Launch
+from dlrun.job import RUN_DIR_VAR, Launch, RenderedJob
 from dlrun.plan import Plan
-from dlrun.render import RUN_DIR_VAR, RenderedJob, join, quote, script_header
+from dlrun.registry import SCHEDULERS, Tool
 from dlrun.runtimes.base import image_reference
-from dlrun.registry import SCHEDULERS
-from dlrun.schedulers.base import Scheduler, export_lines
+from dlrun.schedulers.base import Scheduler, script_header
+from dlrun.shell import export_lines, join, quote
 
 POD_RUN_DIR = "/tmp/dlrun-run"
 HOSTFILE = "/etc/mpi/hostfile"
@@ -75,7 +75,9 @@ def mpijob_manifest(plan: Plan, launch: Launch) -> dict[str, Any]:
 
 @SCHEDULERS.register("kubernetes")
 class KubernetesScheduler(Scheduler):
+    tool = Tool("kubectl", "kubectl with a kubeconfig for a cluster running the Kubeflow MPI operator")
     runs_image = True
+    writes_hostfile = True
 
     def check(self, plan: Plan) -> None:
         if plan.launcher != "mpirun":

@@ -1,23 +1,23 @@
 """`local`: run the launch command on this machine from a bash script in the run directory."""
 from __future__ import annotations
 
-from dlrun.launchers.base import Launch
-from dlrun.plan import Plan
-from dlrun.render import RUN_DIR_VAR, RenderedJob, fabric_for, join, script_header
+from dlrun.errors import UsageError
+from dlrun.job import RUN_DIR_VAR, Launch, RankCommand, RenderedJob
+from dlrun.plan import Plan, fabric_for
 from dlrun.registry import SCHEDULERS
-from dlrun.schedulers.base import Scheduler, export_lines
-
-__all__ = ["LocalScheduler", "export_lines"]
+from dlrun.schedulers.base import Scheduler, script_header
+from dlrun.shell import export_lines, join
 
 
 @SCHEDULERS.register("local")
 class LocalScheduler(Scheduler):
     def check(self, plan: Plan) -> None:
         if plan.nodes > 1:
-            from dlrun.errors import UsageError
-
             raise UsageError(f"--nodes {plan.nodes} with scheduler local: a local run has one node; "
                              "valid: --nodes 1, or a batch scheduler (slurm, pbs, lsf, kubernetes)")
+
+    def per_node_launch(self, plan: Plan, rank: RankCommand) -> Launch:
+        return Launch(argv=rank.argv, env=rank.env, rank_log_pattern="output.log")
 
     def render(self, plan: Plan, launch: Launch) -> RenderedJob:
         lines = script_header(plan, "local run") + [

@@ -6,21 +6,20 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from dlrun.launchers.base import Launch
+from dlrun.job import JobState, Launch, RankCommand, RenderedJob
 from dlrun.plan import Plan
-from dlrun.render import RenderedJob
-from dlrun.registry import SCHEDULERS
-from dlrun.schedulers.base import JobState, Scheduler, SchedulerError, run_tool
+from dlrun.registry import SCHEDULERS, Tool
+from dlrun.schedulers.base import Scheduler, SchedulerError, run_tool
 
 LSF_STATES = {"PEND": "pending", "PSUSP": "pending", "WAIT": "pending", "RUN": "running", "USUSP": "running",
               "SSUSP": "running", "PROV": "pending", "DONE": "completed", "EXIT": "failed", "ZOMBI": "failed",
               "UNKWN": "unknown"}
 
 
-def bsub_directives(plan: Plan) -> list[str]:
+def bsub_directives(plan: Plan, launch: Launch | None = None) -> list[str]:
     opts = plan.scheduler_options
     lines = [f"-J {plan.job_name}"]
-    if plan.launcher in ("jsrun", "torchrun"):
+    if launch is not None and launch.whole_nodes:
         lines.append(f"-nnodes {plan.nodes}")
     else:
         lines += [f"-n {plan.world_size}", f'-R "span[ptile={plan.ranks_per_node}]"']
@@ -51,14 +50,21 @@ def parse_bjobs(text: str) -> JobState:
 
 @SCHEDULERS.register("lsf")
 class LsfScheduler(Scheduler):
+    tool = Tool("bsub", "the LSF client")
     batch = True
+    step_launchers = ("jsrun",)
     run_dir_default = "${LS_SUBCWD}"
+
+    def per_node_launch(self, plan: Plan, rank: RankCommand) -> Launch:
+        argv = ["jsrun", "--nrs", str(plan.nodes), "--rs_per_host", "1", "--tasks_per_rs", "1",
+                "--cpu_per_rs", "ALL_CPUS", "--gpu_per_rs", "ALL_GPUS", "--smpiargs=off", *rank.argv]
+        return Launch(argv=argv, env=rank.env, rank_log_pattern="output.log", tasks_per_node=1, whole_nodes=True)
 
     def node_list_shell(self) -> str:
         return 'sort -u "${LSB_DJOB_HOSTFILE}"'
 
     def render(self, plan: Plan, launch: Launch) -> RenderedJob:
-        script = self.script(plan, launch, "LSF batch job", bsub_directives(plan), exec_launch=False)
+        script = self.script(plan, launch, "LSF batch job", bsub_directives(plan, launch), exec_launch=False)
         return self.job(plan, launch, script, ["bsub"], submit_stdin="run.sh")
 
     def submit(self, rendered: RenderedJob, run_path: Path, env: dict[str, str]) -> str:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from dlrun.launchers.base import Launch
+from dlrun.job import JobState, Launch, RankCommand, RenderedJob
+from dlrun.launchers.mpirun import ROOT_OK, mpirun_argv, mpirun_hosts
 from dlrun.plan import Plan
-from dlrun.render import RenderedJob
-from dlrun.registry import SCHEDULERS
-from dlrun.schedulers.base import JobState, Scheduler, SchedulerError, run_tool
+from dlrun.registry import SCHEDULERS, Tool
+from dlrun.schedulers.base import Scheduler, SchedulerError, run_tool
 
 PBS_STATES = {"Q": "pending", "H": "pending", "W": "pending", "T": "pending", "S": "running", "R": "running",
               "E": "running", "B": "running", "X": "completed", "F": "completed"}
@@ -46,8 +46,16 @@ def parse_qstat(text: str) -> JobState:
 
 @SCHEDULERS.register("pbs")
 class PbsScheduler(Scheduler):
+    tool = Tool("qsub", "the PBS client")
     batch = True
+    mpirun_command = "mpiexec"
     run_dir_default = "${PBS_O_WORKDIR}"
+
+    def per_node_launch(self, plan: Plan, rank: RankCommand) -> Launch:
+        hosts, setup = mpirun_hosts(self, 1)
+        argv = mpirun_argv(plan, self, sorted(rank.env), hosts, np=plan.nodes) + rank.argv
+        return Launch(argv=argv, env={**rank.env, **ROOT_OK}, rank_log_pattern="logs/1/rank.{rank}/stdout",
+                      setup=setup, tasks_per_node=1)
 
     def node_list_shell(self) -> str:
         return 'sort -u "${PBS_NODEFILE}"'

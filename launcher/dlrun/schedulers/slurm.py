@@ -6,11 +6,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from dlrun.launchers.base import Launch
+from dlrun.job import JobState, Launch, RankCommand, RenderedJob
+from dlrun.launchers.base import mca_env
 from dlrun.plan import Plan
-from dlrun.render import RenderedJob
-from dlrun.registry import SCHEDULERS
-from dlrun.schedulers.base import JobState, Scheduler, SchedulerError, run_tool
+from dlrun.registry import SCHEDULERS, Tool
+from dlrun.schedulers.base import Scheduler, SchedulerError, run_tool
 
 SLURM_STATES = {
     "PENDING": "pending", "CONFIGURING": "pending", "REQUEUED": "pending", "RESV_DEL_HOLD": "pending",
@@ -23,10 +23,10 @@ SLURM_STATES = {
 }
 
 
-def sbatch_directives(plan: Plan) -> list[str]:
+def sbatch_directives(plan: Plan, launch: Launch | None = None) -> list[str]:
     opts = plan.scheduler_options
-    per_node_tasks = 1 if plan.launcher == "torchrun" else plan.ranks_per_node
-    cpus = plan.threads_per_rank * (plan.ranks_per_node if plan.launcher == "torchrun" else 1)
+    per_node_tasks = (launch.tasks_per_node if launch else None) or plan.ranks_per_node
+    cpus = plan.threads_per_rank * plan.ranks_per_node // per_node_tasks
     lines = [f"--job-name={plan.job_name}", f"--nodes={plan.nodes}", f"--ntasks-per-node={per_node_tasks}",
              f"--cpus-per-task={cpus}"]
     if plan.device == "cuda":
@@ -60,14 +60,22 @@ def parse_scontrol_job(text: str) -> JobState:
 
 @SCHEDULERS.register("slurm")
 class SlurmScheduler(Scheduler):
+    tool = Tool("sbatch", "the Slurm client (Debian: apt-get install slurm-client)")
     batch = True
+    step_launchers = ("srun",)
     run_dir_default = "${SLURM_SUBMIT_DIR}"
+
+    def per_node_launch(self, plan: Plan, rank: RankCommand) -> Launch:
+        argv = ["srun", f"--nodes={plan.nodes}", f"--ntasks={plan.nodes}", "--ntasks-per-node=1",
+                f"--cpus-per-task={plan.threads_per_rank * plan.ranks_per_node}", "--kill-on-bad-exit=1",
+                "--export=ALL", *rank.launcher_args, *rank.argv]
+        return Launch(argv=argv, env={**mca_env(plan), **rank.env}, rank_log_pattern="output.log", tasks_per_node=1)
 
     def node_list_shell(self) -> str:
         return 'scontrol show hostnames "${SLURM_JOB_NODELIST}"'
 
     def render(self, plan: Plan, launch: Launch) -> RenderedJob:
-        script = self.script(plan, launch, "Slurm batch job", sbatch_directives(plan), exec_launch=False)
+        script = self.script(plan, launch, "Slurm batch job", sbatch_directives(plan, launch), exec_launch=False)
         return self.job(plan, launch, script, ["sbatch", "--parsable", "run.sh"])
 
     def submit(self, rendered: RenderedJob, run_path: Path, env: dict[str, str]) -> str:

@@ -1,0 +1,3 @@
+from dlrun.cli.app import main
+
+main()

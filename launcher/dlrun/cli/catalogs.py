@@ -1,0 +1,107 @@
+"""`dlrun workloads|systems list|show` and `dlrun schema`: the catalogs as tables, JSON and JSON Schema."""
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from dlrun.cli.options import JsonOpt, load_catalog
+from dlrun.cli.output import fields_table, handle_errors, print_json, table
+
+workloads_app = typer.Typer(help="Workloads: models and their benchmark settings.", no_args_is_help=True)
+systems_app = typer.Typer(help="Systems: site and machine profiles.", no_args_is_help=True)
+
+
+@workloads_app.command("list")
+@handle_errors
+def workloads_list(as_json: JsonOpt = False) -> None:
+    """List workloads."""
+    workloads = load_catalog().workloads
+    if as_json:
+        print_json([w.model_dump(mode="json") for w in workloads.values()])
+        return
+    table("workloads", ["name", "model", "framework", "batch", "description"],
+          [[w.name, w.label, w.framework, "-" if w.kind == "allreduce" else w.default_batch_size, w.description]
+           for w in workloads.values()])
+
+
+@workloads_app.command("show")
+@handle_errors
+def workloads_show(name: Annotated[str, typer.Argument(help="Workload name.")], as_json: JsonOpt = False) -> None:
+    """Show a workload, with parameters and forward multiply-adds counted from the harness's own model."""
+    from dlrun.workloads import describe_model
+
+    workload = load_catalog().workload(name)
+    data = workload.model_dump(mode="json")
+    if workload.kind == "allreduce":
+        if as_json:
+            print_json(data)
+            return
+        fields_table(f"workload {workload.name}", [
+            ["name", workload.name], ["description", workload.description], ["kind", workload.kind],
+            ["framework", workload.framework],
+            ["message sizes", f"{workload.min_bytes} B to {workload.max_bytes} B, x{workload.size_factor}"],
+            ["iterations / warm-up per size", f"{workload.default_steps} / {workload.default_warmup_steps}"]])
+        return
+    data["model_facts"] = describe_model(workload.model)
+    if as_json:
+        print_json(data)
+        return
+    facts = data["model_facts"]
+    rows = [["name", workload.name], ["description", workload.description], ["model", workload.model],
+            ["framework", workload.framework], ["default batch / steps / warm-up",
+             f"{workload.default_batch_size} / {workload.default_steps} / {workload.default_warmup_steps}"],
+            ["parameters", f"{facts['params'] / 1e6:.2f} M"],
+            ["forward multiply-adds / image", f"{facts['forward_macs'] / 1e9:.3f} G"],
+            ["input", "x".join(str(d) for d in facts["image_size"])]]
+    for label, pub in (("published params", workload.published_params),
+                       ("published ops / image", workload.published_ops_per_image)):
+        if pub:
+            rows.append([label, f"{pub.value:g} {pub.unit} ({pub.source.doc}, {pub.source.where})"])
+    fields_table(f"workload {workload.name}", rows)
+
+
+@systems_app.command("list")
+@handle_errors
+def systems_list(as_json: JsonOpt = False) -> None:
+    """List systems."""
+    systems = load_catalog().systems
+    if as_json:
+        print_json([s.model_dump(mode="json") for s in systems.values()])
+        return
+    table("systems", ["name", "arch", "nodes", "GPUs/node", "scheduler", "runtime", "description"],
+          [[s.name, s.arch, s.nodes, s.gpus_per_node, s.scheduler, s.runtime, s.description]
+           for s in systems.values()])
+
+
+@systems_app.command("show")
+@handle_errors
+def systems_show(name: Annotated[str, typer.Argument(help="System name.")], as_json: JsonOpt = False) -> None:
+    """Show a system profile."""
+    system = load_catalog().system(name)
+    data = system.model_dump(mode="json")
+    if as_json:
+        print_json(data)
+        return
+    fields_table(f"system {system.name}",
+                 [[key, json.dumps(value) if isinstance(value, (dict, list)) else value] for key, value in data.items()])
+
+
+SCHEMA_KINDS = ("images", "workloads", "systems")
+
+
+@handle_errors
+def schema(kind: Annotated[str, typer.Argument(help="images, workloads or systems.", show_default=False)]) -> None:
+    """Print the JSON Schema of a catalog's YAML entries (for an editor's YAML language server)."""
+    from dlrun.catalog.models import SystemSpec, WorkloadSpec
+    from dlrun.catalog.stack import PinnedImageSpec
+    from dlrun.errors import unknown_name
+
+    models = {"images": PinnedImageSpec, "workloads": WorkloadSpec, "systems": SystemSpec}
+    if kind not in models:
+        raise unknown_name("catalog", kind, SCHEMA_KINDS)
+    document = models[kind].model_json_schema()
+    document["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    document["title"] = f"dlrun {kind[:-1]} catalog entry"
+    print_json(document)

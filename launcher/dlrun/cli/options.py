@@ -1,0 +1,67 @@
+"""Options shared by several commands, and the few steps every command that resolves a plan takes."""
+from __future__ import annotations
+
+from typing import Annotated, Any, Optional
+
+import typer
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON output.")]
+Workload = Annotated[str, typer.Argument(help="Workload name (see `dlrun workloads list`).", show_default=False)]
+ImageOpt = Annotated[Optional[str], typer.Option("--image", "-i", help="Image tag (default: the system's).")]
+SystemOpt = Annotated[str, typer.Option("--system", "-s", help="System profile (see `dlrun systems list`).")]
+NodesOpt = Annotated[Optional[int], typer.Option("--nodes", "-N", help="Number of nodes (default 1).")]
+RanksOpt = Annotated[Optional[int], typer.Option("--ranks-per-node", "-r",
+                                                 help="Ranks per node (default: GPUs per node, or 1 on CPU).")]
+BatchOpt = Annotated[Optional[int], typer.Option("--batch-size", "-b", help="Batch size per rank.")]
+GlobalBatchOpt = Annotated[Optional[int], typer.Option("--global-batch-size",
+                                                       help="Total batch over all ranks (must divide evenly).")]
+StepsOpt = Annotated[Optional[int], typer.Option("--steps", help="Timed training steps.")]
+WarmupOpt = Annotated[Optional[int], typer.Option("--warmup-steps", help="Untimed warm-up steps before timing.")]
+PrecisionOpt = Annotated[str, typer.Option("--precision", help="fp32 or amp (bf16 autocast on CPU, fp16 on GPU).")]
+ThreadsOpt = Annotated[Optional[int], typer.Option("--threads", help="CPU threads per rank (default: cores/ranks).")]
+LauncherOpt = Annotated[Optional[str], typer.Option("--launcher", help="Override the system's launcher.")]
+RuntimeOpt = Annotated[Optional[str], typer.Option("--runtime", help="Override the container runtime.")]
+SchedulerOpt = Annotated[Optional[str], typer.Option("--scheduler", help="Override the system's scheduler.")]
+FabricOpt = Annotated[Optional[str], typer.Option("--fabric", help="Interconnect: ib, opa, roce or tcp.")]
+DataOpt = Annotated[Optional[str], typer.Option("--data", help="Dataset directory, bound read-only at /data.")]
+BindOpt = Annotated[Optional[list[str]], typer.Option("--bind", "-B",
+                                                      help="Extra bind SRC[:DST][:ro|rw] (repeatable).")]
+EnvOpt = Annotated[Optional[list[str]], typer.Option("--env", "-e",
+                                                     help="Extra rank environment NAME=VALUE (repeatable).")]
+DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the exact script that would run; run nothing.")]
+DataWorkersOpt = Annotated[Optional[int], typer.Option("--data-workers",
+                                                      help="Data-loader workers per rank (default: the system's j).")]
+AllocatorOpt = Annotated[str, typer.Option(
+    "--allocator", help="Memory allocator of the PyTorch harness: auto (tcmalloc, else jemalloc, else glibc-tuned), "
+    "tcmalloc, jemalloc, glibc-tuned or system.")]
+PartitionOpt = Annotated[Optional[str], typer.Option("--partition", help="Batch partition/queue.")]
+AccountOpt = Annotated[Optional[str], typer.Option("--account", help="Batch account/project.")]
+TimeOpt = Annotated[Optional[str], typer.Option("--time", help="Job time limit: MINUTES, HH:MM:SS or D-HH:MM:SS.")]
+ExclusiveOpt = Annotated[Optional[bool], typer.Option("--exclusive/--shared", help="Whole nodes (batch jobs).")]
+LauncherArgOpt = Annotated[Optional[list[str]], typer.Option(
+    "--launcher-arg", help="Extra launcher flag, passed as given (repeatable).")]
+SkipChecksOpt = Annotated[bool, typer.Option("--skip-checks", help="Run even if the pre-launch checks refuse.")]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v",
+                                          help="Also print the raw DLRUN_RESULT line and every job line.")]
+
+# `run` and `plan` take the same options; these are the ones whose CLI name differs from resolve_plan's.
+PLAN_NAMES = {"threads": "threads_per_rank", "data": "data_dir", "bind": "binds", "time": "time_limit",
+              "launcher_arg": "launcher_args"}
+NOT_PLAN = {"skip_checks", "dry_run", "verbose"}
+
+
+def load_catalog():
+    """The catalogs, with this machine as system `localhost` and its Python as image `host`."""
+    from dlrun.catalog import load_catalog as load
+    from dlrun.probe.host import probe_host
+
+    return load(host=probe_host())
+
+
+def resolve(options: dict[str, Any]):
+    """Resolve a plan from a command's parameters (its `locals()` on entry), with this site's images."""
+    from dlrun.images.verify import with_local_image
+    from dlrun.plan import resolve_plan
+
+    kwargs = {PLAN_NAMES.get(name, name): value for name, value in options.items() if name not in NOT_PLAN}
+    return resolve_plan(load_catalog(), kwargs.pop("workload"), local_image=with_local_image, **kwargs)

@@ -1,0 +1,61 @@
+"""How the command line talks: rich tables on the terminal, JSON on request, and errors as one line.
+
+`handle_errors` is the one place a `DlrunError` becomes `dlrun: error: ...` and its exit code."""
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from typing import Any
+
+import typer
+
+from dlrun.errors import DlrunError
+
+
+def console(stderr: bool = False):
+    from rich.console import Console
+
+    out = Console(stderr=stderr, highlight=False)
+    if not out.is_terminal:  # pipes and logs: do not squeeze tables into 80 columns
+        out = Console(stderr=stderr, highlight=False, width=160)
+    return out
+
+
+def fail(message: str, code: int) -> None:
+    print(f"dlrun: error: {message}", file=sys.stderr)
+    raise typer.Exit(code)
+
+
+def warn(message: str) -> None:
+    print(f"dlrun: {message}", file=sys.stderr)
+
+
+def handle_errors(func):
+    """Run a command; a DlrunError is printed as one line and exits with its code."""
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except DlrunError as exc:
+            fail(str(exc), exc.exit_code)
+    return wrapper
+
+
+def print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, sort_keys=True, default=str))
+
+
+def table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
+    from rich.table import Table
+
+    out = Table(title=title)
+    for index, column in enumerate(columns):
+        out.add_column(column, no_wrap=index == 0)
+    for row in rows:
+        out.add_row(*("" if cell is None else str(cell) for cell in row))
+    console().print(out)
+
+
+def fields_table(title: str, rows: list[list[Any]]) -> None:
+    table(title, ["field", "value"], rows)

@@ -1,0 +1,89 @@
+"""What a running job looks like on the terminal: its lines as they come (rank 0's, and stderr), a live
+progress line at the bottom (step, throughput, ETA) built from rank 0's step rows, and the summary table.
+The raw `DLRUN_RESULT {json}` line stays in the run directory unless `--verbose`."""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from dlrun.cli.output import console
+
+RESULT_PREFIX = "DLRUN_RESULT "
+# tf_cnn_benchmarks' step row, which dlrun's harness prints too: `10\timages/sec: 12.3 +/- 0.1 (jitter = ...)`
+STEP_ROW = re.compile(r"^(?:\[\d+,0\]<std\w+>:)?\s*(?P<step>\d+)\s+(?P<unit>\w+)/sec:\s*(?P<rate>[0-9.]+)")
+TAG = re.compile(r"^\[\d+,\d+\]<std\w+>:\s?")
+
+
+class RunDisplay:
+    """A context manager whose `sink(stream, line)` the executor calls for every line of the job."""
+
+    def __init__(self, plan: Any, verbose: bool = False):
+        from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeRemainingColumn
+
+        self.verbose = verbose
+        self.out = console()
+        self.err = console(stderr=True)
+        self.total = plan.steps if plan.workload.kind != "allreduce" else None
+        self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                                 TextColumn("{task.fields[rate]}"), TimeRemainingColumn(),
+                                 console=self.out, transient=True)
+        self.task = self.progress.add_task(f"{plan.workload.name}: warming up", total=self.total, rate="")
+
+    def __enter__(self) -> "RunDisplay":
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def sink(self, stream: str, line: str) -> None:
+        body = TAG.sub("", line)
+        if body.startswith(RESULT_PREFIX) and not self.verbose:
+            return
+        row = STEP_ROW.match(line)
+        if row and self.total:
+            step = int(row.group("step"))
+            self.progress.update(self.task, completed=min(step, self.total),
+                                 description=f"step {step}/{self.total} (rank 0)",
+                                 rate=f"{float(row.group('rate')):.1f} {row.group('unit')}/s")
+        target = self.err if stream == "stderr" else self.out
+        if self.progress.live.is_started and target is self.out:
+            self.progress.console.print(line, markup=False, highlight=False)
+        else:
+            target.print(line, markup=False, highlight=False)
+
+
+def summary_rows(record: Any) -> list[list[str]]:
+    rows: list[list[str]] = []
+    res = record.result or {}
+    if res:
+        extra = res.get("extra", {})
+        if res["metric"] == "busbw":
+            rows.append(["bus bandwidth", f"{res['value']:.3f} {res['unit']} at {extra.get('largest_bytes')} B "
+                                          f"(average over sizes {extra.get('avg_busbw', 0):.3f})"])
+            rows.append(["formula", str(extra.get("formula", ""))])
+            rows.append(["backend", str(extra.get("backend"))])
+        else:
+            rows.append(["throughput", f"{res['value']:.2f} {res['unit']} (all ranks)"])
+            rows.append(["formula", str(extra.get("formula", ""))])
+            rates = extra.get("per_rank_images_per_sec")
+            if rates:
+                rows.append(["per rank", ", ".join(f"{r:.2f}" for r in rates)])
+            rows.append(["model / batch", f"{res.get('model')} / {res.get('batch_size')} per rank"])
+        rows.append(["world size", str(res.get("num_devices"))])
+        rows.append(["framework", f"{extra.get('framework')} {extra.get('framework_version', '')}"])
+    if record.reason:
+        rows.append(["reason", record.reason])
+    rows.append(["run directory", str(record.path)])
+    return rows
+
+
+def print_summary(record: Any) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"run {record.id}: {record.status}", show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    for row in summary_rows(record):
+        table.add_row(*row)
+    console().print(table)

@@ -1,0 +1,72 @@
+"""`dlrun results list|show` and `dlrun parse`: stored runs, and results read from any benchmark log."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from dlrun.cli.options import JsonOpt
+from dlrun.cli.output import fields_table, handle_errors, print_json, table
+from dlrun.errors import DlrunError, UsageError
+
+results_app = typer.Typer(help="Stored results and their run directories.", no_args_is_help=True)
+
+
+def _store():
+    from dlrun.paths import store_path
+    from dlrun.results.store import Store
+
+    return Store(store_path())
+
+
+@results_app.command("list")
+@handle_errors
+def results_list(as_json: JsonOpt = False,
+                 limit: Annotated[int, typer.Option("--limit", "-n", help="Newest N runs (0: all).")] = 50) -> None:
+    """List stored runs, newest first."""
+    if limit < 0:
+        raise UsageError(f"--limit must be >= 0, got {limit}")
+    runs = _store().list_runs(limit or None)
+    if as_json:
+        print_json(runs)
+        return
+    table("results", ["id", "status", "workload", "system", "image", "ranks", "batch", "value"],
+          [[r["id"], r["status"], r["workload"], r["system"], r["image"], r["world_size"],
+            "-" if r["batch_size"] is None else r["batch_size"],
+            f"{r['value']:.2f} {r['unit']}" if r["value"] is not None else "-"] for r in runs])
+
+
+@results_app.command("show")
+@handle_errors
+def results_show(run_id: Annotated[str, typer.Argument(help="Run id (a unique prefix is enough).")],
+                 as_json: JsonOpt = False) -> None:
+    """Show one stored run with its results and provenance."""
+    run = _store().get_run(run_id)
+    if as_json:
+        print_json(run)
+        return
+    rows = [[key, run[key]] for key in ("id", "status", "created_at", "workload", "model", "image", "image_digest",
+                                        "system", "nodes", "ranks_per_node", "world_size", "batch_size",
+                                        "precision", "run_dir")]
+    for res in run["results"]:
+        rows.append([res["metric"], f"{res['value']:.2f} {res['unit']}"])
+    fields_table(f"run {run['id']}", rows)
+
+
+@handle_errors
+def parse(file: Annotated[Path, typer.Argument(help="Log file (dlrun harness or tf_cnn_benchmarks output).")],
+          as_json: JsonOpt = False) -> None:
+    """Parse a benchmark log and print the extracted result."""
+    from dlrun.results.parse import parse_text
+
+    try:
+        text = file.read_text(errors="replace")
+    except OSError as exc:
+        raise DlrunError(f"cannot read {str(file)!r}: {exc.strerror}", exit_code=2) from None
+    result = parse_text(text).to_dict()
+    if as_json:
+        print_json(result)
+        return
+    fields_table(f"{file}", [[key, result[key]] for key in
+                             ("kind", "metric", "value", "unit", "model", "batch_size", "num_devices")])

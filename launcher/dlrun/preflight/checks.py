@@ -1,0 +1,81 @@
+"""The pre-launch checks of a Plan on this node."""
+from __future__ import annotations
+
+import shutil
+from typing import Any
+
+from dlrun.plan import Plan
+from dlrun.preflight.findings import Finding
+from dlrun.preflight.mpi import check_mpi_compat, image_mpi, uses_image_mpi
+from dlrun.probe.mpi import MpiInfo, parse_mpi_version
+from dlrun.registry import LAUNCHERS, RUNTIMES, SCHEDULERS, Tool
+
+
+def host_mpi_from(inventory: dict[str, Any]) -> MpiInfo | None:
+    mpi = inventory.get("mpi") or {}
+    if not mpi.get("flavour"):
+        return None
+    return MpiInfo(flavour=mpi["flavour"], version=mpi.get("version"))
+
+
+def preflight(plan: Plan, inventory: dict[str, Any] | None = None) -> list[Finding]:
+    """Findings for running `plan` from this machine. With no inventory, only the static checks run
+    (the system profile's declared host MPI against the image)."""
+    findings: list[Finding] = []
+    if inventory is not None:
+        findings += _tool_findings(plan, inventory)
+        host = host_mpi_from(inventory)
+    else:
+        host = parse_mpi_version(plan.system.mpi) if plan.system.mpi else None
+    if inventory is not None or host is not None:
+        findings += check_mpi_compat(host, image_mpi(plan.image), launcher=plan.launcher, runtime=plan.runtime,
+                                     srun_mpi=plan.scheduler_options.srun_mpi, uses_mpi=uses_image_mpi(plan))
+    findings += _fabric_findings(plan, inventory)
+    return findings
+
+
+def needed_tools(plan: Plan) -> list[Tool]:
+    """The programs the rendered job runs on this machine: the scheduler's submit command; for a job that
+    runs here, also the launcher's and the runtime's (a batch job's run on the compute nodes)."""
+    scheduler = SCHEDULERS.get(plan.scheduler)
+    backends = [scheduler] if scheduler.batch else [scheduler, LAUNCHERS.get(plan.launcher), RUNTIMES.get(plan.runtime)]
+    return [backend.tool for backend in backends if backend.tool is not None]
+
+
+def _tool_findings(plan: Plan, inventory: dict[str, Any]) -> list[Finding]:
+    """The commands the rendered job calls on this machine must exist here."""
+    findings = []
+    for tool in needed_tools(plan):
+        if not shutil.which(tool.command):
+            findings.append(Finding("error", "tools", f"{tool.command} is not on PATH on this machine",
+                                    f"install {tool.install}"))
+    plugins = (inventory.get("mpi") or {}).get("slurm_mpi_plugins") or []
+    wanted = plan.scheduler_options.srun_mpi
+    if plan.launcher == "srun" and plugins and wanted not in plugins:
+        findings.append(Finding("warn", "pmi", f"srun --mpi={wanted} but this node's Slurm has MPI plugins "
+                                f"{', '.join(plugins)}", "set scheduler_options.srun_mpi to one of them"))
+    return findings
+
+
+def _fabric_findings(plan: Plan, inventory: dict[str, Any] | None) -> list[Finding]:
+    findings = []
+    container = image_mpi(plan.image)
+    if isinstance(container, MpiInfo) and plan.runtime != "host":
+        spec = getattr(plan.image, "mpi", None)
+        psm2 = spec.psm2_for(plan.system.arch) if hasattr(spec, "psm2_for") else getattr(spec, "psm2", None)
+        if plan.fabric == "opa" and psm2 is False:
+            findings.append(Finding("error", "fabric", f"fabric opa but the image's {container.describe()} has no "
+                                    "PSM2: MPI traffic would fall back to TCP",
+                                    "use an image whose MPI is built with PSM2 (psm2: true)"))
+        ucx = getattr(spec, "ucx", None)
+        verbs = getattr(spec, "verbs", None)
+        if plan.fabric in ("ib", "roce") and verbs is False and (ucx is None or getattr(ucx, "not_used", None)):
+            findings.append(Finding("error", "fabric", f"fabric {plan.fabric} but the image's {container.describe()} "
+                                    "has neither UCX nor verbs", "use an image whose MPI is built with UCX"))
+    if inventory is not None and plan.scheduler == "local" and plan.fabric != "tcp":
+        usable = inventory.get("fabrics", {}).get("usable", [])
+        if plan.fabric not in usable:
+            findings.append(Finding("error", "fabric", f"fabric {plan.fabric} was asked for, but this node offers "
+                                    f"{', '.join(usable) or 'none'} (from /sys/class/infiniband, /dev/infiniband, "
+                                    "/dev/hfi1_*)", f"--fabric {usable[0] if usable else 'tcp'}"))
+    return findings

@@ -1,0 +1,64 @@
+"""CPUs, NUMA nodes and memory from /proc and /sys."""
+from __future__ import annotations
+
+import os
+import platform
+import re
+from pathlib import Path
+from typing import Any
+
+from dlrun.probe.files import read_text
+
+ARCHES = ("x86_64", "ppc64le", "aarch64")
+
+
+def machine_arch() -> str:
+    """This machine's architecture in the names images use (x86_64, ppc64le, aarch64)."""
+    machine = platform.machine().lower()
+    return {"amd64": "x86_64", "arm64": "aarch64", "ppc64el": "ppc64le"}.get(machine, machine)
+
+
+def usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def memory_gb(root: Path = Path("/")) -> float | None:
+    match = re.search(r"MemTotal:\s+(\d+)", read_text(root / "proc" / "meminfo") or "")
+    return round(int(match.group(1)) / 1024**2, 1) if match else None
+
+
+def cpu_model(root: Path = Path("/")) -> str | None:
+    for line in (read_text(root / "proc" / "cpuinfo") or "").splitlines():
+        if line.lower().startswith(("model name", "cpu\t")):
+            return line.split(":", 1)[1].strip()
+    return None
+
+
+def numa_nodes(root: Path = Path("/")) -> list[dict[str, Any]]:
+    nodes = []
+    for node in sorted((root / "sys" / "devices" / "system" / "node").glob("node[0-9]*"),
+                       key=lambda p: int(p.name[4:])):
+        match = re.search(r"MemTotal:\s+(\d+)", read_text(node / "meminfo") or "")
+        nodes.append({"node": int(node.name[4:]), "cpulist": read_text(node / "cpulist"),
+                      "memory_kb": int(match.group(1)) if match else None})
+    return nodes
+
+
+def cpu_inventory(root: Path = Path("/")) -> dict[str, Any]:
+    cpu_dir = root / "sys" / "devices" / "system" / "cpu"
+    packages: set[str] = set()
+    cores: set[tuple[str, str]] = set()
+    logical = 0
+    for cpu in sorted(cpu_dir.glob("cpu[0-9]*")):
+        package = read_text(cpu / "topology" / "physical_package_id")
+        core = read_text(cpu / "topology" / "core_id")
+        if package is None:
+            continue
+        logical += 1
+        packages.add(package)
+        cores.add((package, core or ""))
+    return {"model": cpu_model(root), "logical_cpus": logical or os.cpu_count(), "sockets": len(packages) or None,
+            "physical_cores": len(cores) or None, "usable_cpus": usable_cpus(), "numa": numa_nodes(root)}

@@ -1,0 +1,93 @@
+"""The node as a whole: the facts a `localhost` system profile is made from, and the full inventory that
+`dlrun doctor` prints and every run directory keeps (`inventory.json`)."""
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import re
+import shutil
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dlrun import __version__
+from dlrun.probe.cpu import cpu_inventory, cpu_model, machine_arch, memory_gb, numa_nodes, usable_cpus
+from dlrun.probe.fabrics import detect_fabrics
+from dlrun.probe.files import read_text
+from dlrun.probe.gpu import gpu_inventory, gpus
+from dlrun.probe.mpi import mpi_inventory
+from dlrun.probe.tools import tool_output, tool_versions
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """What a `localhost` system profile needs to know about this machine."""
+
+    hostname: str
+    arch: str
+    usable_cpus: int
+    cpu_model: str | None
+    numa_nodes: int
+    memory_gb: float
+    gpus: tuple[dict[str, Any], ...]
+    fabrics: dict[str, Any]
+    python: str
+
+
+@functools.lru_cache(maxsize=1)
+def probe_host() -> HostFacts:
+    """This machine's facts, probed once per process."""
+    return HostFacts(hostname=platform.node(), arch=machine_arch(), usable_cpus=usable_cpus(),
+                     cpu_model=cpu_model(), numa_nodes=max(len(numa_nodes()), 1), memory_gb=memory_gb() or 1.0,
+                     gpus=gpus(), fabrics=detect_fabrics("/"), python=sys.executable)
+
+
+def scheduler_inventory(commands: Mapping[str, str]) -> dict[str, Any]:
+    tools = {name: shutil.which(command) for name, command in commands.items()}
+    text = (tool_output(["sinfo", "--version"]) or "") if tools.get("slurm") else ""
+    version = re.search(r"slurm[- ]([\d.]+)", text)
+    return {"tools": tools, "slurm_version": version.group(1) if version else None,
+            "slurm_config_error": text.splitlines()[-1] if text and not version else None,
+            "in_slurm_job": os.environ.get("SLURM_JOB_ID"), "in_lsf_job": os.environ.get("LSB_JOBID"),
+            "in_pbs_job": os.environ.get("PBS_JOBID")}
+
+
+def _torch_version() -> str | None:
+    try:
+        from importlib.metadata import version as dist_version
+
+        return dist_version("torch")
+    except Exception:  # noqa: BLE001 - not installed is a normal answer here
+        return None
+
+
+def node_inventory(*, runtimes: Mapping[str, str], schedulers: Mapping[str, str],
+                   gpu_topology: bool = False) -> dict[str, Any]:
+    """The node as JSON: CPU/NUMA, memory, GPUs, fabrics, container runtimes, MPI/PMI, schedulers.
+    `runtimes` and `schedulers` map backend names to the command each runs (from the backend registries)."""
+    started = time.time()
+    pretty = re.search(r'^PRETTY_NAME="?([^"\n]*)"?', read_text(Path("/etc/os-release")) or "", re.MULTILINE)
+    versions = tool_versions(runtimes.values())
+    inventory = {
+        "dlrun_version": __version__,
+        "collected_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "hostname": platform.node(),
+        "os": pretty.group(1) if pretty else platform.platform(),
+        "kernel": platform.release(),
+        "arch": platform.machine(),
+        "cpu": cpu_inventory(),
+        "memory_gb": memory_gb(),
+        "gpu": gpu_inventory(topology=gpu_topology),
+        "fabrics": detect_fabrics("/"),
+        "container_runtimes": {name: versions[command] for name, command in sorted(runtimes.items())},
+        "mpi": mpi_inventory(),
+        "schedulers": scheduler_inventory(schedulers),
+        "python": sys.version.split()[0],
+        "torch": _torch_version(),
+    }
+    inventory["collect_seconds"] = round(time.time() - started, 3)
+    return inventory
