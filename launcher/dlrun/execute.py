@@ -17,7 +17,7 @@ from dlrun.envcapture import capture_environment
 from dlrun.errors import DlrunError
 from dlrun.plan import Plan
 from dlrun.render import HARNESS, RUN_DIR_VAR, RenderedJob
-from dlrun.results.parse import ParseError, parse_text
+from dlrun.results.parsers import ParseError, parse_text
 from dlrun.results.store import Store
 from dlrun.rundir import RunDir, new_run_id
 
