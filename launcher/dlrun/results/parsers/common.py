@@ -63,3 +63,15 @@ def first_rank(items: list[tuple[int | None, Any]]) -> tuple[int | None, Any]:
     """The item printed by the lowest tagged rank, else the first one printed."""
     tagged = [item for item in items if item[0] is not None]
     return min(tagged, key=lambda item: item[0]) if tagged else items[0]
+
+
+def json_records(text: str, marker: str, what: str) -> Iterator[Any]:
+    """The JSON after `marker` on every line holding it; None for a line cut or garbled by other output."""
+    for _, line in tagged_lines(text):
+        start = line.find(marker)
+        if start < 0:
+            continue
+        try:
+            yield read_json(line[start + len(marker):], what)
+        except ParseError:
+            yield None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dlrun.results.parsers.common import read_json, tagged_lines
+from dlrun.results.parsers.common import json_records
 from dlrun.results.parsers.model import ParsedResult, ParseError, check_rate
 
 NAME = "dllogger"
@@ -30,17 +30,10 @@ def parse(text: str) -> list[ParsedResult]:
     units: dict[str, str] = {}
     found: list[tuple[bool, str, Any]] = []  # (from the summary, key, value)
     lines = 0
-    for _, line in tagged_lines(text):
-        start = line.find(PREFIX + "{")
-        if start < 0:
-            continue
+    for record in json_records(text, PREFIX, "DLLL line"):
         lines += 1
-        try:
-            record = read_json(line[start + len(PREFIX):], "DLLL line")
-        except ParseError:
-            continue  # a line cut by another process's output; the summary is what counts
         if not isinstance(record, dict):
-            continue
+            continue  # a line cut by another process's output; the summary is what counts
         if record.get("type") == "METADATA" and isinstance(record.get("metadata"), dict):
             unit = UNIT_SPELLINGS.get(str(record["metadata"].get("unit")))
             if unit and isinstance(record.get("metric"), str):

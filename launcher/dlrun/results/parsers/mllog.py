@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dlrun.results.parsers.common import read_json, tagged_lines
+from dlrun.results.parsers.common import json_records
 from dlrun.results.parsers.model import ParsedResult, ParseError, check_count, check_rate
 
 NAME = "mllog"
@@ -20,16 +20,8 @@ def parse(text: str) -> list[ParsedResult]:
     throughputs: list[Any] = []
     facts: dict[str, Any] = {}
     lines = malformed = 0
-    for _, line in tagged_lines(text):
-        start = line.find(PREFIX)
-        if start < 0:
-            continue
+    for event in json_records(text, PREFIX, "MLLOG line"):
         lines += 1
-        try:
-            event = read_json(line[start + len(PREFIX):], "MLLOG line")
-        except ParseError:
-            malformed += 1
-            continue
         if not isinstance(event, dict):
             malformed += 1
             continue
