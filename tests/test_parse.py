@@ -1,28 +1,157 @@
-"""Parsers: dlrun harness output and tf_cnn_benchmarks output (single and Horovod, interleaved)."""
+"""Parsers, on real logs published by the tools' users (tests/data/logs/SOURCES.md says where each came from)."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from conftest import run_cli
 
-from dlrun.results.parse import ParseError, parse_text
+from dlrun.results.import_log import ORIGIN, import_log
+from dlrun.results.parsers import FORMATS, ParseError, ParsedResult, list_formats, parse_all, parse_text
+from dlrun.results.store import Store
 
-DATA = Path(__file__).parent / "data"
-
-
-def test_tf_cnn_single_gpu():
-    res = parse_text((DATA / "tf_cnn_single.log").read_text())
-    assert (res.kind, res.metric, res.value, res.unit) == ("tf_cnn_benchmarks", "throughput", 360.75, "images/sec")
-    assert (res.model, res.batch_size, res.num_devices) == ("resnet50", 64, 1)
+LOGS = Path(__file__).parent / "data" / "logs"
+DLRUN = Path(sys.executable).parent / "dlrun"
 
 
-def test_tf_cnn_horovod_interleaved_reports_the_job_value_once():
-    res = parse_text((DATA / "tf_cnn_horovod_2ranks.log").read_text())
-    assert res.value == 1401.50  # rank 0's estimate of the job total, not a sum of both ranks
-    assert res.extra["reports"] == [1398.20, 1401.50]
-    assert (res.model, res.batch_size, res.num_devices) == ("resnet50_v1.5", 256, 2)
+def log(name: str) -> str:
+    return (LOGS / name).read_text()
+
+
+# (file, value GB/s, devices, processes, GPUs per process, hosts, collective, average, rows)
+NCCL = [
+    ("nccl-tests/superbench_allreduce_g8.log", 235.03, 8, 1, 8, ["localhost"], "all_reduce", 68.4048, 34),
+    ("nccl-tests/superbench_alltoall_g8.log", 226.16, 8, 1, 8, ["localhost"], None, 58.6481, 34),
+    ("nccl-tests/pkb_allreduce_2node.log", 0.61, 2, 2, 1, ["pkb-2b6a393d-2", "pkb-2b6a393d-3"], "all_reduce",
+     0.565546, 11),
+    ("nccl-tests/a3mega_allreduce_2node.log", 337.35, 16, 16, 1, ["ztan-mig-235z", "ztan-mig-gq73"], "all_reduce",
+     70.742, 31),
+    ("nccl-tests/aws_efa_eks_tagged_2node.log", 32.84, 16, 16, 1,
+     ["nccl-tests-efa-worker-0", "nccl-tests-efa-worker-1"], "all_reduce", 7.80081, 28),
+]
+
+
+@pytest.mark.parametrize("name,value,devices,ranks,per_rank,hosts,collective,avg,rows", NCCL)
+def test_nccl_tests(name, value, devices, ranks, per_rank, hosts, collective, avg, rows):
+    res = parse_text(log(name))
+    assert (res.kind, res.metric, res.value, res.unit) == ("nccl-tests", "busbw", value, "GB/s")
+    assert (res.num_devices, res.num_ranks, res.gpus_per_rank) == (devices, ranks, per_rank)
+    assert list(res.hosts) == hosts and res.multi_node == (len(hosts) > 1)
+    assert (res.collective, res.avg_busbw, len(res.sizes)) == (collective, avg, rows)
+    assert res.problems == () and res.sizes[-1].ip_busbw == value
+
+
+def test_nccl_tests_row_columns_across_versions():
+    old = parse_text(log("nccl-tests/aws_efa_eks_tagged_2node.log")).sizes[0]  # `error` column, no root
+    assert (old.size_bytes, old.count, old.type, old.redop, old.root) == (8, 2, "float", "sum", None)
+    assert (old.oop_time_us, old.oop_error, old.ip_error, old.oop_wrong) == (167.5, 2e-07, 1e-07, None)
+    new = parse_text(log("nccl-tests/a3mega_allreduce_2node.log")).sizes[-1]  # Group, root, #wrong
+    assert (new.size_bytes, new.count, new.redop, new.root) == (8589934592, 2147483648, "sum", -1)
+    assert (new.oop_time_us, new.oop_algbw, new.oop_busbw, new.oop_wrong) == (47535.0, 180.71, 338.82, 0)
+    assert (new.ip_time_us, new.ip_algbw, new.ip_busbw, new.ip_wrong) == (47743.0, 179.92, 337.35, 0)
+    unchecked = parse_text(log("nccl-tests/pkb_allreduce_2node.log")).sizes[0]  # -c 0: N/A
+    assert (unchecked.oop_wrong, unchecked.ip_wrong, unchecked.oop_time_us) == (None, None, 2410.0)
+    blank_redop = parse_text(log("nccl-tests/superbench_alltoall_g8.log")).sizes[5]
+    assert (blank_redop.size_bytes, blank_redop.count, blank_redop.redop, blank_redop.root) == (32, 1, None, None)
+
+
+def test_nccl_tests_two_tests_in_one_log():
+    text = log("nccl-tests/xxrjun_alltoall_sendrecv_2node.log")
+    alltoall, sendrecv = parse_all(text)
+    assert (alltoall.collective, alltoall.value, alltoall.avg_busbw) == ("alltoall", 71.76, 69.6347)
+    assert (sendrecv.collective, sendrecv.value, sendrecv.avg_busbw) == ("sendrecv", 28.62, 28.4023)
+    assert alltoall.sizes[0].redop is None and sendrecv.sizes[0].redop == "sum"  # "none" means no reduction
+    assert (sendrecv.num_devices, sendrecv.hosts) == (8, ("cnode4-006", "cnode4-008"))
+    with pytest.raises(ParseError, match=r"holds 2 results \(alltoall, sendrecv\)"):
+        parse_text(text)
+
+
+def test_nccl_tests_average_that_disagrees_with_the_table_is_flagged():
+    # The published PKB log with its printed average changed: the table no longer supports it.
+    res = parse_text(log("nccl-tests/pkb_allreduce_2node.log").replace(": 0.565546", ": 0.665546"))
+    assert not res.ok
+    assert res.problems == ("'# Avg bus bandwidth' 0.665546 GB/s disagrees with the table, whose busbw values "
+                            "average 0.5664 GB/s",)
+
+
+def test_nccl_tests_wrong_elements_are_flagged():
+    # The published a3mega log with one in-place #wrong count changed from 0 to 3.
+    row = "  8589934592    2147483648     float     sum      -1    47535  180.71  338.82      0    47743  179.92  337.35"
+    res = parse_text(log("nccl-tests/a3mega_allreduce_2node.log").replace(row + "      0", row + "      3"))
+    assert res.sizes[-1].ip_wrong == 3
+    assert res.problems == ("3 wrong elements at message sizes [8589934592] bytes",)
+
+
+def test_nccl_tests_truncated_log_is_flagged():
+    text = log("nccl-tests/a3mega_allreduce_2node.log").split("# Out of bounds")[0]
+    res = parse_text(text)
+    assert res.value == 337.35 and res.avg_busbw is None
+    assert res.problems == ("no '# Avg bus bandwidth' line: the log ends before the test finished",)
+
+
+def test_nccl_tests_header_without_rows_is_an_error():
+    text = log("nccl-tests/a3mega_allreduce_2node.log").split("#       size")[0]
+    with pytest.raises(ParseError, match="header but no result rows"):
+        parse_text(text)
+
+
+@pytest.mark.parametrize("name,value,model,batch,devices", [
+    ("horovod/issue712_pytorch_synthetic_4gpu.log", 432.8, "resnet50", 32, 4),
+    ("horovod/issue2686_horovodrun_gloo_1gpu.log", 124.7, "resnet50", 32, 1),
+])
+def test_horovod_synthetic_benchmark(name, value, model, batch, devices):
+    res = parse_text(log(name))
+    assert (res.kind, res.metric, res.value, res.unit) == ("horovod", "throughput", value, "images/sec")
+    assert (res.model, res.batch_size, res.num_devices) == (model, batch, devices)
+    assert len(res.extra["iterations"]) == 10 and res.extra["device"] == "GPU"
+
+
+def test_horovod_keeps_the_per_device_figures():
+    res = parse_text(log("horovod/issue712_pytorch_synthetic_4gpu.log"))
+    assert (res.extra["per_device"], res.extra["confidence_95"]) == (108.2, 4.9)
+    assert res.extra["iterations"][0] == 108.3
+
+
+@pytest.mark.parametrize("name,value", [
+    ("tf_cnn_benchmarks/tfbenchmarks_pr63_1gpu_2017.log", 138.95),
+    ("tf_cnn_benchmarks/tensorflow23032_1gpu_nightly.log", 197.98),
+    ("tf_cnn_benchmarks/horovod466_mpirun_1gpu.log", 204.75),
+])
+def test_tf_cnn_benchmarks(name, value):
+    res = parse_text(log(name))
+    assert (res.kind, res.metric, res.value, res.unit) == ("tf_cnn_benchmarks", "throughput", value, "images/sec")
+    # These published excerpts start at the step table: no header, so no model, batch or device count.
+    assert (res.model, res.batch_size, res.num_devices, res.extra["reports"]) == (None, None, None, [value])
+
+
+@pytest.mark.parametrize("name,value,throughputs,status", [
+    ("mllog/lambda_v4.0_bert_srun_label.log", 12792.219630021962, [14214.65962521748, 12792.219630021962],
+     "aborted"),
+    ("mllog/lambda_v4.0_llama2_70b_lora_srun_label.log", 1.9257918929116467, [1.9257918929116467], "success"),
+])
+def test_mlperf_mllog(name, value, throughputs, status):
+    res = parse_text(log(name))
+    assert (res.kind, res.metric, res.value, res.unit) == ("mllog", "throughput", value, "samples/sec")
+    assert (res.extra["throughputs"], res.extra["run_status"], res.extra["malformed_lines"]) == \
+        (throughputs, status, 0)
+
+
+def test_naming_the_format():
+    text = log("horovod/issue712_pytorch_synthetic_4gpu.log")
+    assert parse_text(text, fmt="horovod").value == 432.8
+    with pytest.raises(ParseError, match="no nccl-tests result found"):
+        parse_text(text, fmt="nccl-tests")
+    with pytest.raises(ParseError, match="unknown log format 'ncl-tests'; did you mean 'nccl-tests'") as err:
+        parse_text(text, fmt="ncl-tests")
+    assert err.value.exit_code == 2
+
+
+def test_list_formats():
+    assert [name for name, _ in list_formats()] == list(FORMATS) == \
+        ["dlrun-harness", "nccl-tests", "tf_cnn_benchmarks", "horovod", "dllogger", "mllog"]
 
 
 def test_dlrun_result_line():
@@ -34,10 +163,32 @@ def test_dlrun_result_line():
         ("dlrun-harness", 12.5, "resnet18", 4, 2)
 
 
+@pytest.mark.parametrize("payload,message", [
+    ("[" * 100000, "nested too deeply"),
+    ("5", "followed by a JSON int, expected an object"),
+    ('{"value": NaN}', r"throughput value must be finite and >= 0, got nan"),
+    ('{"value": -3.0}', r"throughput value must be finite and >= 0, got -3.0"),
+    ('{"value": 1e999}', r"throughput value must be finite and >= 0, got inf"),
+    ('{"value": ' + "9" * 5000 + "}", "malformed JSON"),
+    ('{"value": 1, "unit": "furlongs"}', "unit 'furlongs' is not one of"),
+    ('{"value": 1, "world_size": 2.5}', "num_devices must be an integer, got 2.5"),
+])
+def test_dlrun_result_nonsense_is_refused(payload, message):
+    with pytest.raises(ParseError, match=message):
+        parse_text("DLRUN_RESULT " + payload)
+
+
 def test_two_result_lines_are_an_error():
     line = "DLRUN_RESULT " + json.dumps({"value": 1.0}) + "\n"
     with pytest.raises(ParseError, match="expected one DLRUN_RESULT line, found 2"):
         parse_text(line * 2)
+
+
+def test_parsed_result_refuses_nonsense():
+    with pytest.raises(ParseError, match="must be finite and >= 0, got nan"):
+        ParsedResult(kind="x", metric="throughput", value=float("nan"), unit="images/sec")
+    with pytest.raises(ParseError, match="num_devices must be between 1 and"):
+        ParsedResult(kind="x", metric="busbw", value=1.0, unit="GB/s", num_devices=0)
 
 
 def test_no_result():
@@ -45,17 +196,42 @@ def test_no_result():
         parse_text("hello\nworld\n")
 
 
+def test_import_log_marks_origin_and_stores(tmp_path):
+    path = LOGS / "nccl-tests/a3mega_allreduce_2node.log"
+    [(run, rows)] = import_log(path, system="dgx2", now=0)
+    assert run["provenance"]["origin"] == ORIGIN and run["plan"]["origin"] == ORIGIN
+    assert run["provenance"]["log_sha256"] == __import__("hashlib").sha256(path.read_bytes()).hexdigest()
+    assert (run["status"], run["system"], run["nodes"], run["ranks_per_node"], run["world_size"]) == \
+        ("ok", "dgx2", 2, 8, 16)
+    assert (run["workload"], rows[0]["value"], rows[0]["unit"]) == ("nccl-tests:all_reduce", 337.35, "GB/s")
+    store = Store(tmp_path / "results.sqlite")
+    store.add_run(run, rows)
+    shown = store.get_run(run["id"])
+    assert shown["provenance"]["origin"] == ORIGIN and shown["results"][0]["value"] == 337.35
+
+
+def test_import_log_with_problems_is_a_failed_run_without_rows(tmp_path):
+    path = tmp_path / "changed.log"
+    path.write_text(log("nccl-tests/pkb_allreduce_2node.log").replace(": 0.565546", ": 0.665546"))
+    [(run, rows)] = import_log(path, system="dgx2")
+    assert run["status"] == "failed" and rows == []
+    assert "disagrees with the table" in run["provenance"]["reason"]
+    assert run["provenance"]["parsed"]["avg_busbw"] == 0.665546
+
+
 def test_parse_cli_json(dlrun_home):
-    proc = run_cli("parse", str(DATA / "tf_cnn_horovod_2ranks.log"), "--json")
+    proc = run_cli("parse", str(LOGS / "horovod/issue712_pytorch_synthetic_4gpu.log"), "--json")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
-    for key in ("kind", "metric", "value", "unit", "model", "batch_size", "num_devices"):
-        assert key in data
-    assert data["value"] == 1401.5 and data["num_devices"] == 2
+    assert (data["kind"], data["value"], data["num_devices"], data["model"]) == ("horovod", 432.8, 4, "resnet50")
 
 
-def test_parse_cli_no_result_exit_1(dlrun_home, tmp_path):
-    empty = tmp_path / "empty.log"
-    empty.write_text("nothing here\n")
-    proc = run_cli("parse", str(empty))
-    assert proc.returncode == 1 and "no result found" in proc.stderr
+@pytest.mark.parametrize("content", [b"nothing here\nat all\n", b"\xff\xfe\x00junk \xc3\x28 total images/sec: \xff\n",
+                                     b"DLRUN_RESULT " + b"[" * 50000 + b"\n"])
+def test_parse_cli_bad_file_one_line_no_traceback(dlrun_home, tmp_path, content):
+    path = tmp_path / "bad.log"
+    path.write_bytes(content)
+    proc = subprocess.run([str(DLRUN), "parse", str(path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("dlrun: error: ")
+    assert "Traceback" not in proc.stderr + proc.stdout

@@ -58,7 +58,7 @@ def results_show(run_id: Annotated[str, typer.Argument(help="Run id (a unique pr
 def parse(file: Annotated[Path, typer.Argument(help="Log file (dlrun harness or tf_cnn_benchmarks output).")],
           as_json: JsonOpt = False) -> None:
     """Parse a benchmark log and print the extracted result."""
-    from dlrun.results.parse import parse_text
+    from dlrun.results.parsers import parse_text
 
     try:
         text = file.read_text(errors="replace")

@@ -16,7 +16,7 @@ from dlrun.job import RenderedJob
 from dlrun.paths import source_root
 from dlrun.plan import Plan
 from dlrun.render import HARNESS
-from dlrun.results.parse import ParseError, parse_text
+from dlrun.results.parsers import ParseError, parse_text
 from dlrun.results.store import Store
 
 

@@ -1,0 +1,39 @@
+"""dlrun's own harness: exactly one `DLRUN_RESULT {json}` line (rank 0), the rest is for humans."""
+from __future__ import annotations
+
+from typing import Any
+
+from dlrun.results.parsers.common import read_json, tagged_lines
+from dlrun.results.parsers.model import ParsedResult, ParseError
+
+NAME = "dlrun-harness"
+DESCRIPTION = "dlrun's in-container harness: one `DLRUN_RESULT {json}` line"
+PREFIX = "DLRUN_RESULT "
+
+
+def parse(text: str) -> list[ParsedResult]:
+    records = [line[len(PREFIX):] for _, line in tagged_lines(text) if line.startswith(PREFIX)]
+    if not records:
+        return []
+    if len(records) > 1:
+        raise ParseError(f"expected one {PREFIX.strip()} line, found {len(records)}")
+    record = read_json(records[0], f"{PREFIX.strip()} line")
+    if not isinstance(record, dict):
+        raise ParseError(f"{PREFIX.strip()} is followed by a JSON {type(record).__name__}, expected an object")
+    return [_result(record)]
+
+
+def _result(rec: dict[str, Any]) -> ParsedResult:
+    return ParsedResult(
+        kind=NAME,
+        metric=rec.get("metric", "throughput"),
+        value=rec.get("value"),
+        unit=rec.get("unit", "images/sec"),
+        model=rec.get("model"),
+        batch_size=rec.get("batch_size_per_rank"),
+        num_devices=rec.get("world_size"),
+        num_ranks=rec.get("world_size"),
+        gpus_per_rank=1 if rec.get("world_size") is not None else None,
+        collective="all_reduce" if rec.get("benchmark") == "allreduce" else None,
+        extra=rec,
+    )
