@@ -5,10 +5,26 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+
+
+def _names(kind: str):
+    """Shell completion of catalog names (`dlrun run res<TAB>`)."""
+    def complete(incomplete: str) -> list[str]:
+        try:
+            names = getattr(load_catalog(), kind)
+        except Exception:  # noqa: BLE001 - a broken site catalog must not break the user's shell
+            return []
+        return sorted(name for name in names if name.startswith(incomplete))
+    return complete
+
+
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON output.")]
-Workload = Annotated[str, typer.Argument(help="Workload name (see `dlrun workloads list`).", show_default=False)]
-ImageOpt = Annotated[Optional[str], typer.Option("--image", "-i", help="Image tag (default: the system's).")]
-SystemOpt = Annotated[str, typer.Option("--system", "-s", help="System profile (see `dlrun systems list`).")]
+Workload = Annotated[str, typer.Argument(help="Workload name (see `dlrun workloads list`).", show_default=False,
+                                         autocompletion=_names("workloads"))]
+ImageOpt = Annotated[Optional[str], typer.Option("--image", "-i", help="Image tag (default: the system's).",
+                                                 autocompletion=_names("images"))]
+SystemOpt = Annotated[str, typer.Option("--system", "-s", help="System profile (see `dlrun systems list`).",
+                                        autocompletion=_names("systems"))]
 NodesOpt = Annotated[Optional[int], typer.Option("--nodes", "-N", help="Number of nodes (default 1).")]
 RanksOpt = Annotated[Optional[int], typer.Option("--ranks-per-node", "-r",
                                                  help="Ranks per node (default: GPUs per node, or 1 on CPU).")]

@@ -1,0 +1,82 @@
+"""The command line as a user meets it: shell completion installed and answering, the design card's form,
+errors that say where to look, JSON Schemas that validate the built-in catalogs, and what a run prints."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+from conftest import run_cli
+
+REPO = Path(__file__).resolve().parents[1]
+DLRUN = Path(sys.executable).parent / "dlrun"
+
+
+def test_install_completion_writes_a_bash_completion_that_completes_commands_and_names(tmp_path):
+    env = {**os.environ, "HOME": str(tmp_path), "SHELL": "/bin/bash"}
+    proc = subprocess.run([str(DLRUN), "--install-completion"], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    script = tmp_path / ".bash_completions" / "dlrun.sh"
+    assert f"source '{script}'" in (tmp_path / ".bashrc").read_text()
+
+    def complete(*words: str) -> list[str]:
+        program = (f"source {script}; COMP_WORDS=({' '.join(words)}); COMP_CWORD={len(words) - 1}; "
+                   "_dlrun_completion dlrun; printf '%s\\n' \"${COMPREPLY[@]}\"")
+        out = subprocess.run(["bash", "-c", program], env={**env, "PATH": f"{DLRUN.parent}:{env['PATH']}"},
+                             capture_output=True, text=True, timeout=60, check=True).stdout
+        return out.split()
+
+    assert complete("dlrun", "workl") == ["workloads"]
+    assert complete("dlrun", "workloads", "sh") == ["show"]
+    assert "resnet50" in complete("dlrun", "run", "resn")
+    assert complete("dlrun", "run", "resnet50", "--system", "dgx") == ["dgx-h100", "dgx1v", "dgx2"]
+
+
+def test_nodes_beyond_the_system_names_the_way_out(dlrun_home):
+    proc = run_cli("run", "resnet50", "--nodes", "4", "--dry-run")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "dlrun: error: --nodes 4 exceeds system 'localhost', which has 1 node(s); valid: 1..1, or --system NAME "
+        "for a larger system (see dlrun systems list)"]
+
+
+@pytest.mark.parametrize("kind,folder", [("systems", "recipes/systems"), ("workloads", "recipes/workloads"),
+                                         ("images", "containers")])
+def test_schema_validates_every_built_in_entry_and_rejects_a_typo(kind, folder):
+    proc = run_cli("schema", kind, check=True)
+    schema = json.loads(proc.stdout)
+    assert schema["$schema"].startswith("https://json-schema.org/")
+    validator = jsonschema.Draft202012Validator(schema)
+    files = sorted((REPO / folder).glob("*/image.yaml" if kind == "images" else "*.yaml"))
+    assert files
+    entries = []
+    for path in files:
+        data = yaml.safe_load(path.read_text())
+        entries += data if isinstance(data, list) else [data]
+    for entry in entries:
+        errors = list(validator.iter_errors(entry))
+        assert errors == [], (entry.get("name"), [e.message for e in errors])
+    typo = {**entries[0], "nmae": "x"}
+    assert any("nmae" in e.message for e in validator.iter_errors(typo))
+
+
+def test_schema_of_an_unknown_catalog_is_one_line_with_the_closest_match():
+    proc = run_cli("schema", "system")
+    assert proc.returncode == 2
+    assert proc.stderr == ("dlrun: error: unknown catalog 'system'; did you mean 'systems'? valid: images, "
+                           "systems, workloads\n")
+
+
+def test_a_run_keeps_the_raw_result_line_off_the_terminal_unless_verbose(dlrun_home):
+    quiet = run_cli("run", "trivial", "--steps", "2", "--warmup-steps", "1", check=True)
+    assert "DLRUN_RESULT" not in quiet.stdout + quiet.stderr
+    assert "total images/sec:" in quiet.stdout and "throughput" in quiet.stdout  # rank 0's rows, the summary
+    runs = json.loads(run_cli("results", "list", "--json", check=True).stdout)
+    assert "DLRUN_RESULT {" in (Path(runs[0]["run_dir"]) / "output.log").read_text()
+    verbose = run_cli("run", "trivial", "--steps", "2", "--warmup-steps", "1", "--verbose", check=True)
+    assert "DLRUN_RESULT {" in verbose.stdout
