@@ -15,13 +15,18 @@ from dlrun.catalog.models import (CpuSpec, FabricConfig, GpuSpec, ImageSpec, Sch
                                   SystemSpec)
 from dlrun.images.verify import with_local_image
 from dlrun.plan import Plan, resolve_plan
+from dlrun.probe.fabrics import FABRIC_ORDER
+from dlrun.registry import LAUNCHERS as LAUNCHER_REGISTRY
+from dlrun.registry import SCHEDULERS
 
-# Every runtime the project ships; the set is complete once every backend module is written.
+# Every runtime the project ships; the registry must hold at least these.
 EXPECTED_RUNTIMES = {"host", "singularity", "apptainer", "docker", "podman", "charliecloud", "enroot"}
-LAUNCHERS = ["mpirun", "srun", "jsrun", "torchrun", "horovodrun", "none"]
-FABRICS = ["ib", "opa", "roce", "tcp"]
-SCHEDULER_FOR = {"mpirun": "slurm", "srun": "slurm", "jsrun": "lsf", "torchrun": "slurm", "horovodrun": "slurm",
-                 "none": "slurm"}
+# Cases come from the registries: a new launcher is in the matrix (and needs golden text) without an edit here.
+LAUNCHERS = LAUNCHER_REGISTRY.names()
+FABRICS = list(FABRIC_ORDER)
+# Each launcher renders under Slurm when it can (the matrix system's scheduler), else under the first that takes it.
+SCHEDULER_FOR = {name: next(s for s in ["slurm", *SCHEDULERS.names()] if LAUNCHER_REGISTRY.get(name).supports(
+    SCHEDULERS.get(s))) for name in LAUNCHERS}
 
 MATRIX_SYSTEM = SystemSpec(
     name="matrix",

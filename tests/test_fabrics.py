@@ -25,10 +25,18 @@ def test_tcp_settings_exact():
     assert named.mca == {"pml": "ob1", "btl": "^openib", "btl_tcp_if_include": "eth2"}
 
 
+def _nccl_picks(ifname: str, interfaces: list[str]) -> list[str]:
+    """NCCL_SOCKET_IFNAME as NCCL reads it: `^a,b` excludes interfaces starting with a or b, `a,b` keeps them."""
+    exclude = ifname.startswith("^")
+    prefixes = ifname.lstrip("^").split(",")
+    return [i for i in interfaces if any(i.startswith(p) for p in prefixes) != exclude]
+
+
 def test_socket_ifname_never_picks_lo_or_docker0():
-    for prefix in ("lo", "docker"):
-        assert prefix in NCCL_IFNAME_EXCLUDE[1:].split(",")
-    assert NCCL_IFNAME_EXCLUDE.startswith("^")  # NCCL's exclusion syntax (prefix match)
+    interfaces = ["lo", "docker0", "veth3a1f", "virbr0", "br-5c2e", "cni0", "eth0", "ens5f0", "ib0"]
+    assert _nccl_picks(fabric_settings("tcp").env["NCCL_SOCKET_IFNAME"], interfaces) == ["eth0", "ens5f0", "ib0"]
+    named = fabric_settings("tcp", FabricConfig(interfaces=["ens5f0"])).env["NCCL_SOCKET_IFNAME"]
+    assert _nccl_picks(named, interfaces) == ["ens5f0"]
 
 
 def test_ib_settings_exact():

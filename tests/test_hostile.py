@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 import sysfs_trees as trees
-from matrix_catalog import MATRIX_IMAGE, matrix_catalog, shellcheck_path
+from matrix_catalog import MATRIX_IMAGE, SCHEDULER_FOR, matrix_catalog, matrix_plan, shellcheck_path
 
 from dlrun.catalog.loader import Catalog
 from dlrun.errors import UsageError
 from dlrun.plan import resolve_plan
 from dlrun.render import render_job
-from dlrun.registry import RUNTIMES
+from dlrun.registry import LAUNCHERS, RUNTIMES, SCHEDULERS
 
 LAUNCHER_TOOLS = ("mpirun", "mpiexec", "srun", "jsrun", "horovodrun")
 RUNTIME_TOOLS = ("singularity", "apptainer", "docker", "podman", "ch-run", "enroot")
@@ -122,14 +122,32 @@ def _words(records: list[dict]) -> list[str]:
     return [word for rec in records for word in rec["argv"]] + [v for rec in records for v in rec["env"].values()]
 
 
-COMBOS = [
-    ("host", "mpirun", "local"), ("host", "torchrun", "local"), ("host", "none", "local"),
-    ("host", "srun", "slurm"), ("host", "mpirun", "slurm"), ("host", "torchrun", "slurm"),
-    ("host", "horovodrun", "slurm"), ("host", "mpirun", "pbs"), ("host", "jsrun", "lsf"),
-    ("singularity", "srun", "slurm"), ("apptainer", "mpirun", "pbs"), ("singularity", "jsrun", "lsf"),
-    ("singularity", "mpirun", "local"), ("enroot", "srun", "slurm"), ("enroot", "torchrun", "slurm"),
-    ("docker", "mpirun", "local"), ("podman", "mpirun", "slurm"), ("charliecloud", "srun", "slurm"),
-]
+# Not executed here, with the reason (they are still rendered and quoted like the others).
+NOT_EXECUTED = {"docker-api": "starts each rank through the Docker API, which needs a daemon; its argv is "
+                              "checked exactly in test_images_commands.py"}
+
+
+def _combos() -> list[tuple[str, str, str]]:
+    """From the registries: every launcher under every scheduler that takes it (host runtime), and every
+    runtime with every launcher that renders it (under Slurm, or the launcher's own scheduler)."""
+    combos = set()
+    for launcher in LAUNCHERS.names():
+        for scheduler in SCHEDULERS.names():
+            backend = SCHEDULERS.get(scheduler)
+            if not backend.runs_image and LAUNCHERS.get(launcher).supports(backend):
+                combos.add(("host", launcher, scheduler))
+    for runtime in sorted(set(RUNTIMES.names()) - set(NOT_EXECUTED) - {"host"}):
+        for launcher in LAUNCHERS.names():
+            scheduler = SCHEDULER_FOR[launcher]
+            try:
+                render_job(matrix_plan(runtime, launcher, "tcp", scheduler=scheduler))
+            except UsageError:
+                continue  # not a combination this runtime takes (enroot runs inside srun)
+            combos.add((runtime, launcher, scheduler))
+    return sorted(combos)
+
+
+COMBOS = _combos()
 
 
 # Combinations that must answer with a validation error instead (none today: every runtime quotes safely).

@@ -300,8 +300,9 @@ def test_full_matrix_matches_golden_and_passes_shellcheck(tmp_path, runtime):
         script = tmp_path / (key.replace("/", "-") + ".sh")
         script.write_text(text)
         scripts.append(str(script))
-    if runtime != "enroot":  # pyxis needs srun or torchrun; everything else renders with every launcher
-        assert len(scripts) == len(LAUNCHERS) * len(FABRICS)
+    # pyxis runs inside srun (srun, or torchrun started per node by srun); every other runtime takes every launcher
+    launchers = 2 if runtime == "enroot" else len(LAUNCHERS)
+    assert len(scripts) == launchers * len(FABRICS)
     proc = subprocess.run([shellcheck_path(), "--severity=style", *scripts], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-4000:]
     for script in scripts:

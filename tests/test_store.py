@@ -5,6 +5,8 @@ import json
 import multiprocessing as mp
 import sqlite3
 
+import pytest
+
 from dlrun.execute.envcapture import REDACTED, capture_environment, redact
 from dlrun.results.store import Store
 
@@ -40,12 +42,8 @@ def test_parallel_writers_lose_nothing(tmp_path):
 def test_a_failing_insert_leaves_no_partial_run(tmp_path):
     store = Store(tmp_path / "r.sqlite")
     bad_rows = [{"metric": "throughput", "value": 1.0, "unit": "x"}, {"metric": "throughput", "value": 2.0, "unit": "x"}]
-    try:
+    with pytest.raises(sqlite3.IntegrityError, match="UNIQUE constraint failed"):
         store.add_run(_record("dup"), bad_rows)  # duplicate (run_id, metric) violates the primary key
-    except sqlite3.IntegrityError:
-        pass
-    else:
-        raise AssertionError("expected an integrity error")
     assert store.list_runs() == []
 
 
