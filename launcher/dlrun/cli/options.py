@@ -1,6 +1,8 @@
 """Options shared by several commands, and the few steps every command that resolves a plan takes."""
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from typing import Annotated, Any, Optional
 
 import typer
@@ -60,10 +62,31 @@ SkipChecksOpt = Annotated[bool, typer.Option("--skip-checks", help="Run even if 
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v",
                                           help="Also print the raw DLRUN_RESULT line and every job line.")]
 
+def _plan_options(workload: Workload, image: ImageOpt = None, system: SystemOpt = "localhost",
+                  nodes: NodesOpt = None, ranks_per_node: RanksOpt = None, batch_size: BatchOpt = None,
+                  global_batch_size: GlobalBatchOpt = None, steps: StepsOpt = None, warmup_steps: WarmupOpt = None,
+                  precision: PrecisionOpt = "fp32", threads: ThreadsOpt = None, launcher: LauncherOpt = None,
+                  runtime: RuntimeOpt = None, scheduler: SchedulerOpt = None, fabric: FabricOpt = None,
+                  data: DataOpt = None, bind: BindOpt = None, env: EnvOpt = None,
+                  data_workers: DataWorkersOpt = None, allocator: AllocatorOpt = "auto",
+                  partition: PartitionOpt = None, account: AccountOpt = None, time: TimeOpt = None,
+                  exclusive: ExclusiveOpt = None, launcher_arg: LauncherArgOpt = None) -> None:
+    """The options every command that resolves a plan takes (`run`, `plan`): written once, here."""
+
+
+def takes_plan_options(command: Callable[..., None]) -> Callable[..., None]:
+    """Give `command(own options..., **options)` the plan options too; they arrive in `options`."""
+    shared = list(inspect.signature(_plan_options, eval_str=True).parameters.values())
+    own = [p for p in inspect.signature(command, eval_str=True).parameters.values()
+           if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    command.__signature__ = inspect.Signature([*shared, *own])  # type: ignore[attr-defined]
+    return command
+
+
 # `run` and `plan` take the same options; these are the ones whose CLI name differs from resolve_plan's.
 PLAN_NAMES = {"threads": "threads_per_rank", "data": "data_dir", "bind": "binds", "time": "time_limit",
               "launcher_arg": "launcher_args"}
-NOT_PLAN = {"skip_checks", "dry_run", "verbose"}
+NOT_PLAN: set[str] = set()
 
 
 def load_catalog():

@@ -2,29 +2,20 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import typer
 
-from dlrun.cli.options import (AccountOpt, AllocatorOpt, BatchOpt, BindOpt, DataOpt, DataWorkersOpt, DryRunOpt,
-                               EnvOpt, ExclusiveOpt, FabricOpt, GlobalBatchOpt, ImageOpt, LauncherArgOpt, LauncherOpt,
-                               NodesOpt, PartitionOpt, PrecisionOpt, RanksOpt, RuntimeOpt, SchedulerOpt,
-                               SkipChecksOpt, StepsOpt, SystemOpt, ThreadsOpt, TimeOpt, VerboseOpt, WarmupOpt,
-                               Workload, resolve)
+from dlrun.cli.options import DryRunOpt, SkipChecksOpt, VerboseOpt, resolve, takes_plan_options
 from dlrun.cli.output import console, fail, handle_errors, print_json, warn
 
 
 @handle_errors
-def run(workload: Workload, image: ImageOpt = None, system: SystemOpt = "localhost", nodes: NodesOpt = None,
-        ranks_per_node: RanksOpt = None, batch_size: BatchOpt = None, global_batch_size: GlobalBatchOpt = None,
-        steps: StepsOpt = None, warmup_steps: WarmupOpt = None, precision: PrecisionOpt = "fp32",
-        threads: ThreadsOpt = None, launcher: LauncherOpt = None, runtime: RuntimeOpt = None,
-        scheduler: SchedulerOpt = None, fabric: FabricOpt = None, data: DataOpt = None, bind: BindOpt = None,
-        env: EnvOpt = None, data_workers: DataWorkersOpt = None, allocator: AllocatorOpt = "auto",
-        partition: PartitionOpt = None, account: AccountOpt = None, time: TimeOpt = None,
-        exclusive: ExclusiveOpt = None, launcher_arg: LauncherArgOpt = None, skip_checks: SkipChecksOpt = False,
-        dry_run: DryRunOpt = False, verbose: VerboseOpt = False) -> None:
+@takes_plan_options
+def run(skip_checks: SkipChecksOpt = False, dry_run: DryRunOpt = False, verbose: VerboseOpt = False,
+        **options: Any) -> None:
     """Run a workload: resolve a plan, render it, check it, execute it, store the result."""
-    plan = resolve(locals())
+    plan = resolve(options)
     from dlrun.preflight import node_inventory, preflight, refuse_on_errors
     from dlrun.render import render_job
 
@@ -70,13 +61,7 @@ def execute_plan(plan, rendered, inventory=None, findings=None, *, verbose: bool
 
 
 @handle_errors
-def plan(workload: Workload, image: ImageOpt = None, system: SystemOpt = "localhost", nodes: NodesOpt = None,
-         ranks_per_node: RanksOpt = None, batch_size: BatchOpt = None, global_batch_size: GlobalBatchOpt = None,
-         steps: StepsOpt = None, warmup_steps: WarmupOpt = None, precision: PrecisionOpt = "fp32",
-         threads: ThreadsOpt = None, launcher: LauncherOpt = None, runtime: RuntimeOpt = None,
-         scheduler: SchedulerOpt = None, fabric: FabricOpt = None, data: DataOpt = None, bind: BindOpt = None,
-         env: EnvOpt = None, data_workers: DataWorkersOpt = None, allocator: AllocatorOpt = "auto",
-         partition: PartitionOpt = None, account: AccountOpt = None, time: TimeOpt = None,
-         exclusive: ExclusiveOpt = None, launcher_arg: LauncherArgOpt = None) -> None:
+@takes_plan_options
+def plan(**options: Any) -> None:
     """Print the resolved plan as JSON (what `run` would do, as data)."""
-    print_json(resolve(locals()).summary())
+    print_json(resolve(options).summary())
