@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from dlrun.catalog.experiments import WORKLOAD_AXES, Conditions, ExperimentSpec
+from dlrun.catalog.experiment_vocabulary import WORKLOAD_AXES
+from dlrun.catalog.experiments import Conditions, ExperimentSpec
 from dlrun.errors import closest
 
 Location = tuple[Any, ...]
@@ -51,7 +52,7 @@ def _workload_problems(experiment: ExperimentSpec, workloads: Mapping[str, Any])
                        + "; if it is still to be written, list it in status.workloads (needs-workload)")
     for index, name in enumerate(experiment.status.workloads):
         if name not in used:
-            yield ("status", "workloads", index), f"{name!r} is not the dlrun value of any model, collective or application"
+            yield ("status", "workloads", index), f"{name!r} is no model's, collective's or application's dlrun value"
 
 
 def _all_conditions(experiment: ExperimentSpec, experiments: Mapping[str, ExperimentSpec]

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dlrun.catalog.experiments import (COUNT_AXES, WORKLOAD_AXES, AxisValue, Conditions, ExperimentSpec,
-                                       Reference, Scalar, Status)
+from dlrun.catalog.experiment_vocabulary import COUNT_AXES, WORKLOAD_AXES
+from dlrun.catalog.experiments import AxisValue, Conditions, ExperimentSpec, Reference, Scalar, Status
 from dlrun.catalog.models import ImageSpec, SystemSpec, WorkloadSpec, peak_for
 
 #: Axes whose dlrun value becomes one of the point's own fields; the others go to `extra` (benchmark flags).
@@ -78,10 +78,8 @@ def matches(conditions: Conditions, values: Mapping[str, AxisValue], system: str
 
 
 def applies(reference: Reference, values: Mapping[str, AxisValue], system: str | None) -> bool:
-    """A reference applies to a point that can stand on one of its sides (or meets its conditions)."""
-    sides = reference.condition_sets()
-    sides = sides[1:] if len(sides) > 1 else sides
-    return any(matches(conditions, values, system) for conditions in sides)
+    """A reference applies to every point it reads (see Reference.point_sets)."""
+    return any(matches(conditions, values, system) for conditions in reference.point_sets())
 
 
 def effective_status(experiment: ExperimentSpec, workloads: Mapping[str, WorkloadSpec]) -> Status:
@@ -205,6 +203,8 @@ def _batch(dlrun: Mapping[str, Scalar | None], rule_batch: int | None, rule_why:
            system: SystemSpec, workload: WorkloadSpec | None) -> tuple[int | str | None, str]:
     if dlrun.get("batch_per_device") is not None:
         return int(dlrun["batch_per_device"]), "axis batch_per_device"  # type: ignore[arg-type]
+    if workload is not None and workload.kind != "cnn-training":
+        return None, ""  # a collective has message sizes, not batches
     if dlrun.get("batch_per_node") is not None and ranks:
         per_node = int(dlrun["batch_per_node"])  # type: ignore[arg-type]
         if per_node % ranks:

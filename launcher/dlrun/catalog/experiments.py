@@ -4,7 +4,8 @@ An experiment names its document and where in it, the axes the paper swept (each
 it and the dlrun value it maps to), the systems it ran on, the points the paper left out, how long each run
 is, what dlrun had to choose where the paper was silent (deviations), and the published numbers
 (references) with their quotes, conditions and tolerances. `dlrun.catalog.experiment_points` expands the
-matrix into runs; compare checks results against the references.
+matrix into runs; compare checks results against the references. The axis and metric names are fixed
+vocabularies (`dlrun.catalog.experiment_vocabulary`).
 
 Conditions (`when`, reference `conditions`, direction sides) are `axis: value` or `axis: [values]`; a value is
 matched against the axis value's paper label first, then its dlrun value; the key `system` names dlrun
@@ -16,70 +17,12 @@ from typing import Literal, Union
 
 from pydantic import Field, model_validator
 
+from dlrun.catalog.experiment_vocabulary import AXES, COUNT_AXES, METRICS, WORKLOAD_AXES
 from dlrun.catalog.models import NAME_PATTERN, Strict
 
 Scalar = Union[int, float, str]
 Conditions = dict[str, Union[Scalar, list[Scalar]]]
-
-#: What each axis sweeps, and what its dlrun value is.
-AXES: dict[str, str] = {
-    "model": "workload name: the model trained (or counted)",
-    "collective": "workload name: the collective measured",
-    "application": "workload name: an HPC application run in place of training",
-    "gpus": "devices in the run, all nodes together (one rank per GPU)",
-    "nodes": "nodes in the run",
-    "ranks_per_node": "ranks (workers) per node",
-    "cpu_cores": "CPU cores in the run, one rank per core",
-    "fabric": "dlrun fabric: ib, opa, roce or tcp",
-    "precision": "dlrun precision: fp32, or amp (fp16 autocast on GPUs, bf16 on CPUs)",
-    "batch_per_device": "samples per rank per step",
-    "batch_per_node": "samples per node per step (divided over the node's ranks)",
-    "data_workers": "data-loader processes per rank (Ren et al.'s j)",
-    "parameter_servers": "parameter-server processes (TensorFlow's ps jobs)",
-    "allreduce_strategy": "benchmark flag choosing the all-reduce algorithm",
-    "parallelism": "how ranks share the model: ddp (DistributedDataParallel, one process per GPU) or "
-                   "dataparallel (torch.nn.DataParallel, one process)",
-    "framework": "training framework",
-    "storage": "file system the training data is read from",
-    "data_format": "on-disk format of the training data",
-    "data": "synthetic or real input data",
-    "phase": "training phase (pre-training, fine-tuning)",
-    "pcie_affinity": "which CPU socket each PCIe card is attached to",
-    "link": "device pair whose link is measured",
-    "gpu_model": "GPU under test",
-}
-WORKLOAD_AXES = ("model", "collective", "application")
-COUNT_AXES = ("gpus", "nodes", "ranks_per_node", "cpu_cores", "batch_per_device", "batch_per_node",
-              "data_workers", "parameter_servers")
 AxisName = Literal[tuple(AXES)]  # type: ignore[valid-type]
-
-#: Metrics a reference may name. dlrun's results carry the first four today; the others stay references
-#: (with their quotes) that compare reports as not measured.
-METRICS: dict[str, str] = {
-    "throughput": "training samples per second, all ranks together (images/s, instances/s)",
-    "busbw": "collective bus bandwidth at the largest message, GB/s (nccl-tests definition)",
-    "params": "trainable parameters of the model",
-    "forward_macs": "multiply-adds of one forward pass per sample (convolutions and fully connected layers)",
-    "time_to_train": "wall time to train to the stated epochs or accuracy",
-    "time_per_epoch": "wall time of one epoch",
-    "accuracy_top1": "top-1 validation accuracy",
-    "accuracy_top5": "top-5 validation accuracy",
-    "auroc": "area under the ROC curve per pathology",
-    "comm_fraction": "share of active GPU time spent in communication",
-    "comm_time": "time spent in communication",
-    "compute_time": "time spent in computation",
-    "cpu_frequency": "CPU core clock during the run",
-    "ipc": "CPU instructions per cycle",
-    "gpu_utilization": "GPU busy share",
-    "gpu_io_utilization": "share of GPU time in copies (GPU-GPU, CPU-GPU)",
-    "gpu_memory": "GPU memory in use",
-    "read_bandwidth": "file read throughput",
-    "training_time_spread": "difference between the shortest and the longest training time of repeats",
-    "link_bandwidth": "measured point-to-point bandwidth of one link",
-    "link_volume": "data moved over links during one epoch",
-    "checkpoint_time": "time to write one checkpoint",
-}
-MEASURED_METRICS = frozenset({"throughput", "busbw", "params", "forward_macs"})
 Metric = Literal[tuple(METRICS)]  # type: ignore[valid-type]
 
 
@@ -172,9 +115,9 @@ class Tolerance(Strict):
 class Derive(Strict):
     """How compare computes the published quantity from measured points.
 
-    value: the metric itself (with `aggregate`); ratio: numerator / denominator (x100 with unit %); reduction: 100 x (1 - numerator / denominator);
-    gain: 100 x (the reference's points / baseline - 1); speedup: the reference's points / baseline;
-    scaling-efficiency: 100 x speedup / (scale / baseline scale);
+    value: the metric itself (with `aggregate`); ratio: numerator / denominator (x100 with unit %);
+    reduction: 100 x (1 - numerator / denominator); gain: 100 x (the reference's points / baseline - 1);
+    speedup: the reference's points / baseline; scaling-efficiency: 100 x speedup / (scale / baseline scale);
     per-node: value / nodes; time-for-samples: samples / throughput. `aggregate` averages (or takes the
     extreme of) the per-point values over the axes in `over`; `with_experiments` adds those experiments'
     points (a table that spans two experiments)."""
@@ -272,15 +215,18 @@ class Reference(Strict):
             raise ValueError("a quantitative reference needs a tolerance, with why")
         return self
 
-    def condition_sets(self) -> list[Conditions]:
-        """Every set of conditions this reference constrains (itself, derive operands, direction sides)."""
-        sets = [self.conditions]
-        if self.derive:
-            sets += [{**self.conditions, **c} for c in (self.derive.numerator, self.derive.denominator,
-                                                          self.derive.baseline) if c]
+    def point_sets(self) -> list[Conditions]:
+        """The groups of points this reference reads: both operands of a ratio, its own points and the
+        baseline of a speedup or gain, both sides of each direction; else the points its conditions select."""
+        sets: list[Conditions] = []
+        derive = self.derive
+        if derive is not None and derive.numerator:
+            sets += [{**self.conditions, **derive.numerator}, {**self.conditions, **derive.denominator}]
+        elif derive is not None and derive.baseline:
+            sets += [self.conditions, {**self.conditions, **derive.baseline}]
         for direction in self.directions:
             sets += [{**self.conditions, **side} for side in direction.sides()]
-        return sets
+        return sets or [self.conditions]
 
 
 class Rule(Strict):
@@ -357,7 +303,7 @@ class ExperimentSpec(Strict):
     note: str | None = None
 
     @property
-    def name(self) -> str:
+    def name(self) -> str:  # catalogs key entries by name
         return self.id
 
     @model_validator(mode="before")
@@ -378,7 +324,7 @@ class ExperimentSpec(Strict):
         if len(set(names)) != len(names):
             raise ValueError(f"axes: each axis once; got {', '.join(names)}")
         if not any(name in WORKLOAD_AXES for name in names) and self.measure != "other":
-            raise ValueError(f"a {self.measure} experiment needs a model, collective or application axis (the workload)")
+            raise ValueError(f"a {self.measure} experiment needs a model, collective or application axis")
         if self.measure == "model-facts" and self.systems:
             raise ValueError("model-facts are counted from the harness's models, on no system: leave systems empty")
         if not self.systems and self.measure != "model-facts" and self.status.kind != "not-reproducible":
