@@ -326,6 +326,20 @@ def test_a_site_adds_its_own_experiment(tmp_path, monkeypatch):
     assert "E001_nccl_bus_bandwidth" in experiments
 
 
+def test_image_architecture_and_benchmark_models_decide_skips(tmp_path, monkeypatch):
+    text = GOOD.replace("systems: [dgx2]", "systems: [ac922, txgaia]\nimage: tf1.14-nccl").replace(
+        "values: [resnet50]", "values: [resnet50, resnet101]")
+    _site(tmp_path, text)
+    experiment = _load_site(tmp_path, monkeypatch)["E9_mine"]
+    catalog = load_catalog()
+    skips = {(system, p.workload, p.gpus): p.skip for system in ("ac922", "txgaia")
+             for p in expand(experiment, catalog.system(system), catalog.workloads, catalog.images)}
+    assert skips[("ac922", "resnet50", 2)] == "image 'tf1.14-nccl' is built for x86_64, not ppc64le (system 'ac922')"
+    assert skips[("txgaia", "resnet101", 1)] == \
+        "image 'tf1.14-nccl' runs tf_cnn_benchmarks, which has no model for workload 'resnet101'"
+    assert skips[("txgaia", "resnet50", 2)] is None
+
+
 @pytest.mark.parametrize("old, new, line, message", [
     ("systems: [dgx2]", "systems: [dgx3]", 7, "systems.0: unknown system 'dgx3'; did you mean 'dgx2'?"),
     ("values: [resnet50]", "values: [resnet05]", 10,

@@ -201,6 +201,7 @@ def _layout(experiment: ExperimentSpec, system: SystemSpec, dlrun: Mapping[str, 
 
 def _batch(dlrun: Mapping[str, Scalar | None], rule_batch: int | None, rule_why: str, ranks: int | None,
            system: SystemSpec, workload: WorkloadSpec | None) -> tuple[int | str | None, str]:
+    """(samples per rank, where that number comes from); a str in place of the number says why there is none."""
     if dlrun.get("batch_per_device") is not None:
         return int(dlrun["batch_per_device"]), "axis batch_per_device"  # type: ignore[arg-type]
     if workload is not None and workload.kind != "cnn-training":
