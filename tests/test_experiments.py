@@ -188,8 +188,8 @@ def test_points_a_system_cannot_run_say_why(catalog):
     assert dgx1v["model=AlexNet gpus=16 precision=FP32 data_workers=4"].skip == \
         "needs 16 GPUs; system 'dgx1v' has 8 (1 node(s) x 8)"
     assert dgx1v["model=AlexNet gpus=8 precision=FP32 data_workers=4"].skip is None
-    assert {p.skip for p in _points(catalog, "E001_high_throughput_models_fp32", "localhost")} == {
-        "system 'localhost' has no GPUs"}
+    assert {p.skip for p in _points(catalog, "E001_high_throughput_models_fp32", "zenith")} == {
+        "system 'zenith' has no GPUs"}
 
 
 def test_half_precision_is_skipped_where_the_gpu_has_no_fast_units(catalog):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Literal, Union
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from dlrun.catalog.experiment_vocabulary import AXES, COUNT_AXES, METRICS, WORKLOAD_AXES
 from dlrun.catalog.models import NAME_PATTERN, Strict
@@ -42,14 +42,6 @@ class AxisValue(Strict):
     missing: str | None = None  # why dlrun has no value for it (dlrun must then be null)
     note: str | None = None
 
-    @model_validator(mode="before")
-    @classmethod
-    def _shorthand(cls, data):
-        # `- 8` stands for `- {paper: 8, dlrun: 8}`: the paper's value is dlrun's.
-        if isinstance(data, (int, float, str)):
-            return {"paper": data, "dlrun": data}
-        return data
-
     @model_validator(mode="after")
     def _mapped_or_missing(self):
         if (self.dlrun is None) == (self.missing is None):
@@ -68,8 +60,15 @@ def _same(a: Scalar, b: Scalar) -> bool:
 
 class Axis(Strict):
     name: AxisName  # type: ignore[valid-type]
-    values: list[AxisValue] = Field(min_length=1)
+    # A bare value (`- 8`) stands for `{paper: 8, dlrun: 8}`: the paper's value is dlrun's. Written as a union
+    # so that the JSON Schema of the model admits what the YAML may hold.
+    values: list[Union[AxisValue, int, float, str]] = Field(min_length=1)
     note: str | None = None
+
+    @field_validator("values")
+    @classmethod
+    def _bare_values(cls, values: list) -> list[AxisValue]:
+        return [v if isinstance(v, AxisValue) else AxisValue(paper=v, dlrun=v) for v in values]
 
     @model_validator(mode="after")
     def _typed_values(self):
