@@ -4,7 +4,8 @@ Search path, later entries overriding earlier ones by name:
   1. built-ins shipped with the package (`recipes/`, `containers/`; see `dlrun.paths.builtin_root`),
   2. `~/.config/dlrun` (or `$XDG_CONFIG_HOME/dlrun`),
   3. each directory of `$DLRUN_PATH` (colon-separated).
-Each directory may hold `systems/*.yaml`, `workloads/*.yaml` and `images/*.yaml` or `containers/*/image.yaml`.
+Each directory may hold `systems/*.yaml`, `workloads/*.yaml`, `experiments/*.yaml` and `images/*.yaml` or
+`containers/*/image.yaml`. Experiments load on first use (a run needs none of them).
 
 Loading is pure data: nothing here looks at the host. The `localhost` system and the `host` image are made
 from probed facts that the caller passes in (`load_catalog(host=probe_host())`).
@@ -21,6 +22,8 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from dlrun.catalog.experiment_checks import experiment_problems
+from dlrun.catalog.experiments import ExperimentSpec
 from dlrun.catalog.localhost import host_image, localhost_system
 from dlrun.catalog.models import ImageSpec, SystemSpec, WorkloadSpec
 from dlrun.catalog.stack import PinnedImageSpec
@@ -152,6 +155,18 @@ class Catalog:
     images: dict[str, ImageSpec] = field(default_factory=dict)
     workloads: dict[str, WorkloadSpec] = field(default_factory=dict)
     systems: dict[str, SystemSpec] = field(default_factory=dict)
+    _experiments: dict[str, ExperimentSpec] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def experiments(self) -> dict[str, ExperimentSpec]:
+        if self._experiments is None:
+            self._experiments = load_experiments(self, _files("experiments"))
+        return self._experiments
+
+    def experiment(self, name: str) -> ExperimentSpec:
+        if name not in self.experiments:
+            raise unknown_name("experiment", name, self.experiments)
+        return self.experiments[name]
 
     def image(self, name: str) -> ImageSpec:
         if name not in self.images:
@@ -181,6 +196,21 @@ def _collect_images(files: list[Path]) -> dict[str, ImageSpec]:
                                    "(one folder per image tag)")
             found[entry.name] = entry
     return found
+
+
+def load_experiments(catalog: Catalog, files: list[Path]) -> dict[str, ExperimentSpec]:
+    """Experiments from `files`, each checked against the catalog's systems, workloads and images."""
+    found: dict[str, tuple[ExperimentSpec, Path, yaml.Node]] = {}
+    for path in files:
+        for data, node in _entries(path):
+            entry = parse_entry(ExperimentSpec, data, node, path)
+            found[entry.id] = (entry, path, node)  # later search dirs override earlier ones
+    experiments = {name: entry for name, (entry, _, _) in found.items()}
+    for entry, path, node in found.values():
+        for loc, message in experiment_problems(entry, catalog.systems, catalog.workloads, catalog.images,
+                                                experiments):
+            raise CatalogError(f"{path}:{_line_of(node, loc) or 1}: {'.'.join(str(p) for p in loc)}: {message}")
+    return experiments
 
 
 def load_catalog(host: HostFacts | None = None) -> Catalog:

@@ -70,12 +70,33 @@ class WorkloadSpec(Strict):
         return self.model or self.kind
 
 
+PeakPrecision = Literal["fp64", "fp32", "tf32-tensor", "fp16", "fp16-tensor", "bf16-tensor"]
+# The peaks that bound a run's arithmetic, fastest first: amp runs half precision on tensor units where the
+# device has them (fp16 autocast on CUDA), else plain fp16; fp32 runs count against the fp32 units.
+RUN_PRECISION_PEAKS: dict[str, tuple[str, ...]] = {"fp32": ("fp32",), "amp": ("fp16-tensor", "bf16-tensor", "fp16")}
+
+
+class PeakRate(Strict):
+    """Nominal peak arithmetic rate of one device (one GPU, or one CPU socket): dense, no sparsity."""
+
+    precision: PeakPrecision
+    tflops: float = Field(gt=0)
+    source: Source
+
+
+def peak_for(peaks: list[PeakRate], run_precision: str) -> PeakRate | None:
+    """The nominal peak a run at `run_precision` (fp32, amp) is measured against; None when not known."""
+    by_precision = {peak.precision: peak for peak in peaks}
+    return next((by_precision[p] for p in RUN_PRECISION_PEAKS.get(run_precision, ()) if p in by_precision), None)
+
+
 class CpuSpec(Strict):
     model: str | None = None
     sockets: int = Field(default=1, gt=0)
     cores_per_socket: int = Field(gt=0)
     threads_per_core: int = Field(default=1, gt=0)
     numa_nodes: int = Field(default=1, gt=0)
+    peak: list[PeakRate] = []  # per socket
 
     @property
     def cores(self) -> int:
@@ -89,13 +110,15 @@ class GpuSpec(Strict):
     interconnect: str | None = None
     # NUMA node of each GPU (index = GPU id), for CPU binding; None when unknown.
     numa_affinity: list[int] | None = None
+    peak: list[PeakRate] = []  # per GPU
 
 
 class FabricConfig(Strict):
     """What a site knows about one fabric; anything left out is detected or left to NCCL/UCX defaults."""
 
     description: str | None = None
-    speed_gbps: float | None = Field(default=None, gt=0)
+    speed_gbps: float | None = Field(default=None, gt=0)  # line rate of one link (one port)
+    links: int = Field(default=1, gt=0)                   # links (ports, rails) per node on this fabric
     hca: list[str] = []         # RDMA devices with port, e.g. mlx5_0:1 or hfi1_0:1 (NCCL_IB_HCA, UCX_NET_DEVICES)
     interfaces: list[str] = []  # IP interfaces for sockets and out-of-band traffic, e.g. ib0, eth2
     gid_index: int | Literal["auto"] = "auto"  # RoCE: "auto" picks the RoCE v2 GID on the node at job start
