@@ -1,7 +1,6 @@
 """Execute a rendered job on this machine, stream its output, and record the run."""
 from __future__ import annotations
 
-import hashlib
 import os
 import signal
 import socket
@@ -16,7 +15,8 @@ from typing import IO, Any
 from dlrun.envcapture import capture_environment
 from dlrun.errors import DlrunError
 from dlrun.plan import Plan
-from dlrun.render import HARNESS, RUN_DIR_VAR, RenderedJob
+from dlrun.paths import harness_hashes
+from dlrun.render import RUN_DIR_VAR, RenderedJob
 from dlrun.results.parse import ParseError, parse_text
 from dlrun.results.store import Store
 from dlrun.rundir import RunDir, new_run_id
@@ -39,13 +39,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def _sha256(path: Path) -> str | None:
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
-        return None
 
 
 def _git_commit() -> str | None:
@@ -89,13 +82,17 @@ def _stop(proc: subprocess.Popen, grace: float = 10.0) -> None:
 def provenance(plan: Plan) -> dict[str, Any]:
     from dlrun.images.verify import image_provenance
 
-    harness = Path(plan.image.harness_dir) / HARNESS[plan.workload.framework]
+    # A container's harness files are hashed when its image is built (the image lock); the host runs them
+    # from this machine, so they are hashed here.
+    digest, per_file = (harness_hashes(Path(plan.image.harness_dir), plan.workload.framework)
+                        if plan.image.kind == "host" else (None, None))
     return {
         "dlrun_git_commit": _git_commit(),
         "image": plan.image.name,
         "image_digest": plan.image.digest,
         "image_uri": plan.image.uri,
-        "harness_sha256": _sha256(harness) if plan.image.kind == "host" else None,
+        "harness_sha256": digest,
+        "harness_files_sha256": per_file,
         **image_provenance(plan),  # the pre-run digest check of the image the runtime used
     }
 
