@@ -33,6 +33,7 @@ alloc = load_harness("pytorch", "allocator")
 models = load_harness("pytorch", "models")
 process = load_harness("pytorch", "process")
 comm = load_harness("pytorch", "comm")
+features = load_harness("pytorch", "features")
 train = load_harness("pytorch", "train")
 
 # Reference parameter counts (torchvision; Ren et al. Table II), in millions.
@@ -251,18 +252,18 @@ def test_guards_on_a_torch_without_new_features():
                       backends=types.SimpleNamespace())
     cpu_amp = "^--precision amp: this PyTorch has no CPU bfloat16 autocast"
     with pytest.raises(common.HarnessError, match=cpu_amp) as exc:
-        train.resolve_amp("cpu", old)
+        features.resolve_amp("cpu", old)
     assert exc.value.code == common.EXIT_USAGE
     with pytest.raises(common.HarnessError, match=r"^--precision amp: this PyTorch has no CUDA autocast \(torch"):
-        train.resolve_amp("cuda", old)
+        features.resolve_amp("cuda", old)
     with pytest.raises(common.HarnessError, match="^--precision amp: this PyTorch has no GradScaler$"):
-        train.make_grad_scaler(old)
-    assert train.resolve_channels_last("auto", "amp", "cuda", old) is False
+        features.make_grad_scaler(old)
+    assert features.resolve_channels_last("auto", "amp", "cuda", old) is False
     with pytest.raises(common.HarnessError, match="^--channels-last on: this PyTorch has no torch.channels_last$"):
-        train.resolve_channels_last("on", "fp32", "cpu", old)
+        features.resolve_channels_last("on", "fp32", "cpu", old)
     model = torch.nn.Linear(2, 2)
-    assert train.maybe_compile(model, True, old) == (model, False)
-    assert train.mkldnn_available(old) is False
+    assert features.maybe_compile(model, True, old) == (model, False)
+    assert features.mkldnn_available(old) is False
 
 
 def test_guards_pick_intermediate_apis():
@@ -278,29 +279,29 @@ def test_guards_pick_intermediate_apis():
     mid = _fake_torch(float16=torch.float16,
                       cuda=types.SimpleNamespace(amp=types.SimpleNamespace(
                           autocast=LegacyAutocast, GradScaler=LegacyScaler)))
-    factory, dtype, scaler = train.resolve_amp("cuda", mid)
+    factory, dtype, scaler = features.resolve_amp("cuda", mid)
     factory()
     assert (dtype, scaler, calls) == ("float16", True, ["autocast"])
-    assert isinstance(train.make_grad_scaler(mid), LegacyScaler)
+    assert isinstance(features.make_grad_scaler(mid), LegacyScaler)
 
 
 def test_guards_use_features_of_current_torch():
-    factory, dtype, scaler = train.resolve_amp("cpu")
+    factory, dtype, scaler = features.resolve_amp("cpu")
     assert (dtype, scaler) == ("bfloat16", False)
     with factory():
         y = torch.nn.Linear(4, 4)(torch.randn(2, 4))
     assert y.dtype == torch.bfloat16
     # fp32 on CPU: NHWC where oneDNN trains it (faster than NCHW), NCHW elsewhere.
-    assert train.resolve_channels_last("auto", "fp32", "cpu") is train.mkldnn_available()
+    assert features.resolve_channels_last("auto", "fp32", "cpu") is features.mkldnn_available()
     no_onednn = _fake_torch(channels_last=torch.channels_last,
                             backends=types.SimpleNamespace())
-    assert train.resolve_channels_last("auto", "fp32", "cpu", no_onednn) is False
-    assert train.resolve_channels_last("auto", "amp", "cpu", no_onednn) is True
-    assert train.resolve_channels_last("off", "fp32", "cpu") is False
-    assert train.resolve_channels_last("auto", "amp", "cpu") is True
-    assert train.resolve_channels_last("auto", "fp32", "cuda") is True
-    assert train.resolve_channels_last("off", "amp", "cuda") is False
-    assert train.mkldnn_available() == bool(torch.backends.mkldnn.is_available())
+    assert features.resolve_channels_last("auto", "fp32", "cpu", no_onednn) is False
+    assert features.resolve_channels_last("auto", "amp", "cpu", no_onednn) is True
+    assert features.resolve_channels_last("off", "fp32", "cpu") is False
+    assert features.resolve_channels_last("auto", "amp", "cpu") is True
+    assert features.resolve_channels_last("auto", "fp32", "cuda") is True
+    assert features.resolve_channels_last("off", "amp", "cuda") is False
+    assert features.mkldnn_available() == bool(torch.backends.mkldnn.is_available())
 
 
 def _main(capsys, args):
@@ -522,7 +523,7 @@ def test_single_process_run():
     for expected in ("Model:       trivial", "Dataset:     imagenet (synthetic)",
                      "Mode:        training", "Batch size:  8 global", "8 per device",
                      "Num batches: 12", "Devices:     ['/cpu:0']",
-                     "Data format: %s" % ("NHWC" if train.mkldnn_available() else "NCHW"),
+                     "Data format: %s" % ("NHWC" if features.mkldnn_available() else "NCHW"),
                      "Optimizer:   sgd", "Variables:   replicated", "Running warm up",
                      "Done warm up", "Step\tImg/sec\ttotal_loss"):
         assert expected in out, expected
@@ -538,7 +539,7 @@ def test_single_process_run():
     assert res["model"] == "trivial" and res["params"] == 9232
     assert res["warmup_steps"] == 2 and res["threads"] == 1
     assert res["precision"] == "fp32"
-    assert res["channels_last"] is train.mkldnn_available()
+    assert res["channels_last"] is features.mkldnn_available()
     assert res["device"] == "cpu" and res["backend"] == "none"
     assert res["data_workers"] == 2 and res["rank_source"] == "single"
     assert res["final_loss"] > 0 and res["python_version"]

@@ -20,8 +20,9 @@ caller's working directory does not matter):
 ``harness_pytorch_common.py`` (exit codes, the error type, output),
 ``harness_pytorch_allocator.py`` (the memory allocator; standard library
 only, so that it is settled before torch is imported),
-``harness_pytorch_models.py`` (model definitions and what is counted on
-them), ``harness_pytorch_data.py`` (the data the steps consume),
+``harness_pytorch_features.py`` (checks for features of newer PyTorch
+releases), ``harness_pytorch_models.py`` (model definitions and what is
+counted on them), ``harness_pytorch_data.py`` (the data the steps consume),
 ``harness_pytorch_process.py`` (ranks, device, backend, versions),
 ``harness_pytorch_comm.py`` (process group, collectives, the all-reduce
 benchmark) and ``harness_pytorch_train.py`` (the training benchmark).  Every
