@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import cli_json
 
 from dlrun.paths import HARNESS_DIR, harness_files, harness_hashes
 from dlrun.workloads import load_harness
@@ -107,11 +108,15 @@ def _mpirun(args, extra_env=(), np=2, timeout=120):
 # Model definitions
 # ---------------------------------------------------------------------------
 
+IMAGE_MODELS = [n for n in models.MODEL_NAMES if not n.startswith("bert_")]
+
+
 def test_model_names_cover_catalogue():
     assert set(models.MODEL_NAMES) == {
         "alexnet", "resnet18", "resnet34", "resnet50", "resnet101", "resnet152",
         "resnet50_v1.5", "resnet101_v1.5", "resnet152_v1.5", "vgg16",
-        "inception3", "lenet", "trivial"}
+        "inception3", "lenet", "trivial", "bert_swag", "bert_squad"}
+    assert [n for n in models.MODEL_NAMES if models.is_bert(n)] == ["bert_swag", "bert_squad"]
     assert models.default_image_size("inception3") == (3, 299, 299)
     assert models.default_image_size("lenet") == (3, 28, 28)
     assert models.default_image_size("resnet50") == (3, 224, 224)
@@ -162,7 +167,8 @@ def test_resnet_v1_differs_from_v1_5(described):
 
 
 def test_describe_record_shape(described):
-    for name, rec in described.items():
+    for name in IMAGE_MODELS:
+        rec = described[name]
         assert rec["model"] == name
         assert rec["num_classes"] == 1000
         assert rec["image_size"] == list(models.default_image_size(name))
@@ -200,6 +206,150 @@ def test_describe_cli_is_fast_and_json():
     assert rec == {"model": "vgg16", "params": 138357544, "forward_macs": 15470264320,
                    "image_size": [3, 224, 224], "num_classes": 1000}
     assert elapsed < 10, elapsed  # includes interpreter and torch start-up
+
+
+# ---------------------------------------------------------------------------
+# BERT (Ren et al. Sec. III-C, Table II)
+# ---------------------------------------------------------------------------
+
+# BERT-base: embeddings (word 30522, position 512, token type 2, layer norm), 12 layers of attention
+# (4 linear 768x768) and feed-forward (768x3072, 3072x768) with two layer norms, the pooler (768x768).
+BERT_BASE_PARAMS = (30522 + 512 + 2 + 2) * 768 + 12 * (4 * (768 * 768 + 768) + 2 * 768
+                                                      + 768 * 3072 + 3072 + 3072 * 768 + 768 + 2 * 768) + 768 * 768 + 768
+
+
+def _bert_macs_per_sequence(layers, n, head_per_token=0, head_per_sequence=0):
+    """Forward multiply-adds of one sequence of n tokens, by hand: per layer and token the four attention
+    projections and the feed-forward layers; per layer q k^T and probabilities times v (n x n x 768 each)."""
+    return (layers * n * (4 * 768 * 768 + 2 * 768 * 3072) + layers * 2 * n * n * 768
+            + n * head_per_token + head_per_sequence)
+
+
+def test_bert_base_has_table_ii_parameters(described):
+    assert BERT_BASE_PARAMS == 109482240  # bert-base-uncased
+    swag, squad = described["bert_swag"], described["bert_squad"]
+    assert swag["params"] == BERT_BASE_PARAMS + 768 + 1        # one score per choice
+    assert squad["params"] == BERT_BASE_PARAMS + 2 * (768 + 1)  # start and end logits
+    for rec in (swag, squad):
+        # Ren et al. Table II: "BERT-SWAG 109.5 M", "BERT-SQuAD 109.5 M"
+        assert abs(rec["params"] - 109.5e6) / 109.5e6 <= 0.005, rec
+    assert swag["trainable_params"] == swag["params"]
+    assert squad["trainable_params"] == squad["params"] - (768 * 768 + 768)  # the unused pooler is frozen
+
+
+def test_bert_macs_are_counted_per_sequence(described):
+    swag, squad = described["bert_swag"], described["bert_squad"]
+    assert (swag["task"], swag["seq_length"], swag["sequences_per_instance"]) == ("swag", 80, 4)
+    assert (squad["task"], squad["seq_length"], squad["sequences_per_instance"]) == ("squad", 384, 1)
+    assert swag["forward_macs_per"] == squad["forward_macs_per"] == "sequence"
+    # SWAG: pooler and the choice scorer once per sequence; SQuAD: start/end logits on every token.
+    assert swag["forward_macs"] == _bert_macs_per_sequence(12, 80, head_per_sequence=768 * 768 + 768) == 6913327872
+    assert squad["forward_macs"] == _bert_macs_per_sequence(12, 384, head_per_token=768 * 2) == 35333406720
+
+
+def test_bert_real_model_matches_description(monkeypatch, described):
+    monkeypatch.setattr(models, "_meta_model", lambda name: None)
+    assert models.describe_model("bert_swag") == described["bert_swag"]
+
+
+def test_bert_without_fused_kernels_computes_the_same(monkeypatch):
+    """The paths for PyTorch releases without F.gelu / F.scaled_dot_product_attention give the same
+    outputs, with padding masked out the same way."""
+    torch.manual_seed(0)
+    model = models.build_model("bert_squad", num_layers=2).eval()
+    ids, types, mask = models.bert_input(12, 1, batch_size=2)
+    ids = torch.randint(0, 30522, ids.shape)
+    mask[1, 8:] = 0  # a padded second window
+    with torch.no_grad():
+        fused = model(ids, types, mask)
+        monkeypatch.setattr(models, "_SDPA", None)
+        monkeypatch.setattr(models, "_GELU", None)
+        plain = model(ids, types, mask)
+    for a, b in zip(fused, plain):
+        assert a.shape == (2, 12)
+        assert torch.allclose(a, b, atol=1e-5), (a - b).abs().max()
+
+
+def test_bert_layers_option_and_its_misuse(capsys):
+    assert models.count_params(models.build_model("bert_swag", num_layers=2)) == (
+        BERT_BASE_PARAMS - 10 * 7087872 + 768 + 1)
+    for args, message in (
+            (["--model", "trivial", "--seq-length", "8"], "--seq-length applies to the BERT models, not to trivial"),
+            (["--model", "trivial", "--num-layers", "2"], "--num-layers applies to the BERT models, not to trivial"),
+            (["--model", "bert_squad", "--seq-length", "513"], "--seq-length 513: BERT takes 1 to 512 tokens"),
+            (["--model", "bert_swag", "--channels-last", "on"],
+             "--channels-last on: model bert_swag reads tokens, not images")):
+        code, out, err = _main(capsys, args + ["--steps", "1"])
+        assert (code, _results(out), _error_lines(err)) == (common.EXIT_USAGE, [], ["dlrun-harness: error: " + message])
+
+
+def test_synthetic_tokens():
+    data = load_harness("pytorch", "data")
+    (ids, types, mask), (label,) = data.synthetic_tokens(3, 10, 4, 30522, "swag", 7)
+    assert ids.shape == types.shape == mask.shape == (3, 4, 10) and label.shape == (3,)
+    assert 0 <= int(ids.min()) and int(ids.max()) < 30522 and 0 <= int(label.min()) and int(label.max()) < 4
+    assert types[..., :5].sum() == 0 and bool((types[..., 5:] == 1).all()) and bool((mask == 1).all())
+    (ids, _, _), (start, end) = data.synthetic_tokens(64, 16, 1, 30522, "squad", 7)
+    assert ids.shape == (64, 16) and bool((start <= end).all()) and int(end.max()) < 16
+    again = data.synthetic_tokens(64, 16, 1, 30522, "squad", 7)
+    assert torch.equal(again[0][0], ids) and torch.equal(again[1][1], end)  # seeded
+
+
+def _check_bert_result(res, world, batch, steps, per_instance):
+    assert res["metric"] == "throughput" and res["unit"] == "sequences/sec"
+    assert res["formula"] == "world_size*batch_size_per_rank*sequences_per_instance*timed_steps/wall_time_s"
+    assert res["sequences_per_instance"] == per_instance and res["batch_size_per_rank"] == batch
+    assert res["value"] == pytest.approx(world * batch * per_instance * steps / res["wall_time_s"], rel=1e-9)
+    assert res["instances_per_sec"] == pytest.approx(res["value"] / per_instance, rel=1e-12)
+    assert res["wall_time_s"] == pytest.approx(max(res["per_rank_wall_time_s"]), rel=1e-12)
+    for rate, wall in zip(res["per_rank_sequences_per_sec"], res["per_rank_wall_time_s"]):
+        assert rate == pytest.approx(batch * per_instance * steps / wall, rel=1e-9)
+    assert res["optimizer"] == "adamw" and res["lr"] == 5e-5 and res["weight_decay"] == 0.01
+    assert res["channels_last"] is False and "image_size" not in res and "per_rank_images_per_sec" not in res
+    assert 0 < res["final_loss"] < 50
+
+
+@pytest.mark.parametrize("model, task, per_instance", [("bert_swag", "swag", 4), ("bert_squad", "squad", 1)])
+def test_bert_trains_for_real(model, task, per_instance):
+    """Both tasks train on the CPU: a 2-layer BERT-base on 16-token sequences, 3 timed steps."""
+    proc = _run(["--model", model, "--num-layers", "2", "--seq-length", "16", "--batch-size", "2",
+                 "--steps", "3", "--warmup-steps", "1", "--display-every", "1", "--threads", "2"], timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    (res,) = _results(out)
+    _check_bert_result(res, 1, 2, 3, per_instance)
+    assert (res["model"], res["task"], res["seq_length"], res["num_layers"]) == (model, task, 16, 2)
+    assert res["params"] == models.count_params(models.build_model(model, num_layers=2))
+    for expected in ("Model:       %s" % model, "Dataset:     %s (synthetic)" % task, "Optimizer:   adamw",
+                     "Step\tSeq/sec\ttotal_loss", "total sequences/sec: %.2f" % res["value"]):
+        assert expected in out, expected
+    assert "Data format:" not in out
+    assert [ln.split("\t")[0] for ln in out.splitlines() if "\tsequences/sec: " in ln] == ["1", "2", "3"]
+
+
+@pytest.mark.integration
+def test_bert_squad_two_ranks_with_the_unused_pooler():
+    """SQuAD's head leaves the pooler unused: DDP over 2 ranks still trains, and the replicas agree."""
+    proc = _mpirun(["--model", "bert_squad", "--num-layers", "2", "--seq-length", "16", "--batch-size", "2",
+                    "--steps", "2", "--warmup-steps", "1", "--expected-world-size", "2"], timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "terminate called" not in proc.stderr
+    (res,) = _results(proc.stdout)
+    _check_bert_result(res, 2, 2, 2, 1)
+    assert res["backend"] == "gloo" and "Variables:   ddp" in proc.stdout
+
+
+def test_bert_workloads_in_the_catalog(dlrun_home):
+    for name, per_instance in (("bert_swag", 4), ("bert_squad", 1)):
+        shown = cli_json("workloads", "show", name)
+        assert shown["kind"] == "bert-finetuning" and shown["model"] == name
+        published = shown["published_params"]
+        assert published["value"] == 109.5e6 and published["source"]["where"] == "Table II"
+        assert "0.19 G" in published["source"]["note"] or "2.87 G" in published["source"]["note"]
+        assert shown["published_ops_per_image"] is None  # Table II's BERT ops are not comparable
+        facts = shown["model_facts"]
+        assert abs(facts["params"] - published["value"]) / published["value"] <= 0.005
+        assert facts["sequences_per_instance"] == per_instance
 
 
 # ---------------------------------------------------------------------------

@@ -36,9 +36,10 @@ class PublishedValue(Strict):
 class WorkloadSpec(Strict):
     name: str = Field(pattern=NAME_PATTERN)
     description: str
-    # cnn-training: the harness trains `model`; allreduce: the harness measures all-reduce bus bandwidth
-    # over the run's process group (message sizes min_bytes, x size_factor, ..., max_bytes).
-    kind: Literal["cnn-training", "allreduce"] = "cnn-training"
+    # cnn-training, bert-finetuning: the harness trains `model` (a BERT model name carries its task and sequence
+    # length, e.g. bert_swag); allreduce: the harness measures all-reduce bus bandwidth over the run's process
+    # group (message sizes min_bytes, x size_factor, ..., max_bytes).
+    kind: Literal["cnn-training", "bert-finetuning", "allreduce"] = "cnn-training"
     framework: Literal["pytorch", "tensorflow"] = "pytorch"
     # Model name in the in-container harness (tf_cnn_benchmarks naming: resnet50 is v1, resnet50_v1.5 is v1.5).
     model: str | None = None
@@ -56,8 +57,8 @@ class WorkloadSpec(Strict):
 
     @model_validator(mode="after")
     def _kind_fields(self) -> "WorkloadSpec":
-        if self.kind == "cnn-training" and not self.model:
-            raise ValueError("a cnn-training workload needs `model` (the harness's model name)")
+        if self.kind != "allreduce" and not self.model:
+            raise ValueError(f"a {self.kind} workload needs `model` (the harness's model name)")
         if self.kind == "allreduce" and (self.model or self.tf_cnn_model):
             raise ValueError("an allreduce workload trains no model: leave out `model` and `tf_cnn_model`")
         if self.min_bytes > self.max_bytes:

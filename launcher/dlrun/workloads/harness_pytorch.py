@@ -3,7 +3,9 @@
 
 Runs a synthetic-data image-classification training benchmark in the style of
 tf_cnn_benchmarks (same model names, same log layout, same "images/sec"
-definition) and ends with exactly one machine-readable result line.
+definition), or BERT-base fine-tuning on SWAG or SQuAD with synthetic tokens
+(rates in sequences/sec), and ends with exactly one machine-readable result
+line.
 
 This file is copied verbatim into containers, some of them old: it needs only
 the Python standard library and torch, and runs on Python >= 3.6 with
@@ -33,19 +35,22 @@ Usage
 -----
     python harness_pytorch.py --model resnet50_v1.5 --batch-size 64 --steps 100
     python harness_pytorch.py --describe --model vgg16
+    python harness_pytorch.py --model bert_squad --batch-size 32 --steps 50
 
 Options (see ``--help``): --model, --describe, --batch-size (per rank,
 default 32), --steps (timed steps, default 100), --warmup-steps (default 10),
 --precision fp32|amp, --channels-last auto|on|off, --device auto|cpu|cuda,
 --threads N, --expected-world-size N, --backend auto|gloo|nccl|mpi, --seed,
---display-every N (default 10), --lr (default 0.01), --momentum (default 0.9),
---data-workers J, --compile, --allocator.
+--display-every N (default 10), --lr (default 0.01 for the CNNs, 5e-5 for
+BERT), --momentum (default 0.9; SGD only), --data-workers J, --compile,
+--allocator; BERT only: --seq-length N (default: the task's maximum),
+--num-layers N (default 12; fewer for quick runs).
 
 Models
 ------
 alexnet, resnet18, resnet34, resnet50, resnet101, resnet152,
 resnet50_v1.5, resnet101_v1.5, resnet152_v1.5, vgg16, inception3, lenet,
-trivial.  All have 1000 classes.
+trivial (images, 1000 classes); bert_swag, bert_squad (tokens).
 
 * ``resnetN`` (N >= 50) is ResNet v1 as in tf_cnn_benchmarks: the stride-2 of
   a downsampling bottleneck block is on its first 1x1 convolution.
@@ -64,8 +69,19 @@ trivial.  All have 1000 classes.
   pool + fc 1000) on 32x32 inputs, for fast smoke tests only; unlike
   tf_cnn_benchmarks' trivial it is not meant to measure anything.
 
+* ``bert_swag`` and ``bert_squad`` are BERT-base (uncased vocabulary of
+  30522, 12 layers, hidden 768, 12 heads, feed-forward 3072; 109.5 M
+  parameters as in Ren et al. Table II) with the heads of the BERT code Ren
+  et al. fine-tuned (pytorch-pretrained-BERT): SWAG is multiple choice (each
+  example is 4 sequences of at most 80 tokens, a linear layer scores each
+  pooled sequence), SQuAD is span extraction (windows of 384 tokens, a linear
+  layer gives start and end logits per token; the pooler is built, as there,
+  but unused and frozen).  Weights are randomly initialised (normal, std
+  0.02); fused GELU and scaled_dot_product_attention are used where this
+  PyTorch has them.
+
 Default input sizes: 3x224x224; inception3 3x299x299; lenet 3x28x28;
-trivial 3x32x32.
+trivial 3x32x32; bert_swag 4x80 tokens per example; bert_squad 384 tokens.
 
 Training benchmark
 ------------------
@@ -73,7 +89,13 @@ A fixed random batch of images and integer labels is generated once per rank
 (seeded with --seed + rank) and kept on the device, as tf_cnn_benchmarks'
 synthetic data; nothing is generated on the critical path, so --data-workers
 is accepted (and recorded) but has nothing to do.  Loss is cross entropy,
-the optimizer SGD with momentum.
+the optimizer SGD with momentum.  BERT: random token ids (token type 0 for
+the first half of a sequence, 1 for the rest, no padding), the right ending
+(SWAG) or the answer's start and end token (SQuAD) as targets, loss cross
+entropy (SQuAD: the mean of start and end), the optimizer AdamW with weight
+decay 0.01 (Adam where torch.optim.AdamW does not exist), as BERT's own.
+--batch-size counts instances: SWAG examples (of 4 sequences each, as Ren et
+al.'s batch sizes do) or SQuAD windows; rates count sequences.
 
 * ``--precision amp``: bfloat16 autocast on CPU, float16 autocast plus a
   gradient scaler on CUDA.  Exit 2 if this PyTorch has no autocast.
@@ -116,7 +138,8 @@ a barrier and synchronises its device; every timed step ends with a device
 synchronisation (as tf_cnn_benchmarks' per-step session.run), so per-step
 times are real.  Each rank's wall time is that of its whole timed loop.
 Rate of one rank = batch_size_per_rank * timed_steps / its wall time; the
-total is ``world_size*batch_size_per_rank*timed_steps/wall_time_s`` where
+total is ``world_size*batch_size_per_rank*timed_steps/wall_time_s`` (BERT:
+times sequences_per_instance, 4 for SWAG, 1 for SQuAD) where
 ``wall_time_s`` is the MAXIMUM wall time over ranks (conservative).  The
 per-step log rows show the global rate estimated from rank 0's step times
 (world_size * batch / mean step time, +/- the standard error, jitter = 1.4826
@@ -136,6 +159,11 @@ per_rank_images_per_sec, per_rank_wall_time_s, precision, python_version,
 rank_source, seed, status ("ok"), threads, timed_steps, unit ("images/sec"),
 value, wall_time_reduction ("max_over_ranks"), wall_time_s, warmup_steps,
 world_size.  ``backend`` is "none" for a single process (no process group).
+BERT results have unit "sequences/sec", per_rank_sequences_per_sec,
+instances_per_sec (SWAG examples or SQuAD windows per second),
+sequences_per_instance, task ("swag" or "squad"), seq_length, num_layers and
+weight_decay instead of per_rank_images_per_sec, image_size, num_classes,
+data_format and momentum; the log ends with "total sequences/sec: N".
 
 With more than one rank, a float64 checksum (sum and sum of absolute values)
 of all parameters is compared across ranks at the end (all-reduce MAX and
@@ -228,7 +256,7 @@ def build_parser():
     p = _ArgumentParser(
         prog="dlrun-harness",
         description="Synthetic-data PyTorch training benchmark "
-                    "(tf_cnn_benchmarks-style).")
+                    "(tf_cnn_benchmarks-style; CNNs and BERT).")
     p.add_argument("--model", default="resnet50_v1.5", choices=MODEL_NAMES)
     p.add_argument("--describe", action="store_true",
                    help="print the model's parameters and forward "
@@ -251,8 +279,15 @@ def build_parser():
                    default="auto")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--display-every", type=_positive, default=10)
-    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--lr", type=float, default=None,
+                   help="learning rate (default 0.01 for the CNNs' SGD, 5e-5 "
+                        "for BERT's AdamW)")
     p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--seq-length", type=_positive, default=None,
+                   help="BERT: tokens per sequence (default: the task's "
+                        "maximum, 80 for SWAG, 384 for SQuAD)")
+    p.add_argument("--num-layers", type=_positive, default=None,
+                   help="BERT: transformer layers (default 12, BERT-base)")
     p.add_argument("--data-workers", type=_non_negative, default=0,
                    help="recorded only: synthetic data needs no loaders")
     p.add_argument("--compile", action="store_true",

@@ -89,3 +89,14 @@ def mkldnn_available(torch_mod=torch):
         return bool(is_available())
     except Exception:
         return False
+
+
+def make_adamw(params, lr, weight_decay, torch_mod=torch):
+    """(optimizer, name): AdamW (decoupled weight decay, as BERT's own
+    optimizer) where this PyTorch has it, else Adam, which costs the same
+    per step (torch.optim.AdamW is newer than PyTorch 1.0)."""
+    adamw = getattr(torch_mod.optim, "AdamW", None)
+    if adamw is not None:
+        return adamw(params, lr=lr, weight_decay=weight_decay), "adamw"
+    return (torch_mod.optim.Adam(params, lr=lr, weight_decay=weight_decay),
+            "adam")

@@ -6,6 +6,8 @@ The models and their naming are described in ``harness_pytorch.py``'s notes.
 Importing this module builds nothing.
 """
 
+import math
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -378,6 +380,164 @@ class Trivial(nn.Module):
         return self.fc(_flatten(x))
 
 
+# --- BERT --------------------------------------------------------------------
+#
+# BERT-base (Devlin et al.; uncased vocabulary) with the task heads of the
+# code Ren et al. fine-tuned it with (pytorch-pretrained-BERT): a multiple-
+# choice head for SWAG (4 endings, max sequence length 80) and a span head
+# for SQuAD (max sequence length 384).  Weights are randomly initialised as
+# BERT initialises them (normal, std 0.02); no pretrained checkpoint is read.
+
+BERT_BASE = {"vocab_size": 30522, "hidden": 768, "layers": 12, "heads": 12,
+             "intermediate": 3072, "max_positions": 512, "type_vocab": 2,
+             "dropout": 0.1}
+# model name -> (task, max sequence length, sequences per instance)
+BERT_TASKS = {"bert_swag": ("swag", 80, 4), "bert_squad": ("squad", 384, 1)}
+# The fused kernels where this PyTorch has them (the same arithmetic).
+_GELU = getattr(F, "gelu", None)
+_SDPA = getattr(F, "scaled_dot_product_attention", None)
+
+
+def _gelu(x):
+    if _GELU is not None:
+        return _GELU(x)
+    return x * 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0)))
+
+
+class _AttentionProducts(nn.Module):
+    """softmax(q k^T / sqrt(d) + mask) v with dropout on the probabilities:
+    the two matrix products of attention, a module so that they are counted
+    (``count_forward_macs``) like the weight layers."""
+
+    def __init__(self, dropout):
+        super(_AttentionProducts, self).__init__()
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, q, k, v, mask):
+        if _SDPA is not None:
+            p = self.dropout.p if self.training else 0.0
+            return _SDPA(q, k, v, attn_mask=mask.to(q.dtype), dropout_p=p)
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.size(-1))
+        probs = self.dropout(F.softmax(scores + mask.to(scores.dtype), dim=-1))
+        return torch.matmul(probs, v)
+
+
+class _BertLayer(nn.Module):
+    def __init__(self, cfg):
+        super(_BertLayer, self).__init__()
+        hidden, self.heads = cfg["hidden"], cfg["heads"]
+        self.query = nn.Linear(hidden, hidden)
+        self.key = nn.Linear(hidden, hidden)
+        self.value = nn.Linear(hidden, hidden)
+        self.attention = _AttentionProducts(cfg["dropout"])
+        self.attention_output = nn.Linear(hidden, hidden)
+        self.attention_norm = nn.LayerNorm(hidden, eps=1e-12)
+        self.intermediate = nn.Linear(hidden, cfg["intermediate"])
+        self.output = nn.Linear(cfg["intermediate"], hidden)
+        self.output_norm = nn.LayerNorm(hidden, eps=1e-12)
+        self.dropout = nn.Dropout(cfg["dropout"])
+
+    def _heads(self, x):
+        b, n, hidden = x.size()
+        x = x.view(b, n, self.heads, hidden // self.heads)
+        return x.permute(0, 2, 1, 3)
+
+    def forward(self, x, mask):
+        context = self.attention(self._heads(self.query(x)),
+                                 self._heads(self.key(x)),
+                                 self._heads(self.value(x)), mask)
+        b, h, n, d = context.size()
+        context = context.permute(0, 2, 1, 3).contiguous().view(b, n, h * d)
+        x = self.attention_norm(
+            x + self.dropout(self.attention_output(context)))
+        y = self.output(_gelu(self.intermediate(x)))
+        return self.output_norm(x + self.dropout(y))
+
+
+class _Bert(nn.Module):
+    """The BERT encoder: embeddings, ``num_layers`` transformer layers and
+    the pooler (tanh of a linear layer on the first token)."""
+
+    def __init__(self, num_layers, cfg=BERT_BASE):
+        super(_Bert, self).__init__()
+        hidden = cfg["hidden"]
+        self.word_embeddings = nn.Embedding(cfg["vocab_size"], hidden)
+        self.position_embeddings = nn.Embedding(cfg["max_positions"], hidden)
+        self.token_type_embeddings = nn.Embedding(cfg["type_vocab"], hidden)
+        self.embedding_norm = nn.LayerNorm(hidden, eps=1e-12)
+        self.dropout = nn.Dropout(cfg["dropout"])
+        self.layers = nn.ModuleList([_BertLayer(cfg)
+                                     for _ in range(num_layers)])
+        self.pooler = nn.Linear(hidden, hidden)
+
+    def forward(self, input_ids, token_type_ids, attention_mask, pool):
+        n = input_ids.size(1)
+        positions = torch.arange(n, dtype=torch.long,
+                                 device=input_ids.device)
+        x = (self.word_embeddings(input_ids)
+             + self.position_embeddings(positions).unsqueeze(0)
+             + self.token_type_embeddings(token_type_ids))
+        x = self.dropout(self.embedding_norm(x))
+        # Padding (attention_mask 0) gets -10000 before the softmax, as in
+        # BERT's code: every position costs the same, padded or not.
+        mask = (1.0 - attention_mask[:, None, None, :].float()) * -10000.0
+        for layer in self.layers:
+            x = layer(x, mask)
+        if not pool:
+            return x
+        return torch.tanh(self.pooler(x[:, 0]))
+
+
+def _init_bert(model):
+    for m in model.modules():
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, 0.0, 0.02)
+        if isinstance(m, nn.Linear):
+            nn.init.constant_(m.bias, 0)
+
+
+class BertMultipleChoice(nn.Module):
+    """BERT-base for SWAG: each of an example's ``choices`` sequences is
+    encoded and pooled, a linear layer scores it; the logits are (batch,
+    choices).  Inputs are (batch, choices, seq_length)."""
+
+    def __init__(self, num_layers=12):
+        super(BertMultipleChoice, self).__init__()
+        self.bert = _Bert(num_layers)
+        self.dropout = nn.Dropout(BERT_BASE["dropout"])
+        self.classifier = nn.Linear(BERT_BASE["hidden"], 1)
+        _init_bert(self)
+
+    def forward(self, input_ids, token_type_ids, attention_mask):
+        b, choices, n = input_ids.size()
+        pooled = self.bert(input_ids.view(-1, n), token_type_ids.view(-1, n),
+                           attention_mask.view(-1, n), pool=True)
+        return self.classifier(self.dropout(pooled)).view(b, choices)
+
+
+class BertSpanExtraction(nn.Module):
+    """BERT-base for SQuAD: a linear layer on every token gives the logits
+    of the answer's start and end, each (batch, seq_length).
+
+    The pooler is built, as in the reference code, whose BERT model always
+    carries it (Ren et al.'s Table II counts it: 109.5 M), but this head does
+    not use it; it is frozen so that DistributedDataParallel, which expects a
+    gradient for every trainable parameter, works on every PyTorch release."""
+
+    def __init__(self, num_layers=12):
+        super(BertSpanExtraction, self).__init__()
+        self.bert = _Bert(num_layers)
+        self.qa_outputs = nn.Linear(BERT_BASE["hidden"], 2)
+        _init_bert(self)
+        for p in self.bert.pooler.parameters():
+            p.requires_grad = False
+
+    def forward(self, input_ids, token_type_ids, attention_mask):
+        x = self.bert(input_ids, token_type_ids, attention_mask, pool=False)
+        start, end = self.qa_outputs(x).split(1, dim=-1)
+        return start.squeeze(-1), end.squeeze(-1)
+
+
 def _resnet(block, layers, v15):
     return lambda: ResNet(block, layers, stride_on_3x3=v15)
 
@@ -404,25 +564,56 @@ _MODELS = {
 
 MODEL_NAMES = ("alexnet", "resnet18", "resnet34", "resnet50", "resnet101",
                "resnet152", "resnet50_v1.5", "resnet101_v1.5",
-               "resnet152_v1.5", "vgg16", "inception3", "lenet", "trivial")
+               "resnet152_v1.5", "vgg16", "inception3", "lenet", "trivial",
+               "bert_swag", "bert_squad")
+_BERT_HEADS = {"swag": BertMultipleChoice, "squad": BertSpanExtraction}
 
 
 def _check_model_name(name):
-    if name not in _MODELS:
+    if name not in _MODELS and name not in BERT_TASKS:
         raise HarnessError("unknown model %r (choose from: %s)"
                            % (name, ", ".join(MODEL_NAMES)))
 
 
-def build_model(name):
-    """A fresh ``nn.Module`` for model ``name`` (1000 classes, on CPU)."""
+def is_bert(name):
+    """Whether model ``name`` is a BERT model (token input) rather than an
+    image model."""
     _check_model_name(name)
+    return name in BERT_TASKS
+
+
+def build_model(name, num_layers=None):
+    """A fresh ``nn.Module`` for model ``name`` (on CPU).  ``num_layers``
+    (BERT only, default 12) makes a shallower BERT for quick runs."""
+    if is_bert(name):
+        return _BERT_HEADS[BERT_TASKS[name][0]](num_layers or
+                                                BERT_BASE["layers"])
+    if num_layers is not None:
+        raise HarnessError("--num-layers applies to the BERT models, not to "
+                           "%s" % name)
     return _MODELS[name][0]()
 
 
 def default_image_size(name):
-    """Default input size of model ``name`` as a (C, H, W) tuple."""
-    _check_model_name(name)
+    """Default input size of image model ``name`` as a (C, H, W) tuple."""
+    if is_bert(name):
+        raise HarnessError("model %s reads tokens, not images" % name)
     return _MODELS[name][1]
+
+
+def bert_task(name, seq_length=None):
+    """(task, sequence length, sequences per instance) of BERT model
+    ``name``; ``seq_length`` replaces the task's maximum sequence length."""
+    if not is_bert(name):
+        raise HarnessError("--seq-length applies to the BERT models, not to "
+                           "%s" % name)
+    task, length, per_instance = BERT_TASKS[name]
+    if seq_length is not None:
+        if not 1 <= seq_length <= BERT_BASE["max_positions"]:
+            raise HarnessError("--seq-length %d: BERT takes 1 to %d tokens"
+                               % (seq_length, BERT_BASE["max_positions"]))
+        length = seq_length
+    return task, length, per_instance
 
 
 def count_params(model):
@@ -446,23 +637,47 @@ def count_forward_macs(model, image_size):
     image of ``image_size`` ((C, H, W), (H, W) or an int), counted with
     forward hooks on a one-image forward pass in eval mode."""
     c, h, w = _chw(image_size)
+    return _forward_macs(model, [torch.zeros(1, c, h, w)])
+
+
+def bert_input(seq_length, per_instance, batch_size=1):
+    """Zero token ids, token types and an all-ones attention mask for
+    ``batch_size`` instances: (batch, seq_length), or (batch, per_instance,
+    seq_length) for multiple choice."""
+    shape = ((batch_size, seq_length) if per_instance == 1
+             else (batch_size, per_instance, seq_length))
+    zeros = torch.zeros(shape, dtype=torch.long)
+    return [zeros, zeros, torch.ones(shape, dtype=torch.long)]
+
+
+def _forward_macs(model, inputs):
+    """Multiply-adds of convolutions, fully connected layers and attention
+    products for one forward pass over ``inputs``, counted with forward
+    hooks in eval mode."""
     total = [0]
 
-    def conv_hook(module, inputs, output):
+    def conv_hook(module, args, output):
         kh, kw = module.kernel_size
         per_output = (module.in_channels // module.groups) * kh * kw
-        total[0] += int(output[0].numel()) * per_output
+        total[0] += int(output.numel()) * per_output
 
-    def linear_hook(module, inputs, output):
-        rows = int(output[0].numel()) // module.out_features
+    def linear_hook(module, args, output):
+        rows = int(output.numel()) // module.out_features
         total[0] += rows * module.in_features * module.out_features
 
+    def attention_hook(module, args, output):
+        q, keys = args[0], args[1].size(-2)
+        # Per head q k^T is (n x d)(d x keys), probabilities times v is
+        # (n x keys)(keys x d).
+        total[0] += int(q.numel()) * keys + int(output.numel()) * keys
+
+    hooks = ((nn.Conv2d, conv_hook), (nn.Linear, linear_hook),
+             (_AttentionProducts, attention_hook))
     handles = []
     for m in model.modules():
-        if isinstance(m, nn.Conv2d):
-            handles.append(m.register_forward_hook(conv_hook))
-        elif isinstance(m, nn.Linear):
-            handles.append(m.register_forward_hook(linear_hook))
+        for cls, hook in hooks:
+            if isinstance(m, cls):
+                handles.append(m.register_forward_hook(hook))
     was_training = model.training
     device = None
     for p in model.parameters():
@@ -471,10 +686,9 @@ def count_forward_macs(model, image_size):
     try:
         model.eval()
         with torch.no_grad():
-            x = torch.zeros(1, c, h, w)
             if device is not None:
-                x = x.to(device)
-            model(x)
+                inputs = [x.to(device) for x in inputs]
+            model(*inputs)
     finally:
         for hd in handles:
             hd.remove()
@@ -496,22 +710,39 @@ def _meta_model(name):
 
 
 def describe_model(name):
-    """The ``--describe`` record of model ``name`` as a dict."""
-    size = default_image_size(name)
+    """The ``--describe`` record of model ``name`` as a dict.  Image models:
+    forward multiply-adds per image.  BERT models: per sequence (a SWAG
+    example is 4 sequences), counting every matrix product - the weight
+    layers and attention's two products."""
+    if is_bert(name):
+        task, length, per_instance = bert_task(name)
+        inputs = bert_input(length, per_instance)
+    else:
+        size = default_image_size(name)
+        inputs = [torch.zeros((1,) + tuple(size))]
     model = _meta_model(name)
     macs = None
     if model is not None:
         try:
-            macs = count_forward_macs(model, size)
+            macs = _forward_macs(model, inputs)
         except Exception:
             model = None
     if model is None:
         model = build_model(name)
-        macs = count_forward_macs(model, size)
-    return {
-        "model": name,
-        "params": count_params(model),
-        "forward_macs": int(macs),
-        "image_size": list(size),
-        "num_classes": NUM_CLASSES,
-    }
+        macs = _forward_macs(model, inputs)
+    record = {"model": name, "params": count_params(model)}
+    if not is_bert(name):
+        record.update({"forward_macs": int(macs), "image_size": list(size),
+                       "num_classes": NUM_CLASSES})
+        return record
+    record.update({
+        "forward_macs": int(macs) // per_instance,
+        "forward_macs_per": "sequence",
+        "sequences_per_instance": per_instance,
+        "seq_length": length,
+        "task": task,
+        "num_layers": BERT_BASE["layers"],
+        "trainable_params": int(sum(p.numel() for p in model.parameters()
+                                    if p.requires_grad)),
+    })
+    return record
