@@ -194,18 +194,14 @@ def test_describe_falls_back_to_real_model(monkeypatch, described):
     assert models.describe_model("resnet18") == described["resnet18"]
 
 
-def test_describe_cli_is_fast_and_json():
-    import time
-    start = time.monotonic()
+def test_describe_cli_is_one_json_line():
     proc = _run(["--describe", "--model", "vgg16"])
-    elapsed = time.monotonic() - start
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == 1
     rec = json.loads(lines[0])
     assert rec == {"model": "vgg16", "params": 138357544, "forward_macs": 15470264320,
                    "image_size": [3, 224, 224], "num_classes": 1000}
-    assert elapsed < 10, elapsed  # includes interpreter and torch start-up
 
 
 # ---------------------------------------------------------------------------
