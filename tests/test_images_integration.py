@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from conftest import REPO
+from dlrun.paths import harness_files
 from fixtures_images import dlrun
 
 pytestmark = pytest.mark.integration
@@ -45,8 +46,8 @@ def test_build_records_what_it_built(cpu_reference):
     pins = {p["name"]: p["version"] for p in spec["debootstrap"]["packages"]}
     for name, version in pins.items():
         assert entry["packages"][name] == version or entry["packages"][name].startswith(version + "+b")
-    harness = REPO / "launcher" / "dlrun" / "workloads" / "harness_pytorch.py"
-    assert (rootfs / "opt" / "dlrun" / "harness_pytorch.py").read_bytes() == harness.read_bytes()
+    for harness in harness_files("pytorch"):  # the entry file and its siblings
+        assert (rootfs / "opt" / "dlrun" / harness.name).read_bytes() == harness.read_bytes()
     meta = json.loads((rootfs / "etc" / "dlrun" / "image.json").read_text())
     assert meta["labels"]["dlrun.image"] == "cpu-reference" and meta["packages"] == entry["packages"]
     assert (rootfs / "data").is_dir() and (rootfs / "ch" / "environment").read_text().startswith("LANG=C.UTF-8\n")
