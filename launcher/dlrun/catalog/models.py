@@ -68,7 +68,7 @@ class WorkloadSpec(Strict):
         if self.trains and not self.model:
             raise ValueError(f"a {self.kind} workload needs `model` (the harness's model name)")
         if not self.trains and (self.model or self.tf_cnn_model):
-            raise ValueError(f"a {self.kind} workload trains no model: leave out `model` and `tf_cnn_model`")
+            raise ValueError(f"kind {self.kind} trains no model: leave out `model` and `tf_cnn_model`")
         if self.min_bytes > self.max_bytes:
             raise ValueError(f"min_bytes {self.min_bytes} exceeds max_bytes {self.max_bytes}")
         return self
