@@ -16,9 +16,10 @@ import typer
 from dlrun.errors import DlrunError
 
 Name = Annotated[str, typer.Argument(help="Image tag (see `dlrun images list`).", show_default=False)]
-EngineOpt = Annotated[str, typer.Option("--engine", "-E", help="docker (Docker API via docker-py), podman (the same API, "
-                                        "Podman's service), singularity, apptainer, charliecloud, or debootstrap "
-                                        "(charliecloud's root filesystem, bootstrapped: Debian images).")]
+EngineOpt = Annotated[str, typer.Option("--engine", "-E", help="docker or docker-api (Docker API via docker-py), podman "
+                                        "(the same API, Podman's service), singularity, apptainer, charliecloud, "
+                                        "debootstrap (charliecloud's root filesystem, bootstrapped: Debian images), "
+                                        "or enroot (a squashfs file pyxis runs).")]
 ArchOpt = Annotated[Optional[str], typer.Option("--arch", help="x86_64, ppc64le or aarch64 (default: this machine's).")]
 SystemOpt = Annotated[Optional[str], typer.Option("--system", "-s", help="Take the architecture from this system.")]
 HostOpt = Annotated[Optional[str], typer.Option("--host", help="Docker API endpoint (default: $DOCKER_HOST).")]
@@ -92,7 +93,8 @@ def show_rows(spec_file) -> list[list[str]]:
     rows.append(["harness", ", ".join(f"{spec.harness_dir}/{f}" for f in spec.harness.files) or "none"])
     for arch in spec.arch:
         entry = lock.entry(spec.name, arch) or {}
-        rows.append([f"lock ({arch})", ", ".join(f"{k} {entry[k]}" for k in ("digest", "rootfs", "sif") if entry.get(k))
+        rows.append([f"lock ({arch})", ", ".join(f"{k} {entry[k]}" for k in ("digest", "rootfs", "sif", "squashfs")
+                                                 if entry.get(k))
                      or "not built, pulled or loaded here"])
     return rows
 
@@ -147,7 +149,7 @@ def add_commands(images_app: typer.Typer) -> None:
     def build(name: Name, engine: EngineOpt = "docker", arch: ArchOpt = None, system: SystemOpt = None,
               host: HostOpt = None, dry_run: DryRunOpt = False) -> None:
         """Build an image from its generated recipe (Debian specs: --engine debootstrap or charliecloud, no
-        registry needed) and record its digest in containers/images.lock."""
+        registry needed) and record its digest in the site's image lock ($DLRUN_HOME/images.lock)."""
         from dlrun.images import ops
 
         _report(ops.build(name, engine=engine, arch=arch, system=system, host=host, dry_run=dry_run, log=_log),
@@ -155,18 +157,22 @@ def add_commands(images_app: typer.Typer) -> None:
 
     @images_app.command("pull")
     @_errors
-    def pull(name: Name, source: Annotated[str, typer.Option("--from", help="Where to pull from: a registry "
-                                                             "reference (docker://, oras://, library:// for SIF).")],
+    def pull(name: Name, source: Annotated[str, typer.Option("--from", help="Where to pull from: REPO:TAG or "
+                                                             "docker://REPO:TAG (every engine, each written as its "
+                                                             "tool takes it); oras://, library://, shub://, https:// "
+                                                             "(singularity, apptainer); dockerd://, podman:// "
+                                                             "(enroot).")],
              engine: EngineOpt = "docker", arch: ArchOpt = None, system: SystemOpt = None, host: HostOpt = None,
              dry_run: DryRunOpt = False) -> None:
-        """Pull a shared copy of an image; refuse it if its digest differs from containers/images.lock."""
+        """Pull a shared copy of an image; refuse it if its digest differs from the site's image lock."""
         from dlrun.images import ops
 
         _report(ops.pull(name, source, engine=engine, arch=arch, system=system, host=host, dry_run=dry_run), dry_run)
 
     @images_app.command("push")
     @_errors
-    def push(name: Name, destination: Annotated[str, typer.Option("--to", help="Registry reference to push to.")],
+    def push(name: Name, destination: Annotated[str, typer.Option("--to", help="Registry reference to push to "
+                                                                  "(singularity, apptainer: oras:// or library://).")],
              engine: EngineOpt = "docker", arch: ArchOpt = None, system: SystemOpt = None, host: HostOpt = None,
              dry_run: DryRunOpt = False) -> None:
         """Push an image (after verifying it) and record the registry's digest."""
@@ -178,21 +184,22 @@ def add_commands(images_app: typer.Typer) -> None:
     @images_app.command("save")
     @_errors
     def save(name: Name, output: Annotated[Optional[Path], typer.Option("--output", "-o", help="File to write "
-                                                                        "(default: <tag>_<arch>.tar or .sif).")] = None,
+                                                                        "(default: <tag>_<arch>.tar, .sif or .sqsh).")] = None,
              engine: EngineOpt = "docker", arch: ArchOpt = None, system: SystemOpt = None, host: HostOpt = None,
              dry_run: DryRunOpt = False) -> None:
-        """Write an image to a file for another site: a Docker archive, or the SIF (verified first)."""
+        """Write an image to a file for another site: a Docker archive, the SIF or the squashfs (verified first)."""
         from dlrun.images import ops
 
         _report(ops.save(name, output, engine=engine, arch=arch, system=system, host=host, dry_run=dry_run), dry_run)
 
     @images_app.command("load")
     @_errors
-    def load(file: Annotated[Path, typer.Argument(help="Docker archive (.tar) or SIF file.")],
+    def load(file: Annotated[Path, typer.Argument(help="Docker archive (.tar), SIF file (singularity, apptainer) "
+                                                   "or squashfs file (enroot).")],
              name: Annotated[Optional[str], typer.Argument(help="Image tag (default: from the archive's labels).")] = None,
              engine: EngineOpt = "docker", arch: ArchOpt = None, system: SystemOpt = None, host: HostOpt = None,
              dry_run: DryRunOpt = False) -> None:
-        """Load an image file; refuse it if its digest differs from containers/images.lock."""
+        """Load an image file; refuse it if its digest differs from the site's image lock."""
         from dlrun.images import ops
 
         if not dry_run and not file.exists():
@@ -207,7 +214,7 @@ def add_commands(images_app: typer.Typer) -> None:
     @_errors
     def verify(name: Name, engine: EngineOpt = "docker", arch: ArchOpt = None, system: SystemOpt = None,
                host: HostOpt = None, dry_run: DryRunOpt = False) -> None:
-        """Compare this machine's copy of an image with containers/images.lock; exit 1 (both digests) if it differs."""
+        """Compare this machine's copy of an image with the site's image lock; exit 1 (both digests) if it differs."""
         from dlrun.images import ops
 
         _report(ops.verify(name, engine=engine, arch=arch, system=system, host=host, dry_run=dry_run), dry_run)
