@@ -31,10 +31,10 @@ SOCK = "unix:///tmp/dlrun-test-nonexistent.sock"
 def image_home(tmp_path, monkeypatch, dlrun_home):
     """A private image store, cache and lock; a Docker endpoint that does not exist; PATH without runtimes."""
     env = {"DLRUN_IMAGES_DIR": str(tmp_path / "store"), "DLRUN_CACHE_DIR": str(tmp_path / "cache"),
-           "DLRUN_IMAGES_LOCK": str(tmp_path / "images.lock"), "DOCKER_HOST": SOCK, "DLRUN_HOME": str(dlrun_home),
-           "CH_IMAGE_STORAGE": ""}
+           "DLRUN_IMAGES_LOCK": str(tmp_path / "images.lock"), "DOCKER_HOST": SOCK, "DLRUN_HOME": str(dlrun_home)}
     for key, value in env.items():
         monkeypatch.setenv(key, value)
+    monkeypatch.delenv("CH_IMAGE_STORAGE", raising=False)  # ch-image's storage: dlrun's choice, under the cache
     return {"env": env, "store": tmp_path / "store", "cache": tmp_path / "cache", "lock": tmp_path / "images.lock",
             "tmp": tmp_path}
 

@@ -59,6 +59,11 @@ class CharliecloudEngine(Engine):
     def tag(t: Target) -> str:
         return f"dlrun/{t.name}:{t.arch}"
 
+    def run(self, steps: list[Any]) -> None:
+        for value in storage_env().values():  # ch-image creates its storage directory, but not the parents
+            Path(value).parent.mkdir(parents=True, exist_ok=True)
+        super().run(steps)
+
     def build(self, t: Target, *, dry_run: bool = False, log: Log = print) -> Result:
         if t.spec_file.spec.debootstrap is not None:
             steps = debootstrap.planned_commands(t.spec_file, t.arch)
