@@ -13,7 +13,6 @@ import shutil
 import subprocess
 import tarfile
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -200,16 +199,23 @@ def test_pull_renders_what_each_engine_takes(image_home, engine, source):
                                                                 image_home["cache"])
 
 
-def test_enroot_pull_writes_the_registry_as_pyxis_does():
+def test_enroot_pull_writes_the_registry_as_pyxis_does(dlrun_home):
     """The engine's `REGISTRY#REPO` is the form the pyxis runtime gives `--container-image` for the same image."""
+    from dlrun.catalog import load_catalog
     from dlrun.images.refs import enroot_docker_uri, parse_location
+    from dlrun.plan import resolve_plan
     from dlrun.runtimes.enroot import pyxis_image
 
+    plan = resolve_plan(load_catalog(), "resnet50", system="dgx-h100")
     for reference in ("nvcr.io/nvidia/pytorch:24.12-py3", "localhost/dlrun/cpu-reference:x86_64",
                       "registry.example.org:5000/dlrun/cpu:x86_64", "nvidia/cuda:12.6.3-base-ubuntu22.04"):
-        plan = SimpleNamespace(image=SimpleNamespace(squashfs=None, repo_digest=reference, uri=None, name="x"),
-                               system=SimpleNamespace(arch="x86_64"))
-        assert enroot_docker_uri(parse_location(reference)) == f"docker://{pyxis_image(plan)}"
+        pulled = plan.model_copy(update={"image": plan.image.model_copy(update={"repo_digest": reference})})
+        assert enroot_docker_uri(parse_location(reference)) == f"docker://{pyxis_image(pulled)}"
+
+
+def test_images_help_names_every_engine():
+    text = run_cli("images", "build", "--help", env={"COLUMNS": "300"}).stdout
+    assert all(re.search(rf"\b{re.escape(name)}\b", text) for name in ENGINE_NAMES), text
 
 
 def test_pull_from_a_scheme_the_engine_cannot_take_is_one_line_exit_2(image_home):

@@ -56,20 +56,27 @@ def _file(path: str | None, what: str, how: str) -> tuple[str, str]:
     return (tree_digest(path) if os.path.isdir(path) else file_sha256(path)), path  # type: ignore[arg-type]
 
 
-def _engine_image(engine: str) -> Callable[[ImageSpec, str], tuple[str, str]]:
+def _in_engine(reference: str, where: str, actual: str | None, image: ImageSpec, arch: str) -> tuple[str, str]:
+    if actual is None:
+        raise DlrunError(f"image {reference} is not in {where}; load it first: "
+                         f"dlrun images load {image.name}_{arch}.tar {image.name} --engine ...")
+    return actual, f"{reference} in {where}"
+
+
+def _api_image(image: ImageSpec, arch: str) -> tuple[str, str]:
+    """The image ID the Docker API ($DOCKER_HOST: Docker, or Podman's service) has for the plan's tag."""
+    from dlrun.images import docker_api
+
+    reference = f"{image.uri}:{arch}"
+    return _in_engine(reference, f"the Docker API at {docker_api.endpoint('docker')}",
+                      docker_api.image_id(docker_api.client("docker"), reference), image, arch)
+
+
+def _cli_image(engine: str) -> Callable[[ImageSpec, str], tuple[str, str]]:
+    """The image ID the `docker`/`podman` CLI (what those runtimes run) has for the plan's tag."""
     def digest(image: ImageSpec, arch: str) -> tuple[str, str]:
         reference = f"{image.uri}:{arch}"
-        if engine == "docker-api":
-            from dlrun.images import docker_api
-
-            where = f"the Docker API at {docker_api.endpoint('docker')}"
-            actual = docker_api.image_id(docker_api.client("docker"), reference)
-        else:
-            where, actual = engine, _cli_image_id(engine, reference)
-        if actual is None:
-            raise DlrunError(f"image {reference} is not in {where}; load it first: "
-                             f"dlrun images load {image.name}_{arch}.tar {image.name} --engine ...")
-        return actual, f"{reference} in {where}"
+        return _in_engine(reference, engine, _cli_image_id(engine, reference), image, arch)
     return digest
 
 
@@ -83,9 +90,9 @@ class Check:
 
 
 CHECKS = {
-    "docker-api": Check("digest", None, _engine_image("docker-api")),
-    "docker": Check("digest", "docker", _engine_image("docker")),
-    "podman": Check("digest", "podman", _engine_image("podman")),
+    "docker-api": Check("digest", None, _api_image),
+    "docker": Check("digest", "docker", _cli_image("docker")),
+    "podman": Check("digest", "podman", _cli_image("podman")),
     "charliecloud": Check("rootfs", "ch-run", lambda image, arch: _file(
         image.rootfs, "root filesystem", f"dlrun images build {image.name} --engine charliecloud")),
     "singularity": Check("sif", None, lambda image, arch: _file(
