@@ -69,7 +69,8 @@ class CharliecloudEngine(Engine):
             steps = debootstrap.planned_commands(t.spec_file, t.arch)
             if dry_run:
                 return Result(steps)
-            return Result(steps, lock.record(t.name, t.arch, replace=True, **debootstrap.build(t.spec_file, t.arch, log)))
+            fields = debootstrap.build(t.spec_file, t.arch, log)
+            return Result(steps, lock.record(t.name, t.arch, replace=True, **fields))
         context = build_context(t.spec_file, t.arch)
         rootfs = rootfs_path(t.name, t.arch)
         steps = [context.note(),

@@ -57,11 +57,14 @@ class EnrootEngine(Engine):
                 Command(["rm", "-f", str(sqsh)], note="enroot import refuses to overwrite its output"),
                 Command(["enroot", "import", "--arch", t.arch, "-o", str(sqsh), uri])]
 
-    def _imported(self, t: Target, source: str, recorded_by: str, **fields: Any) -> dict[str, Any]:
+    def _imported(self, t: Target, source: str, recorded_by: str, *, built: bool = False,
+                  **fields: Any) -> dict[str, Any]:
+        """Record the imported file; a pulled or loaded one must match the lock, a build replaces the entry."""
         sqsh = squashfs_path(t.name, t.arch)
         digest = file_sha256(sqsh)
-        self.check_against_lock(t, digest, f"{sqsh} (imported from {source})")
-        return self.record(t, recorded_by, squashfs=digest, size_bytes=sqsh.stat().st_size, **fields)
+        if not built:
+            self.check_against_lock(t, digest, f"{sqsh} (imported from {source})")
+        return self.record(t, recorded_by, replace=built, squashfs=digest, size_bytes=sqsh.stat().st_size, **fields)
 
     def build(self, t: Target, *, dry_run: bool = False, log: Log = print) -> Result:
         context = build_context(t.spec_file, t.arch)
@@ -76,7 +79,8 @@ class EnrootEngine(Engine):
         require_tool("enroot")
         assemble(context)
         self.run(steps)
-        entry = self._imported(t, f"podman://{t.reference}", f"build ({self.name})", digest=self._podman_id(t))
+        entry = self._imported(t, f"podman://{t.reference}", f"build ({self.name})", built=True,
+                               digest=self._podman_id(t))
         return Result(steps, entry)
 
     def pull(self, t: Target, source: str, *, dry_run: bool = False, log: Log = print) -> Result:
