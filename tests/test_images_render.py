@@ -179,6 +179,34 @@ def test_dockerfile_has_no_hadolint_errors(name, arch):
     assert not errors, "\n".join(f"{path}:{f['line']}: {f['code']} {f['message']}" for f in errors)
 
 
+# ------------------------------------------------------------------------------------------------ build context
+def copied_sources(name: str, arch: str) -> list[str]:
+    """What a recipe copies in from the build context: Dockerfile COPY sources and %files sources."""
+    docker = [line.split()[1:-1] for line in recipe(name, arch, "docker").splitlines() if line.startswith("COPY ")]
+    files = [line.split(" ", 1)[0] for line in parse_def(REPO / "containers" / name / recipe_name(arch, "singularity")).files]
+    return [source for sources in docker for source in sources] + files
+
+
+def test_build_context_holds_what_every_recipe_copies(tmp_path, monkeypatch):
+    """dlrun assembles the context from the installed package (recipes + harness files), under the cache and
+    at the paths the committed recipes copy from, so they build unchanged from a checkout or from dlrun."""
+    from dlrun import paths
+    from dlrun.images.context import assemble, build_context
+
+    monkeypatch.setenv("DLRUN_CACHE_DIR", str(tmp_path / "cache"))
+    copied = 0
+    for name, arch in DOCKER_CASES:
+        context = build_context(BUILTIN[name], arch)
+        assert context.path.parent == tmp_path / "cache" / "build-contexts"
+        assert assemble(context) == context.path == assemble(context)  # a second build reuses it
+        for fmt in FORMATS:
+            assert (context.path / context.recipe(arch, fmt)).read_text() == recipe(name, arch, fmt)
+        for source in copied_sources(name, arch):
+            assert (context.path / source).read_bytes() == (paths.HARNESS_DIR / Path(source).name).read_bytes()
+            copied += 1
+    assert copied >= 12  # the harness, into every PyTorch image, in both formats
+
+
 # ------------------------------------------------------------------------------------------------ ppc64le
 def test_ppc64le_recipes_differ_where_they_must():
     x86 = recipe("tf1.8-cuda9", "x86_64", "docker")

@@ -244,10 +244,11 @@ class ImageSpec(Strict):
     harness_dir: str = "/opt/dlrun"
     uri: str | None = None  # repository without tag; the image for one architecture is `<uri>:<arch>`
     # Content digest: the image ID (sha256 of the image config, which lists every layer's content digest).
-    # Identical in Docker and Podman and across save/load/push/pull. Filled from containers/images.lock.
+    # Identical in Docker and Podman and across save/load/push/pull. Filled from the site's image lock.
     digest: str | None = None
-    # Filled per plan from containers/images.lock and this machine's image store (never written in YAML):
+    # Filled per plan from the site's image lock and image store (never written in YAML):
     repo_digest: str | None = None  # `<registry>/<repo>@sha256:...` (manifest digest) after a push or pull
     rootfs: str | None = None       # unpacked root filesystem (charliecloud)
     sif: str | None = None          # Singularity/Apptainer image file
+    squashfs: str | None = None     # enroot's squashfs file, when the lock records one (pyxis runs it)
     sources: list[Source] = []
