@@ -17,6 +17,7 @@ from dlrun.paths import source_root
 from dlrun.plan import Plan
 from dlrun.render import HARNESS
 from dlrun.results.parsers import ParseError, parse_text
+from dlrun.results.site import local_site
 from dlrun.results.store import Store
 
 
@@ -133,6 +134,7 @@ def finish(plan: Plan, rendered: RenderedJob, run: RunDir, store: Store, *, stat
         "batch_size": None if plan.workload.kind == "allreduce" else plan.batch_size,  # allreduce trains nothing
         "precision": plan.precision,
         "run_dir": str(final),
+        "site": local_site(), "origin": "local",  # the comparability key is computed by the store
         "plan": plan.summary(),
         "provenance": {**provenance(plan), "hostname": env_capture["hostname"], "argv": env_capture["argv"],
                        "mpi": env_capture["mpi"], "exit_code": exit_code, "reason": reason,
