@@ -231,14 +231,16 @@ class Store:
         """The primary values of successful runs, grouped in SQL by key (and site): one row per group
         with its key, metric, unit, run ids and values (in matching order), and the image names seen."""
         clause, params = where(filters)
-        clause = (clause + " AND " if clause else "WHERE ") + "r.status = 'ok'"
+        # The unary + keeps SQLite from walking the status or key index over the whole table (a random
+        # read per run, 3x slower than one pass over 100,000 runs); the filters' own indexes still apply.
+        clause = (clause + " AND " if clause else "WHERE ") + "+r.status = 'ok'"
         site = "r.site" if by_site else "NULL"
         metrics = ", ".join(f"'{m}'" for m in PRIMARY_METRICS)
         query = (f"SELECT r.key_hash, r.key, {site}, res.metric, res.unit, count(*), "
                  "group_concat(r.id, ' '), group_concat(printf('%.17g', res.value), ' '), "
                  "group_concat(DISTINCT r.image) "
                  f"FROM runs r JOIN results res ON res.run_id = r.id AND res.metric IN ({metrics}) "
-                 f"{clause} GROUP BY r.key_hash, {site}, res.metric, res.unit")
+                 f"{clause} GROUP BY +r.key_hash, {site}, res.metric, res.unit")
         with self.connect() as conn:
             rows = conn.execute(query, params).fetchall()
         return [{"key_hash": kh, "key": json.loads(key) if key else None, "site": st, "metric": metric,

@@ -1,7 +1,7 @@
 """What compare takes and returns, as data: references, modes and axes, and the comparison itself."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from dlrun.errors import DlrunError
@@ -126,6 +126,7 @@ class Comparison:
         return not self.differences
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        # a shallow copy: asdict would deep-copy every run id of every row (100,000 of them in a big store)
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["like_for_like"] = self.like_for_like
         return data
