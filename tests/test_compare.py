@@ -55,6 +55,17 @@ def test_relative_throughput_between_systems_in_the_shape_of_ren_table3(store):
     assert averages == {1: pytest.approx((0.68 + 0.78) / 2), 2: pytest.approx((0.625 + 0.63) / 2)}
 
 
+def test_two_sites_with_the_same_system_profile(store):
+    add(store, [98, 100, 102], devices=2, site="llsc.mit.edu")
+    add(store, [94, 95, 96], devices=2, site="bnl.gov")
+    result = compare(store, Filters(), by="site", baseline="llsc.mit.edu")
+    assert result.mode == "relative" and result.like_for_like
+    (row,) = result.rows
+    assert (row["site"], row["baseline"], row["relative"]) == ("bnl.gov", "llsc.mit.edu", pytest.approx(0.95))
+    tested = compare(store, Filters(), by="site", mode="regression", baseline="llsc.mit.edu")
+    assert tested.rows[0]["verdict"].startswith("slower by 5.0 % (95 % CI ")
+
+
 def test_different_batch_sizes_are_refused_then_compared_and_marked(store):
     _ren_table3(store)
     add(store, [50, 51, 52], devices=1, system="rtx-ts4", batch=32)

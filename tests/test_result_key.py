@@ -29,7 +29,7 @@ def test_a_real_run_has_a_complete_key(dlrun_home):
     assert key == {"workload": "trivial", "model": "trivial", "precision": "fp32", "batch_per_device": 4,
                    "global_batch": 4, "data": "synthetic", "data_format": "n/a", "framework": "pytorch",
                    "framework_version": torch.__version__,
-                   "image_digest": "host:" + run["provenance"]["harness_sha256"][:16],
+                   "image_digest": "host:harness-" + run["provenance"]["harness_sha256"].split(":")[-1][:16],
                    "devices": 1, "nodes": 1, "system": "localhost", "fabric": "n/a"}
     assert run["key_hash"] == keys.key_hash(key) and keys.has_unknown(key) == []
     assert run["origin"] == "local" and run["site"]

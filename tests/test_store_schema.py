@@ -47,7 +47,7 @@ def _old_store(path) -> None:
                  "ranks_per_node, world_size, batch_size, precision, plan, provenance) "
                  "VALUES ('old-1', '2026-01-01T00:00:00Z', 'ok', 'resnet50', 'resnet50_v1.5', 'host', "
                  "'localhost', 'tcp', 1, 2, 2, 16, 'fp32', ?, ?)",
-                 (json.dumps(V1_PLAN), json.dumps({"harness_sha256": "ab" * 32})))
+                 (json.dumps(V1_PLAN), json.dumps({"harness_sha256": "sha256:" + "ab" * 32})))
     conn.execute("INSERT INTO results VALUES ('old-1', 'throughput', 7.3, 'images/sec', ?)", (json.dumps(V1_RESULT),))
     conn.execute("INSERT INTO runs (id, created_at, status, workload, system, world_size, plan, provenance) "
                  "VALUES ('old-2', '2026-01-02T00:00:00Z', 'ok', 'nccl-tests:all_reduce', 'dgx2', 8, ?, ?)",
@@ -74,7 +74,7 @@ def test_an_old_store_is_upgraded_in_place(tmp_path, monkeypatch):
     assert runs["old-1"]["site"] == "lab.example.org" and runs["old-1"]["origin"] == "local"
     assert runs["old-2"]["origin"] == "import-log" and runs["old-1"]["value"] == 7.3
     old = store.get_run("old-1")
-    assert old["key"]["image_digest"] == "host:" + "ab" * 8 and old["key"]["global_batch"] == 32
+    assert old["key"]["image_digest"] == "host:harness-" + "ab" * 8 and old["key"]["global_batch"] == 32
     assert old["key_hash"] == key_hash(key_from_run(old, old["results"]))
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2

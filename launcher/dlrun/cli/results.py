@@ -60,6 +60,10 @@ def results_show(run_id: Annotated[str, typer.Argument(help="Run id (a unique pr
                                         "key_hash")]
     for res in run["results"]:
         rows.append([res["metric"], f"{res['value']:.2f} {res['unit']}"])
+    from dlrun.results.key import KEY_FIELDS
+
+    for name in KEY_FIELDS if run["key"] else ():  # what decides the value: compared by `dlrun compare`
+        rows.append([f"key: {name}", run["key"].get(name)])
     fields_table(f"run {run['id']}", rows)
 
 

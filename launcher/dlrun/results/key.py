@@ -16,7 +16,7 @@ Fields (in the order they are printed):
   framework          pytorch, tensorflow; for collectives the library and backend (pytorch/gloo, nccl-tests)
   framework_version  the version the run reported (else the image's pinned one)
   image_digest       the image's content digest; for the `host` image (no container) the sha256 of the
-                     harness file stands in, prefixed `host:`, next to the framework version
+                     harness file stands in (`host:harness-<16 hex digits>`), next to the framework version
   devices, nodes     devices that did the work, and the nodes they sat on
   system             the system profile
   fabric             the inter-node fabric; `n/a` on one node, where no traffic crosses it
@@ -162,7 +162,7 @@ def _image_identity(run: Mapping[str, Any], image: Mapping[str, Any], provenance
     if run.get("image_digest"):
         return str(run["image_digest"])
     if image.get("kind") == "host" and provenance.get("harness_sha256"):
-        return f"host:{provenance['harness_sha256'][:16]}"
+        return "host:harness-" + str(provenance["harness_sha256"]).split(":")[-1][:16]
     return UNKNOWN
 
 
