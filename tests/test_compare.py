@@ -302,3 +302,19 @@ def test_cli_reference_file(home, tmp_path):
     path.write_text("- value: 100\n  unit: images/sec\n  tolerance: 5\n  source: {doc: x}\n")
     bad = run_cli("compare", "--references", str(path), env=home)
     assert bad.returncode == 2 and "reference 1: unknown field 'tolerance'; did you mean 'tolerance_pct'?" in bad.stderr
+
+
+def test_model_counts_are_counted_once_and_kept_per_harness(tmp_path, monkeypatch):
+    from dlrun.cli.facts import CACHE_NAME, counted_models
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert counted_models({"trivial", "no-such-model"}) == {"trivial": {"forward_macs": 229184, "params": 9232}}
+    path = tmp_path / "dlrun" / CACHE_NAME
+    cached = json.loads(path.read_text())
+    assert cached["models"]["no-such-model"] is None and cached["harness_sha256"].startswith("sha256:")
+    cached["models"]["trivial"]["forward_macs"] = 1  # a later call reads the cache, not the model
+    path.write_text(json.dumps(cached))
+    assert counted_models({"trivial"})["trivial"]["forward_macs"] == 1
+    cached["harness_sha256"] = "sha256:another-harness"
+    path.write_text(json.dumps(cached))
+    assert counted_models({"trivial"})["trivial"]["forward_macs"] == 229184  # a changed harness is counted again

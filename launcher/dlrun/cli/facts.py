@@ -40,8 +40,9 @@ def _write_cache(path, harness: str, models: dict[str, Any]) -> None:
 
 
 def counted_models(names: set[str]) -> dict[str, dict[str, Any]]:
-    """model -> {"forward_macs", "params"} for the models the harness knows, from the cache or counted."""
-    from dlrun.errors import DlrunError
+    """model -> {"forward_macs", "params"} for the models the harness knows, from the cache or counted
+    (a name the harness does not know is cached as None)."""
+    from dlrun.errors import DlrunError, UsageError
     from dlrun.paths import cache_home
 
     path = cache_home() / CACHE_NAME
@@ -54,14 +55,17 @@ def counted_models(names: set[str]) -> dict[str, dict[str, Any]]:
         for name in missing:
             try:
                 facts = describe_model(name)
-            except DlrunError:  # not a harness model, or no PyTorch here
+            except UsageError:  # not a model of the harness: remembered, so PyTorch is not imported again
+                cache[name] = None
+                continue
+            except DlrunError:  # no PyTorch here: nothing to remember
                 continue
             cache[name] = {"forward_macs": facts["forward_macs"], "params": facts["params"]}
         try:
             _write_cache(path, harness, cache)
         except OSError:
             pass  # a read-only cache only costs the count next time
-    return {n: cache[n] for n in names if n in cache}
+    return {n: cache[n] for n in names if cache.get(n)}
 
 
 def efficiency_inputs(keys: list[dict[str, Any]]):
