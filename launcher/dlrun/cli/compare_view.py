@@ -51,7 +51,7 @@ def _summary_cells(row, columns):
 
 
 def _reference_cells(row, columns):
-    source = ", ".join(part for part in (row["source_doc"], row["source_where"]) if part)
+    source = row["source_where"] or row["source_doc"]  # the document and its words are printed below
     return [("workload", row["workload"]), ("system", str(row["system"])), ("devices", str(row["devices"])),
             ("precision", str(row["precision"])), *_stats(row)[:3], ("reference", _num(row["reference"])),
             ("ratio", _pct(row["ratio"])), ("within", ("yes" if row["within"] else "NO")

@@ -84,6 +84,8 @@ def reference(groups: list[Group], references: list[Reference], inputs: Efficien
                 differences.append(f"unit: {group.unit} here, {ref.unit} in {ref.source.doc}")
                 continue
             differences += _condition_differences(group.key, ref)
+            quote = f': "{ref.source.quote}"' if ref.source.quote else ""
+            notes.add(f"source: {ref.source.doc}{', ' + ref.source.where if ref.source.where else ''}{quote}")
             stats = stat_fields(group.values)
             ratio = stats["mean"] / ref.value
             rows.append({**key_fields(group.key), "key_hash": group.key_hash, **stats, "unit": group.unit,
