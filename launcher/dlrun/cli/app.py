@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from dlrun import __version__
-from dlrun.cli import catalogs, doctor, results, run
+from dlrun.cli import catalogs, compare, doctor, measure, results, run
 from dlrun.cli.images import images_app
 
 app = typer.Typer(
@@ -31,6 +31,8 @@ app.add_typer(images_app, name="images")
 app.add_typer(catalogs.workloads_app, name="workloads")
 app.add_typer(catalogs.systems_app, name="systems")
 app.add_typer(results.results_app, name="results")
+app.command("compare")(compare.compare)
+app.add_typer(measure.measure_app, name="measure")
 
 
 def _version(value: bool) -> None:
