@@ -1,6 +1,7 @@
 """Options shared by several commands, and the few steps every command that resolves a plan takes."""
 from __future__ import annotations
 
+import os
 from typing import Annotated, Any, Optional
 
 import typer
@@ -28,6 +29,10 @@ BindOpt = Annotated[Optional[list[str]], typer.Option("--bind", "-B",
                                                       help="Extra bind SRC[:DST][:ro|rw] (repeatable).")]
 EnvOpt = Annotated[Optional[list[str]], typer.Option("--env", "-e",
                                                      help="Extra rank environment NAME=VALUE (repeatable).")]
+SecretEnvOpt = Annotated[Optional[list[str]], typer.Option(
+    "--secret-env", help="Pass the variable NAME from this environment to the ranks as a secret: its value is "
+    "never written to a file, the store or the output (NAME=VALUE works too, but puts the value on the command "
+    "line). Names like *_TOKEN, *_PASSWORD, *_KEY are secret without it (repeatable).")]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the exact script that would run; run nothing.")]
 DataWorkersOpt = Annotated[Optional[int], typer.Option("--data-workers",
                                                       help="Data-loader workers per rank (default: the system's j).")]
@@ -58,10 +63,31 @@ def load_catalog():
     return load(host=probe_host())
 
 
+def secret_env_specs(specs: list[str] | None, environ: dict[str, str]) -> tuple[list[str], list[str]]:
+    """`--secret-env` values -> (NAME=VALUE entries for the plan's env, the names): a bare NAME takes its
+    value from dlrun's environment, where it must be set."""
+    from dlrun.errors import UsageError
+
+    entries, names = [], []
+    for spec in specs or []:
+        name, sep, value = spec.partition("=")
+        if not sep:
+            if name not in environ:
+                raise UsageError(f"--secret-env {name}: {name} is not set in dlrun's environment; valid: export "
+                                 f"{name} first, or --secret-env {name}=VALUE")
+            value = environ[name]
+        entries.append(f"{name}={value}")
+        names.append(name)
+    return entries, names
+
+
 def resolve(options: dict[str, Any]):
     """Resolve a plan from a command's parameters (its `locals()` on entry), with this site's images."""
     from dlrun.images.verify import with_local_image
     from dlrun.plan import resolve_plan
 
     kwargs = {PLAN_NAMES.get(name, name): value for name, value in options.items() if name not in NOT_PLAN}
-    return resolve_plan(load_catalog(), kwargs.pop("workload"), local_image=with_local_image, **kwargs)
+    entries, names = secret_env_specs(kwargs.pop("secret_env", None), dict(os.environ))
+    kwargs["env"] = [*(kwargs.get("env") or []), *entries]
+    return resolve_plan(load_catalog(), kwargs.pop("workload"), local_image=with_local_image, secret_env=names,
+                        **kwargs)
