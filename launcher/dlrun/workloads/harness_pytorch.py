@@ -154,6 +154,7 @@ in "sizes" (bytes, count, time_us, algbw_gbs, busbw_gbs, wrong).
 
 import argparse
 import ctypes
+import datetime
 import gc
 import glob
 import json
@@ -1118,6 +1119,10 @@ def build_parser():
                         "else glibc-tuned), tcmalloc, jemalloc, glibc-tuned "
                         "(glibc that keeps freed memory) or system (the C "
                         "library's malloc untouched); default auto")
+    p.add_argument("--timeout-s", type=_positive, default=None,
+                   help="collective timeout in seconds (dlrun: the run's "
+                        "time limit), so that one stopped rank ends the "
+                        "job; default PyTorch's")
     return p
 
 
@@ -1165,7 +1170,8 @@ def _reduce_op(dist, name):
 class _Comm(object):
     """The few collectives the harness needs; no-ops for one process."""
 
-    def __init__(self, rank, world_size, backend, device):
+    def __init__(self, rank, world_size, backend, device, timeout_s=None):
+        self.timeout_s = timeout_s
         self.rank = rank
         self.world_size = world_size
         self.backend = backend
@@ -1186,9 +1192,12 @@ class _Comm(object):
         else:
             addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
             port = os.environ.get("MASTER_PORT", "29500")
+            extra = {}
+            if self.timeout_s:
+                extra["timeout"] = datetime.timedelta(seconds=self.timeout_s)
             dist.init_process_group(
                 self.backend, init_method="tcp://%s:%s" % (addr, port),
-                rank=self.rank, world_size=self.world_size)
+                rank=self.rank, world_size=self.world_size, **extra)
         self.dist = dist
 
     def barrier(self):
@@ -1407,7 +1416,7 @@ def run_benchmark(args):
     channels_last = resolve_channels_last(args.channels_last, args.precision,
                                           device_type)
 
-    comm = _Comm(rank, world_size, backend, device)
+    comm = _Comm(rank, world_size, backend, device, args.timeout_s)
     outcome = _in_process_group(comm, _train, args, comm, device, autocast,
                                 needs_scaler, channels_last)
     if outcome["error"] is not None:
@@ -1499,7 +1508,7 @@ def run_allreduce(args):
             "it with 2 or more processes (e.g. mpirun -np 2, torchrun "
             "--nproc-per-node 2)")
     sizes = message_sizes(args.min_bytes, args.max_bytes, args.size_factor)
-    comm = _Comm(rank, world_size, backend, device)
+    comm = _Comm(rank, world_size, backend, device, args.timeout_s)
     rows = _in_process_group(comm, _allreduce_sweep, args, comm, device,
                              sizes)
     wrong = sum(r["wrong"] for r in rows)
