@@ -111,7 +111,8 @@ def test_failed_batch_job_is_recorded_failed(dlrun_home, fake_batch, tmp_path):
     assert proc.returncode == 1
     run = cli_json("results", "list", env=fake_batch)[0]
     assert run["status"] == "failed"
-    assert "lsf job 7 EXIT (exit code 1)" in json.loads((Path(run["run_dir"]) / "status.json").read_text())["reason"]
+    assert "lsf job 7 EXIT: exit code 1: (no output)" == json.loads((Path(run["run_dir"]) / "status.json"
+                                                                     ).read_text())["reason"]
 
 
 SCONTROL_DONE = ("JobId=12 JobName=dlrun-trivial UserId=root(0) JobState=COMPLETED Reason=None Dependency=(null) "

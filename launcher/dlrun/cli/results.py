@@ -14,10 +14,9 @@ results_app = typer.Typer(help="Stored results and their run directories.", no_a
 
 
 def _store():
-    from dlrun.paths import store_path
-    from dlrun.results.store import Store
+    from dlrun.cli.store import open_store
 
-    return Store(store_path())
+    return open_store()
 
 
 @results_app.command("list")
