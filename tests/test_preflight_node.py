@@ -126,3 +126,14 @@ def test_host_runtime_says_it_passes_host_paths(dlrun_home, tmp_path):
     assert proc.stderr.strip() == (f"dlrun: warn: runtime host runs no container, so nothing is mounted: the "
                                    f"workload is given the host path {data} (not at /data); fix: use a container "
                                    "--runtime to mount them at their targets")
+
+
+def test_kubernetes_pods_are_not_checked_against_this_nodes_gpus(node, dlrun_home):
+    from matrix_catalog import matrix_plan
+
+    from dlrun.preflight.node import node_findings
+
+    lock.record("matrix-image", "x86_64", digest="sha256:" + "c" * 64)
+    plan = matrix_plan("singularity", "mpirun", "tcp", scheduler="kubernetes")
+    findings = node_findings(plan, {"gpu": {"nvidia_smi": False, "gpus": []}})
+    assert [(f.check, f.level) for f in findings] == [("image", "ok")]

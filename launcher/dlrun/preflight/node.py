@@ -19,7 +19,8 @@ ENGINES = {"docker": "docker", "podman": "podman"}
 
 
 def node_findings(plan: Plan, inventory: dict[str, Any]) -> list[Finding]:
-    runs_here = not SCHEDULERS.get(plan.scheduler).batch
+    scheduler = SCHEDULERS.get(plan.scheduler)
+    runs_here = not scheduler.batch and not scheduler.runs_image  # Kubernetes pods run in the cluster
     findings: list[Finding] = []
     engine_ok = True
     if runs_here:
@@ -27,7 +28,8 @@ def node_findings(plan: Plan, inventory: dict[str, Any]) -> list[Finding]:
         engine = engine_findings(plan)
         engine_ok = not engine
         findings += engine
-    return findings + image_findings(plan, runs_here=runs_here, engine_ok=engine_ok)
+    return findings + image_findings(plan, runs_here=runs_here, engine_ok=engine_ok,
+                                     pulled_by_scheduler=scheduler.runs_image)
 
 
 def gpu_findings(plan: Plan, inventory: dict[str, Any]) -> list[Finding]:
@@ -64,14 +66,16 @@ def engine_findings(plan: Plan) -> list[Finding]:
     return []
 
 
-def image_findings(plan: Plan, *, runs_here: bool, engine_ok: bool) -> list[Finding]:
-    """The image is built (or pulled or loaded) here, so that its digest is recorded and its copy exists."""
+def image_findings(plan: Plan, *, runs_here: bool, engine_ok: bool,
+                   pulled_by_scheduler: bool = False) -> list[Finding]:
+    """The image is built (or pulled or loaded) here, so that its digest is recorded and its copy exists
+    (a Kubernetes cluster pulls it itself: only the digest is checked)."""
     image = plan.image
     if image.kind != "container":
         return []
     arch = plan.system.arch
     entry = lock.entry(image.name, arch) or {}
-    check = CHECKS.get(plan.runtime)
+    check = None if pulled_by_scheduler else CHECKS.get(plan.runtime)
     build = f"dlrun images build {image.name} --engine ...; or pull or load it"
     if not entry.get("digest") and not (check == "sif" and entry.get("sif")):
         return [Finding("error", "image", f"image {image.name} ({arch}) has no digest in {lock.lock_path()}: it "
