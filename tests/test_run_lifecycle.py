@@ -149,3 +149,25 @@ def test_an_unusable_dlrun_home_is_one_line(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip() == (f"dlrun: error: cannot use '{blocker / 'home'}' under DLRUN_HOME: Not a directory; "
                                    "valid: a writable directory, e.g. DLRUN_HOME=~/.local/share/dlrun")
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("scheduler", ["slurm", "lsf", "pbs"])
+def test_a_signal_to_dlrun_cancels_a_batch_job(dlrun_home, tmp_path, scheduler):
+    import fake_batch
+
+    env = fake_batch.install(tmp_path / "batch")
+    proc = _start("run", "trivial", "--system", f"fake-{scheduler}", "--steps", "100000000", "--batch-size", "2",
+                  env=env)
+    deadline = time.time() + 120
+    while time.time() < deadline and not list((dlrun_home / "runs").glob(".staging-*/job.json")):
+        time.sleep(0.2)
+    time.sleep(2)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=10)
+    assert proc.returncode == 143, out + err
+    assert (tmp_path / "batch" / "state" / "killed").exists()  # scancel / bkill / qdel was called
+    [run] = cli_json("results", "list", env=env)
+    assert run["status"] == "cancelled"
+    reason = cli_json("results", "show", run["id"], env=env)["provenance"]["reason"]
+    assert reason == f"dlrun received SIGTERM; {scheduler} job {'7.server' if scheduler == 'pbs' else '7'} was cancelled"

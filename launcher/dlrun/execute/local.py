@@ -83,7 +83,11 @@ def execute_local(plan: Plan, rendered: RenderedJob, *, runs_root: Path, store: 
         if proc is not None:
             # Every process of the job, also those a finished job left behind (a rank that daemonized).
             end_processes(lambda: job_processes(proc.pid, str(run.path)), reap=proc.poll)
-            exit_code = proc.wait() if exit_code is None else exit_code
+            if exit_code is None:
+                try:
+                    exit_code = proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:  # stuck in the kernel (uninterruptible I/O): record what we know
+                    exit_code = None
         follower.poll(files, final=True)
 
         if rendered.rank_log_pattern == "logs/rank.0/stdout":
