@@ -171,3 +171,38 @@ def test_a_signal_to_dlrun_cancels_a_batch_job(dlrun_home, tmp_path, scheduler):
     assert run["status"] == "cancelled"
     reason = cli_json("results", "show", run["id"], env=env)["provenance"]["reason"]
     assert reason == f"dlrun received SIGTERM; {scheduler} job {'7.server' if scheduler == 'pbs' else '7'} was cancelled"
+
+
+@pytest.mark.integration
+def test_the_harness_collective_timeout_ends_a_job_with_a_stopped_rank(tmp_path):
+    """What --time renders as --timeout-s: the surviving rank's gloo collective times out, and mpirun ends the
+    job, without waiting for dlrun's own time limit."""
+    from dlrun.paths import HARNESS_DIR
+
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "DLRUN_RUN_DIR": str(tmp_path)}
+    proc = subprocess.Popen(["mpirun", "-np", "2", "--bind-to", "none", "--output-filename", str(tmp_path / "logs"),
+                             sys.executable, str(HARNESS_DIR / "harness_pytorch.py"), "--model", "trivial",
+                             "--batch-size", "2", "--steps", "100000000", "--warmup-steps", "1", "--threads", "1",
+                             "--expected-world-size", "2", "--timeout-s", "10"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            start_new_session=True)
+    staging = tmp_path  # job_pids finds the ranks by DLRUN_RUN_DIR
+    deadline = time.time() + 180
+    while time.time() < deadline and "images/sec" not in _read(tmp_path / "logs" / "1" / "rank.0" / "stdout"):
+        time.sleep(0.1)
+    [rank1] = job_pids(staging, rank=1)
+    os.kill(rank1, signal.SIGSTOP)
+    stopped = time.monotonic()
+    out, _ = proc.communicate(timeout=120)
+    print(f"\n--timeout-s 10, rank 1 stopped: mpirun ended {time.monotonic() - stopped:.1f} s later")
+    assert proc.returncode != 0
+    assert "Timed out waiting 10000ms" in out
+    assert job_pids(staging) == []
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
