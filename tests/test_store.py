@@ -23,10 +23,8 @@ def _writer(path: str, worker: int, count: int) -> None:
                       [{"metric": "throughput", "value": float(i), "unit": "images/sec"}])
 
 
-def test_parallel_writers_lose_nothing(tmp_path):
-    path = tmp_path / "results.sqlite"
-    ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_writer, args=(str(path), w, 40)) for w in range(6)]
+def _write_in_parallel(path, procs) -> sqlite3.Connection:
+    """Run the writer processes to the end; the store they wrote, checked whole and in WAL mode."""
     for p in procs:
         p.start()
     for p in procs:
@@ -35,6 +33,13 @@ def test_parallel_writers_lose_nothing(tmp_path):
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    return conn
+
+
+def test_parallel_writers_lose_nothing(tmp_path):
+    path = tmp_path / "results.sqlite"
+    ctx = mp.get_context("spawn")
+    conn = _write_in_parallel(path, [ctx.Process(target=_writer, args=(str(path), w, 40)) for w in range(6)])
     assert conn.execute("SELECT count(*) FROM runs").fetchone()[0] == 240
     assert conn.execute("SELECT count(*) FROM results").fetchone()[0] == 240
 
@@ -81,15 +86,8 @@ def test_eight_first_writers_on_eighty_fresh_stores_lose_nothing(tmp_path):
     for index in range(80):
         path = tmp_path / f"store{index}" / "results.sqlite"
         start = ctx.Barrier(8)
-        procs = [ctx.Process(target=_first_writer, args=(str(path), w, start)) for w in range(8)]
-        for p in procs:
-            p.start()
-        for p in procs:
-            p.join(120)
-            assert p.exitcode == 0
-        conn = sqlite3.connect(path)
-        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        conn = _write_in_parallel(path, [ctx.Process(target=_first_writer, args=(str(path), w, start))
+                                         for w in range(8)])
         lost += 8 - conn.execute("SELECT count(*) FROM runs").fetchone()[0]
         conn.close()
         assert path.stat().st_mode & 0o777 == 0o600
