@@ -206,3 +206,29 @@ def _read(path: Path) -> str:
         return path.read_text(errors="replace")
     except OSError:
         return ""
+
+
+@pytest.mark.integration
+def test_a_batch_job_outlives_its_killed_dlrun_and_is_stored_when_it_ends(dlrun_home, tmp_path):
+    """A batch job belongs to its scheduler: after dlrun is SIGKILLed it is named while it runs and stored
+    (from its output) once the scheduler reports it ended."""
+    import fake_batch
+
+    env = fake_batch.install(tmp_path / "batch")
+    proc = _start("run", "trivial", "--system", "fake-slurm", "--steps", "300", "--batch-size", "2", env=env)
+    deadline = time.time() + 120
+    while time.time() < deadline and not list((dlrun_home / "runs").glob(".staging-*/job.json")):
+        time.sleep(0.1)
+    proc.kill()
+    proc.communicate(timeout=10)
+    running = run_cli("results", "list", "--json", env=env)
+    assert json.loads(running.stdout) == []
+    assert "slurm job 7 is running without its dlrun; stored when it ends" in running.stderr
+    exit_file = tmp_path / "batch" / "state" / "exit"
+    while time.time() < deadline + 120 and not exit_file.exists():
+        time.sleep(0.2)
+    [run] = cli_json("results", "list", env=env)
+    assert (run["status"], run["scheduler"]) == ("ok", "slurm") and run["value"] > 0
+    shown = cli_json("results", "show", run["id"], env=env)
+    assert shown["provenance"]["recovered"] is True
+    assert not list((dlrun_home / "runs").glob(".staging-*"))

@@ -40,19 +40,20 @@ def _cancel(scheduler: Scheduler, job_id: str, run_path: Path) -> JobState:
     return state
 
 
-def batch_outcome(plan: Plan, job_id: str, state: JobState, texts: list[str]) -> tuple[str, str | None, int | None]:
-    """(status, reason, exit code) of a batch job that ended on its own, from its scheduler's last word."""
+def batch_outcome(scheduler: str, time_limit: str | None, job_id: str, state: JobState,
+                  texts: list[str]) -> tuple[str, str | None, int | None]:
+    """(status, reason, exit code) of a batch job that ended on its own, from its scheduler's last word;
+    ("failed", None, code) leaves the verdict to the exit code and the job's output."""
     exit_code = state.exit_code
     if state.state == "cancelled":
-        return "cancelled", f"{plan.scheduler} job {job_id} was cancelled ({state.raw})", exit_code
+        return "cancelled", f"{scheduler} job {job_id} was cancelled ({state.raw})", exit_code
     if state.state == "timeout":
-        return "timeout", (f"{plan.scheduler} job {job_id} hit its time limit ({plan.scheduler_options.time}); "
-                           "see the rank logs"), exit_code
+        return "timeout", f"{scheduler} job {job_id} hit its time limit ({time_limit}); see the rank logs", exit_code
     if state.state == "unknown" and exit_code is None:
         exit_code = 0 if parse_first(texts)[0] else None
-        return "failed", None if exit_code == 0 else f"{plan.scheduler} no longer knows job {job_id}", exit_code
+        return "failed", None if exit_code == 0 else f"{scheduler} no longer knows job {job_id}", exit_code
     if state.state == "failed" and exit_code in (0, None):
-        return "failed", f"{plan.scheduler} job {job_id} {state.raw or state.state}", exit_code
+        return "failed", f"{scheduler} job {job_id} {state.raw or state.state}", exit_code
     return "failed", None, exit_code
 
 
@@ -108,7 +109,8 @@ def execute_batch(plan: Plan, rendered: RenderedJob, *, runs_root: Path, store: 
         rank0_text = rank0.read_text(errors="replace") if rank0.is_file() else ""
         exit_code = state.exit_code
         if status != "cancelled" and reason is None:
-            status, reason, exit_code = batch_outcome(plan, job_id, state, [job_text, rank0_text])
+            status, reason, exit_code = batch_outcome(plan.scheduler, plan.scheduler_options.time, job_id, state,
+                                                      [job_text, rank0_text])
         tail = tail_lines([*outputs, rank0])
 
         def failure() -> str:

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dlrun.execute.batch import batch_outcome
 from dlrun.execute.procs import end_processes, job_processes
 from dlrun.execute.record import STATUSES, parse_first, rank_log_texts, run_row, store_and_publish
 from dlrun.execute.rundir import LOCK_NAME, STAGING_PREFIX, RunDir, try_lock
@@ -132,8 +133,9 @@ def _batch_outcome(run: RunDir, summary: dict[str, Any], job: dict[str, Any]):
     job_text = "\n".join(_read(p) for p in outputs)
     run.write("output.log", job_text)
     texts = [job_text, rank_log_texts(run.path)]
-    reason = f"{name} job {job_id} ended {state.raw or state.state} (exit code {state.exit_code}) after its dlrun"
-    if state.state in ("cancelled", "timeout"):
-        return state.state, state.exit_code, reason, texts
-    return ("lost" if state.exit_code in (0, None) else "failed"), state.exit_code, reason, texts
+    status, reason, exit_code = batch_outcome(name, (summary.get("scheduler_options") or {}).get("time"), job_id,
+                                              state, texts)
+    reason = reason or f"{name} job {job_id} ended {state.raw or state.state} (exit code {exit_code}) after its dlrun"
+    # an exit 0 without a result is lost (recover_run stores it ok when the logs hold the result)
+    return ("lost" if status == "failed" and exit_code in (0, None) else status), exit_code, reason, texts
 
