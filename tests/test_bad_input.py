@@ -39,7 +39,7 @@ CASES = [
      ["unknown launcher 'mpirn'", "did you mean 'mpirun'?"]),
     (["run", "resnet50", "--nodes", "many"], ["Invalid value for '--nodes'"]),
     (["run", "resnet50", "--bind", "relative"], ["bad --bind 'relative'", "SRC[:DST][:ro|rw]"]),
-    (["run", "resnet50", "--env", "1X=y"], ["bad --env '1X=y'", "NAME=VALUE"]),
+    (["run", "resnet50", "--env", "1X=y"], ["bad --env '1X=...'", "NAME=VALUE"]),
     (["run", "resnet50", "--data", "/nonexistent/data dir"], ["--data '/nonexistent/data dir' is not a directory"]),
     (["workloads", "show", "vgg61"], ["unknown workload 'vgg61'", "did you mean 'vgg16'?"]),
     (["systems", "show", "localhst"], ["unknown system 'localhst'", "did you mean 'localhost'?"]),

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
+import fake_batch as fake_batch_tools
 import pytest
 from conftest import cli_json, run_cli
 
@@ -17,73 +17,11 @@ from dlrun.schedulers.slurm import parse_scontrol_job
 
 ARCH = os.uname().machine
 
-# One script plays every tool; the job runs in the background like a real batch system would run it.
-FAKE_BATCH = """#!{python}
-import os, signal, subprocess, sys
-tool = os.path.basename(sys.argv[0])
-state = os.environ["FAKE_BATCH_STATE"]
-os.makedirs(state, exist_ok=True)
-def path(name): return os.path.join(state, name)
-if tool in ("qsub", "bsub"):
-    script = sys.argv[-1] if tool == "qsub" else path("stdin-script.sh")
-    if tool == "bsub":
-        open(script, "w").write(sys.stdin.read())
-    env = dict(os.environ, PBS_O_WORKDIR=os.getcwd(), LS_SUBCWD=os.getcwd(), PBS_JOBID="7.server", LSB_JOBID="7")
-    out = open(os.path.join(os.getcwd(), "pbs.out" if tool == "qsub" else "lsf-7.out"), "w")
-    runner = "bash %s; echo $? > %s" % (subprocess.list2cmdline([script]), path("exit"))
-    proc = subprocess.Popen(["bash", "-c", runner], stdout=out, stderr=subprocess.STDOUT, env=env,
-                            start_new_session=True)
-    open(path("pid"), "w").write(str(proc.pid))
-    print("7.server" if tool == "qsub" else "Job <7> is submitted to queue <normal>.")
-elif tool in ("qstat", "bjobs"):
-    done = os.path.exists(path("exit"))
-    code = open(path("exit")).read().strip() if done else None
-    if os.path.exists(path("killed")):
-        code = "271" if tool == "qstat" else "130"
-    if tool == "qstat":
-        print("Job Id: 7.server\\n    job_state = %s" % ("F" if done else "R"))
-        if done:
-            print("    Exit_status = %s" % code)
-    else:
-        print(("DONE -" if code == "0" else "EXIT %s" % code) if done else "RUN -")
-elif tool in ("qdel", "bkill"):
-    open(path("killed"), "w").write("1")
-    os.killpg(int(open(path("pid")).read()), signal.SIGTERM)
-"""
-
-SYSTEM = """name: {name}
-description: this machine behind a stand-in {scheduler} ({launcher})
-arch: {arch}
-nodes: 1
-cpu: {{sockets: 1, cores_per_socket: 1}}
-memory_gb: 4
-fabrics: [tcp]
-scheduler: {scheduler}
-launcher: none
-runtime: host
-default_image: host
-default_steps: 2
-default_warmup_steps: 1
-batch_sizes: {{trivial: 4}}
-"""
-
 
 @pytest.fixture
 def fake_batch(tmp_path):
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    fake = bin_dir / "fake-batch"
-    fake.write_text(FAKE_BATCH.format(python=sys.executable))
-    fake.chmod(0o755)
-    for tool in ("qsub", "qstat", "qdel", "bsub", "bjobs", "bkill"):
-        (bin_dir / tool).symlink_to(fake)
-    site = tmp_path / "site" / "systems"
-    site.mkdir(parents=True)
-    for scheduler in ("pbs", "lsf"):
-        (site / f"{scheduler}.yaml").write_text(SYSTEM.format(name=f"fake-{scheduler}", scheduler=scheduler,
-                                                             launcher="none", arch=ARCH))
-    return {"PATH": f"{bin_dir}:{os.environ['PATH']}", "DLRUN_PATH": str(tmp_path / "site"),
-            "FAKE_BATCH_STATE": str(tmp_path / "state")}
+    """Stand-in qsub/qstat/qdel and bsub/bjobs/bkill (tests/fake_batch.py) and systems fake-pbs, fake-lsf."""
+    return fake_batch_tools.install(tmp_path)
 
 
 @pytest.mark.integration
@@ -111,7 +49,8 @@ def test_failed_batch_job_is_recorded_failed(dlrun_home, fake_batch, tmp_path):
     assert proc.returncode == 1
     run = cli_json("results", "list", env=fake_batch)[0]
     assert run["status"] == "failed"
-    assert "lsf job 7 EXIT (exit code 1)" in json.loads((Path(run["run_dir"]) / "status.json").read_text())["reason"]
+    assert "lsf job 7 EXIT: exit code 1: (no output)" == json.loads((Path(run["run_dir"]) / "status.json"
+                                                                     ).read_text())["reason"]
 
 
 SCONTROL_DONE = ("JobId=12 JobName=dlrun-trivial UserId=root(0) JobState=COMPLETED Reason=None Dependency=(null) "

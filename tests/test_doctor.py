@@ -137,9 +137,17 @@ def test_mismatch_is_a_warning_when_the_ranks_do_not_load_the_images_mpi():
 
 
 def test_dry_run_warns_from_the_profiles_declared_mpi(dlrun_home):
-    proc = run_cli("run", "resnet50", "--system", "txgaia", "--image", "pytorch1.0-horovod", "--dry-run")
+    """TX-GAIA's default fabric is Omni-Path, which pytorch1.0-horovod's MPI (no PSM2) cannot use: an error,
+    so the dry run is refused like the run would be; --skip-checks shows the script with every finding."""
+    refused = run_cli("run", "resnet50", "--system", "txgaia", "--image", "pytorch1.0-horovod", "--dry-run")
+    assert refused.returncode == 2 and refused.stdout == ""
+    [line] = refused.stderr.strip().splitlines()
+    assert line.startswith("dlrun: error: refusing to run: fabric opa but the image's openmpi 3.1.2")
+    proc = run_cli("run", "resnet50", "--system", "txgaia", "--image", "pytorch1.0-horovod", "--dry-run",
+                   "--skip-checks")
     assert proc.returncode == 0
     assert "dlrun: warn: host openmpi 4.0.1 and image openmpi 3.1.2" in proc.stderr
+    assert "dlrun: error: fabric opa" in proc.stderr
     assert proc.stdout.startswith("#!/usr/bin/env bash")
     tf = run_cli("run", "resnet50", "--system", "txgaia", "--image", "tf1.14-nccl", "--dry-run")
     assert tf.returncode == 0 and "mpi-compat" not in tf.stderr and "error" not in tf.stderr

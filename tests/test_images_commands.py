@@ -515,7 +515,7 @@ def test_run_refuses_a_digest_mismatch_and_an_unlocked_image(image_home, tmp_pat
     rootfs = fake_rootfs(image_home["store"])
     args = ("run", "trivial", "--image", "cpu-reference", "--runtime", "charliecloud", "--steps", "1")
     proc = run_cli(*args, env=image_home["env"])
-    assert proc.returncode == 1
+    assert proc.returncode == 2  # refused by the pre-launch checks, as `dlrun doctor` reports it
     assert "image cpu-reference (x86_64) has no digest in" in proc.stderr and "dlrun images build" in proc.stderr
     lock.record("cpu-reference", "x86_64", digest="sha256:" + "1" * 64, rootfs="sha256:" + "2" * 64)
     proc = run_cli(*args, env=image_home["env"])
@@ -679,7 +679,8 @@ def test_runtime_commands(image_home, tmp_path):
     line = exec_line(script(image_home["env"], "--runtime", "podman", "--data", str(data)))
     assert line.startswith(f"exec podman run {options.split(' -e ')[0]} -e ")
     assert line.endswith(f"{digest} python3 /opt/dlrun/harness_pytorch.py --model trivial --batch-size 64 --steps 2 "
-                         "--warmup-steps 1 --precision fp32 --device cpu --threads 2 --expected-world-size 1")
+                         "--warmup-steps 1 --precision fp32 --device cpu --threads 2 --expected-world-size 1 "
+                         "--timeout-s 1800")
 
 
 def test_runtime_gpu_and_device_flags(image_home, tmp_path):

@@ -33,7 +33,8 @@ REGEN = os.environ.get("DLRUN_REGEN_GOLDEN") == "1"
 FIXED_HOME = "/nonexistent/dlrun-home"  # the image store (SIF files) lives under DLRUN_HOME
 SIF = f"{FIXED_HOME}/images/matrix-image/x86_64/matrix-image.sif"
 HARNESS = ("python3 /opt/dlrun/harness_pytorch.py --model trivial --batch-size 8 --steps 3 --warmup-steps 1 "
-           "--precision fp32 --device cuda --threads 8 --expected-world-size 4 --data-workers 4")
+           "--precision fp32 --device cuda --threads 8 --expected-world-size 4 --data-workers 4 "
+           "--timeout-s 1200")  # the collective timeout is the plan's time limit, 00:20:00
 
 
 @pytest.fixture(autouse=True)
@@ -130,7 +131,8 @@ def test_mpirun_hybrid_exact():
 
 def test_mpirun_under_pbs_is_mpiexec_with_hosts_from_the_nodefile():
     script = render_job(matrix_plan("host", "mpirun", "tcp", scheduler="pbs")).script
-    assert "DLRUN_HOSTS=$(sort -u \"${PBS_NODEFILE}\" | sed 's/$/:2/' | paste -sd, -)" in script
+    # the node file's order, each host once: rank 0 lands on its first host, the rendezvous address
+    assert "DLRUN_HOSTS=$(awk '!seen[$0]++' \"${PBS_NODEFILE}\" | sed 's/$/:2/' | paste -sd, -)" in script
     assert script.strip().splitlines()[-1].startswith('mpiexec -np 4 -H "${DLRUN_HOSTS}" --bind-to none')
 
 

@@ -23,10 +23,8 @@ def _writer(path: str, worker: int, count: int) -> None:
                       [{"metric": "throughput", "value": float(i), "unit": "images/sec"}])
 
 
-def test_parallel_writers_lose_nothing(tmp_path):
-    path = tmp_path / "results.sqlite"
-    ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_writer, args=(str(path), w, 40)) for w in range(6)]
+def _write_in_parallel(path, procs) -> sqlite3.Connection:
+    """Run the writer processes to the end; the store they wrote, checked whole and in WAL mode."""
     for p in procs:
         p.start()
     for p in procs:
@@ -35,6 +33,13 @@ def test_parallel_writers_lose_nothing(tmp_path):
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    return conn
+
+
+def test_parallel_writers_lose_nothing(tmp_path):
+    path = tmp_path / "results.sqlite"
+    ctx = mp.get_context("spawn")
+    conn = _write_in_parallel(path, [ctx.Process(target=_writer, args=(str(path), w, 40)) for w in range(6)])
     assert conn.execute("SELECT count(*) FROM runs").fetchone()[0] == 240
     assert conn.execute("SELECT count(*) FROM results").fetchone()[0] == 240
 
@@ -65,3 +70,69 @@ def test_secrets_are_redacted():
     captured = json.dumps(capture_environment(env))
     for secret in ("t0k", "s3", "pw", '"k"', '"c"'):
         assert secret not in captured
+
+
+# ----------------------------------------------------------------------------------- first use, read-only
+def _first_writer(path: str, worker: int, start) -> None:
+    start.wait()  # all eight open the brand-new store at once
+    Store(path).add_run(_record(f"w{worker}"), [{"metric": "throughput", "value": 1.0, "unit": "images/sec"}])
+
+
+def test_eight_first_writers_on_eighty_fresh_stores_lose_nothing(tmp_path):
+    """Before: `PRAGMA journal_mode = WAL` answered "database is locked" to writers racing on a new store
+    (18 of 640 runs lost). Every store here is new; its eight writers start together."""
+    ctx = mp.get_context("fork")
+    lost = 0
+    for index in range(80):
+        path = tmp_path / f"store{index}" / "results.sqlite"
+        start = ctx.Barrier(8)
+        conn = _write_in_parallel(path, [ctx.Process(target=_first_writer, args=(str(path), w, start))
+                                         for w in range(8)])
+        lost += 8 - conn.execute("SELECT count(*) FROM runs").fetchone()[0]
+        conn.close()
+        assert path.stat().st_mode & 0o777 == 0o600
+    assert lost == 0
+
+
+def test_reading_creates_nothing(tmp_path):
+    from dlrun.errors import UsageError
+
+    path = tmp_path / "home" / "results.sqlite"
+    store = Store(path)
+    assert store.list_runs() == [] and not store.has_run("x")
+    with pytest.raises(UsageError, match="unknown run id 'x'"):
+        store.get_run("x")
+    assert not (tmp_path / "home").exists()
+    path.parent.mkdir()
+    path.touch()  # a first writer has created the file but not its tables yet
+    assert store.list_runs() == []
+    assert [p.name for p in path.parent.iterdir()] == ["results.sqlite"]
+
+
+def test_results_commands_on_a_fresh_home_create_no_file(dlrun_home):
+    from conftest import run_cli
+
+    assert run_cli("results", "list", "--json").stdout.strip() == "[]"
+    proc = run_cli("results", "show", "20260101")
+    assert proc.returncode == 2 and proc.stderr.startswith("dlrun: error: unknown run id '20260101'")
+    assert not dlrun_home.exists()
+
+
+def test_a_store_that_cannot_be_written_is_one_line_and_the_run_is_stored_later(dlrun_home):
+    """The store is written before the run directory is published: when that fails, the run stays in its
+    staging directory (recorded on disk) and the next command that opens the store stores and publishes it."""
+    from conftest import cli_json, run_cli
+
+    (dlrun_home / "results.sqlite").mkdir(parents=True)  # in the way of the store file
+    proc = run_cli("run", "trivial", "--steps", "1", "--warmup-steps", "1", "--batch-size", "2")
+    assert proc.returncode == 1
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith(f"dlrun: error: cannot create the result store '{dlrun_home / 'results.sqlite'}': ")
+    assert "the next dlrun command stores it" in line
+    [staging] = (dlrun_home / "runs").glob(".staging-*")
+    assert json.loads((staging / "status.json").read_text())["state"] == "ok"
+    (dlrun_home / "results.sqlite").rmdir()
+    [run] = cli_json("results", "list")
+    assert run["status"] == "ok" and run["value"] > 0 and run["run_dir"] == str(dlrun_home / "runs" / run["id"])
+    assert not list((dlrun_home / "runs").glob(".staging-*"))
+    assert (dlrun_home / "runs" / run["id"] / "result.json").is_file()

@@ -84,7 +84,9 @@ def test_an_old_store_is_upgraded_in_place(tmp_path, monkeypatch):
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     conn.close()
     fresh = tmp_path / "fresh.sqlite"
-    Store(fresh).list_runs()
+    assert Store(fresh).list_runs() == [] and not fresh.exists()  # reading creates nothing
+    with Store(fresh).connect():  # the first writer creates it
+        pass
     assert _schema(fresh) == _schema(path)  # an upgraded store and a new one hold the same schema
 
 

@@ -17,6 +17,8 @@ import hashlib
 import os
 from pathlib import Path
 
+from dlrun.errors import UsageError
+
 PACKAGE_DIR = Path(__file__).resolve().parent
 #: The in-container harness files (standard library + framework only), bound or copied into images.
 HARNESS_DIR = PACKAGE_DIR / "workloads"
@@ -72,10 +74,25 @@ def builtin_root() -> Path:
 
 
 def dlrun_home() -> Path:
+    """Absolute, so that the run directories exported to the ranks (which start elsewhere) mean the same."""
     if os.environ.get("DLRUN_HOME"):
-        return Path(os.environ["DLRUN_HOME"])
+        return Path(os.path.abspath(os.path.expanduser(os.environ["DLRUN_HOME"])))
     data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data_home) / "dlrun"
+    return Path(os.path.abspath(data_home)) / "dlrun"
+
+
+def private_dir(path: Path) -> Path:
+    """`path` as a directory only its owner can enter (0700 for what dlrun creates), or the one-line error
+    that names it: run directories and the store hold command lines, logs and provenance."""
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise PermissionError(13, "Permission denied")
+    except OSError as exc:
+        where = "DLRUN_HOME" if os.environ.get("DLRUN_HOME") else "the dlrun home (set DLRUN_HOME to move it)"
+        raise UsageError(f"cannot use {str(path)!r} under {where}: {exc.strerror or exc}; valid: a writable "
+                         "directory, e.g. DLRUN_HOME=~/.local/share/dlrun") from None
+    return path
 
 
 def config_home() -> Path:

@@ -12,6 +12,7 @@ from dlrun.catalog.models import ImageSpec, SchedulerOptions, SystemSpec, Worklo
 from dlrun.errors import UsageError, unknown_name
 from dlrun.fabrics import FabricSettings, check_fabric_name, fabric_settings
 from dlrun.registry import LAUNCHERS, RUNTIMES, SCHEDULERS
+from dlrun.secrets import redact_env, secret_names
 
 #: Fills in what this site has of an image for one architecture (digest, root filesystem, SIF, squashfs).
 LocalImage = Callable[[ImageSpec, str], ImageSpec]
@@ -43,8 +44,9 @@ def parse_bind(spec: str) -> Bind:
 
 def parse_env(spec: str) -> tuple[str, str]:
     name, sep, value = spec.partition("=")
-    if not sep or not name.replace("_", "a").isalnum() or name[0].isdigit():
-        raise UsageError(f"bad --env {spec!r}; valid: NAME=VALUE with NAME made of letters, digits and _")
+    if not sep or not name or not name.replace("_", "a").isalnum() or name[0].isdigit():
+        shown = f"{name}=..." if sep else spec  # the value may be a secret: never echo it
+        raise UsageError(f"bad --env {shown!r}; valid: NAME=VALUE with NAME made of letters, digits and _")
     return name, value
 
 
@@ -80,6 +82,12 @@ class Plan(BaseModel):
     allocator: Allocator = "auto"  # the PyTorch harness's malloc (see harness_pytorch.py)
     scheduler_options: SchedulerOptions = SchedulerOptions()
     launcher_args: list[str] = []  # extra flags for the launcher (mpirun, srun, ...), passed as given
+    secret_env: list[str] = []  # names in `env` the user marked secret (--secret-env); see dlrun.secrets
+
+    @property
+    def secret_names(self) -> set[str]:
+        """Names in `env` whose values reach the ranks from the job's environment and are never written."""
+        return secret_names(self.env, self.secret_env)
 
     @property
     def job_name(self) -> str:
@@ -96,6 +104,7 @@ class Plan(BaseModel):
     def summary(self) -> dict:
         """The plan as JSON-able data, with the derived counts spelled out."""
         data = self.model_dump(mode="json")
+        data["env"] = redact_env(self.env, self.secret_env, [self.env[name] for name in self.secret_names])
         data["world_size"] = self.world_size
         data["global_batch_size"] = self.global_batch_size
         return data
@@ -143,6 +152,7 @@ def resolve_plan(
     time_limit: str | None = None,
     exclusive: bool | None = None,
     launcher_args: list[str] | None = None,
+    secret_env: list[str] | None = None,
     local_image: LocalImage | None = None,
 ) -> Plan:
     """The plan for `workload` with these overrides. `local_image` adds this site's copy of a container image
@@ -226,6 +236,10 @@ def resolve_plan(
             raise UsageError(f"--data {data_dir!r} is not a directory; valid: an existing dataset directory")
         bind_list.append(Bind(source=str(Path(data_dir).resolve()), target=DATA_MOUNT, read_only=True))
     env_map = dict(parse_env(spec) for spec in env or [])
+    unset = [name for name in secret_env or [] if name not in env_map]
+    if unset:
+        raise UsageError(f"--secret-env {unset[0]} has no value; valid: a variable set in dlrun's environment, "
+                         f"or --secret-env {unset[0]}=VALUE")
     if data_workers is not None and data_workers < 0:
         raise UsageError(f"--data-workers must be >= 0, got {data_workers}")
 
@@ -261,6 +275,7 @@ def resolve_plan(
         allocator=allocator,  # type: ignore[arg-type]
         scheduler_options=options,
         launcher_args=list(launcher_args or []),
+        secret_env=sorted(set(secret_env or [])),
     )
 
 
@@ -294,4 +309,4 @@ def _scheduler_options(base: SchedulerOptions, *, partition: str | None, account
         value = changes.get(str(err["loc"][0]))
         raise UsageError(f"bad {option} {value!r}; valid: "
                          + ("MINUTES, HH:MM:SS or D-HH:MM:SS" if option == "--time"
-                            else "letters, digits and _ . , : + = @ % / -")) from None
+                            else "letters, digits and _ . , : + = @ % / -, not starting with -")) from None

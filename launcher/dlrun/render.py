@@ -4,13 +4,22 @@ Pure functions of the plan: no I/O, no global state, so `--dry-run` shows precis
 """
 from __future__ import annotations
 
+from dlrun.errors import UsageError
 from dlrun.job import RankCommand, RenderedJob
 from dlrun.plan import Plan, fabric_for
 from dlrun.registry import LAUNCHERS, RUNTIMES, SCHEDULERS
-from dlrun.shell import Expand
+from dlrun.shell import Expand, SecretRef
 
 #: The entry file of the in-container harness, per framework (its siblings sit beside it).
 HARNESS = {"pytorch": "harness_pytorch.py"}
+#: PyTorch's own default collective timeout (gloo; NCCL before 2.2). A run's time limit shortens it, so that
+#: a stopped rank ends the job with the surviving ranks' timeout error; it never lengthens it.
+DEFAULT_COLLECTIVE_TIMEOUT_S = 1800
+
+
+def collective_timeout_s(plan: Plan) -> int | None:
+    limit = plan.scheduler_options.time_seconds()
+    return None if limit is None else min(limit, DEFAULT_COLLECTIVE_TIMEOUT_S)
 
 
 def harness_command(plan: Plan) -> list[str]:
@@ -34,7 +43,8 @@ def harness_command(plan: Plan) -> list[str]:
         "--threads", str(plan.threads_per_rank),
         "--expected-world-size", str(plan.world_size),
     ] + (["--data-workers", str(data_workers)] if data_workers else []) + (
-        ["--allocator", plan.allocator] if plan.allocator != "auto" else [])
+        ["--allocator", plan.allocator] if plan.allocator != "auto" else []) + (
+        ["--timeout-s", str(collective_timeout_s(plan))] if collective_timeout_s(plan) else [])
 
 
 TF_CNN_BENCHMARKS_DIR = "/opt/tensorflow-benchmarks"  # where our TensorFlow images clone tensorflow/benchmarks
@@ -88,6 +98,8 @@ def rank_environment(plan: Plan) -> dict[str, str]:
         # The executor reads NCCL's own account of the transport it chose (NET/IB vs NET/Socket).
         env.update({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"})
     env.update(plan.env)
+    for name in plan.secret_names:  # by reference: the value comes from the job's environment
+        env[name] = SecretRef(name)
     return env
 
 
@@ -96,6 +108,10 @@ def render_job(plan: Plan) -> RenderedJob:
     launcher = LAUNCHERS.get(plan.launcher)
     scheduler = SCHEDULERS.get(plan.scheduler)
     scheduler.check(plan)
+    if plan.secret_names and scheduler.runs_image:
+        raise UsageError(f"scheduler {plan.scheduler} would carry the values of {', '.join(sorted(plan.secret_names))} "
+                         "in its job manifest; valid: a secret the site provides to the pods (a Kubernetes Secret), "
+                         "or another scheduler")
     launcher.check(plan, scheduler)
     runtime.check(plan)
     rank = RankCommand(argv=workload_command(plan), env=rank_environment(plan),

@@ -12,6 +12,18 @@ class Expand(str):
     """
 
 
+class SecretRef(Expand):
+    """`${NAME}` of a secret variable (see dlrun.secrets): its value comes from the job's environment when the
+    script runs and is never written. Runtimes pass it on by name, not as a command-line value."""
+
+    def __new__(cls, name: str) -> "SecretRef":
+        ref = super().__new__(cls, "${" + name + "}")
+        ref.name = name
+        return ref
+
+    name: str
+
+
 class Concat(str):
     """One shell word made of parts, each quoted its own way: `Expand` parts expand, the rest stays literal.
     E.g. Concat(Expand("--mounts=${DLRUN_RUN_DIR}"), ",", user_path)."""

@@ -9,8 +9,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 Arch = Literal["x86_64", "ppc64le", "aarch64"]
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]*$"
 FabricName = Literal["ib", "opa", "roce", "tcp"]
-# Words that land in scheduler directives (#SBATCH, #BSUB, #PBS), which no shell quoting protects.
-DIRECTIVE_WORD = r"^[A-Za-z0-9_.,:+=@%/-]+$"
+# Words that land in scheduler directives (#SBATCH, #BSUB, #PBS), which no shell quoting protects. A leading
+# `-` would make the value the next option (`#BSUB -q -x` asks for exclusive nodes, not queue "-x").
+DIRECTIVE_WORD = r"^[A-Za-z0-9_.,:+=@%/][A-Za-z0-9_.,:+=@%/-]*$"
 DEVICE_WORD = r"[A-Za-z0-9_.:-]+"
 
 
@@ -166,6 +167,24 @@ class SchedulerOptions(Strict):
             if not re.fullmatch(r"-{1,2}[A-Za-z][A-Za-z0-9_-]*(=[A-Za-z0-9_.,:+=@%/-]+)?", item):
                 raise ValueError(f"{item!r} is not a plain scheduler flag (like --mem=0)")
         return value
+
+    def time_seconds(self) -> int | None:
+        """The limit in seconds, as Slurm reads `time`: MINUTES, MINUTES:SECONDS, HOURS:MINUTES:SECONDS,
+        DAYS-HOURS, DAYS-HOURS:MINUTES, DAYS-HOURS:MINUTES:SECONDS."""
+        if self.time is None:
+            return None
+        days, _, clock = self.time.rpartition("-")
+        parts = [int(p) for p in clock.split(":")]
+        if days:
+            parts += [0] * (3 - len(parts))  # D-HH, D-HH:MM
+            hours, minutes, seconds = parts
+        elif len(parts) == 1:
+            hours, minutes, seconds = 0, parts[0], 0
+        elif len(parts) == 2:
+            hours, minutes, seconds = 0, *parts
+        else:
+            hours, minutes, seconds = parts
+        return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
 
     def time_minutes(self) -> int | None:
         if self.time is None:

@@ -57,7 +57,7 @@ def compare(
     from dlrun.cli.compare_view import render
     from dlrun.cli.facts import efficiency_inputs
     from dlrun.cli.filters import build_filters
-    from dlrun.cli.results import open_store
+    from dlrun.cli.store import open_store
     from dlrun.results.compare import compare as run_compare
 
     if as_json and as_csv:

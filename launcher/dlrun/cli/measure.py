@@ -26,7 +26,7 @@ def matmul(system: Annotated[str, typer.Option("--system", "-s", help="System pr
            as_json: JsonOpt = False) -> None:
     """Measure the matrix-multiply rate (GFLOP/s) per precision and store it for SYSTEM."""
     from dlrun.cli.options import load_catalog
-    from dlrun.cli.results import open_store
+    from dlrun.cli.store import open_store
     from dlrun.errors import unknown_name
     from dlrun.measure import PRECISIONS, matmul_record, measure_matmul
 

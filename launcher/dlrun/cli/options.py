@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Callable
 from typing import Annotated, Any, Optional
 
@@ -46,6 +47,10 @@ BindOpt = Annotated[Optional[list[str]], typer.Option("--bind", "-B",
                                                       help="Extra bind SRC[:DST][:ro|rw] (repeatable).")]
 EnvOpt = Annotated[Optional[list[str]], typer.Option("--env", "-e",
                                                      help="Extra rank environment NAME=VALUE (repeatable).")]
+SecretEnvOpt = Annotated[Optional[list[str]], typer.Option(
+    "--secret-env", help="Pass the variable NAME from this environment to the ranks as a secret: its value is "
+    "never written to a file, the store or the output (NAME=VALUE works too, but puts the value on the command "
+    "line). Names like *_TOKEN, *_PASSWORD, *_KEY are secret without it (repeatable).")]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the exact script that would run; run nothing.")]
 DataWorkersOpt = Annotated[Optional[int], typer.Option("--data-workers",
                                                       help="Data-loader workers per rank (default: the system's j).")]
@@ -68,7 +73,7 @@ def _plan_options(workload: Workload, image: ImageOpt = None, system: SystemOpt 
                   precision: PrecisionOpt = "fp32", threads: ThreadsOpt = None, launcher: LauncherOpt = None,
                   runtime: RuntimeOpt = None, scheduler: SchedulerOpt = None, fabric: FabricOpt = None,
                   data: DataOpt = None, bind: BindOpt = None, env: EnvOpt = None,
-                  data_workers: DataWorkersOpt = None, allocator: AllocatorOpt = "auto",
+                  secret_env: SecretEnvOpt = None, data_workers: DataWorkersOpt = None, allocator: AllocatorOpt = "auto",
                   partition: PartitionOpt = None, account: AccountOpt = None, time: TimeOpt = None,
                   exclusive: ExclusiveOpt = None, launcher_arg: LauncherArgOpt = None) -> None:
     """The options every command that resolves a plan takes (`run`, `plan`): written once, here."""
@@ -97,10 +102,31 @@ def load_catalog():
     return load(host=probe_host())
 
 
+def secret_env_specs(specs: list[str] | None, environ: dict[str, str]) -> tuple[list[str], list[str]]:
+    """`--secret-env` values -> (NAME=VALUE entries for the plan's env, the names): a bare NAME takes its
+    value from dlrun's environment, where it must be set."""
+    from dlrun.errors import UsageError
+
+    entries, names = [], []
+    for spec in specs or []:
+        name, sep, value = spec.partition("=")
+        if not sep:
+            if name not in environ:
+                raise UsageError(f"--secret-env {name}: {name} is not set in dlrun's environment; valid: export "
+                                 f"{name} first, or --secret-env {name}=VALUE")
+            value = environ[name]
+        entries.append(f"{name}={value}")
+        names.append(name)
+    return entries, names
+
+
 def resolve(options: dict[str, Any]):
     """Resolve a plan from a command's parameters (its `locals()` on entry), with this site's images."""
     from dlrun.images.verify import with_local_image
     from dlrun.plan import resolve_plan
 
     kwargs = {PLAN_NAMES.get(name, name): value for name, value in options.items() if name not in NOT_PLAN}
-    return resolve_plan(load_catalog(), kwargs.pop("workload"), local_image=with_local_image, **kwargs)
+    entries, names = secret_env_specs(kwargs.pop("secret_env", None), dict(os.environ))
+    kwargs["env"] = [*(kwargs.get("env") or []), *entries]
+    return resolve_plan(load_catalog(), kwargs.pop("workload"), local_image=with_local_image, secret_env=names,
+                        **kwargs)

@@ -10,16 +10,10 @@ from dlrun.cli.filters import (ExperimentFilter, ImageFilter, SinceFilter, SiteF
                                WorkloadFilter, build_filters)
 from dlrun.cli.options import JsonOpt
 from dlrun.cli.output import fields_table, handle_errors, print_json, table
+from dlrun.cli.store import open_store
 from dlrun.errors import DlrunError, UsageError
 
 results_app = typer.Typer(help="Stored results and their run directories.", no_args_is_help=True)
-
-
-def open_store():
-    from dlrun.paths import store_path
-    from dlrun.results.store import Store
-
-    return Store(store_path())
 
 
 @results_app.command("list")

@@ -1,12 +1,13 @@
 """Execute a rendered job: stage its run directory, run it here or submit it to a batch scheduler and wait,
-record the run and store its results."""
+record the run and store its results; recover the runs of a dlrun that died (dlrun.execute.recovery)."""
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
 from dlrun.execute.batch import execute_batch
-from dlrun.execute.local import LineSink, execute_local
+from dlrun.execute.follow import LineSink
+from dlrun.execute.local import execute_local
 from dlrun.execute.record import RunRecord
 from dlrun.job import RenderedJob
 from dlrun.plan import Plan

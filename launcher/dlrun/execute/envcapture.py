@@ -1,4 +1,4 @@
-"""Capture the environment of a run, with secrets redacted."""
+"""Capture the environment of a run, with secrets redacted (the rule is dlrun.secrets)."""
 from __future__ import annotations
 
 import os
@@ -7,21 +7,17 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterable
 from typing import Any
 
 from dlrun import __version__
+from dlrun.secrets import REDACTED, redact_argv, redact_env
 
-SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "KEY", "CREDENTIAL")
-REDACTED = "<redacted>"
-
-
-def is_secret(name: str) -> bool:
-    upper = name.upper()
-    return any(word in upper for word in SECRET_WORDS)
+__all__ = ["REDACTED", "capture_environment", "mpi_version", "redact"]
 
 
-def redact(env: dict[str, str]) -> dict[str, str]:
-    return {name: (REDACTED if is_secret(name) else value) for name, value in sorted(env.items())}
+def redact(env: dict[str, str], marked: Iterable[str] = (), values: Iterable[str] = ()) -> dict[str, str]:
+    return redact_env(env, marked, values)
 
 
 def _first_line(argv: list[str]) -> str | None:
@@ -43,14 +39,18 @@ def mpi_version() -> str | None:
     return None
 
 
-def capture_environment(environ: dict[str, str] | None = None) -> dict[str, Any]:
+def capture_environment(environ: dict[str, str] | None = None, *, marked: Iterable[str] = (),
+                        values: Iterable[str] = (), argv: list[str] | None = None) -> dict[str, Any]:
+    """This process's facts for `environment.json` and the store: `marked` names and known secret `values`
+    are redacted on top of the name and URL rules, in the environment and in the command line."""
+    marked, values = list(marked), list(values)
     return {
         "dlrun_version": __version__,
         "hostname": platform.node(),
         "platform": platform.platform(),
         "machine": platform.machine(),
         "python": sys.version.split()[0],
-        "argv": sys.argv,
+        "argv": redact_argv(sys.argv if argv is None else argv, marked, values),
         "mpi": mpi_version(),
-        "env": redact(dict(os.environ if environ is None else environ)),
+        "env": redact(dict(os.environ if environ is None else environ), marked, values),
     }

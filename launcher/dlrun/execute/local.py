@@ -1,77 +1,107 @@
-"""Running a job on this machine: the job's process group, its output streamed and logged."""
+"""Running a job on this machine: in a session of its own, writing its output to files that dlrun follows,
+held to the plan's time limit, and ended as a whole (every rank) when it times out or dlrun is signalled."""
 from __future__ import annotations
 
 import os
-import signal
+import platform
 import subprocess
-import threading
-from collections.abc import Callable
+import time
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
+from dlrun.execute.failure import failure_reason
+from dlrun.execute.follow import Follower, LineSink, tail_lines
+from dlrun.execute.procs import end_processes, job_processes, with_parent_death_signal
 from dlrun.execute.record import RunRecord, finish
+from dlrun.execute.signals import Interrupted, SignalGuard, signal_name
 from dlrun.execute.stage import job_env, stage
 from dlrun.job import RenderedJob
 from dlrun.plan import Plan
 from dlrun.results.store import Store
 
-LineSink = Callable[[str, str], None]  # (stream name, line)
+POLL_S = 0.2
 
 
-def _pump(stream: IO[str], name: str, log: Path, sink: LineSink | None, tail: list[str]) -> None:
-    with open(log, "w") as out:
-        for line in stream:
-            out.write(line)
-            out.flush()
-            tail.append(line.rstrip("\n"))
-            del tail[:-40]
-            if sink:
-                sink(name, line.rstrip("\n"))
+class TimeLimitReached(Exception):
+    pass
 
 
-def _stop(proc: subprocess.Popen, grace: float = 10.0) -> None:
-    """Ask the whole process group to stop (SIGINT, then SIGTERM, then SIGKILL)."""
-    for sig, wait in ((signal.SIGINT, grace), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+def _private(path: Path):
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w")
+
+
+def _wait(proc: subprocess.Popen, follower: Follower, files: list[tuple[Path, str]], deadline: float | None) -> int:
+    while True:
+        code = proc.poll()
+        follower.poll(files)
+        if code is not None:
+            return code
+        if deadline is not None and time.monotonic() >= deadline:
+            raise TimeLimitReached
+        time.sleep(POLL_S)
+
+
+def rank_log_tail(run_path: Path, pattern: str):
+    """rank -> the last lines of that rank's log: its stderr when it wrote any, else its stdout."""
+    def tail(rank: int) -> list[str]:
+        log = run_path / pattern.format(rank=rank)
+        for path in ([log.with_name("stderr"), log] if log.name == "stdout" else [log]):
+            lines = tail_lines([path], 3)
+            if lines:
+                return lines
+        return []
+    return tail
 
 
 def execute_local(plan: Plan, rendered: RenderedJob, *, runs_root: Path, store: Store,
                   sink: LineSink | None = None, inventory: dict[str, Any] | None = None,
                   findings: list[Any] | None = None) -> RunRecord:
-    run, env_capture, started = stage(plan, rendered, runs_root, inventory, findings)
-    env = job_env(run)
-    tail_out: list[str] = []
-    tail_err: list[str] = []
-    status, reason, exit_code = "failed", None, None
-    proc = subprocess.Popen(rendered.submit_argv, cwd=run.path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, bufsize=1, start_new_session=True)
-    pumps = [threading.Thread(target=_pump, args=(proc.stdout, "stdout", run.path / "output.log", sink, tail_out)),
-             threading.Thread(target=_pump, args=(proc.stderr, "stderr", run.path / "stderr.log", sink, tail_err))]
-    for pump in pumps:
-        pump.start()
-    try:
-        exit_code = proc.wait()
-    except KeyboardInterrupt:
-        _stop(proc)
-        exit_code = proc.returncode
-        status, reason = "cancelled", "interrupted by the user (SIGINT)"
-    for pump in pumps:
-        pump.join()
+    with SignalGuard() as guard:
+        run, base_provenance, started = stage(plan, rendered, runs_root, inventory, findings)
+        out_path, err_path = run.path / "output.log", run.path / "stderr.log"
+        files = [(out_path, "stdout"), (err_path, "stderr")]
+        follower = Follower(sink)
+        limit = plan.scheduler_options.time_seconds()
+        status, reason, exit_code, signum = "failed", None, None, None
+        proc = None
+        try:
+            with guard.armed():
+                with _private(out_path) as out, _private(err_path) as err:
+                    proc = subprocess.Popen(with_parent_death_signal(rendered.submit_argv), cwd=run.path,
+                                            env=job_env(run, plan), stdin=subprocess.DEVNULL, stdout=out,
+                                            stderr=err, start_new_session=True)
+                run.write_json("job.json", {"pid": proc.pid, "session": proc.pid, "host": platform.node(),
+                                            "started_at": time.time()})
+                deadline = None if limit is None else time.monotonic() + limit
+                exit_code = _wait(proc, follower, files, deadline)
+        except (Interrupted, KeyboardInterrupt) as exc:
+            signum = exc.signum if isinstance(exc, Interrupted) else 2
+            status, reason = "cancelled", f"dlrun received {signal_name(signum)}; the job was ended"
+        except TimeLimitReached:
+            status = "timeout"
+            reason = f"the time limit of {limit} s (--time {plan.scheduler_options.time}) was reached; the job was ended"
+        if proc is not None:
+            # Every process of the job, also those a finished job left behind (a rank that daemonized).
+            end_processes(lambda: job_processes(proc.pid, str(run.path)), reap=proc.poll)
+            if exit_code is None:
+                try:
+                    exit_code = proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:  # stuck in the kernel (uninterruptible I/O): record what we know
+                    exit_code = None
+        follower.poll(files, final=True)
 
-    if rendered.rank_log_pattern == "logs/rank.0/stdout":
-        rank_dir = run.path / "logs" / "rank.0"
-        rank_dir.mkdir(parents=True, exist_ok=True)
-        os.link(run.path / "output.log", rank_dir / "stdout")
-        os.link(run.path / "stderr.log", rank_dir / "stderr")
-    return finish(plan, rendered, run, store, status=status, reason=reason, exit_code=exit_code,
-                   started=started, env_capture=env_capture,
-                   result_texts=[(run.path / "output.log").read_text(errors="replace")],
-                   tail=tail_err or tail_out)
+        if rendered.rank_log_pattern == "logs/rank.0/stdout":
+            rank_dir = run.path / "logs" / "rank.0"
+            rank_dir.mkdir(parents=True, exist_ok=True)
+            os.link(out_path, rank_dir / "stdout")
+            os.link(err_path, rank_dir / "stderr")
+        output = out_path.read_text(errors="replace")
+        tail = tail_lines([err_path]) or tail_lines([out_path])
+
+        def failure() -> str:
+            return failure_reason(exit_code, output + "\n" + err_path.read_text(errors="replace"),
+                                  rank_log_tail(run.path, rendered.rank_log_pattern), tail, platform.node())
+
+        return finish(plan, run, store, status=status, reason=reason, exit_code=exit_code, started=started,
+                      base_provenance=base_provenance, result_texts=[output], tail=tail, failure=failure,
+                      signal=signal_name(signum))

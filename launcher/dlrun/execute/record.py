@@ -1,7 +1,13 @@
-"""Finishing a run: parse its output, decide its status, write status/result files, publish the run
-directory and store the run with its provenance."""
+"""Finishing a run: parse its output, decide its status, write status/result files, store the run with its
+provenance, and only then publish the run directory.
+
+Stored before published: a run directory in place always has its row. When the store cannot be written
+(after its retries), the run stays in its staging directory with its final `status.json`, the error is one
+line, and the next dlrun command that opens the store stores and publishes it (dlrun.execute.recovery).
+"""
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -11,23 +17,27 @@ from typing import Any
 from dlrun.execute.rundir import RunDir
 from dlrun.fabrics import check_nccl_transport
 from dlrun.images.verify import image_provenance
-from dlrun.job import RenderedJob
+from dlrun.catalog.models import TRAINING_KINDS
 from dlrun.paths import harness_hashes, source_root
 from dlrun.plan import Plan
 from dlrun.results.parsers import ParseError, parse_text
 from dlrun.results.site import local_site
-from dlrun.results.store import Store
+from dlrun.results.store import Store, StoreError
+
+#: Statuses a stored run can have. `lost`: its dlrun died and the job's result could not be recovered.
+STATUSES = ("ok", "failed", "cancelled", "timeout", "lost")
 
 
 @dataclass
 class RunRecord:
     id: str
     path: Path
-    status: str  # ok | failed | cancelled
+    status: str  # one of STATUSES
     exit_code: int | None
     result: dict[str, Any] | None = None
     reason: str | None = None
     tail: list[str] = field(default_factory=list)
+    signal: str | None = None  # the signal that cancelled the run (SIGINT, SIGTERM, SIGHUP)
 
 
 def _git_commit() -> str | None:
@@ -59,7 +69,7 @@ def provenance(plan: Plan) -> dict[str, Any]:
     }
 
 
-def _rank_log_texts(run_path: Path) -> str:
+def rank_log_texts(run_path: Path) -> str:
     texts = []
     logs = run_path / "logs"
     if logs.is_dir():
@@ -81,61 +91,89 @@ def parse_first(texts: list[str]) -> tuple[dict[str, Any] | None, Any, str | Non
     return None, None, error
 
 
-def finish(plan: Plan, rendered: RenderedJob, run: RunDir, store: Store, *, status: str, reason: str | None,
-            exit_code: int | None, started: float, env_capture: dict[str, Any], result_texts: list[str],
-            tail: list[str], extra: dict[str, Any] | None = None) -> RunRecord:
+def _iso(stamp: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(stamp))
+
+
+def run_row(summary: dict[str, Any], *, run_id: str, run_dir: Path, status: str, started: float, finished: float,
+            provenance: dict[str, Any]) -> dict[str, Any]:
+    """The store's row for a run, from its plan as recorded (`Plan.summary()`, secrets redacted)."""
+    workload = summary["workload"]
+    return {
+        "id": run_id,
+        "created_at": _iso(started),
+        "finished_at": _iso(finished),
+        "status": status,
+        "workload": workload["name"], "model": workload.get("model"),
+        "image": summary["image"]["name"], "image_digest": summary["image"].get("digest"),
+        "system": summary["system"]["name"], "scheduler": summary["scheduler"], "launcher": summary["launcher"],
+        "runtime": summary["runtime"], "fabric": summary["fabric"],
+        "nodes": summary["nodes"], "ranks_per_node": summary["ranks_per_node"], "world_size": summary["world_size"],
+        # a collective trains nothing: it has no batch size
+        "batch_size": summary["batch_size"] if workload.get("kind") in TRAINING_KINDS else None,
+        "precision": summary["precision"],
+        "run_dir": str(run_dir),
+        "site": local_site(), "origin": "local",  # the comparability key is computed by the store
+        "plan": summary,
+        "provenance": provenance,
+    }
+
+
+def store_and_publish(run: RunDir, store: Store, record: dict[str, Any], rows: list[dict[str, Any]]) -> Path:
+    """Store the run (the store retries while other writers hold it), then move its directory into place."""
+    try:
+        store.add_run(record, rows)
+    except sqlite3.IntegrityError:
+        if not store.has_run(record["id"]):
+            raise
+        # stored already: a dlrun stopped between storing and publishing; only the rename is missing
+    except StoreError as exc:
+        run.release()
+        raise StoreError(f"{exc}; run {run.run_id} is kept in {run.path} and the next dlrun command stores "
+                         "it") from None
+    return run.publish()
+
+
+def decide_status(plan: Plan, status: str, reason: str | None, exit_code: int | None, result_texts: list[str],
+                  failure: Any) -> tuple[str, str | None, dict[str, Any] | None]:
+    """(status, reason, result) from how the job ended and what it printed. `failure()` explains a failed
+    job in one line (dlrun.execute.failure)."""
+    if status in ("cancelled", "timeout", "lost"):
+        return status, reason, None
+    if exit_code != 0:
+        return "failed", reason or failure(), None
+    result, parsed, error = parse_first(result_texts)
+    if result is None:
+        return "failed", f"the job exited 0 but {error}", None
+    if parsed.num_devices != plan.world_size:
+        return "failed", (f"the job reported world size {parsed.num_devices}, but the plan has {plan.world_size} "
+                          "ranks"), result
+    return "ok", None, result
+
+
+def finish(plan: Plan, run: RunDir, store: Store, *, status: str, reason: str | None, exit_code: int | None,
+           started: float, base_provenance: dict[str, Any], result_texts: list[str], tail: list[str],
+           failure: Any, extra: dict[str, Any] | None = None, signal: str | None = None) -> RunRecord:
     finished = time.time()
-    result = None
-    if status not in ("cancelled",):
-        if exit_code == 0:
-            result, parsed, error = parse_first(result_texts)
-            if result is not None:
-                status = "ok"
-                if parsed.num_devices != plan.world_size:
-                    status = "failed"
-                    reason = (f"the job reported world size {parsed.num_devices}, "
-                              f"but the plan has {plan.world_size} ranks")
-            else:
-                status, reason = "failed", f"the job exited 0 but {error}"
-        elif reason is None:
-            last = (tail or ["(no output)"])[-1]
-            status, reason = "failed", f"exit code {exit_code}: {last}"
+    status, reason, result = decide_status(plan, status, reason, exit_code, result_texts, failure)
 
     nccl = None
     if plan.device == "cuda":
-        text = "\n".join(result_texts) + "\n" + _rank_log_texts(run.path)
+        text = "\n".join(result_texts) + "\n" + rank_log_texts(run.path)
         ok, why, nccl = check_nccl_transport(plan.fabric, text, plan.nodes)
         run.write_json("nccl.json", {"fabric": plan.fabric, "ok": ok, "reason": why, **nccl})
         if not ok and status == "ok":
             status, reason = "failed", why
 
+    extra = {**(extra or {}), **({"signal": signal} if signal else {})}
     if result is not None:
         run.write_json("result.json", result)
     run.write_json("status.json", {"state": status, "exit_code": exit_code, "reason": reason,
                                    "started_at": started, "finished_at": finished,
-                                   "duration_s": round(finished - started, 3), **(extra or {})})
-    final = run.publish()
-
-    record = {
-        "id": run.run_id,
-        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(finished)),
-        "status": status,
-        "workload": plan.workload.name, "model": plan.workload.model,
-        "image": plan.image.name, "image_digest": plan.image.digest,
-        "system": plan.system.name, "scheduler": plan.scheduler, "launcher": plan.launcher,
-        "runtime": plan.runtime, "fabric": plan.fabric,
-        "nodes": plan.nodes, "ranks_per_node": plan.ranks_per_node, "world_size": plan.world_size,
-        "batch_size": plan.batch_size if plan.workload.trains else None,  # allreduce trains nothing
-        "precision": plan.precision,
-        "run_dir": str(final),
-        "site": local_site(), "origin": "local",  # the comparability key is computed by the store
-        "plan": plan.summary(),
-        "provenance": {**provenance(plan), "hostname": env_capture["hostname"], "argv": env_capture["argv"],
-                       "mpi": env_capture["mpi"], "exit_code": exit_code, "reason": reason,
-                       **({"nccl": nccl} if nccl else {}), **(extra or {})},
-    }
-    rows = [result] if result and status == "ok" else []
-    store.add_run(record, rows)
+                                   "duration_s": round(finished - started, 3), **extra})
+    record = run_row(plan.summary(), run_id=run.run_id, run_dir=run.final, status=status, started=started,
+                     finished=finished, provenance={**base_provenance, "exit_code": exit_code, "reason": reason,
+                                                    **({"nccl": nccl} if nccl else {}), **extra})
+    final = store_and_publish(run, store, record, [result] if result and status == "ok" else [])
     return RunRecord(id=run.run_id, path=final, status=status, exit_code=exit_code, result=result,
-                     reason=reason, tail=tail[-10:])
+                     reason=reason, tail=tail[-10:], signal=signal)

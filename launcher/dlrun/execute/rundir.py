@@ -1,7 +1,13 @@
-"""Run directories: built under a hidden staging name and renamed into place when the run ends,
-so a reader never sees a half-written run."""
+"""Run directories: built under a hidden staging name and renamed into place once the run is stored, so a
+reader never sees a half-written run, and private to their user (0700).
+
+The dlrun that builds a run holds a lock on `.dlrun.lock` in it for as long as it lives; the kernel drops
+the lock when that dlrun dies, however it dies, which is how the next dlrun tells an orphaned staging
+directory (to recover) from one still being run.
+"""
 from __future__ import annotations
 
+import fcntl
 import os
 import secrets
 import shutil
@@ -9,11 +15,29 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dlrun.errors import DlrunError
 from dlrun.files import write_atomic, write_json
+
+STAGING_PREFIX = ".staging-"
+LOCK_NAME = ".dlrun.lock"
 
 
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
+
+
+def try_lock(path: Path) -> int | None:
+    """An open descriptor holding the exclusive lock on `path`, or None when another process holds it."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
 
 
 class RunDir:
@@ -21,11 +45,22 @@ class RunDir:
         self.root = Path(root)
         self.run_id = run_id
         self.final = self.root / run_id
-        self.path = self.root / f".staging-{run_id}"
+        self.path = self.root / f"{STAGING_PREFIX}{run_id}"
+        self._lock: int | None = None
+
+    @classmethod
+    def adopt(cls, staging: Path, lock: int) -> "RunDir":
+        """An existing staging directory whose lock this process now holds (recovery)."""
+        run = cls(staging.parent, staging.name[len(STAGING_PREFIX):])
+        run._lock = lock
+        return run
 
     def create(self) -> "RunDir":
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.path.mkdir()
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.path.mkdir(mode=0o700)
+        self._lock = try_lock(self.path / LOCK_NAME)
+        if self._lock is None:  # another dlrun took a directory that is not its own: refuse to share it
+            raise DlrunError(f"cannot lock the new run directory {self.path}")
         return self
 
     def write(self, name: str, text: str, mode: int | None = None) -> Path:
@@ -37,10 +72,19 @@ class RunDir:
         return self.path / name
 
     def publish(self) -> Path:
-        """Move the finished run into place; from now on `path` is its final location."""
+        """Move the finished (and stored) run into place; from now on `path` is its final location."""
         os.replace(self.path, self.final)
         self.path = self.final
+        (self.final / LOCK_NAME).unlink(missing_ok=True)
+        self.release()
         return self.final
 
+    def release(self) -> None:
+        """Let another dlrun take the run over (the store write failed: the next dlrun stores it)."""
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
+
     def discard(self) -> None:
+        self.release()
         shutil.rmtree(self.path, ignore_errors=True)

@@ -1,5 +1,5 @@
-"""Staging a run: its directory (under a hidden name until it ends), the files that describe it, and the
-environment the job starts with."""
+"""Staging a run: its directory (private, under a hidden name until it is stored), the files that describe it
+(secrets redacted), and the environment the job starts with (secrets included: the only place they go)."""
 from __future__ import annotations
 
 import os
@@ -10,8 +10,10 @@ from typing import Any
 
 from dlrun.errors import DlrunError
 from dlrun.execute.envcapture import capture_environment
+from dlrun.execute.record import provenance
 from dlrun.execute.rundir import RunDir, new_run_id
 from dlrun.job import RUN_DIR_VAR, RenderedJob
+from dlrun.paths import private_dir
 from dlrun.plan import Plan
 from dlrun.preflight import findings_json, node_inventory
 from dlrun.registry import RUNTIMES
@@ -23,37 +25,50 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-# Runtimes whose bind syntax cannot carry ',' or ':' in the run directory's path.
+def secret_values(plan: Plan) -> dict[str, str]:
+    return {name: plan.env[name] for name in plan.secret_names}
+
+
 def stage(plan: Plan, rendered: RenderedJob, runs_root: Path, inventory: dict[str, Any] | None,
           findings: list[Any] | None) -> tuple[RunDir, dict[str, Any], float]:
+    """(run directory, provenance to store with the run, start time)."""
     forbidden = RUNTIMES.get(plan.runtime).bind_forbidden  # the run directory is bound into the container
     if any(ch in str(runs_root) for ch in forbidden):
         chars = " or ".join(repr(ch) for ch in forbidden)
         raise DlrunError(f"the run directory {str(runs_root)!r} contains {chars}, which runtime {plan.runtime} "
                          "cannot bind; set DLRUN_HOME to a path without them", exit_code=2)
+    private_dir(runs_root.parent)
+    private_dir(runs_root)
     if inventory is None:
         inventory = node_inventory()
     run = RunDir(runs_root, new_run_id()).create()
     try:
         run.write_json("plan.json", plan.summary())
-        run.write("run.sh", rendered.script, mode=0o755)
+        run.write("run.sh", rendered.script, mode=0o700)
         for name, text in rendered.files.items():
             run.write(name, text)
-        env_capture = capture_environment()
+        secrets = secret_values(plan)
+        env_capture = capture_environment(marked=plan.secret_env, values=secrets.values())
         run.write_json("environment.json", env_capture)
         run.write_json("inventory.json", inventory)
         if findings is not None:
             run.write_json("preflight.json", findings_json(findings))
+        base = {**provenance(plan), "hostname": env_capture["hostname"], "argv": env_capture["argv"],
+                "mpi": env_capture["mpi"]}
+        run.write_json("provenance.json", base)  # for recovery, should this dlrun not live to store the run
         started = time.time()
-        run.write_json("status.json", {"state": "running", "started_at": started})
+        run.write_json("status.json", {"state": "running", "started_at": started, "pid": os.getpid()})
     except BaseException:
         run.discard()
         raise
-    return run, env_capture, started
+    return run, base, started
 
 
-def job_env(run: RunDir) -> dict[str, str]:
+def job_env(run: RunDir, plan: Plan) -> dict[str, str]:
+    """The environment the job starts with: dlrun's own, the run directory, a free rendezvous port, and the
+    values of the plan's secret variables (rendered scripts refer to them by name)."""
     env = dict(os.environ)
+    env.update(secret_values(plan))
     env[RUN_DIR_VAR] = str(run.path)
     env["DLRUN_MASTER_PORT"] = str(free_port())
     return env

@@ -7,6 +7,7 @@ from typing import Any
 from dlrun.plan import Plan
 from dlrun.preflight.findings import Finding
 from dlrun.preflight.mpi import check_mpi_compat, image_mpi, uses_image_mpi
+from dlrun.preflight.node import node_findings
 from dlrun.probe.mpi import MpiInfo, parse_mpi_version
 from dlrun.registry import LAUNCHERS, RUNTIMES, SCHEDULERS, Tool
 
@@ -19,11 +20,13 @@ def host_mpi_from(inventory: dict[str, Any]) -> MpiInfo | None:
 
 
 def preflight(plan: Plan, inventory: dict[str, Any] | None = None) -> list[Finding]:
-    """Findings for running `plan` from this machine. With no inventory, only the static checks run
-    (the system profile's declared host MPI against the image)."""
+    """Findings for running `plan` from this machine. With no inventory, only the checks of the plan itself
+    run (`plan`, `--dry-run`): the system profile's declared host MPI against the image, the image's fabric
+    support. With the inventory also those of this node: tools, GPUs, container engine, the image's copy."""
     findings: list[Finding] = []
     if inventory is not None:
         findings += _tool_findings(plan, inventory)
+        findings += node_findings(plan, inventory)
         host = host_mpi_from(inventory)
     else:
         host = parse_mpi_version(plan.system.mpi) if plan.system.mpi else None
@@ -31,7 +34,17 @@ def preflight(plan: Plan, inventory: dict[str, Any] | None = None) -> list[Findi
         findings += check_mpi_compat(host, image_mpi(plan.image), launcher=plan.launcher, runtime=plan.runtime,
                                      srun_mpi=plan.scheduler_options.srun_mpi, uses_mpi=uses_image_mpi(plan))
     findings += _fabric_findings(plan, inventory)
+    findings += _host_bind_findings(plan)
     return findings
+
+
+def _host_bind_findings(plan: Plan) -> list[Finding]:
+    """Runtime host mounts nothing: say that the workload is given the host paths instead."""
+    if plan.runtime != "host" or not plan.binds:
+        return []
+    binds = ", ".join(f"{b.source} (not at {b.target})" for b in plan.binds)
+    return [Finding("warn", "binds", f"runtime host runs no container, so nothing is mounted: the workload is "
+                    f"given the host path {binds}", "use a container --runtime to mount them at their targets")]
 
 
 def needed_tools(plan: Plan) -> list[Tool]:

@@ -27,7 +27,8 @@ class Finding:
 def refuse_on_errors(findings: list[Finding]) -> None:
     errors = [f for f in findings if f.level == "error"]
     if errors:
-        raise PreflightError("refusing to run: " + " | ".join(f.line() for f in errors))
+        raise PreflightError("refusing to run: " + " | ".join(f.line() for f in errors)
+                             + " (--skip-checks runs anyway, e.g. from a submit host that is not a compute node)")
 
 
 def findings_json(findings: list[Finding]) -> list[dict[str, Any]]:

@@ -6,20 +6,61 @@ columns of existing rows. A fresh store is created at version 1 and migrated lik
 upgraded store hold exactly the same schema. Version 2 adds where a run came from (`site`, `origin`), what
 experiment point it belongs to (`experiment`, `point`) and its comparability key (`key`, `key_hash`; see
 `dlrun.results.key`), with the indexes that the `results list` filters and `compare` grouping use.
+
+The store is created private to its user (0600), in WAL mode, by whichever writer comes first; concurrent
+first writers wait for each other instead of failing (`PRAGMA journal_mode = WAL` and the schema answer
+"database is locked" without calling SQLite's busy handler, so they are retried here). Queries open the
+store without creating it: a store that does not exist yet reads as empty.
 """
 from __future__ import annotations
 
 import json
+import os
+import random
 import sqlite3
-from collections.abc import Iterator
+import time
+import urllib.parse
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from dlrun.errors import DlrunError, UsageError, unknown_name
+from dlrun.paths import private_dir
 from dlrun.results.key import key_from_run, key_hash, key_json
 from dlrun.results.query import Filters, like_prefix, where
 from dlrun.results.site import local_site
+
+T = TypeVar("T")
+#: How long a writer keeps trying while other writers hold the store (SQLite's busy handler, then retries).
+BUSY_TIMEOUT_S = 30
+RETRY_FOR_S = 120
+
+
+class StoreError(DlrunError):
+    """The store could not be written (locked for too long, disk full, not writable): one line."""
+
+
+def _busy(exc: sqlite3.OperationalError) -> bool:
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
+
+
+def retry_busy(action: Callable[[], T], path: Path, retry_for: float = RETRY_FOR_S) -> T:
+    """Run `action`, again after a short random pause while SQLite reports the store locked or busy."""
+    deadline = time.monotonic() + retry_for
+    pause = 0.02
+    while True:
+        try:
+            return action()
+        except sqlite3.OperationalError as exc:
+            if not _busy(exc):
+                raise StoreError(f"cannot write the result store {str(path)!r}: {exc}") from None
+            if time.monotonic() > deadline:
+                raise StoreError(f"the result store {str(path)!r} stayed locked for {retry_for:.0f} s ({exc}); "
+                                 "another dlrun holds it") from None
+            time.sleep(pause * (1 + random.random()))
+            pause = min(pause * 2, 1.0)
 
 SCHEMA_V1 = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -77,6 +118,11 @@ ORIGINS = ("local", "import-log", "bundle")
 PRIMARY_METRICS = ("throughput", "busbw")
 
 
+def _too_new(version: int) -> DlrunError:
+    return DlrunError(f"the result store has schema version {version}; this dlrun reads up to {SCHEMA_VERSION}: "
+                      "upgrade dlrun")
+
+
 def ensure_schema(conn: sqlite3.Connection) -> None:
     """Create the schema, or upgrade an older store in place, in one write transaction.
 
@@ -86,8 +132,7 @@ def ensure_schema(conn: sqlite3.Connection) -> None:
     if version == SCHEMA_VERSION:
         return
     if version > SCHEMA_VERSION:
-        raise DlrunError(f"the result store has schema version {version}; this dlrun reads up to "
-                         f"{SCHEMA_VERSION}: upgrade dlrun")
+        raise _too_new(version)
     conn.execute("BEGIN IMMEDIATE")
     try:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
@@ -129,25 +174,94 @@ def _fill_v2(conn: sqlite3.Connection) -> None:
 _FILL = {2: _fill_v2}
 
 
+def _set_up(conn: sqlite3.Connection) -> None:
+    if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+        conn.execute("PRAGMA journal_mode = WAL")
+    ensure_schema(conn)
+
+
+def _uri(path: Path, mode: str) -> str:
+    return f"file:{urllib.parse.quote(str(path.absolute()))}?mode={mode}"
+
+
 class Store:
     def __init__(self, path: Path):
         self.path = Path(path)
 
+    def _create_private(self) -> None:
+        """The store file, created 0600 before SQLite opens it (its -wal and -shm files take its mode)."""
+        private_dir(self.path.parent)
+        try:
+            fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600)
+        except OSError as exc:
+            raise StoreError(f"cannot create the result store {str(self.path)!r}: {exc.strerror}") from None
+        try:
+            if os.fstat(fd).st_mode & 0o077 and os.fstat(fd).st_uid == os.getuid():
+                os.fchmod(fd, 0o600)  # a store made by an older dlrun
+        finally:
+            os.close(fd)
+
     @contextmanager
     def connect(self) -> Iterator[sqlite3.Connection]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(self.path, timeout=60, isolation_level=None)
+        """A connection that writes; the first one creates the store (0600, WAL, schema) or upgrades it."""
+        self._create_private()
+        conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
         try:
-            conn.execute("PRAGMA busy_timeout = 60000")
-            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_S * 1000}")
+            retry_busy(lambda: _set_up(conn), self.path)
             conn.execute("PRAGMA foreign_keys = ON")
-            ensure_schema(conn)
             yield conn
         finally:
             conn.close()
 
+    @contextmanager
+    def reading(self) -> Iterator[sqlite3.Connection]:
+        """A connection for queries that creates nothing: a store that does not exist yet, or whose first
+        writer has not made its tables yet, reads as an empty store. A store of an older schema is
+        upgraded first (through a writing connection: the upgrade is one transaction)."""
+        conn = None
+        if self.path.is_file():
+            for mode in ("rw", "ro"):  # rw lets the last connection remove the -wal/-shm files it used
+                try:
+                    conn = sqlite3.connect(_uri(self.path, mode), uri=True, timeout=BUSY_TIMEOUT_S,
+                                           isolation_level=None)
+                    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_S * 1000}")
+                    version = conn.execute("PRAGMA user_version").fetchone()[0]
+                    if version > SCHEMA_VERSION:
+                        conn.close()
+                        raise _too_new(version)
+                    if not conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'runs'"
+                                        ).fetchone():
+                        conn.close()
+                        conn = None
+                    elif version < SCHEMA_VERSION:
+                        conn.close()
+                        conn = None
+                        with self.connect():
+                            pass
+                        continue
+                    break
+                except sqlite3.OperationalError as exc:
+                    if conn is not None:
+                        conn.close()
+                        conn = None
+                    if mode == "ro":
+                        raise StoreError(f"cannot read the result store {str(self.path)!r}: {exc}") from None
+        if conn is None:
+            conn = sqlite3.connect(":memory:", isolation_level=None)
+            ensure_schema(conn)
+        try:
+            yield conn
+        finally:
+            conn.close()
+
+    def has_run(self, run_id: str) -> bool:
+        with self.reading() as conn:
+            return conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is not None
+
     def add_run(self, run: dict[str, Any], results: list[dict[str, Any]]) -> None:
-        """Insert a run and its result rows atomically (BEGIN IMMEDIATE takes the write lock up front).
+        """Insert a run and its result rows atomically (BEGIN IMMEDIATE takes the write lock up front),
+        trying again while other writers hold the store.
 
         The comparability key is computed here from the record and its rows, so every writer (runs,
         imported logs, bundles, matmul measurements) stores one; a run that names no site was made here."""
@@ -161,19 +275,23 @@ class Store:
         row["plan"] = json.dumps(run["plan"], sort_keys=True)
         row["provenance"] = json.dumps(run.get("provenance", {}), sort_keys=True)
         cols = list(row)
-        with self.connect() as conn:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                conn.execute(f"INSERT INTO runs ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
-                             [row[c] for c in cols])
-                conn.executemany(
-                    "INSERT INTO results (run_id, metric, value, unit, data) VALUES (?, ?, ?, ?, ?)",
-                    [(run["id"], r["metric"], r["value"], r["unit"], json.dumps(r, sort_keys=True))
-                     for r in results])
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
+
+        def write() -> None:
+            with self.connect() as conn:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    conn.execute(f"INSERT INTO runs ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                                 [row[c] for c in cols])
+                    conn.executemany(
+                        "INSERT INTO results (run_id, metric, value, unit, data) VALUES (?, ?, ?, ?, ?)",
+                        [(run["id"], r["metric"], r["value"], r["unit"], json.dumps(r, sort_keys=True))
+                         for r in results])
+                    conn.execute("COMMIT")
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+
+        retry_busy(write, self.path)
 
     def list_runs(self, limit: int | None = 50, filters: Filters | None = None) -> list[dict[str, Any]]:
         clause, params = where(filters or Filters())
@@ -184,7 +302,7 @@ class Store:
         if limit is not None:
             query += " LIMIT ?"
             params.append(limit)
-        with self.connect() as conn:
+        with self.reading() as conn:
             rows = conn.execute(query, params).fetchall()
         return [dict(zip((*RUN_COLUMNS, "value", "unit"), row)) for row in rows]
 
@@ -192,7 +310,7 @@ class Store:
         """The values a runs column holds (for checking filter values); `column` is one of RUN_COLUMNS."""
         if column not in RUN_COLUMNS:
             raise ValueError(f"not a runs column: {column}")
-        with self.connect() as conn:
+        with self.reading() as conn:
             return [row[0] for row in conn.execute(f"SELECT DISTINCT {column} FROM runs")]
 
     def resolve_ids(self, prefixes: list[str]) -> tuple[str, ...]:
@@ -200,7 +318,7 @@ class Store:
         return tuple(self._resolve(prefix) for prefix in prefixes)
 
     def _resolve(self, run_id: str) -> str:
-        with self.connect() as conn:
+        with self.reading() as conn:
             if conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone():
                 return run_id
             matches = conn.execute("SELECT id FROM runs WHERE id LIKE ? ESCAPE '\\' ORDER BY id",
@@ -215,7 +333,7 @@ class Store:
 
     def get_run(self, run_id: str) -> dict[str, Any]:
         run_id = self._resolve(run_id)
-        with self.connect() as conn:
+        with self.reading() as conn:
             row = conn.execute(f"SELECT {', '.join(RUN_COLUMNS)}, key, plan, provenance FROM runs WHERE id = ?",
                                (run_id,)).fetchone()
             results = conn.execute("SELECT data FROM results WHERE run_id = ? ORDER BY metric",
@@ -241,7 +359,7 @@ class Store:
                  "group_concat(DISTINCT r.image) "
                  f"FROM runs r JOIN results res ON res.run_id = r.id AND res.metric IN ({metrics}) "
                  f"{clause} GROUP BY +r.key_hash, {site}, res.metric, res.unit")
-        with self.connect() as conn:
+        with self.reading() as conn:
             rows = conn.execute(query, params).fetchall()
         return [{"key_hash": kh, "key": json.loads(key) if key else None, "site": st, "metric": metric,
                  "unit": unit, "n": n, "run_ids": ids.split(" "), "values": [float(v) for v in values.split(" ")],
@@ -250,7 +368,7 @@ class Store:
 
     def latest_matmul(self, system: str, precision: str) -> dict[str, Any] | None:
         """The newest stored matrix-multiply rate of `system` at `precision` (run id, time, GFLOP/s, data)."""
-        with self.connect() as conn:
+        with self.reading() as conn:
             row = conn.execute(
                 "SELECT r.id, r.created_at, res.value, res.data FROM runs r JOIN results res "
                 "ON res.run_id = r.id AND res.metric = 'matmul' WHERE r.workload = 'matmul' AND r.system = ? "

@@ -20,7 +20,7 @@ from dlrun.job import RankCommand
 from dlrun.plan import Plan
 from dlrun.registry import RUNTIMES, Tool
 from dlrun.runtimes.base import ContainerRuntime
-from dlrun.shell import Expand
+from dlrun.shell import Expand, SecretRef
 
 HOST_ONLY_ENV = ("PYTHONPATH", "PYTHONHOME", "LD_LIBRARY_PATH", "LD_PRELOAD", "VIRTUAL_ENV")
 
@@ -42,6 +42,8 @@ class CharliecloudRuntime(ContainerRuntime):
         env = {**rank.env, "USER": Expand("${USER:-$(id -un)}")}
         argv = ["ch-run", "--env-no-expand"] + [f"--unset-env={name}" for name in HOST_ONLY_ENV] + ["--set-env"]
         for name, value in sorted(env.items()):
+            if isinstance(value, SecretRef):
+                continue  # inherited from the host like every other variable; never on a command line
             argv.append(Expand(f"--set-env={name}={value}") if isinstance(value, Expand) else f"--set-env={name}={value}")
         read_only = []
         for bind in plan.binds:

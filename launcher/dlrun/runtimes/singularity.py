@@ -12,13 +12,16 @@ from dlrun.job import RankCommand
 from dlrun.plan import Plan
 from dlrun.registry import RUNTIMES, Tool
 from dlrun.runtimes.base import ContainerRuntime, image_reference
-from dlrun.shell import Expand
+from dlrun.shell import Expand, SecretRef
 
 ENV_PREFIX = {"singularity": "SINGULARITYENV_", "apptainer": "APPTAINERENV_"}
 
 
 def env_flag_safe(value: str) -> bool:
-    """`--env` parses its value as one CSV record of NAME=VALUE pairs."""
+    """`--env` parses its value as one CSV record of NAME=VALUE pairs. A secret goes by the prefixed variable
+    instead, so that its value is never on a command line (`ps` shows those to every user of the node)."""
+    if isinstance(value, SecretRef):
+        return False
     return isinstance(value, Expand) or not any(ch in value for ch in ',"\n\r')
 
 

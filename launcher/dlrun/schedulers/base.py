@@ -72,8 +72,13 @@ class Scheduler:
         raise NotImplementedError
 
     def node_list_shell(self) -> str:
-        """A shell command printing the job's hosts, one per line."""
+        """A shell command printing the job's hosts, one per line, in allocation order (rank 0's host first)."""
         return "hostname"
+
+    def master_addr_shell(self, plan: Plan, launch: Launch) -> str:
+        """A shell command printing the host where rank 0 runs (the rendezvous address): the first compute
+        host of the allocation, the first line of `node_list_shell`."""
+        return f"{self.node_list_shell()} | head -n 1"
 
     def per_node_launch(self, plan: Plan, rank: RankCommand) -> Launch:
         """Start one copy of `rank` on every node of the job (torchrun starts the node's ranks itself)."""
@@ -103,8 +108,7 @@ class Scheduler:
                  f'cd "${{{RUN_DIR_VAR}}}"',
                  f'mkdir -p "${{{RUN_DIR_VAR}}}/logs"']
         if plan.nodes > 1:
-            # Batch scripts run on the first node of the allocation, where rank 0 starts.
-            lines += ["DLRUN_MASTER_ADDR=$(hostname)", "export DLRUN_MASTER_ADDR"]
+            lines += [f"DLRUN_MASTER_ADDR=$({self.master_addr_shell(plan, launch)})", "export DLRUN_MASTER_ADDR"]
         lines += [*fabric_for(plan).setup, *launch.setup, *export_lines(launch.env)]
         lines.append(("exec " if exec_launch else "") + join(launch.argv))
         return "\n".join(lines) + "\n"

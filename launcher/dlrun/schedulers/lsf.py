@@ -61,7 +61,16 @@ class LsfScheduler(Scheduler):
         return Launch(argv=argv, env=rank.env, rank_log_pattern="output.log", tasks_per_node=1, whole_nodes=True)
 
     def node_list_shell(self) -> str:
-        return 'sort -u "${LSB_DJOB_HOSTFILE}"'
+        # Hosts in allocation order, each once (the host file has one line per slot); `sort -u` would put
+        # another host than rank 0's first.
+        return "awk '!seen[$0]++' \"${LSB_DJOB_HOSTFILE}\""
+
+    def master_addr_shell(self, plan: Plan, launch: Launch) -> str:
+        if launch.whole_nodes:
+            # LSF with CSM (jsrun): the script runs on a launch node that runs no rank; it is the host file's
+            # first line. Rank 0 runs on the first compute host after it.
+            return "awk 'NR == 1 { launch = $0; next } $0 != launch { print; exit }' \"${LSB_DJOB_HOSTFILE}\""
+        return super().master_addr_shell(plan, launch)
 
     def render(self, plan: Plan, launch: Launch) -> RenderedJob:
         script = self.script(plan, launch, "LSF batch job", bsub_directives(plan, launch), exec_launch=False)

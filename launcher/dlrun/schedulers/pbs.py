@@ -28,6 +28,9 @@ def pbs_directives(plan: Plan) -> list[str]:
         lines.append(f"-q {opts.partition}")
     if opts.account:
         lines.append(f"-A {opts.account}")
+    if plan.secret_names:
+        # qsub passes only what -v names; without a value, it takes each from the environment of qsub.
+        lines.append("-v " + ",".join(sorted(plan.secret_names)))
     lines += ["-j oe", "-o pbs.out", *opts.extra]
     return [f"#PBS {line}" for line in lines]
 
@@ -58,7 +61,9 @@ class PbsScheduler(Scheduler):
                       setup=setup, tasks_per_node=1)
 
     def node_list_shell(self) -> str:
-        return 'sort -u "${PBS_NODEFILE}"'
+        # One line per host in the node file's order: its first host (the mother superior, where the script
+        # runs) is where mpiexec starts rank 0, and the rendezvous address. `sort -u` would reorder them.
+        return "awk '!seen[$0]++' \"${PBS_NODEFILE}\""
 
     def render(self, plan: Plan, launch: Launch) -> RenderedJob:
         script = self.script(plan, launch, "PBS batch job", pbs_directives(plan), exec_launch=False)

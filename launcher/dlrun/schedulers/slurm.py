@@ -74,6 +74,12 @@ class SlurmScheduler(Scheduler):
     def node_list_shell(self) -> str:
         return 'scontrol show hostnames "${SLURM_JOB_NODELIST}"'
 
+    def master_addr_shell(self, plan: Plan, launch: Launch) -> str:
+        # Slurm runs the batch script on the first node of the allocation, where srun and mpirun (whose -H is
+        # the node list above, in the same order) start rank 0. Its host name, not its Slurm node name: a
+        # node name resolves only where the site made it a host name too.
+        return "hostname"
+
     def render(self, plan: Plan, launch: Launch) -> RenderedJob:
         script = self.script(plan, launch, "Slurm batch job", sbatch_directives(plan, launch), exec_launch=False)
         return self.job(plan, launch, script, ["sbatch", "--parsable", "run.sh"])

@@ -309,6 +309,10 @@ def build_parser():
                         "else glibc-tuned), tcmalloc, jemalloc, glibc-tuned "
                         "(glibc that keeps freed memory) or system (the C "
                         "library's malloc untouched); default auto")
+    p.add_argument("--timeout-s", type=_positive, default=None,
+                   help="collective timeout in seconds (dlrun: the run's "
+                        "time limit), so that one stopped rank ends the "
+                        "job; default PyTorch's")
     return p
 
 

@@ -4,6 +4,7 @@ and the all-reduce bus-bandwidth benchmark (``--benchmark allreduce``).
 Standard library + torch; runs on Python >= 3.6 with PyTorch >= 1.0.
 """
 
+import datetime
 import gc
 import json
 import os
@@ -37,7 +38,8 @@ def _reduce_op(dist, name):
 class Comm(object):
     """The few collectives the harness needs; no-ops for one process."""
 
-    def __init__(self, rank, world_size, backend, device):
+    def __init__(self, rank, world_size, backend, device, timeout_s=None):
+        self.timeout_s = timeout_s
         self.rank = rank
         self.world_size = world_size
         self.backend = backend
@@ -58,9 +60,12 @@ class Comm(object):
         else:
             addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
             port = os.environ.get("MASTER_PORT", "29500")
+            extra = {}
+            if self.timeout_s:
+                extra["timeout"] = datetime.timedelta(seconds=self.timeout_s)
             dist.init_process_group(
                 self.backend, init_method="tcp://%s:%s" % (addr, port),
-                rank=self.rank, world_size=self.world_size)
+                rank=self.rank, world_size=self.world_size, **extra)
         self.dist = dist
 
     def barrier(self):
@@ -180,7 +185,7 @@ def run_allreduce(args):
             "it with 2 or more processes (e.g. mpirun -np 2, torchrun "
             "--nproc-per-node 2)")
     sizes = message_sizes(args.min_bytes, args.max_bytes, args.size_factor)
-    comm = Comm(rank, world_size, backend, device)
+    comm = Comm(rank, world_size, backend, device, args.timeout_s)
     rows = in_process_group(comm, _allreduce_sweep, args, comm, device,
                             sizes)
     wrong = sum(r["wrong"] for r in rows)

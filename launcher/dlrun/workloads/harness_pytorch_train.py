@@ -182,7 +182,7 @@ def run_benchmark(args):
         autocast, amp_dtype, needs_scaler = NullContext, None, False
     task = _Task(args, device_type)
 
-    comm = Comm(rank, world_size, backend, device)
+    comm = Comm(rank, world_size, backend, device, args.timeout_s)
     outcome = in_process_group(comm, _train, args, task, comm, device,
                                autocast, needs_scaler)
     if outcome["error"] is not None:

@@ -1,0 +1,16 @@
+"""The result store as every command opens it: first the runs of a dlrun that died are recovered (stored,
+published), and runs still in progress are named, so that no run directory is left unlisted."""
+from __future__ import annotations
+
+from dlrun.cli.output import warn
+
+
+def open_store():
+    from dlrun.execute.recovery import recover_runs
+    from dlrun.paths import runs_dir, store_path
+    from dlrun.results.store import Store
+
+    store = Store(store_path())
+    for note in recover_runs(runs_dir(), store):
+        warn(note)
+    return store

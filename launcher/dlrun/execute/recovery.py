@@ -1,0 +1,141 @@
+"""Runs whose dlrun died (SIGKILL, a crash, a node reboot, a store that stayed locked), found by the next dlrun
+command that opens the store, so that no staging directory is left unlisted.
+
+A staging directory whose lock (`.dlrun.lock`) no process holds is an orphan. If its run had finished, it is
+stored as it was recorded. If its job was running: a local job still alive is ended (its first process got
+SIGTERM when dlrun died; this ends whatever is left), then the run is stored `ok` when the job's logs hold
+its result and `lost` otherwise; a batch job still queued or running is left to its scheduler and stored
+once it ended.
+"""
+from __future__ import annotations
+
+import json
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+from dlrun.execute.batch import batch_outcome
+from dlrun.execute.procs import end_processes, job_processes
+from dlrun.execute.record import STATUSES, parse_first, rank_log_texts, run_row, store_and_publish
+from dlrun.execute.rundir import LOCK_NAME, STAGING_PREFIX, RunDir, try_lock
+from dlrun.job import JobState
+from dlrun.registry import SCHEDULERS
+from dlrun.results.store import Store
+from dlrun.schedulers.base import SchedulerError
+
+#: A staging directory without a lock file is being created for this long at most (its dlrun locks it next).
+CREATING_S = 60.0
+
+
+def _json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def recover_runs(runs_root: Path, store: Store) -> list[str]:
+    """Store every orphaned run under `runs_root`; return one line for each run still in progress."""
+    notes: list[str] = []
+    if not runs_root.is_dir():
+        return notes
+    for staging in sorted(runs_root.glob(STAGING_PREFIX + "*")):
+        run_id = staging.name[len(STAGING_PREFIX):]
+        lock_path = staging / LOCK_NAME
+        try:
+            young = time.time() - staging.stat().st_mtime < CREATING_S
+        except OSError:
+            continue  # published meanwhile
+        if not lock_path.exists() and young:
+            continue
+        lock = try_lock(lock_path)
+        if lock is None:
+            pid = (_json(staging / "status.json") or {}).get("pid")
+            notes.append(f"run {run_id} is running (dlrun pid {pid})")
+            continue
+        note = recover_run(RunDir.adopt(staging, lock), store)
+        if note:
+            notes.append(note)
+    return notes
+
+
+def recover_run(run: RunDir, store: Store) -> str | None:
+    """Store and publish one orphaned run; a line when it must wait (its batch job still runs)."""
+    path = run.path
+    summary = _json(path / "plan.json")
+    if summary is None:  # its dlrun died while writing the first file: nothing to record
+        run.discard()
+        return None
+    status = _json(path / "status.json") or {}
+    provenance = _json(path / "provenance.json") or {}
+    started = float(status.get("started_at") or path.stat().st_mtime)
+    if status.get("state") in STATUSES:  # finished and recorded on disk, but not stored
+        result = _json(path / "result.json")
+        extra = {k: v for k, v in status.items() if k not in ("state", "started_at", "finished_at", "duration_s")}
+        record = run_row(summary, run_id=run.run_id, run_dir=run.final, status=status["state"], started=started,
+                         finished=float(status.get("finished_at") or time.time()), provenance={**provenance, **extra})
+        store_and_publish(run, store, record, [result] if result and status["state"] == "ok" else [])
+        return None
+
+    job = _json(path / "job.json")
+    dlrun = f"dlrun (pid {status.get('pid', '?')})"
+    if job is not None and "job_id" in job:
+        outcome = _batch_outcome(run, summary, job)
+        if isinstance(outcome, str):
+            run.release()
+            return outcome
+        state, exit_code, reason, texts = outcome
+    else:
+        exit_code, texts = None, []
+        if job is not None:
+            if job.get("host") == platform.node():
+                end_processes(lambda: job_processes(job.get("session"), str(path)))
+            texts = [_read(path / "output.log"), rank_log_texts(path)]
+            state, reason = "lost", f"{dlrun} ended while its job ran; the job was ended and left no result"
+        else:
+            state, reason = "lost", f"{dlrun} ended before the job started"
+
+    result, parsed, _ = parse_first([text for text in texts if text])
+    if result is not None and parsed.num_devices == summary["world_size"] and state in ("lost", "ok"):
+        state, reason = "ok", f"recovered from the job's logs after {dlrun} ended"
+    finished = time.time()
+    if state == "ok":
+        run.write_json("result.json", result)
+    run.write_json("status.json", {"state": state, "exit_code": exit_code, "reason": reason, "started_at": started,
+                                   "finished_at": finished, "duration_s": round(finished - started, 3),
+                                   "recovered": True, **({"job_id": job["job_id"]} if job and "job_id" in job else {})})
+    record = run_row(summary, run_id=run.run_id, run_dir=run.final, status=state, started=started, finished=finished,
+                     provenance={**provenance, "exit_code": exit_code, "reason": reason, "recovered": True})
+    store_and_publish(run, store, record, [result] if state == "ok" else [])
+    return None
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _batch_outcome(run: RunDir, summary: dict[str, Any], job: dict[str, Any]):
+    """(state, exit code, reason, texts) of an orphaned batch job that ended, or a line saying it has not."""
+    name, job_id = job.get("scheduler") or summary["scheduler"], str(job["job_id"])
+    scheduler = SCHEDULERS.get(name)
+    try:
+        state: JobState = scheduler.poll(job_id, run.path)
+    except SchedulerError as exc:
+        return f"run {run.run_id}: cannot ask {name} about job {job_id} ({exc}); kept for the next dlrun"
+    if not (state.done or state.state == "unknown"):
+        return f"run {run.run_id}: {name} job {job_id} is {state.state} without its dlrun; stored when it ends"
+    outputs = scheduler.output_files(job_id, run.path)
+    job_text = "\n".join(_read(p) for p in outputs)
+    run.write("output.log", job_text)
+    texts = [job_text, rank_log_texts(run.path)]
+    status, reason, exit_code = batch_outcome(name, (summary.get("scheduler_options") or {}).get("time"), job_id,
+                                              state, texts)
+    reason = reason or f"{name} job {job_id} ended {state.raw or state.state} (exit code {exit_code}) after its dlrun"
+    # an exit 0 without a result is lost (recover_run stores it ok when the logs hold the result)
+    return ("lost" if status == "failed" and exit_code in (0, None) else status), exit_code, reason, texts
+
