@@ -39,6 +39,9 @@ def print_skipped(works: list) -> None:
 
 def print_dry_run(experiment, systems: list, *, scripts: bool) -> None:
     out = console()
+    if not systems:
+        out.print(f"[bold]{experiment.id}[/bold] names no system to run on: {experiment.status.kind}: "
+                  f"{experiment.status.reason}")
     for system_work in systems:
         works = system_work.works
         runnable = [w for w in works if not w.skip]
@@ -75,7 +78,7 @@ def print_scripts(works: list, *, whole: bool) -> None:
 
 
 def dry_run_json(experiment, systems: list) -> dict[str, Any]:
-    return {"experiment": experiment.id, "systems": [
+    return {"experiment": experiment.id, "status": experiment.status.model_dump(mode="json"), "systems": [
         {"system": sw.system, "points": [{
             "index": w.point.index, "id": w.id, "point": w.point.as_dict(), "skip": w.skip, "repeats": w.repeats,
             "stored": len(w.stored), "missing": w.missing, "key": w.key,

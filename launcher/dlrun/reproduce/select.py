@@ -13,7 +13,8 @@ from dlrun.errors import UsageError, closest
 
 def choose_systems(experiment: ExperimentSpec, system: str | None, *, dry_run: bool) -> list[str | None]:
     """The systems to expand the experiment for; None stands for "no system" (model facts are counted
-    from the harness's models, on no system).
+    from the harness's models, on no system). An experiment that names none (not reproducible) has nothing
+    to render, and cannot run.
 
     A dry run renders every system of the experiment unless one is named; a real run needs `--system`
     unless the experiment ran on one system only. `localhost` is valid where the experiment names it."""
@@ -23,6 +24,8 @@ def choose_systems(experiment: ExperimentSpec, system: str | None, *, dry_run: b
                              f"system; leave out --system {system}")
         return [None]
     systems = list(experiment.systems)
+    if not systems and dry_run:
+        return []  # nothing to render: the dry run says why
     if not systems:
         raise UsageError(f"experiment {experiment.id} names no system it could run on "
                          f"({experiment.status.kind}: {experiment.status.reason})")

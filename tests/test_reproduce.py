@@ -1,0 +1,294 @@
+"""`dlrun experiments` and `dlrun reproduce`, as a user runs them: every experiment renders on each of its
+systems, Table II is reproduced from the harness's own models, and the smoke scaling experiment runs for real
+(mpirun, 1 and 2 ranks, 3 repeats), is interrupted by a real SIGINT and resumes without re-running a
+finished point."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+
+from dlrun.catalog import load_catalog
+from dlrun.probe.host import probe_host
+from dlrun.reproduce import TaggedStore, point_key, prepare, schedule, stored_repeats
+from dlrun.reproduce.work import PointWork, plan_points
+from dlrun.results.store import Store
+
+SMOKE = "localhost_scaling_smoke"
+SMOKE_POINTS = ("model=trivial ranks_per_node=1", "model=trivial ranks_per_node=2")
+
+
+@pytest.fixture(scope="module")
+def catalog(tmp_path_factory):
+    """The built-in catalogs (no user catalogs) with this machine as `localhost`."""
+    saved = {name: os.environ.get(name) for name in ("XDG_CONFIG_HOME", "DLRUN_PATH")}
+    os.environ["XDG_CONFIG_HOME"] = str(tmp_path_factory.mktemp("xdg"))
+    os.environ.pop("DLRUN_PATH", None)
+    try:
+        loaded = load_catalog(host=probe_host())
+        loaded.experiments
+        yield loaded
+    finally:
+        for name, value in saved.items():
+            os.environ.pop(name, None) if value is None else os.environ.__setitem__(name, value)
+
+
+def _json(*args: str) -> dict:
+    proc = run_cli(*args, "--json")
+    assert proc.returncode == 0, f"dlrun {' '.join(args)} ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    return json.loads(proc.stdout)
+
+
+def _one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> None:
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dlrun: error: "), proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+# ------------------------------------------------------------------------------------------ dry runs
+def _experiment_ids() -> list[str]:
+    return sorted(path.stem for path in (Path(__file__).resolve().parents[1] / "recipes" / "experiments").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("experiment", _experiment_ids())
+def test_every_experiment_renders_for_each_of_its_systems(experiment, catalog, dlrun_home):
+    spec = catalog.experiment(experiment)
+    data = _json("reproduce", experiment, "--dry-run")
+    expected = [None] if spec.measure == "model-facts" else list(spec.systems)
+    assert [system["system"] for system in data["systems"]] == expected
+    for system in data["systems"]:
+        for point in system["points"]:
+            if point["skip"] is None:  # runnable: planned, and rendered unless it is counted in-process
+                assert point["plan"] is not None and point["missing"] == point["repeats"] >= 1
+                assert (point["script"] is None) == (spec.measure == "model-facts"), point["id"]
+            else:  # skipped, with the reason, never failed
+                assert point["skip"].strip() and point["script"] is None and point["missing"] == 0
+    assert not dlrun_home.exists(), "a dry run writes nothing (not even an empty store)"
+
+
+def test_dry_runs_render_exactly_the_points_the_catalog_says_are_runnable(catalog, tmp_path):
+    store = Store(tmp_path / "results.sqlite")
+    rendered = counted = 0
+    for experiment in catalog.experiments:
+        _, systems = prepare(catalog, experiment, system=None, dry_run=True, local_image=None, store=store)
+        for system in systems:
+            rendered += sum(1 for work in system.works if work.rendered is not None)
+            counted += sum(1 for work in system.works if work.facts is not None)
+    assert (rendered, counted) == (221 + 2, 5)  # tests/test_experiments.py's count, plus the smoke experiment's
+    assert not store.path.exists()
+
+
+def test_dry_run_text_lists_skips_with_reasons_and_scripts_as_differences(dlrun_home):
+    proc = run_cli("reproduce", "E000_pcie_affinity", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert "3 point(s), 0 to run, 3 skipped" in proc.stdout and "skipped (3)" in proc.stdout
+    assert "not-reproducible: each configuration is a physical placement of PCIe cards" in proc.stdout
+
+    proc = run_cli("reproduce", "E001_mixed_precision_resnet50", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert "15 point(s), 15 to run, 0 skipped" in proc.stdout
+    assert proc.stdout.count("#!/usr/bin/env bash") == 1  # the first script whole ...
+    assert proc.stdout.count(": differs from point 1 in") == 14  # ... the others as their differences
+    whole = run_cli("reproduce", "E001_mixed_precision_resnet50", "--dry-run", "--script")
+    assert whole.stdout.count("#!/usr/bin/env bash") == 15 and "differs from" not in whole.stdout
+
+
+# ------------------------------------------------------------------------------------------ selection
+def test_where_selects_by_paper_label_or_dlrun_value(dlrun_home):
+    def ids(*where: str) -> list[str]:
+        args = [arg for value in where for arg in ("--where", value)]
+        data = _json("reproduce", "E001_high_throughput_models_fp32", "--system", "dgx2", "--dry-run", *args)
+        return [point["id"] for point in data["systems"][0]["points"]]
+
+    alexnet = ids("model=AlexNet")
+    assert len(alexnet) == 5 and all(point.startswith("model=AlexNet gpus=") for point in alexnet)
+    assert ids("model=alexnet") == alexnet  # dlrun's value selects the same points as the paper's label
+    assert ids("model=AlexNet", "gpus=8") == ["model=AlexNet gpus=8 precision=FP32 data_workers=4"]
+    assert ids("model=AlexNet", "model=ResNet50", "gpus=16") == [  # one axis: alternatives; axes: all hold
+        "model=AlexNet gpus=16 precision=FP32 data_workers=4", "model=ResNet50 gpus=16 precision=FP32 data_workers=4"]
+
+
+def test_where_and_system_errors_are_one_line_with_the_closest_match(dlrun_home):
+    _one_line_error(run_cli("reproduce", SMOKE, "--where", "ranks=2"),
+                    "'ranks' is not an axis of experiment localhost_scaling_smoke", "did you mean 'ranks_per_node'",
+                    "valid: model, ranks_per_node")
+    _one_line_error(run_cli("reproduce", "E001_high_throughput_models_fp32", "--dry-run", "--where", "model=AlexNett"),
+                    "'AlexNett' is not a value of axis model", "did you mean 'AlexNet'",
+                    "valid: AlexNet, ResNet18, ResNet50")
+    _one_line_error(run_cli("reproduce", SMOKE, "--where", "ranks_per_node"), "bad --where 'ranks_per_node'",
+                    "valid: AXIS=VALUE")
+    _one_line_error(run_cli("reproduce", "E001_nccl_bus_bandwidth"), "ran on 5 systems",
+                    "valid: dgx2, aws-p3dn, dgx1v, ac922, rtx-ts4")
+    _one_line_error(run_cli("reproduce", "E001_nccl_bus_bandwidth", "--system", "rtx", "--dry-run"),
+                    "'rtx' is not a system of experiment E001_nccl_bus_bandwidth", "did you mean 'rtx-ts4'")
+    _one_line_error(run_cli("reproduce", "E001_table2_model_facts", "--system", "localhost"),
+                    "counts model facts", "leave out --system localhost")
+    _one_line_error(run_cli("reproduce", "E001_tabel2_model_facts"), "unknown experiment 'E001_tabel2_model_facts'",
+                    "did you mean 'E001_table2_model_facts'")
+    _one_line_error(run_cli("reproduce", SMOKE, "--repeats", "0"), "--repeats must be a positive integer, got 0")
+    _one_line_error(run_cli("reproduce", SMOKE, "--script"), "--script prints the scripts of a dry run")
+    assert not dlrun_home.exists(), "refused before anything ran or was stored"
+
+
+# ------------------------------------------------------------------------------------------ experiments
+def test_experiments_list_and_show(dlrun_home):
+    rows = _json("experiments", "list")
+    assert [row["id"] for row in rows] == _experiment_ids()
+    smoke = next(row for row in rows if row["id"] == SMOKE)
+    assert smoke["document"] == "dlrun" and smoke["systems"] == ["localhost"] and smoke["status"] == "runnable"
+
+    proc = run_cli("experiments", "show", "E001_table2_model_facts")
+    assert proc.returncode == 0, proc.stderr
+    for text in ('Table II: "ResNet50 25.56 M 4.14 G"', "deviation operation count", "needs-workload",
+                 "points on no system (model facts): 7", "needs workload 'bert_swag'"):
+        assert text in proc.stdout, text
+    data = _json("experiments", "show", "E001_nccl_bus_bandwidth", "--system", "rtx-ts4")
+    assert list(data["points"]) == ["rtx-ts4"] and len(data["points"]["rtx-ts4"]) == 6
+    _one_line_error(run_cli("experiments", "show", "E001_nccl_bandwidth"), "unknown experiment 'E001_nccl_bandwidth'",
+                    "did you mean 'E001_nccl_bus_bandwidth'")
+    _one_line_error(run_cli("experiments", "show", SMOKE, "--system", "dgx2"),
+                    "'dgx2' is not a system of experiment localhost_scaling_smoke", "valid: localhost")
+
+
+# ------------------------------------------------------------------------------------------ Table II
+# Ren et al. (BNL), Table II, as counted on the harness's own models (torchvision's definitions).
+TABLE_II_COUNTED = {
+    "alexnet_params": 61_100_840, "alexnet_ops": 714_188_480,
+    "resnet18_params": 11_689_512, "resnet18_ops": 1_814_073_344,
+    "resnet50_params": 25_557_032, "resnet50_ops": 4_089_184_256,
+    "resnet101_params": 44_549_160, "resnet101_ops": 7_801_405_440,
+    "resnet152_params": 60_192_808, "resnet152_ops": 11_513_626_624,
+}
+
+
+def test_table_ii_is_reproduced_from_the_harness_models(catalog, dlrun_home):
+    data = _json("reproduce", "E001_table2_model_facts")
+    rows = {row["reference"]: row for row in data["references"]}
+    for ref_id, counted in TABLE_II_COUNTED.items():
+        row = rows[ref_id]
+        assert (row["measured"], row["runs"], row["verdict"]) == (counted, 1, "within"), row
+        assert row["ratio"] == pytest.approx(counted / row["value"])
+        assert row["source"]["doc"] == "Ren et al. (BNL)" and row["source"]["where"] == "Table II"
+        assert row["source"]["quote"].lower().startswith(ref_id.split("_")[0])  # "ResNet50 25.56 M 4.14 G"
+    bert = "bert_swag" in catalog.workloads
+    for ref_id in ("bert_swag_ops", "bert_squad_ops"):  # not BERT's forward multiply-adds: compared, never judged
+        assert rows[ref_id]["verdict"] == ("informational" if bert else "skipped")
+    for ref_id in ("bert_swag_params", "bert_squad_params"):
+        assert rows[ref_id]["verdict"] == ("within" if bert else "skipped")
+    if not bert:
+        assert {skip["point"]: skip["why"].split(",")[0] for skip in data["skipped"]} == {
+            "model=BERT-SWAG": "needs workload 'bert_swag'", "model=BERT-SQuAD": "needs workload 'bert_squad'"}
+
+    stored = {point["point"]: point["run_ids"] for point in data["points"]}
+    again = _json("reproduce", "E001_table2_model_facts")
+    assert again["runs"] == [] and {p["point"]: p["run_ids"] for p in again["points"]} == stored
+    assert [row["verdict"] for row in again["references"]] == [row["verdict"] for row in data["references"]]
+
+
+# ------------------------------------------------------------------------------------------ resume
+def test_stored_repeats_count_ok_runs_of_the_point_with_its_key(catalog, tmp_path):
+    store = Store(tmp_path / "results.sqlite")
+    works = plan_points(catalog, catalog.experiment(SMOKE), "localhost", where={}, repeats=None, local_image=None,
+                        store=store)
+    one, two = works
+    summary = one.plan.summary()
+
+    def add(run_id: str, status: str, point: PointWork, plan: dict, experiment: str = SMOKE) -> None:
+        TaggedStore(store.path, experiment, point.id).add_run(
+            {"id": run_id, "created_at": f"2026-01-01T00:00:0{run_id[-1]}Z", "status": status, "plan": plan}, [])
+
+    add("r1", "ok", one, summary)
+    add("r2", "ok", one, summary)
+    add("r3", "failed", one, summary)                                   # not ok
+    add("r4", "ok", one, {**summary, "batch_size": 32})                 # another key
+    add("r5", "ok", two, summary)                                       # another point
+    add("r6", "ok", one, summary, experiment="E001_table2_model_facts")  # another experiment
+    assert stored_repeats(store, SMOKE, one.id, point_key(summary)) == 2
+    assert stored_repeats(store, SMOKE, two.id, two.key) == 0
+    one.refresh(store)
+    assert [run.id for run in one.stored] == ["r1", "r2"] and one.missing == 1
+    assert store.get_run("r1")["provenance"] == {"experiment": SMOKE, "point": one.id}
+
+
+def test_missing_repeats_run_round_robin(catalog, tmp_path):
+    works = plan_points(catalog, catalog.experiment(SMOKE), "localhost", where={}, repeats=3, local_image=None,
+                        store=Store(tmp_path / "none.sqlite"))
+    assert [(step.work.id, step.repeat) for step in schedule(works)] == [
+        (SMOKE_POINTS[0], 1), (SMOKE_POINTS[1], 1), (SMOKE_POINTS[0], 2), (SMOKE_POINTS[1], 2),
+        (SMOKE_POINTS[0], 3), (SMOKE_POINTS[1], 3)]
+    works[0].stored = [object()] * 2  # type: ignore[list-item]  # resumed: the point behind catches up in turn
+    steps = schedule(works)
+    assert [(step.work.id, step.repeat, step.point_index, step.points) for step in steps] == [
+        (SMOKE_POINTS[1], 1, 2, 2), (SMOKE_POINTS[1], 2, 2, 2), (SMOKE_POINTS[0], 3, 1, 2), (SMOKE_POINTS[1], 3, 2, 2)]
+    assert [step.index for step in steps] == [1, 2, 3, 4] and {step.total for step in steps} == {4}
+
+
+# ------------------------------------------------------------------------------------------ the smoke run
+def _tagged_runs(home: Path) -> list[tuple[str, str, str]]:
+    """(id, status, point) of every stored run, read-only."""
+    path = home / "results.sqlite"
+    if not path.exists():
+        return []
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+            return conn.execute("SELECT id, status, json_extract(provenance, '$.point') FROM runs "
+                                "WHERE json_extract(provenance, '$.experiment') = ? ORDER BY created_at, id",
+                                (SMOKE,)).fetchall()
+    except sqlite3.OperationalError:  # created, tables not yet
+        return []
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_smoke_scaling_runs_is_interrupted_and_resumes_without_rerunning(dlrun_home):
+    first = subprocess.Popen([sys.executable, "-m", "dlrun.cli", "reproduce", SMOKE], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    # Interrupt once two runs are stored and the third one's job has started.
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and first.poll() is None:
+        ok = [run for run in _tagged_runs(dlrun_home) if run[1] == "ok"]
+        if len(ok) >= 2 and list((dlrun_home / "runs").glob(".staging-*/run.sh")):
+            break
+        time.sleep(0.2)
+    assert first.poll() is None, "the reproduce ended before it could be interrupted"
+    time.sleep(1.0)
+    first.send_signal(signal.SIGINT)
+    out, err = first.communicate(timeout=120)
+    assert first.returncode == 130, out + err
+    assert f"`dlrun reproduce {SMOKE}` continues where it stopped" in err
+
+    before = _tagged_runs(dlrun_home)
+    finished = [run_id for run_id, status, _ in before if status == "ok"]
+    assert 2 <= len(finished) < 6 and sum(1 for run in before if run[1] == "cancelled") <= 1, before
+    assert not list((dlrun_home / "runs").glob(".staging-*")), "the interrupted run left its staging directory"
+
+    second = _json("reproduce", SMOKE)
+    assert len(second["runs"]) == 6 - len(finished) and {run["status"] for run in second["runs"]} == {"ok"}
+    assert not second["interrupted"] and second["not_run"] == []
+    points = {point["point"]: point for point in second["points"]}
+    assert set(points) == set(SMOKE_POINTS)
+    for point in points.values():
+        assert point["runs"] == 3 and len(point["run_ids"]) == 3
+        assert point["metrics"]["throughput"]["n"] == 3 and point["metrics"]["throughput"]["unit"] == "images/sec"
+    after = _tagged_runs(dlrun_home)
+    ok_after = [run_id for run_id, status, _ in after if status == "ok"]
+    assert len(ok_after) == 6 and set(finished) <= set(ok_after)  # nothing finished was run again
+    assert set(ok_after) == {run_id for point in points.values() for run_id in point["run_ids"]}
+    assert {run["run_id"] for run in second["runs"]} == set(ok_after) - set(finished)
+
+    third = run_cli("reproduce", SMOKE)
+    assert third.returncode == 0, third.stderr
+    assert "0 run(s) to make, 6 already stored" in third.stdout
+    assert "localhost_scaling_smoke on localhost: stored results per point" in third.stdout
+    assert third.stdout.count("3/3") == 2
+    assert len(_tagged_runs(dlrun_home)) == len(after)
