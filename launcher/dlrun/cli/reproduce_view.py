@@ -9,9 +9,9 @@ from typing import Any
 from dlrun.cli.output import console, table
 from dlrun.cli.progress import STEP_ROW
 
-POINT_COLUMNS = ["#", "point", "workload", "image", "nodes x ranks", "launcher", "batch/rank",
-                 "steps (warm-up+timed)", "precision", "fabric", "runs stored/wanted"]
-FACTS_COLUMNS = ["#", "point", "workload", "model (harness)", "counted by", "runs stored/wanted"]
+POINT_COLUMNS = ["point", "workload", "image", "nodes x ranks", "launcher", "batch/rank", "steps (warm-up+timed)",
+                 "precision", "fabric", "runs stored/wanted"]
+FACTS_COLUMNS = ["point", "workload", "model (harness)", "counted by", "runs stored/wanted"]
 
 
 def _system_title(experiment, system: str | None, works: list) -> str:
@@ -21,20 +21,29 @@ def _system_title(experiment, system: str | None, works: list) -> str:
             f"{sum(w.missing for w in works)} run(s) missing from the store")
 
 
+def _numbered(work) -> str:
+    return f"{work.point.index + 1}. {work.id}"
+
+
 def work_row(work) -> list[Any]:
-    point, stored = work.point, f"{len(work.stored)}/{work.repeats}"
+    stored = f"{len(work.stored)}/{work.repeats}"
     if work.facts is not None:
-        return [point.index + 1, work.id, point.workload, work.facts["model"], work.facts["harness"], stored]
+        return [_numbered(work), work.point.workload, work.facts["model"], work.facts["harness"], stored]
     plan = work.plan
-    return [point.index + 1, work.id, plan.workload.name, plan.image.name, f"{plan.nodes} x {plan.ranks_per_node}",
+    return [_numbered(work), plan.workload.name, plan.image.name, f"{plan.nodes} x {plan.ranks_per_node}",
             plan.launcher, "-" if plan.workload.kind == "allreduce" else plan.batch_size, f"{plan.warmup_steps}+{plan.steps}",
             plan.precision, plan.fabric, stored]
 
 
 def print_skipped(works: list) -> None:
-    skipped = [w for w in works if w.skip]
-    if skipped:
-        table(f"skipped ({len(skipped)})", ["#", "point", "why"], [[w.point.index + 1, w.id, w.skip] for w in skipped])
+    """Skipped points grouped by reason (a status-wide reason is said once, not once per point)."""
+    by_reason: dict[str, list] = {}
+    for work in works:
+        if work.skip:
+            by_reason.setdefault(work.skip, []).append(work)
+    if by_reason:
+        table(f"skipped ({sum(len(group) for group in by_reason.values())})", ["point(s)", "why"],
+              [["\n".join(_numbered(w) for w in group), reason] for reason, group in by_reason.items()])
 
 
 def print_dry_run(experiment, systems: list, *, scripts: bool) -> None:
