@@ -235,7 +235,11 @@ def test_missing_repeats_run_round_robin(catalog, tmp_path):
 
 # ------------------------------------------------------------------------------------------ the smoke run
 def _tagged_runs(home: Path) -> list[tuple[str, str, str]]:
-    """(id, status, point) of every stored run, read-only."""
+    return _tagged_runs_of(home, SMOKE)
+
+
+def _tagged_runs_of(home: Path, experiment: str) -> list[tuple[str, str, str]]:
+    """(id, status, point) of every stored run of `experiment`, read-only."""
     path = home / "results.sqlite"
     if not path.exists():
         return []
@@ -243,7 +247,7 @@ def _tagged_runs(home: Path) -> list[tuple[str, str, str]]:
         with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
             return conn.execute("SELECT id, status, json_extract(provenance, '$.point') FROM runs "
                                 "WHERE json_extract(provenance, '$.experiment') = ? ORDER BY created_at, id",
-                                (SMOKE,)).fetchall()
+                                (experiment,)).fetchall()
     except sqlite3.OperationalError:  # created, tables not yet
         return []
 
@@ -292,3 +296,67 @@ def test_smoke_scaling_runs_is_interrupted_and_resumes_without_rerunning(dlrun_h
     assert "localhost_scaling_smoke on localhost: stored results per point" in third.stdout
     assert third.stdout.count("3/3") == 2
     assert len(_tagged_runs(dlrun_home)) == len(after)
+
+
+# ------------------------------------------------------------------------------------------ a batch system
+CLUSTER_EXPERIMENT = """\
+id: testcluster_nodes
+title: "trivial on 1 and 2 nodes of the test Slurm cluster"
+document: {name: "dlrun", title: "dlrun's test suite", authors: "the dlrun project"}
+where: "tests/test_reproduce.py"
+description: "Two points a batch scheduler runs: reproduce submits every run at once, then collects them."
+measure: training
+device: cpu
+systems: [dlrun-testcluster]
+axes:
+  - name: model
+    values: [trivial]
+  - name: nodes
+    values: [1, 2]
+run: {steps: 2, warmup_steps: 1, repeats: 2, why: "as short as a run can be"}
+status: {kind: runnable}
+"""
+
+
+def _squeue(cluster) -> list[str]:
+    return cluster.run("squeue", "-h", "-o", "%i").stdout.split()
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_batch_points_are_submitted_at_once_cancelled_on_sigint_and_resumed(slurm_cluster, dlrun_home, tmp_path):
+    from fixtures_slurm import CLUSTER_SYSTEM
+
+    assert CLUSTER_SYSTEM == "dlrun-testcluster"
+    site = tmp_path / "site" / "experiments"
+    site.mkdir(parents=True)
+    (site / "testcluster.yaml").write_text(CLUSTER_EXPERIMENT)
+    env = {**slurm_cluster.env, "DLRUN_PATH": f"{slurm_cluster.catalog}{os.pathsep}{tmp_path / 'site'}"}
+    assert _squeue(slurm_cluster) == []
+
+    first = subprocess.Popen([sys.executable, "-m", "dlrun.cli", "reproduce", "testcluster_nodes"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(list((dlrun_home / "runs").glob(".staging-*/job.json"))) < 4:
+        time.sleep(0.2)
+    jobs = _squeue(slurm_cluster)
+    assert len(jobs) == 4, "all four runs (2 points x 2 repeats) are submitted before any is collected"
+    first.send_signal(signal.SIGINT)
+    out, err = first.communicate(timeout=180)
+    assert first.returncode == 130, out + err
+    assert _squeue(slurm_cluster) == [], "every submitted job was cancelled at its scheduler"
+    before = [(run_id, status) for run_id, status, _ in _tagged_runs_of(dlrun_home, "testcluster_nodes")]
+    assert len(before) == 4 and {status for _, status in before} <= {"ok", "cancelled"}, before
+    assert any(status == "cancelled" for _, status in before)
+    assert not list((dlrun_home / "runs").glob(".staging-*"))
+
+    proc = run_cli("reproduce", "testcluster_nodes", "--json", env=env, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    second = json.loads(proc.stdout)
+    finished = [run_id for run_id, status in before if status == "ok"]
+    assert len(second["runs"]) == 4 - len(finished) and {run["status"] for run in second["runs"]} == {"ok"}
+    points = {point["point"]: point["run_ids"] for point in second["points"]}
+    assert {point: len(ids) for point, ids in points.items()} == {"model=trivial nodes=1": 2,
+                                                                  "model=trivial nodes=2": 2}
+    assert set(finished) <= {run_id for ids in points.values() for run_id in ids}
+    assert proc.stderr.count("dlrun: submitted slurm job") == 4 - len(finished)

@@ -108,7 +108,7 @@ def _run(spec, system_work, store, *, skip_checks: bool, verbose: bool, as_json:
         if spec.measure == "model-facts":
             from dlrun.workloads import describe_model as describe
         batch = any(is_batch(step.work) for step in steps)
-        with ReproduceDisplay(len(steps), verbose=verbose, stderr=as_json) as display:
+        with ReproduceDisplay(len(steps), verbose=verbose, stderr=as_json, follow_steps=not batch) as display:
             if batch:
                 report = run_batch(steps, store_path=store.path, runs_root=runs_dir(), progress=display,
                                    inventory=inventory, findings=findings)

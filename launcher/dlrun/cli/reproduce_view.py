@@ -110,10 +110,11 @@ class ReproduceDisplay:
     """The live view of a reproduce run: a line per run as it starts and ends (point k of n, repeat r of R),
     and at the bottom the current run's progress (step, rate) and the whole reproduce's."""
 
-    def __init__(self, total: int, verbose: bool = False, stderr: bool = False):
+    def __init__(self, total: int, verbose: bool = False, stderr: bool = False, follow_steps: bool = True):
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
 
         self.verbose = verbose
+        self.follow_steps = follow_steps  # one run at a time: its steps; batch jobs run side by side: none
         self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                                  MofNCompleteColumn(), TextColumn("{task.fields[rate]}"), console=console(stderr=stderr),
                                  transient=True)
@@ -136,6 +137,8 @@ class ReproduceDisplay:
                 if work.plan is not None else f"counting {work.facts['model']}")
         self._say(f"point {step.point_index}/{step.points}, repeat {step.repeat}/{work.repeats} "
                   f"(run {step.index}/{step.total}): {work.id}: {what}")
+        if not self.follow_steps:
+            return lambda stream, line: self._line(step, None, stream, line)
         if self.current is not None:
             self.progress.remove_task(self.current)
         total = work.plan.steps if work.plan is not None and work.plan.workload.kind != "allreduce" else None
@@ -158,10 +161,12 @@ class ReproduceDisplay:
         self.progress.advance(self.overall)
         values = ", ".join(f"{metric} {value:,.4g}" for metric, value in outcome.values.items())
         unit = f" {outcome.unit}" if outcome.unit else ""
+        step = outcome.step  # batch runs end in any order: say which one ended
+        which = "" if self.follow_steps else f"point {step.point_index}/{step.points}, repeat {step.repeat}: "
         if outcome.status == "ok":
-            self._say(f"  ok: {values}{unit} (run {outcome.run_id})")
+            self._say(f"  {which}ok: {values}{unit} (run {outcome.run_id})")
         else:
-            self._say(f"  {outcome.status}: {outcome.reason} (run {outcome.run_id}, logs: {outcome.path})")
+            self._say(f"  {which}{outcome.status}: {outcome.reason} (run {outcome.run_id}, logs: {outcome.path})")
 
 
 def number(value: float) -> str:
