@@ -10,7 +10,7 @@ TORCH_PIN := torch==2.13.0
 EXTRAS := torch,test,images,bench
 # Debian packages the tests use: real MPI, a real Slurm cluster, real container runtimes, linters.
 APT_PACKAGES := openmpi-bin libopenmpi-dev slurm-wlm munge charliecloud podman runc debootstrap shellcheck \
-	libtcmalloc-minimal4 libjemalloc2
+	libtcmalloc-minimal4 libjemalloc2 squashfs-tools
 
 .PHONY: all setup sysdeps demo test bench lint clean
 

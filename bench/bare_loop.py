@@ -33,7 +33,7 @@ def main() -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    harness = load_harness("pytorch")
+    harness = load_harness("pytorch", "models")
     channels_last = args.channels_last == "on"
     torch.manual_seed(1234)
     model = harness.build_model(args.model)

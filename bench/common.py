@@ -17,6 +17,7 @@ RESULTS_DIR = BENCH_DIR / "results"
 VENV_BIN = Path(sys.executable).parent
 PYTHON = sys.executable
 DLRUN = str(VENV_BIN / "dlrun")
+# The entry file (it imports its siblings from its own directory), as `dlrun run` starts it.
 HARNESS = REPO_ROOT / "launcher" / "dlrun" / "workloads" / "harness_pytorch.py"
 
 
@@ -116,7 +117,7 @@ def harness_allocator() -> tuple[str, str | None]:
     sys.path.insert(0, str(REPO_ROOT / "launcher"))
     from dlrun.workloads import load_harness
 
-    h = load_harness("pytorch")
+    h = load_harness("pytorch", "allocator")
     action, name, library = h.plan_allocator("auto", None, h.find_allocator)
     return name, library
 
@@ -126,7 +127,7 @@ def allocator_env(name: str, library: str | None) -> dict[str, str]:
     sys.path.insert(0, str(REPO_ROOT / "launcher"))
     from dlrun.workloads import load_harness
 
-    h = load_harness("pytorch")
+    h = load_harness("pytorch", "allocator")
     if name == "tcmalloc":
         return {"LD_PRELOAD": str(library)}
     if name == "jemalloc":

@@ -45,7 +45,7 @@ def measure(threads: int, repeats: int, log, quick: bool = False) -> list[Row]:
     sys.path.insert(0, str(BENCH_DIR.parent / "launcher"))
     from dlrun.workloads import load_harness
 
-    harness = load_harness("pytorch")
+    harness = load_harness("pytorch", "features")
     rows: list[Row] = []
     alloc_name, alloc_lib = harness_allocator()
     record: dict = {"goal": GOAL, "threads": threads, "repeats": repeats, "cases": [],

@@ -28,6 +28,7 @@ runtime = "runc"
 cgroup_manager = "cgroupfs"
 """
 TOOLS = {"debootstrap": "apt-get install debootstrap", "ch-run": "apt-get install charliecloud",
+         "ch-image": "apt-get install charliecloud-builders",
          "podman": "apt-get install podman runc", "tar": "apt-get install tar"}
 
 

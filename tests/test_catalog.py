@@ -125,7 +125,8 @@ def test_allreduce_workloads(dlrun_home):
 
 @pytest.mark.parametrize("text, message", [
     ("- {name: w, description: d}\n", "a cnn-training workload needs `model`"),
-    ("- {name: w, description: d, kind: allreduce, model: resnet18}\n", "an allreduce workload trains no model"),
+    ("- {name: w, description: d, kind: bert-finetuning}\n", "a bert-finetuning workload needs `model`"),
+    ("- {name: w, description: d, kind: allreduce, model: resnet18}\n", "kind allreduce trains no model"),
     ("- {name: w, description: d, kind: allreduce, min_bytes: 64, max_bytes: 8}\n",
      "min_bytes 64 exceeds max_bytes 8"),
 ])

@@ -1,13 +1,16 @@
 """Tests for the in-container PyTorch benchmark harness.
 
 Everything runs real torch on the CPU; the multi-process tests run real
-``mpirun``.  The harness is loaded from its file because it is shipped into
-containers as a stand-alone script.
+``mpirun``.  The harness is an entry file plus sibling files, shipped into
+containers as stand-alone scripts: the tests run the entry file as a program
+and import the files by the top-level names the entry itself uses.
 """
 
-import importlib.util
+import ast
+import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -17,19 +20,22 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import cli_json
 
-REPO = Path(__file__).resolve().parents[1]
-HARNESS = REPO / "launcher" / "dlrun" / "workloads" / "harness_pytorch.py"
+from dlrun.paths import HARNESS_DIR, harness_files, harness_hashes
+from dlrun.workloads import load_harness
 
+HARNESS = HARNESS_DIR / "harness_pytorch.py"
+HARNESS_FILES = harness_files("pytorch")
 
-def _load_harness():
-    spec = importlib.util.spec_from_file_location("dlrun_harness_pytorch", HARNESS)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-h = _load_harness()
+entry = load_harness("pytorch")
+common = load_harness("pytorch", "common")
+alloc = load_harness("pytorch", "allocator")
+models = load_harness("pytorch", "models")
+process = load_harness("pytorch", "process")
+comm = load_harness("pytorch", "comm")
+features = load_harness("pytorch", "features")
+train = load_harness("pytorch", "train")
 
 # Reference parameter counts (torchvision; Ren et al. Table II), in millions.
 TABLE_PARAMS_M = {
@@ -102,19 +108,23 @@ def _mpirun(args, extra_env=(), np=2, timeout=120):
 # Model definitions
 # ---------------------------------------------------------------------------
 
+IMAGE_MODELS = [n for n in models.MODEL_NAMES if not n.startswith("bert_")]
+
+
 def test_model_names_cover_catalogue():
-    assert set(h.MODEL_NAMES) == {
+    assert set(models.MODEL_NAMES) == {
         "alexnet", "resnet18", "resnet34", "resnet50", "resnet101", "resnet152",
         "resnet50_v1.5", "resnet101_v1.5", "resnet152_v1.5", "vgg16",
-        "inception3", "lenet", "trivial"}
-    assert h.default_image_size("inception3") == (3, 299, 299)
-    assert h.default_image_size("lenet") == (3, 28, 28)
-    assert h.default_image_size("resnet50") == (3, 224, 224)
+        "inception3", "lenet", "trivial", "bert_swag", "bert_squad"}
+    assert [n for n in models.MODEL_NAMES if models.is_bert(n)] == ["bert_swag", "bert_squad"]
+    assert models.default_image_size("inception3") == (3, 299, 299)
+    assert models.default_image_size("lenet") == (3, 28, 28)
+    assert models.default_image_size("resnet50") == (3, 224, 224)
 
 
 @pytest.fixture(scope="module")
 def described():
-    return {name: h.describe_model(name) for name in h.MODEL_NAMES}
+    return {name: models.describe_model(name) for name in models.MODEL_NAMES}
 
 
 @pytest.mark.parametrize("name", sorted(TABLE_PARAMS_M))
@@ -150,17 +160,18 @@ def test_resnet_v1_differs_from_v1_5(described):
         diff = v15["forward_macs"] - v1["forward_macs"]
         assert diff / 1e9 == pytest.approx(0.231, abs=0.001), depth
     assert described["resnet50"]["forward_macs"] / 1e9 == pytest.approx(3.86, abs=0.01)
-    assert h.build_model("resnet50").layer2[0].conv1.stride == (2, 2)
-    assert h.build_model("resnet50").layer2[0].conv2.stride == (1, 1)
-    assert h.build_model("resnet50_v1.5").layer2[0].conv1.stride == (1, 1)
-    assert h.build_model("resnet50_v1.5").layer2[0].conv2.stride == (2, 2)
+    assert models.build_model("resnet50").layer2[0].conv1.stride == (2, 2)
+    assert models.build_model("resnet50").layer2[0].conv2.stride == (1, 1)
+    assert models.build_model("resnet50_v1.5").layer2[0].conv1.stride == (1, 1)
+    assert models.build_model("resnet50_v1.5").layer2[0].conv2.stride == (2, 2)
 
 
 def test_describe_record_shape(described):
-    for name, rec in described.items():
+    for name in IMAGE_MODELS:
+        rec = described[name]
         assert rec["model"] == name
         assert rec["num_classes"] == 1000
-        assert rec["image_size"] == list(h.default_image_size(name))
+        assert rec["image_size"] == list(models.default_image_size(name))
         assert isinstance(rec["params"], int) and isinstance(rec["forward_macs"], int)
 
 
@@ -168,10 +179,10 @@ def test_describe_record_shape(described):
 def test_real_cpu_models_match_description(described, name):
     # The description may be computed without materialising weights; a real
     # model on the CPU must give the same numbers and produce 1000 logits.
-    model = h.build_model(name)
-    assert h.count_params(model) == described[name]["params"]
-    assert h.count_forward_macs(model, h.default_image_size(name)) == described[name]["forward_macs"]
-    c, hh, ww = h.default_image_size(name)
+    model = models.build_model(name)
+    assert models.count_params(model) == described[name]["params"]
+    assert models.count_forward_macs(model, models.default_image_size(name)) == described[name]["forward_macs"]
+    c, hh, ww = models.default_image_size(name)
     model.eval()
     with torch.no_grad():
         out = model(torch.zeros(2, c, hh, ww))
@@ -179,22 +190,162 @@ def test_real_cpu_models_match_description(described, name):
 
 
 def test_describe_falls_back_to_real_model(monkeypatch, described):
-    monkeypatch.setattr(h, "_meta_model", lambda name: None)
-    assert h.describe_model("resnet18") == described["resnet18"]
+    monkeypatch.setattr(models, "_meta_model", lambda name: None)
+    assert models.describe_model("resnet18") == described["resnet18"]
 
 
-def test_describe_cli_is_fast_and_json():
-    import time
-    start = time.monotonic()
+def test_describe_cli_is_one_json_line():
     proc = _run(["--describe", "--model", "vgg16"])
-    elapsed = time.monotonic() - start
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == 1
     rec = json.loads(lines[0])
     assert rec == {"model": "vgg16", "params": 138357544, "forward_macs": 15470264320,
                    "image_size": [3, 224, 224], "num_classes": 1000}
-    assert elapsed < 10, elapsed  # includes interpreter and torch start-up
+
+
+# ---------------------------------------------------------------------------
+# BERT (Ren et al. Sec. III-C, Table II)
+# ---------------------------------------------------------------------------
+
+# BERT-base: embeddings (word 30522, position 512, token type 2, layer norm), 12 layers of attention
+# (4 linear 768x768) and feed-forward (768x3072, 3072x768) with two layer norms, the pooler (768x768).
+BERT_BASE_PARAMS = (30522 + 512 + 2 + 2) * 768 + 12 * (4 * (768 * 768 + 768) + 2 * 768
+                                                      + 768 * 3072 + 3072 + 3072 * 768 + 768 + 2 * 768) + 768 * 768 + 768
+
+
+def _bert_macs_per_sequence(layers, n, head_per_token=0, head_per_sequence=0):
+    """Forward multiply-adds of one sequence of n tokens, by hand: per layer and token the four attention
+    projections and the feed-forward layers; per layer q k^T and probabilities times v (n x n x 768 each)."""
+    return (layers * n * (4 * 768 * 768 + 2 * 768 * 3072) + layers * 2 * n * n * 768
+            + n * head_per_token + head_per_sequence)
+
+
+def test_bert_base_has_table_ii_parameters(described):
+    assert BERT_BASE_PARAMS == 109482240  # bert-base-uncased
+    swag, squad = described["bert_swag"], described["bert_squad"]
+    assert swag["params"] == BERT_BASE_PARAMS + 768 + 1        # one score per choice
+    assert squad["params"] == BERT_BASE_PARAMS + 2 * (768 + 1)  # start and end logits
+    for rec in (swag, squad):
+        # Ren et al. Table II: "BERT-SWAG 109.5 M", "BERT-SQuAD 109.5 M"
+        assert abs(rec["params"] - 109.5e6) / 109.5e6 <= 0.005, rec
+    assert swag["trainable_params"] == swag["params"]
+    assert squad["trainable_params"] == squad["params"] - (768 * 768 + 768)  # the unused pooler is frozen
+
+
+def test_bert_macs_are_counted_per_sequence(described):
+    swag, squad = described["bert_swag"], described["bert_squad"]
+    assert (swag["task"], swag["seq_length"], swag["sequences_per_instance"]) == ("swag", 80, 4)
+    assert (squad["task"], squad["seq_length"], squad["sequences_per_instance"]) == ("squad", 384, 1)
+    assert swag["forward_macs_per"] == squad["forward_macs_per"] == "sequence"
+    # SWAG: pooler and the choice scorer once per sequence; SQuAD: start/end logits on every token.
+    assert swag["forward_macs"] == _bert_macs_per_sequence(12, 80, head_per_sequence=768 * 768 + 768) == 6913327872
+    assert squad["forward_macs"] == _bert_macs_per_sequence(12, 384, head_per_token=768 * 2) == 35333406720
+
+
+def test_bert_real_model_matches_description(monkeypatch, described):
+    monkeypatch.setattr(models, "_meta_model", lambda name: None)
+    assert models.describe_model("bert_swag") == described["bert_swag"]
+
+
+def test_bert_without_fused_kernels_computes_the_same(monkeypatch):
+    """The paths for PyTorch releases without F.gelu / F.scaled_dot_product_attention give the same
+    outputs, with padding masked out the same way."""
+    torch.manual_seed(0)
+    model = models.build_model("bert_squad", num_layers=2).eval()
+    ids, types, mask = models.bert_input(12, 1, batch_size=2)
+    ids = torch.randint(0, 30522, ids.shape)
+    mask[1, 8:] = 0  # a padded second window
+    with torch.no_grad():
+        fused = model(ids, types, mask)
+        monkeypatch.setattr(models, "_SDPA", None)
+        monkeypatch.setattr(models, "_GELU", None)
+        plain = model(ids, types, mask)
+    for a, b in zip(fused, plain):
+        assert a.shape == (2, 12)
+        assert torch.allclose(a, b, atol=1e-5), (a - b).abs().max()
+
+
+def test_bert_layers_option_and_its_misuse(capsys):
+    assert models.count_params(models.build_model("bert_swag", num_layers=2)) == (
+        BERT_BASE_PARAMS - 10 * 7087872 + 768 + 1)
+    for args, message in (
+            (["--model", "trivial", "--seq-length", "8"], "--seq-length applies to the BERT models, not to trivial"),
+            (["--model", "trivial", "--num-layers", "2"], "--num-layers applies to the BERT models, not to trivial"),
+            (["--model", "bert_squad", "--seq-length", "513"], "--seq-length 513: BERT takes 1 to 512 tokens"),
+            (["--model", "bert_swag", "--channels-last", "on"],
+             "--channels-last on: model bert_swag reads tokens, not images")):
+        code, out, err = _main(capsys, args + ["--steps", "1"])
+        assert (code, _results(out), _error_lines(err)) == (common.EXIT_USAGE, [], ["dlrun-harness: error: " + message])
+
+
+def test_synthetic_tokens():
+    data = load_harness("pytorch", "data")
+    (ids, types, mask), (label,) = data.synthetic_tokens(3, 10, 4, 30522, "swag", 7)
+    assert ids.shape == types.shape == mask.shape == (3, 4, 10) and label.shape == (3,)
+    assert 0 <= int(ids.min()) and int(ids.max()) < 30522 and 0 <= int(label.min()) and int(label.max()) < 4
+    assert types[..., :5].sum() == 0 and bool((types[..., 5:] == 1).all()) and bool((mask == 1).all())
+    (ids, _, _), (start, end) = data.synthetic_tokens(64, 16, 1, 30522, "squad", 7)
+    assert ids.shape == (64, 16) and bool((start <= end).all()) and int(end.max()) < 16
+    again = data.synthetic_tokens(64, 16, 1, 30522, "squad", 7)
+    assert torch.equal(again[0][0], ids) and torch.equal(again[1][1], end)  # seeded
+
+
+def _check_bert_result(res, world, batch, steps, per_instance):
+    assert res["metric"] == "throughput" and res["unit"] == "sequences/sec"
+    assert res["formula"] == "world_size*batch_size_per_rank*sequences_per_instance*timed_steps/wall_time_s"
+    assert res["sequences_per_instance"] == per_instance and res["batch_size_per_rank"] == batch
+    assert res["value"] == pytest.approx(world * batch * per_instance * steps / res["wall_time_s"], rel=1e-9)
+    assert res["instances_per_sec"] == pytest.approx(res["value"] / per_instance, rel=1e-12)
+    assert res["wall_time_s"] == pytest.approx(max(res["per_rank_wall_time_s"]), rel=1e-12)
+    for rate, wall in zip(res["per_rank_sequences_per_sec"], res["per_rank_wall_time_s"]):
+        assert rate == pytest.approx(batch * per_instance * steps / wall, rel=1e-9)
+    assert res["optimizer"] == "adamw" and res["lr"] == 5e-5 and res["weight_decay"] == 0.01
+    assert res["channels_last"] is False and "image_size" not in res and "per_rank_images_per_sec" not in res
+    assert 0 < res["final_loss"] < 50
+
+
+@pytest.mark.parametrize("model, task, per_instance", [("bert_swag", "swag", 4), ("bert_squad", "squad", 1)])
+def test_bert_trains_for_real(model, task, per_instance):
+    """Both tasks train on the CPU: a 2-layer BERT-base on 16-token sequences, 3 timed steps."""
+    proc = _run(["--model", model, "--num-layers", "2", "--seq-length", "16", "--batch-size", "2",
+                 "--steps", "3", "--warmup-steps", "1", "--display-every", "1", "--threads", "2"], timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    (res,) = _results(out)
+    _check_bert_result(res, 1, 2, 3, per_instance)
+    assert (res["model"], res["task"], res["seq_length"], res["num_layers"]) == (model, task, 16, 2)
+    assert res["params"] == models.count_params(models.build_model(model, num_layers=2))
+    for expected in ("Model:       %s" % model, "Dataset:     %s (synthetic)" % task, "Optimizer:   adamw",
+                     "Step\tSeq/sec\ttotal_loss", "total sequences/sec: %.2f" % res["value"]):
+        assert expected in out, expected
+    assert "Data format:" not in out
+    assert [ln.split("\t")[0] for ln in out.splitlines() if "\tsequences/sec: " in ln] == ["1", "2", "3"]
+
+
+@pytest.mark.integration
+def test_bert_squad_two_ranks_with_the_unused_pooler():
+    """SQuAD's head leaves the pooler unused: DDP over 2 ranks still trains, and the replicas agree."""
+    proc = _mpirun(["--model", "bert_squad", "--num-layers", "2", "--seq-length", "16", "--batch-size", "2",
+                    "--steps", "2", "--warmup-steps", "1", "--expected-world-size", "2"], timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "terminate called" not in proc.stderr
+    (res,) = _results(proc.stdout)
+    _check_bert_result(res, 2, 2, 2, 1)
+    assert res["backend"] == "gloo" and "Variables:   ddp" in proc.stdout
+
+
+def test_bert_workloads_in_the_catalog(dlrun_home):
+    for name, per_instance in (("bert_swag", 4), ("bert_squad", 1)):
+        shown = cli_json("workloads", "show", name)
+        assert shown["kind"] == "bert-finetuning" and shown["model"] == name
+        published = shown["published_params"]
+        assert published["value"] == 109.5e6 and published["source"]["where"] == "Table II"
+        assert "0.19 G" in published["source"]["note"] or "2.87 G" in published["source"]["note"]
+        assert shown["published_ops_per_image"] is None  # Table II's BERT ops are not comparable
+        facts = shown["model_facts"]
+        assert abs(facts["params"] - published["value"]) / published["value"] <= 0.005
+        assert facts["sequences_per_instance"] == per_instance
 
 
 # ---------------------------------------------------------------------------
@@ -202,7 +353,7 @@ def test_describe_cli_is_fast_and_json():
 # ---------------------------------------------------------------------------
 
 def test_detect_rank_env_order():
-    d = h.detect_rank_env
+    d = process.detect_rank_env
     assert d({}) == (0, 1, 0, "single")
     both = {"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1",
             "OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "8"}
@@ -216,22 +367,22 @@ def test_detect_rank_env_order():
     assert d(pmix) == (2, 4, 0, "pmix")
     assert d({"SLURM_PROCID": "5", "SLURM_NTASKS": "6", "SLURM_LOCALID": "1"}) == (5, 6, 1, "slurm")
     assert d({"SLURM_PROCID": "0", "SLURM_NTASKS": "2"}) == (0, 2, None, "slurm")
-    with pytest.raises(h.HarnessError):
+    with pytest.raises(common.HarnessError, match=r"^inconsistent rank 4 / world size 4 \(torchrun\)$"):
         d({"RANK": "4", "WORLD_SIZE": "4"})
-    with pytest.raises(h.HarnessError):
+    with pytest.raises(common.HarnessError, match=r"^bad RANK='x' in the environment \(torchrun\)$"):
         d({"RANK": "x", "WORLD_SIZE": "4"})
 
 
 def test_perf_stats_and_replica_tolerance():
-    rate, err, jitter = h.perf_stats(10, [0.1, 0.1, 0.1])
+    rate, err, jitter = train.perf_stats(10, [0.1, 0.1, 0.1])
     assert rate == pytest.approx(100.0) and err == pytest.approx(0.0) and jitter == pytest.approx(0.0)
-    rate, err, jitter = h.perf_stats(10, [0.1, 0.2])
+    rate, err, jitter = train.perf_stats(10, [0.1, 0.2])
     assert rate == pytest.approx(20 / 0.3)
     assert err == pytest.approx(25.0 / 2 ** 0.5)
     assert jitter == pytest.approx(1.4826 * 25.0)
-    assert h.replicas_agree([1.0, 100.0], [1.0, 100.0])
-    assert h.replicas_agree([1.0, 100.0], [1.0 + 1e-5, 100.0])
-    assert not h.replicas_agree([1.0, 100.0], [1.001, 100.0])
+    assert train.replicas_agree([1.0, 100.0], [1.0, 100.0])
+    assert train.replicas_agree([1.0, 100.0], [1.0 + 1e-5, 100.0])
+    assert not train.replicas_agree([1.0, 100.0], [1.001, 100.0])
 
 
 # ---------------------------------------------------------------------------
@@ -245,19 +396,20 @@ def _fake_torch(**attrs):
 def test_guards_on_a_torch_without_new_features():
     old = _fake_torch(float16=torch.float16, cuda=types.SimpleNamespace(),
                       backends=types.SimpleNamespace())
-    with pytest.raises(h.HarnessError) as exc:
-        h.resolve_amp("cpu", old)
-    assert exc.value.code == 2 and "autocast" in exc.value.message
-    with pytest.raises(h.HarnessError):
-        h.resolve_amp("cuda", old)
-    with pytest.raises(h.HarnessError):
-        h.make_grad_scaler(old)
-    assert h.resolve_channels_last("auto", "amp", "cuda", old) is False
-    with pytest.raises(h.HarnessError):
-        h.resolve_channels_last("on", "fp32", "cpu", old)
+    cpu_amp = "^--precision amp: this PyTorch has no CPU bfloat16 autocast"
+    with pytest.raises(common.HarnessError, match=cpu_amp) as exc:
+        features.resolve_amp("cpu", old)
+    assert exc.value.code == common.EXIT_USAGE
+    with pytest.raises(common.HarnessError, match=r"^--precision amp: this PyTorch has no CUDA autocast \(torch"):
+        features.resolve_amp("cuda", old)
+    with pytest.raises(common.HarnessError, match="^--precision amp: this PyTorch has no GradScaler$"):
+        features.make_grad_scaler(old)
+    assert features.resolve_channels_last("auto", "amp", "cuda", old) is False
+    with pytest.raises(common.HarnessError, match="^--channels-last on: this PyTorch has no torch.channels_last$"):
+        features.resolve_channels_last("on", "fp32", "cpu", old)
     model = torch.nn.Linear(2, 2)
-    assert h.maybe_compile(model, True, old) == (model, False)
-    assert h.mkldnn_available(old) is False
+    assert features.maybe_compile(model, True, old) == (model, False)
+    assert features.mkldnn_available(old) is False
 
 
 def test_guards_pick_intermediate_apis():
@@ -273,35 +425,35 @@ def test_guards_pick_intermediate_apis():
     mid = _fake_torch(float16=torch.float16,
                       cuda=types.SimpleNamespace(amp=types.SimpleNamespace(
                           autocast=LegacyAutocast, GradScaler=LegacyScaler)))
-    factory, dtype, scaler = h.resolve_amp("cuda", mid)
+    factory, dtype, scaler = features.resolve_amp("cuda", mid)
     factory()
     assert (dtype, scaler, calls) == ("float16", True, ["autocast"])
-    assert isinstance(h.make_grad_scaler(mid), LegacyScaler)
+    assert isinstance(features.make_grad_scaler(mid), LegacyScaler)
 
 
 def test_guards_use_features_of_current_torch():
-    factory, dtype, scaler = h.resolve_amp("cpu")
+    factory, dtype, scaler = features.resolve_amp("cpu")
     assert (dtype, scaler) == ("bfloat16", False)
     with factory():
         y = torch.nn.Linear(4, 4)(torch.randn(2, 4))
     assert y.dtype == torch.bfloat16
     # fp32 on CPU: NHWC where oneDNN trains it (faster than NCHW), NCHW elsewhere.
-    assert h.resolve_channels_last("auto", "fp32", "cpu") is h.mkldnn_available()
+    assert features.resolve_channels_last("auto", "fp32", "cpu") is features.mkldnn_available()
     no_onednn = _fake_torch(channels_last=torch.channels_last,
                             backends=types.SimpleNamespace())
-    assert h.resolve_channels_last("auto", "fp32", "cpu", no_onednn) is False
-    assert h.resolve_channels_last("auto", "amp", "cpu", no_onednn) is True
-    assert h.resolve_channels_last("off", "fp32", "cpu") is False
-    assert h.resolve_channels_last("auto", "amp", "cpu") is True
-    assert h.resolve_channels_last("auto", "fp32", "cuda") is True
-    assert h.resolve_channels_last("off", "amp", "cuda") is False
-    assert h.mkldnn_available() == bool(torch.backends.mkldnn.is_available())
+    assert features.resolve_channels_last("auto", "fp32", "cpu", no_onednn) is False
+    assert features.resolve_channels_last("auto", "amp", "cpu", no_onednn) is True
+    assert features.resolve_channels_last("off", "fp32", "cpu") is False
+    assert features.resolve_channels_last("auto", "amp", "cpu") is True
+    assert features.resolve_channels_last("auto", "fp32", "cuda") is True
+    assert features.resolve_channels_last("off", "amp", "cuda") is False
+    assert features.mkldnn_available() == bool(torch.backends.mkldnn.is_available())
 
 
 def _main(capsys, args):
     """Run the harness entry point in this process; (exit code, out, err)."""
     try:
-        code = h.main(list(args))
+        code = entry.main(list(args))
     except SystemExit as exc:
         code = exc.code
     captured = capsys.readouterr()
@@ -343,26 +495,150 @@ def test_amp_without_autocast_is_a_clear_error(monkeypatch, capsys):
     assert line.startswith("dlrun-harness: error: --precision amp") and "autocast" in line
 
 
-def test_syntax_floor_python36():
-    # vermin is a test dependency: a missing vermin fails this test.
-    proc = subprocess.run(
+def _vermin(*paths):
+    # vermin is a test dependency: a missing vermin fails the test.
+    return subprocess.run(
         [sys.executable, "-c", "import sys, vermin; sys.exit(vermin.main())",
-         "-t=3.6-", "--no-tips", "--violations", str(HARNESS)],
+         "-t=3.6-", "--no-tips", "--violations", *map(str, paths)],
         capture_output=True, text=True, timeout=120)
+
+
+def test_syntax_floor_python36(tmp_path):
+    proc = _vermin(*HARNESS_FILES)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    # The same invocation does reject a file that needs Python 3.8.
+    newer = tmp_path / "walrus.py"
+    newer.write_text("if (n := 1):\n    pass\n")
+    assert _vermin(HARNESS, newer).returncode != 0
 
 
-def test_harness_imports_only_stdlib_and_torch():
-    import ast
-    tree = ast.parse(HARNESS.read_text())
+def _imported_roots(path):
     roots = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             roots.update(a.name.split(".")[0] for a in node.names)
         elif isinstance(node, ast.ImportFrom):
             roots.add(node.module.split(".")[0])
-    third_party = roots - set(sys.stdlib_module_names) - {"torch"}
-    assert not third_party, third_party
+    return roots
+
+
+@pytest.mark.parametrize("path", HARNESS_FILES, ids=[p.name for p in HARNESS_FILES])
+def test_harness_imports_only_stdlib_torch_and_its_siblings(path):
+    siblings = {p.stem for p in HARNESS_FILES}
+    roots = _imported_roots(path)
+    assert "dlrun" not in roots
+    assert not roots - set(sys.stdlib_module_names) - {"torch"} - siblings, roots
+
+
+def test_harness_files_are_the_entry_and_every_sibling():
+    names = [p.name for p in HARNESS_FILES]
+    assert names[0] == "harness_pytorch.py" and names[1:] == sorted(names[1:])
+    on_disk = sorted(p.name for p in HARNESS_DIR.glob("*.py") if p.name != "__init__.py")
+    assert sorted(names) == on_disk
+    assert {"harness_pytorch_models.py", "harness_pytorch_comm.py", "harness_pytorch_train.py",
+            "harness_pytorch_data.py"} <= set(names)
+    assert harness_files("tensorflow") == []  # TensorFlow images run tf_cnn_benchmarks
+    # The entry's notes name every sibling, so that a reader of the shipped file finds them all.
+    for name in names[1:]:
+        assert "``%s``" % name in entry.__doc__, name
+    # Only the model definitions may exceed the package's module size limit.
+    long = [p.name for p in HARNESS_FILES if len(p.read_text().splitlines()) > 400]
+    assert long in ([], ["harness_pytorch_models.py"]), long
+
+
+_IMPORT_ALONE = """
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+path, env = list(sys.path), dict(os.environ)
+import importlib
+importlib.import_module(sys.argv[2])
+torch_loaded = "torch" in sys.modules
+import torch
+print(json.dumps({"path": sys.path == path, "env": dict(os.environ) == env, "torch_loaded": torch_loaded,
+                  "threads": torch.get_num_threads(),
+                  "dlrun": sorted(m for m in sys.modules if m.split(".")[0] == "dlrun")}))
+"""
+
+
+def _unthreaded_env():
+    env = _env()
+    del env["OMP_NUM_THREADS"]  # torch's own choice, which an import must not change
+    return env
+
+
+@pytest.fixture(scope="module")
+def default_threads():
+    proc = subprocess.run([sys.executable, "-I", "-c", "import torch; print(torch.get_num_threads())"],
+                          capture_output=True, text=True, timeout=120, env=_unthreaded_env())
+    return int(proc.stdout)
+
+
+@pytest.mark.parametrize("path", HARNESS_FILES[1:], ids=[p.name for p in HARNESS_FILES[1:]])
+def test_each_sibling_imports_alone_without_side_effects(path, default_threads):
+    """A fresh interpreter (-I: no cwd, no user site) imports the sibling by itself: it leaves sys.path,
+    the environment (no re-exec, no LD_PRELOAD) and torch's threads as they were, and the two standard
+    library parts do not even import torch."""
+    proc = subprocess.run([sys.executable, "-I", "-c", _IMPORT_ALONE, str(HARNESS_DIR), path.stem],
+                          capture_output=True, text=True, timeout=120, env=_unthreaded_env())
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads(proc.stdout)
+    assert seen["path"] and seen["env"] and seen["dlrun"] == []
+    assert seen["threads"] == default_threads
+    stdlib_only = path.stem in ("harness_pytorch_common", "harness_pytorch_allocator")
+    assert seen["torch_loaded"] is not stdlib_only
+
+
+def test_entry_runs_from_any_directory_in_isolated_mode(tmp_path):
+    """`python -I` puts neither the script's directory nor the cwd on sys.path: the entry does."""
+    proc = subprocess.run([sys.executable, "-I", str(HARNESS), "--describe", "--model", "lenet"],
+                          capture_output=True, text=True, timeout=120, env=_env(), cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["model"] == "lenet"
+
+
+# ---------------------------------------------------------------------------
+# Shipped, bound and hashed together
+# ---------------------------------------------------------------------------
+
+def test_every_image_ships_the_harness_files_of_its_framework():
+    from dlrun.images.spec import spec_files
+
+    specs = {name: sf.spec for name, sf in spec_files().items()}
+    assert {"cpu-reference", "pytorch1.0-nvcr18.11", "tf1.14-nccl"} <= set(specs)
+    for name, spec in specs.items():
+        assert spec.harness.files == [p.name for p in harness_files(spec.framework)], name
+
+
+def test_harness_digest_covers_every_file(tmp_path):
+    digest, per_file = harness_hashes(HARNESS_DIR, "pytorch")
+    assert sorted(per_file) == sorted(p.name for p in HARNESS_FILES)
+    for path in HARNESS_FILES:
+        assert per_file[path.name] == hashlib.sha256(path.read_bytes()).hexdigest()
+    listing = "".join("%s  %s\n" % (per_file[name], name) for name in sorted(per_file))
+    assert digest == hashlib.sha256(listing.encode()).hexdigest()
+    # A change to any one file changes the digest; a missing file leaves none.
+    for path in HARNESS_FILES:
+        shutil.copy(path, tmp_path / path.name)
+    assert harness_hashes(tmp_path, "pytorch")[0] == digest
+    (tmp_path / "harness_pytorch_data.py").write_text("# changed\n")
+    assert harness_hashes(tmp_path, "pytorch")[0] not in (None, digest)
+    (tmp_path / "harness_pytorch_data.py").unlink()
+    assert harness_hashes(tmp_path, "pytorch") == (None, {**{p.name: per_file[p.name] for p in HARNESS_FILES},
+                                                          "harness_pytorch_data.py": None})
+
+
+def test_debootstrap_top_layer_carries_every_harness_file():
+    from dlrun.images.debootstrap import top_layer_files
+    from dlrun.images.spec import spec_files
+
+    spec_file = spec_files()["cpu-reference"]
+    base = {"packages": {"python3-torch": "1.13.1"}, "diff_id": "sha256:" + "0" * 64}
+    layer = {f.path: f for f in top_layer_files(spec_file, "x86_64", base)}
+    meta = json.loads(layer["etc/dlrun/image.json"].data)
+    for path in HARNESS_FILES:
+        shipped = layer["opt/dlrun/" + path.name]
+        assert shipped.data == path.read_bytes() and shipped.mode == 0o644
+        assert meta["harness"][path.name] == "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 # ---------------------------------------------------------------------------
@@ -393,7 +669,7 @@ def test_single_process_run():
     for expected in ("Model:       trivial", "Dataset:     imagenet (synthetic)",
                      "Mode:        training", "Batch size:  8 global", "8 per device",
                      "Num batches: 12", "Devices:     ['/cpu:0']",
-                     "Data format: %s" % ("NHWC" if h.mkldnn_available() else "NCHW"),
+                     "Data format: %s" % ("NHWC" if features.mkldnn_available() else "NCHW"),
                      "Optimizer:   sgd", "Variables:   replicated", "Running warm up",
                      "Done warm up", "Step\tImg/sec\ttotal_loss"):
         assert expected in out, expected
@@ -409,7 +685,7 @@ def test_single_process_run():
     assert res["model"] == "trivial" and res["params"] == 9232
     assert res["warmup_steps"] == 2 and res["threads"] == 1
     assert res["precision"] == "fp32"
-    assert res["channels_last"] is h.mkldnn_available()
+    assert res["channels_last"] is features.mkldnn_available()
     assert res["device"] == "cpu" and res["backend"] == "none"
     assert res["data_workers"] == 2 and res["rank_source"] == "single"
     assert res["final_loss"] > 0 and res["python_version"]
@@ -493,18 +769,18 @@ def test_plan_allocator_decisions():
     both = _fake_find({"tcmalloc": tc, "jemalloc": je})
     only_je = _fake_find({"jemalloc": je})
     none = _fake_find({})
-    assert h.plan_allocator("auto", None, both) == ("exec", "tcmalloc", tc)
-    assert h.plan_allocator("auto", None, only_je) == ("exec", "jemalloc", je)
-    assert h.plan_allocator("auto", None, none) == ("use", "glibc-tuned", None)
-    assert h.plan_allocator("jemalloc", None, both) == ("exec", "jemalloc", je)
+    assert alloc.plan_allocator("auto", None, both) == ("exec", "tcmalloc", tc)
+    assert alloc.plan_allocator("auto", None, only_je) == ("exec", "jemalloc", je)
+    assert alloc.plan_allocator("auto", None, none) == ("use", "glibc-tuned", None)
+    assert alloc.plan_allocator("jemalloc", None, both) == ("exec", "jemalloc", je)
     # after the re-exec, or imported as a module: never exec again
-    assert h.plan_allocator("auto", None, both, reexeced=True) == ("use", "glibc-tuned", None)
-    assert h.plan_allocator("auto", None, both, can_exec=False) == ("use", "glibc-tuned", None)
+    assert alloc.plan_allocator("auto", None, both, reexeced=True) == ("use", "glibc-tuned", None)
+    assert alloc.plan_allocator("auto", None, both, can_exec=False) == ("use", "glibc-tuned", None)
     # already loaded (the re-exec worked, or the user preloaded one): kept
-    assert h.plan_allocator("auto", "jemalloc", both) == ("use", "jemalloc", None)
-    assert h.plan_allocator("tcmalloc", "tcmalloc", none) == ("use", "tcmalloc", None)
-    assert h.plan_allocator("system", None, both) == ("use", "system", None)
-    assert h.plan_allocator("glibc-tuned", None, both) == ("use", "glibc-tuned", None)
+    assert alloc.plan_allocator("auto", "jemalloc", both) == ("use", "jemalloc", None)
+    assert alloc.plan_allocator("tcmalloc", "tcmalloc", none) == ("use", "tcmalloc", None)
+    assert alloc.plan_allocator("system", None, both) == ("use", "system", None)
+    assert alloc.plan_allocator("glibc-tuned", None, both) == ("use", "glibc-tuned", None)
 
 
 @pytest.mark.parametrize("requested, loaded, find, kwargs, message", [
@@ -518,50 +794,50 @@ def test_plan_allocator_decisions():
      "LD_PRELOAD=/l/libtcmalloc_minimal.so.4"),
 ])
 def test_plan_allocator_refuses_what_it_cannot_do(requested, loaded, find, kwargs, message):
-    with pytest.raises(h.HarnessError) as err:
-        h.plan_allocator(requested, loaded, _fake_find(find), **kwargs)
-    assert message in err.value.message and err.value.code == h.EXIT_USAGE
+    with pytest.raises(common.HarnessError, match=re.escape(message)) as err:
+        alloc.plan_allocator(requested, loaded, _fake_find(find), **kwargs)
+    assert err.value.code == common.EXIT_USAGE
 
 
 def test_allocator_detection_and_lookup(tmp_path):
     maps = ("7f00-7f01 r-xp 0 08:01 1 /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4.5.10\n"
             "7f02-7f03 r-xp 0 08:01 2 /usr/lib/x86_64-linux-gnu/libc.so.6\n")
-    assert h.loaded_allocator(maps) == "tcmalloc"
-    assert h.loaded_allocator(maps.replace("tcmalloc_minimal.so.4.5.10", "jemalloc.so.2")) == "jemalloc"
-    assert h.loaded_allocator("7f02-7f03 r-xp 0 08:01 2 /usr/lib/libc.so.6\n") is None
+    assert alloc.loaded_allocator(maps) == "tcmalloc"
+    assert alloc.loaded_allocator(maps.replace("tcmalloc_minimal.so.4.5.10", "jemalloc.so.2")) == "jemalloc"
+    assert alloc.loaded_allocator("7f02-7f03 r-xp 0 08:01 2 /usr/lib/libc.so.6\n") is None
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "libjemalloc.so.2").write_bytes(b"")
     dirs = [str(tmp_path / "a"), str(tmp_path / "b")]
-    assert h.find_allocator("jemalloc", dirs) == str(tmp_path / "b" / "libjemalloc.so.2")
-    assert h.find_allocator("tcmalloc", dirs) is None
-    assert str(Path(sys.prefix) / "lib") in h.library_dirs()
-    assert h._argv_allocator(["--model", "x", "--allocator", "jemalloc"]) == "jemalloc"
-    assert h._argv_allocator(["--allocator=system"]) == "system"
-    assert h._argv_allocator(["--model", "x"]) == "auto"
-    assert h._argv_allocator(["--describe", "--allocator", "tcmalloc"]) is None
-    assert h._argv_allocator(["--allocator", "bogus"]) is None  # argparse reports it
+    assert alloc.find_allocator("jemalloc", dirs) == str(tmp_path / "b" / "libjemalloc.so.2")
+    assert alloc.find_allocator("tcmalloc", dirs) is None
+    assert str(Path(sys.prefix) / "lib") in alloc.library_dirs()
+    assert alloc.argv_allocator(["--model", "x", "--allocator", "jemalloc"]) == "jemalloc"
+    assert alloc.argv_allocator(["--allocator=system"]) == "system"
+    assert alloc.argv_allocator(["--model", "x"]) == "auto"
+    assert alloc.argv_allocator(["--describe", "--allocator", "tcmalloc"]) is None
+    assert alloc.argv_allocator(["--allocator", "bogus"]) is None  # argparse reports it
 
 
 def test_setup_allocator_reexecs_with_preload_and_restores_children_env(monkeypatch):
-    monkeypatch.setattr(h, "mapped_allocator", lambda maps_text=None: (None, None))
-    monkeypatch.setattr(h, "find_allocator", lambda name, dirs=None: {
+    monkeypatch.setattr(alloc, "mapped_allocator", lambda maps_text=None: (None, None))
+    monkeypatch.setattr(alloc, "find_allocator", lambda name, dirs=None: {
         "jemalloc": "/opt/lib/libjemalloc.so.2"}.get(name))
     calls = []
     environ = {"LD_PRELOAD": "/site/libhook.so", "PATH": "/bin"}
-    h.setup_allocator("auto", True, environ=environ, execve=lambda *a: calls.append(a))
+    alloc.setup_allocator("auto", True, environ=environ, execve=lambda *a: calls.append(a))
     ((exe, argv, env),) = calls
     assert exe == sys.executable and argv[0] == sys.executable
     assert env["LD_PRELOAD"] == "/opt/lib/libjemalloc.so.2:/site/libhook.so"
-    assert env["MALLOC_CONF"] == h.JEMALLOC_CONF and env[h.REEXEC_ENV] == "/site/libhook.so"
+    assert env["MALLOC_CONF"] == alloc.JEMALLOC_CONF and env[alloc.REEXEC_ENV] == "/site/libhook.so"
     # in the re-executed process: the user's LD_PRELOAD is what children see
-    monkeypatch.setattr(h, "mapped_allocator", lambda maps_text=None: ("jemalloc", "/opt/lib/libjemalloc.so.2"))
-    state = h.setup_allocator("auto", True, environ=env, execve=lambda *a: calls.append(a))
+    monkeypatch.setattr(alloc, "mapped_allocator", lambda maps_text=None: ("jemalloc", "/opt/lib/libjemalloc.so.2"))
+    state = alloc.setup_allocator("auto", True, environ=env, execve=lambda *a: calls.append(a))
     assert len(calls) == 1 and state == {"name": "jemalloc", "library": "/opt/lib/libjemalloc.so.2"}
-    assert env["LD_PRELOAD"] == "/site/libhook.so" and h.REEXEC_ENV not in env
+    assert env["LD_PRELOAD"] == "/site/libhook.so" and alloc.REEXEC_ENV not in env
 
 
 def test_tune_glibc_malloc_applies():
-    assert h.tune_glibc_malloc() is True  # Debian's glibc has mallopt
+    assert alloc.tune_glibc_malloc() is True  # Debian's glibc has mallopt
 
 
 @pytest.mark.parametrize("requested, library", [("auto", "libtcmalloc_minimal.so.4"),
@@ -586,7 +862,7 @@ def test_allocator_really_loaded(requested, library):
 
 
 def test_allocator_clash_with_user_preload_is_one_line():
-    jemalloc = h.find_allocator("jemalloc")
+    jemalloc = alloc.find_allocator("jemalloc")
     proc = _run(["--model", "trivial", "--steps", "1", "--allocator", "tcmalloc"],
                 env=_env(LD_PRELOAD=jemalloc))
     assert proc.returncode == 2
@@ -598,20 +874,21 @@ def test_allocator_clash_with_user_preload_is_one_line():
 # ----------------------------------------------------------------------------- all-reduce benchmark
 
 def test_message_sizes_and_bus_bandwidth():
-    assert h.message_sizes(8, 64) == [8, 16, 32, 64]
-    assert h.message_sizes(1024, 1 << 20, 8) == [1024, 8192, 65536, 524288]
-    assert h.message_sizes(10, 40) == [8, 20, 40]  # whole float32 elements
+    assert comm.message_sizes(8, 64) == [8, 16, 32, 64]
+    assert comm.message_sizes(1024, 1 << 20, 8) == [1024, 8192, 65536, 524288]
+    assert comm.message_sizes(10, 40) == [8, 20, 40]  # whole float32 elements
     for bad in ((2, 8, 2), (64, 8, 2), (8, 64, 1)):
-        with pytest.raises(h.HarnessError):
-            h.message_sizes(*bad)
-    algbw, busbw = h.bus_bandwidth(1e9, 0.5, 2)
+        with pytest.raises(common.HarnessError, match=r"^message sizes: need 4 <= --min-bytes <= --max-bytes and "
+                                                      r"--size-factor >= 2, got %d, %d, %d$" % bad):
+            comm.message_sizes(*bad)
+    algbw, busbw = comm.bus_bandwidth(1e9, 0.5, 2)
     assert algbw == pytest.approx(2.0) and busbw == pytest.approx(2.0)  # 2 ranks: factor 2*(1)/2 = 1
-    assert h.bus_bandwidth(1e9, 0.5, 8)[1] == pytest.approx(2.0 * 2 * 7 / 8)
+    assert comm.bus_bandwidth(1e9, 0.5, 8)[1] == pytest.approx(2.0 * 2 * 7 / 8)
 
 
 def test_allreduce_needs_two_ranks(capsys):
     code, out, err = _main(capsys, ["--benchmark", "allreduce", "--max-bytes", "64"])
-    assert code == h.EXIT_USAGE and _results(out) == []
+    assert code == common.EXIT_USAGE and _results(out) == []
     assert _error_lines(err) == ["dlrun-harness: error: --benchmark allreduce needs at least 2 ranks, found 1; "
                                  "start it with 2 or more processes (e.g. mpirun -np 2, torchrun "
                                  "--nproc-per-node 2)"]
@@ -641,7 +918,7 @@ def test_two_rank_allreduce_sweep():
 def test_two_rank_allreduce_wrong_values_exit_6():
     proc = _mpirun(["--benchmark", "allreduce", "--max-bytes", "64", "--steps", "1", "--warmup-steps", "0"],
                    extra_env=["DLRUN_HARNESS_TEST_PERTURB_RANK=1"])
-    assert proc.returncode == h.EXIT_WRONG_RESULT, proc.stdout + proc.stderr
+    assert proc.returncode == common.EXIT_WRONG_RESULT, proc.stdout + proc.stderr
     assert _results(proc.stdout) == []
     assert _error_lines(proc.stderr) == [
         "dlrun-harness: error: all-reduce returned wrong values: 8 elements over all ranks, "

@@ -7,6 +7,10 @@ import hashlib
 import io
 import json
 import os
+import re
+import shlex
+import shutil
+import subprocess
 import tarfile
 from pathlib import Path
 
@@ -14,6 +18,10 @@ import pytest
 import yaml
 
 from conftest import REPO, run_cli
+from dlrun import paths
+from dlrun.errors import DlrunError, UsageError
+from dlrun.images import lock
+from dlrun.registry import ENGINES, Tool
 
 SOCK = "unix:///tmp/dlrun-test-nonexistent.sock"
 
@@ -25,6 +33,7 @@ def image_home(tmp_path, monkeypatch, dlrun_home):
            "DLRUN_IMAGES_LOCK": str(tmp_path / "images.lock"), "DOCKER_HOST": SOCK, "DLRUN_HOME": str(dlrun_home)}
     for key, value in env.items():
         monkeypatch.setenv(key, value)
+    monkeypatch.delenv("CH_IMAGE_STORAGE", raising=False)  # ch-image's storage: dlrun's choice, under the cache
     return {"env": env, "store": tmp_path / "store", "cache": tmp_path / "cache", "lock": tmp_path / "images.lock",
             "tmp": tmp_path}
 
@@ -35,27 +44,73 @@ def dry(*args: str, env: dict) -> list[str]:
     return proc.stdout.splitlines()
 
 
-# ------------------------------------------------------------------------------------------------ dry runs
-def test_build_dry_run_commands(image_home):
-    env, store = image_home["env"], image_home["store"]
-    api = f"    # via the Docker API at {SOCK} (docker-py)"
-    assert dry("build", "tf1.14-nccl", env=env) == [
-        f"docker build -f containers/tf1.14-nccl/Dockerfile.x86_64 -t localhost/dlrun/tf1.14-nccl:x86_64 "
-        f"--platform linux/amd64 {REPO}" + api]
-    assert dry("build", "tf1.8-cuda9", "--arch", "ppc64le", "--engine", "podman", env=env) == [
-        f"podman build -f containers/tf1.8-cuda9/Dockerfile.ppc64le -t localhost/dlrun/tf1.8-cuda9:ppc64le "
-        f"--platform linux/ppc64le {REPO}" + api]
+# ------------------------------------------------------------------------------------------------ engines
+ENGINE_NAMES = ENGINES.names()
+API = f"    # via the Docker API at {SOCK} (docker-py)"
+FAKEROOT = [] if os.geteuid() == 0 else ["--fakeroot"]
+
+
+def test_engine_registry_is_the_documented_set():
+    """The parametrised tests below cover ENGINES.names(); each table must name every engine (KeyError else)."""
+    assert ENGINE_NAMES == ["apptainer", "charliecloud", "debootstrap", "docker", "docker-api", "enroot", "podman",
+                            "singularity"]
+    for name in ENGINE_NAMES:
+        engine = ENGINES.get(name)
+        assert engine.tools, f"engine {name} declares no tool"
+        assert all(isinstance(tool, Tool) and tool.install for tool in engine.tools)
+        assert engine.lock_field in lock.FIELDS and engine.save_suffix.startswith(".")
+
+
+def build_lines(engine: str, env: dict, image: str = "tf1.14-nccl") -> tuple[list[str], str]:
+    """The dry run, and the build context it names (under the cache, named by its content)."""
+    lines = dry("build", image, "--engine", engine, env=env)
+    match = re.fullmatch(r"# assemble the build context (\S+) from the installed dlrun: (.*)", lines[0])
+    assert match, lines[0]
+    context = match.group(1)
+    assert re.fullmatch(rf"{env['DLRUN_CACHE_DIR']}/build-contexts/{image}-x86_64-[0-9a-f]{{16}}", context)
+    return lines[1:], context
+
+
+@pytest.mark.parametrize("engine", ENGINE_NAMES)
+def test_build_dry_run_commands(image_home, engine):
+    env, store, cache = image_home["env"], image_home["store"], image_home["cache"]
+    if engine == "debootstrap":
+        proc = run_cli("images", "build", "tf1.14-nccl", "--engine", engine, "--dry-run", env=env)
+        assert proc.returncode == 2 and "image 'tf1.14-nccl' has no `debootstrap:` section" in proc.stderr
+        return
+    lines, ctx = build_lines(engine, env)
+    ref, recipe = "localhost/dlrun/tf1.14-nccl:x86_64", "containers/tf1.14-nccl/Dockerfile.x86_64"
     sif = store / "tf1.14-nccl" / "x86_64" / "tf1.14-nccl.sif"
-    fakeroot = [] if os.geteuid() == 0 else ["--fakeroot"]
-    for engine in ("singularity", "apptainer"):
-        assert dry("build", "tf1.14-nccl", "--engine", engine, env=env) == [
-            f"mkdir -p {sif.parent}",
-            f"cd {REPO} && {engine} build {' '.join(fakeroot + [str(sif)])} containers/tf1.14-nccl/Singularity.x86_64.def"]
-    lines = dry("build", "pytorch1.0-horovod", "--engine", "charliecloud", env=env)
-    assert lines == [f"cd {REPO} && ch-image build -t dlrun/pytorch1.0-horovod:x86_64 -f "
-                     "containers/pytorch1.0-horovod/Dockerfile.x86_64 .",
-                     f"ch-convert -i ch-image -o dir dlrun/pytorch1.0-horovod:x86_64 "
-                     f"{store}/pytorch1.0-horovod/x86_64/rootfs"]
+    sqsh = store / "tf1.14-nccl" / "x86_64" / "tf1.14-nccl.sqsh"
+    storage = f"CH_IMAGE_STORAGE={cache}/ch-image"
+    expected = {
+        "docker": [f"docker build -f {recipe} -t {ref} --platform linux/amd64 {ctx}" + API],
+        "docker-api": [f"docker build -f {recipe} -t {ref} --platform linux/amd64 {ctx}" + API],
+        "podman": [f"podman build -f {recipe} -t {ref} --platform linux/amd64 {ctx}" + API],
+        "singularity": [f"mkdir -p {sif.parent}", f"cd {ctx} && singularity build {' '.join(FAKEROOT + [str(sif)])} "
+                        "containers/tf1.14-nccl/Singularity.x86_64.def"],
+        "apptainer": [f"mkdir -p {sif.parent}", f"cd {ctx} && apptainer build {' '.join(FAKEROOT + [str(sif)])} "
+                      "containers/tf1.14-nccl/Singularity.x86_64.def"],
+        "charliecloud": [f"cd {ctx} && {storage} ch-image build --force -t dlrun/tf1.14-nccl:x86_64 -f {recipe} .",
+                         f"{storage} ch-convert -i ch-image -o dir dlrun/tf1.14-nccl:x86_64 {store}/tf1.14-nccl/x86_64/rootfs"],
+        "enroot": [f"cd {ctx} && podman build --platform linux/amd64 -f {recipe} -t {ref} .",
+                   f"mkdir -p {sqsh.parent}", f"rm -f {sqsh}    # enroot import refuses to overwrite its output",
+                   f"enroot import --arch x86_64 -o {sqsh} podman://{ref}"],
+    }
+    assert lines == expected[engine]
+    assert not Path(ctx).exists(), "a dry run writes nothing"
+    assert str(REPO) not in "\n".join(lines), "builds never read from the source tree"
+
+
+def test_site_spec_builds_from_its_own_recipe_and_a_missing_one_is_named(image_home, tmp_path):
+    env = {**image_home["env"], **write_spec(tmp_path, lambda d: d.update(uri="registry.site.example/tf"))}
+    proc = run_cli("images", "build", "site-tf", "--engine", "docker", "--dry-run", env=env)
+    assert proc.returncode == 1
+    assert "site/containers/site-tf/Dockerfile.x86_64 does not exist; render it: dlrun images render site-tf" \
+        in proc.stderr
+    assert run_cli("images", "render", "site-tf", env=env).returncode == 0
+    lines, _ = build_lines("docker", env, "site-tf")
+    assert lines[0].startswith("docker build -f containers/site-tf/Dockerfile.x86_64 -t registry.site.example/tf:x86_64")
 
 
 def test_debootstrap_dry_run(image_home):
@@ -70,55 +125,203 @@ def test_debootstrap_dry_run(image_home):
     assert lines[2].startswith("cp -al ") and lines[2].endswith(f"{image_home['store']}/cpu-reference/x86_64/rootfs.tmp")
     assert lines[3].startswith("# dlrun's layer") and lines[4].startswith("# write ")
     assert dry("build", "cpu-reference", "--engine", "debootstrap", "--arch", "x86_64", env=image_home["env"]) == lines
-    proc = run_cli("images", "build", "tf1.14-nccl", "--engine", "debootstrap", "--dry-run", env=image_home["env"])
-    assert proc.returncode == 2 and "has no `debootstrap:` section" in proc.stderr
 
 
-def test_pull_push_save_load_dry_run_commands(image_home, tmp_path):
+# Every `--from` form, as each family of engines' tool takes it (None: refused, exit 2).
+SOURCES = {
+    "registry.example.org/dlrun/cpu:aarch64": {
+        "api": "registry.example.org/dlrun/cpu:aarch64", "sif": "docker://registry.example.org/dlrun/cpu:aarch64",
+        "ch": "registry.example.org/dlrun/cpu:aarch64", "enroot": "docker://registry.example.org#dlrun/cpu:aarch64"},
+    "docker://registry.example.org/dlrun/cpu:aarch64": {
+        "api": "registry.example.org/dlrun/cpu:aarch64", "sif": "docker://registry.example.org/dlrun/cpu:aarch64",
+        "ch": "registry.example.org/dlrun/cpu:aarch64", "enroot": "docker://registry.example.org#dlrun/cpu:aarch64"},
+    "docker://registry.example.org:5000#dlrun/cpu:aarch64": {  # enroot's own form, read by every engine
+        "api": "registry.example.org:5000/dlrun/cpu:aarch64",
+        "sif": "docker://registry.example.org:5000/dlrun/cpu:aarch64",
+        "ch": "registry.example.org:5000/dlrun/cpu:aarch64",
+        "enroot": "docker://registry.example.org:5000#dlrun/cpu:aarch64"},
+    "arm64v8/debian:bookworm-slim": {  # Docker Hub: no registry part
+        "api": "arm64v8/debian:bookworm-slim", "sif": "docker://arm64v8/debian:bookworm-slim",
+        "ch": "arm64v8/debian:bookworm-slim", "enroot": "docker://arm64v8/debian:bookworm-slim"},
+    "docker://localhost/dlrun/cpu@sha256:" + "a" * 64: {
+        "api": "localhost/dlrun/cpu@sha256:" + "a" * 64, "sif": "docker://localhost/dlrun/cpu@sha256:" + "a" * 64,
+        "ch": "localhost/dlrun/cpu@sha256:" + "a" * 64, "enroot": "docker://localhost#dlrun/cpu@sha256:" + "a" * 64},
+    "oras://registry.example.org/dlrun/cpu:sif": {
+        "api": None, "sif": "oras://registry.example.org/dlrun/cpu:sif", "ch": None, "enroot": None},
+    "library://dlrun/default/cpu:aarch64": {
+        "api": None, "sif": "library://dlrun/default/cpu:aarch64", "ch": None, "enroot": None},
+    "https://example.org/images/cpu.sif": {
+        "api": None, "sif": "https://example.org/images/cpu.sif", "ch": None, "enroot": None},
+    "dockerd://dlrun/cpu:aarch64": {"api": None, "sif": None, "ch": None, "enroot": "dockerd://dlrun/cpu:aarch64"},
+    "podman://localhost/dlrun/cpu:aarch64": {
+        "api": None, "sif": None, "ch": None, "enroot": "podman://localhost/dlrun/cpu:aarch64"},
+}
+FAMILY = {"docker": "api", "docker-api": "api", "podman": "api", "singularity": "sif", "apptainer": "sif",
+          "charliecloud": "ch", "debootstrap": "ch", "enroot": "enroot"}
+VALID = {"api": "REPO:TAG (a registry reference), docker://...",
+         "sif": "REPO:TAG (a registry reference), docker://..., oras://..., library://..., shub://..., http://..., "
+                "https://...",
+         "ch": "REPO:TAG (a registry reference), docker://...",
+         "enroot": "REPO:TAG (a registry reference), docker://..., dockerd://..., podman://..."}
+
+
+def pull_steps(engine: str, source: str, store: Path, cache: Path) -> list[str]:
+    """The exact dry run of `dlrun images pull cpu-reference --arch aarch64 --from <as the tool takes it>`."""
+    ref = "localhost/dlrun/cpu-reference:aarch64"
+    folder = store / "cpu-reference" / "aarch64"
+    storage = f"CH_IMAGE_STORAGE={cache}/ch-image"
+    cli = {"docker-api": "docker"}.get(engine, engine)
+    return {
+        "api": [f"{cli} pull --platform linux/arm64 {source}" + API, f"{cli} tag {source} {ref}" + API],
+        "sif": [f"mkdir -p {folder}", f"{engine} pull --force {folder}/cpu-reference.sif {shlex.quote(source)}"],
+        "ch": [f"{storage} ch-image pull --arch=arm64/v8 {source} dlrun/cpu-reference:aarch64",
+               f"{storage} ch-convert -i ch-image -o dir dlrun/cpu-reference:aarch64 {folder}/rootfs"],
+        "enroot": [f"mkdir -p {folder}", f"rm -f {folder}/cpu-reference.sqsh    # enroot import refuses to overwrite its output",
+                   f"enroot import --arch aarch64 -o {folder}/cpu-reference.sqsh {shlex.quote(source)}"],
+    }[FAMILY[engine]]
+
+
+@pytest.mark.parametrize("source", list(SOURCES))
+@pytest.mark.parametrize("engine", ENGINE_NAMES)
+def test_pull_renders_what_each_engine_takes(image_home, engine, source):
+    from dlrun.images import ops
+
+    rendered = SOURCES[source][FAMILY[engine]]
+    if rendered is None:
+        with pytest.raises(UsageError) as refused:
+            ops.pull("cpu-reference", source, engine=engine, arch="aarch64", dry_run=True)
+        scheme = source.split("://")[0]
+        assert str(refused.value) == (f"engine {engine} cannot pull from {source!r} (scheme {scheme}://); "
+                                      f"valid for {engine}: {VALID[FAMILY[engine]]}")
+        return
+    result = ops.pull("cpu-reference", source, engine=engine, arch="aarch64", dry_run=True)
+    assert [step.text() for step in result.steps] == pull_steps(engine, rendered, image_home["store"],
+                                                                image_home["cache"])
+
+
+def test_enroot_pull_writes_the_registry_as_pyxis_does(dlrun_home):
+    """The engine's `REGISTRY#REPO` is the form the pyxis runtime gives `--container-image` for the same image."""
+    from dlrun.catalog import load_catalog
+    from dlrun.images.refs import enroot_docker_uri, parse_location
+    from dlrun.plan import resolve_plan
+    from dlrun.runtimes.enroot import pyxis_image
+
+    plan = resolve_plan(load_catalog(), "resnet50", system="dgx-h100")
+    for reference in ("nvcr.io/nvidia/pytorch:24.12-py3", "localhost/dlrun/cpu-reference:x86_64",
+                      "registry.example.org:5000/dlrun/cpu:x86_64", "nvidia/cuda:12.6.3-base-ubuntu22.04"):
+        pulled = plan.model_copy(update={"image": plan.image.model_copy(update={"repo_digest": reference})})
+        assert enroot_docker_uri(parse_location(reference)) == f"docker://{pyxis_image(pulled)}"
+
+
+def test_images_help_names_every_engine():
+    text = run_cli("images", "build", "--help", env={"COLUMNS": "300"}).stdout
+    assert all(re.search(rf"\b{re.escape(name)}\b", text) for name in ENGINE_NAMES), text
+
+
+def test_pull_from_a_scheme_the_engine_cannot_take_is_one_line_exit_2(image_home):
+    proc = run_cli("images", "pull", "cpu-reference", "--from", "oras://registry.example.org/dlrun/cpu:sif",
+                   "--engine", "docker", "--dry-run", env=image_home["env"])
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == ("dlrun: error: engine docker cannot pull from 'oras://registry.example.org/dlrun/cpu:sif' "
+                           "(scheme oras://); valid for docker: REPO:TAG (a registry reference), docker://...\n")
+    proc = run_cli("images", "pull", "cpu-reference", "--from", "dokcer://registry.example.org/dlrun/cpu:x86_64",
+                   "--engine", "enroot", "--dry-run", env=image_home["env"])
+    assert proc.returncode == 2 and "(scheme dokcer://); did you mean docker://?; valid for enroot:" in proc.stderr
+
+
+def test_enroot_pulls_an_ngc_image_into_the_store(image_home):
+    sqsh = image_home["store"] / "pytorch2.6-ngc24.12" / "x86_64" / "pytorch2.6-ngc24.12.sqsh"
+    assert dry("pull", "pytorch2.6-ngc24.12", "--arch", "x86_64", "--from", "nvcr.io/nvidia/pytorch:24.12-py3",
+               "--engine", "enroot", env=image_home["env"])[-1] == \
+        f"enroot import --arch x86_64 -o {sqsh} 'docker://nvcr.io#nvidia/pytorch:24.12-py3'"
+
+
+@pytest.mark.parametrize("engine", ENGINE_NAMES)
+def test_push_save_load_verify_lock_dry_run_commands(image_home, engine):
     env, store = image_home["env"], image_home["store"]
-    api = f"    # via the Docker API at {SOCK} (docker-py)"
-    ref = "localhost/dlrun/pytorch2.6-ngc24.12:aarch64"
-    common = ["pytorch2.6-ngc24.12", "--arch", "aarch64"]
-    assert dry("pull", *common, "--from", "registry.example.org/dlrun/pt:aarch64", env=env) == [
-        "docker pull --platform linux/arm64 registry.example.org/dlrun/pt:aarch64" + api,
-        f"docker tag registry.example.org/dlrun/pt:aarch64 {ref}" + api]
-    assert dry("push", *common, "--to", "registry.example.org/dlrun/pt:aarch64", "--engine", "podman", env=env) == [
-        f"podman tag {ref} registry.example.org/dlrun/pt:aarch64" + api,
-        "podman push registry.example.org/dlrun/pt:aarch64" + api]
-    assert dry("save", *common, "-o", "pt.tar", env=env) == [f"docker save -o pt.tar {ref}" + api]
-    assert dry("load", "pt.tar", "pytorch2.6-ngc24.12", "--arch", "aarch64", env=env) == [
-        "docker load -i pt.tar" + api, f"docker tag '<loaded image>' {ref}" + api]
-    sif = store / "pytorch2.6-ngc24.12" / "aarch64" / "pytorch2.6-ngc24.12.sif"
-    for engine in ("singularity", "apptainer"):
-        assert dry("pull", *common, "--from", "registry.example.org/dlrun/pt:aarch64", "--engine", engine, env=env) == [
-            f"mkdir -p {sif.parent}", f"{engine} pull --force {sif} docker://registry.example.org/dlrun/pt:aarch64"]
-        assert dry("push", *common, "--to", "oras://registry.example.org/dlrun/pt:sif", "--engine", engine,
-                   env=env) == [f"{engine} push {sif} oras://registry.example.org/dlrun/pt:sif"]
-        assert dry("save", *common, "-o", "pt.sif", "--engine", engine, env=env) == [f"cp {sif} pt.sif"]
-        assert dry("load", "pt.sif", "pytorch2.6-ngc24.12", "--arch", "aarch64", "--engine", engine, env=env) == [
-            f"mkdir -p {sif.parent}", f"cp pt.sif {sif}"]
-    rootfs = store / "cpu-reference" / "x86_64" / "rootfs"
-    assert dry("save", "cpu-reference", "--arch", "x86_64", "--engine", "charliecloud", env=env) == [
-        f"cp {store}/cpu-reference/x86_64/image.tar cpu-reference_x86_64.tar"]
-    assert dry("load", "cpu.tar", "cpu-reference", "--arch", "x86_64", "--engine", "charliecloud", env=env) == [
-        f"# unpack cpu.tar layer by layer (digests checked first) into {rootfs}",
-        f"cp cpu.tar {store}/cpu-reference/x86_64/image.tar"]
+    folder = store / "cpu-reference" / "aarch64"
+    ref, common = "localhost/dlrun/cpu-reference:aarch64", ["cpu-reference", "--arch", "aarch64", "--engine", engine]
+    cli = {"docker-api": "docker"}.get(engine, engine)
+    family = FAMILY[engine]
+    registry, oras = "registry.example.org/dlrun/cpu:aarch64", "oras://registry.example.org/dlrun/cpu:sif"
+    pushes = {"api": {registry: [f"{cli} tag {ref} {registry}" + API, f"{cli} push {registry}" + API], oras: None},
+              "sif": {registry: None, oras: [f"{engine} push {folder}/cpu-reference.sif {oras}"]},
+              "ch": {registry: [f"CH_IMAGE_STORAGE={image_home['cache']}/ch-image ch-image push "
+                                f"dlrun/cpu-reference:aarch64 {registry}"], oras: None},
+              "enroot": {registry: None, oras: None}}[family]
+    for destination, expected in pushes.items():
+        proc = run_cli("images", "push", *common, "--to", destination, "--dry-run", env=env)
+        if expected is None:
+            assert proc.returncode == 2, proc.stdout
+            assert (f"engine {engine} cannot push" in proc.stderr and "valid" in proc.stderr), proc.stderr
+        else:
+            assert proc.returncode == 0 and proc.stdout.splitlines() == expected, proc.stderr
+    assert dry("save", *common, env=env) == {
+        "api": [f"{cli} save -o cpu-reference_aarch64.tar {ref}" + API],
+        "sif": [f"cp {folder}/cpu-reference.sif cpu-reference_aarch64.sif"],
+        "ch": [f"cp {folder}/image.tar cpu-reference_aarch64.tar"],
+        "enroot": [f"cp {folder}/cpu-reference.sqsh cpu-reference_aarch64.sqsh"]}[family]
+    assert dry("load", "cpu.tar", *common, env=env) == {
+        "api": [f"{cli} load -i cpu.tar" + API, f"{cli} tag '<loaded image>' {ref}" + API],
+        "sif": [f"mkdir -p {folder}", f"cp cpu.tar {folder}/cpu-reference.sif"],
+        "ch": [f"# unpack cpu.tar layer by layer (digests checked first) into {folder}/rootfs",
+               f"cp cpu.tar {folder}/image.tar"],
+        "enroot": ["# compare the image ID of cpu.tar with images.lock", "podman load -i cpu.tar",
+                   f"podman tag '<loaded image>' {ref}", f"mkdir -p {folder}",
+                   f"rm -f {folder}/cpu-reference.sqsh    # enroot import refuses to overwrite its output",
+                   f"enroot import --arch aarch64 -o {folder}/cpu-reference.sqsh podman://{ref}"]}[family]
+    if family == "enroot":  # another site's saved .sqsh is copied as it is
+        assert dry("load", "cpu.sqsh", *common, env=env) == [f"mkdir -p {folder}",
+                                                             f"cp cpu.sqsh {folder}/cpu-reference.sqsh"]
+    what = {"api": "image ID", "sif": "SIF file", "ch": "root filesystem", "enroot": "squashfs file"}[family]
+    assert dry("verify", *common, env=env) == [f"# compare the {what} of cpu-reference (aarch64) with images.lock"]
+    assert dry("lock", *common, env=env) == [f"# record the {what} of cpu-reference (aarch64) in {image_home['lock']}"]
+
+
+def test_every_program_an_engine_runs_says_how_to_install_it(image_home):
+    from dlrun.images import ops
+    from dlrun.images.steps import TOOLS, Command
+
+    seen = set()
+    for engine in ENGINE_NAMES:
+        image = "cpu-reference" if engine == "debootstrap" else "tf1.14-nccl"
+        results = [ops.build(image, engine=engine, dry_run=True),
+                   ops.load(image, Path("x.tar"), engine=engine, dry_run=True)]
+        if ENGINES.get_class(engine).supports("pull"):
+            results.append(ops.pull(image, "registry.example.org/x:y", engine=engine, dry_run=True))
+        for result in results:
+            seen |= {step.argv[0] for step in result.steps if isinstance(step, Command)}
+    assert seen - set(TOOLS) == set()
+    assert {"enroot", "podman", "singularity", "apptainer", "ch-image", "debootstrap"} <= seen
 
 
 # ------------------------------------------------------------------------------------------------ missing runtimes
-@pytest.mark.parametrize("engine,hint", [("singularity", "install SingularityCE"), ("apptainer", "install Apptainer")])
-def test_missing_runtime_says_what_to_install(image_home, engine, hint, tmp_path):
+@pytest.mark.parametrize("engine,args,hint", [
+    ("singularity", ("build", "cpu-reference"), "install SingularityCE"),
+    ("apptainer", ("build", "cpu-reference"), "install Apptainer"),
+    ("enroot", ("pull", "cpu-reference", "--from", "docker://debian:bookworm"), "install enroot: the .deb/.rpm packages"),
+])
+def test_missing_runtime_says_what_to_install(image_home, engine, args, hint, tmp_path):
     env = {**image_home["env"], "PATH": f"{tmp_path}/empty-bin:/usr/bin:/bin"}
-    proc = run_cli("images", "build", "cpu-reference", "--arch", "x86_64", "--engine", engine, env=env)
+    proc = run_cli("images", *args, "--arch", "x86_64", "--engine", engine, env=env)
     assert proc.returncode == 1
     assert f"{engine} is not installed (not on PATH)" in proc.stderr and hint in proc.stderr
     assert "--dry-run" in proc.stderr
+
+
+def test_an_engine_that_cannot_do_an_operation_names_those_that_can(image_home):
+    proc = run_cli("images", "push", "cpu-reference", "--to", "registry.example.org/x:y", "--engine", "enroot",
+                   "--dry-run", env=image_home["env"])
+    assert proc.returncode == 2
+    assert proc.stderr == ("dlrun: error: engine enroot cannot push images; valid: --engine apptainer, charliecloud, "
+                           "debootstrap, docker, docker-api, podman, singularity\n")
 
 
 def test_unreachable_docker_api_says_how_to_start_one(image_home):
     proc = run_cli("images", "build", "tf1.14-nccl", env=image_home["env"])
     assert proc.returncode == 1
     assert f"cannot reach the Docker API at {SOCK}" in proc.stderr
+    assert not (image_home["cache"] / "build-contexts").exists(), "nothing is assembled for an engine out of reach"
     proc = run_cli("images", "verify", "cpu-reference", "--arch", "x86_64", "--engine", "podman", "--host",
                    "unix:///tmp/dlrun-no-podman.sock", env=image_home["env"])
     assert proc.returncode == 1
@@ -320,6 +523,94 @@ def test_run_refuses_a_digest_mismatch_and_an_unlocked_image(image_home, tmp_pat
     assert "digest mismatch for image cpu-reference (x86_64), runtime charliecloud: images.lock records " \
            f"sha256:{'2' * 64}, but {rootfs} has sha256:" in proc.stderr
     assert not list(Path(image_home["env"]["DLRUN_HOME"]).glob("runs/*")), "nothing may run"
+
+
+# ------------------------------------------------------------------------------------------------ enroot squashfs
+def make_squashfs(tmp_path: Path, content: str) -> Path:
+    """A real squashfs image (mksquashfs, as enroot import makes them) holding one file."""
+    if shutil.which("mksquashfs") is None:
+        pytest.fail("mksquashfs is needed: apt-get install squashfs-tools (`make sysdeps` installs it)", pytrace=False)
+    tree = tmp_path / f"tree-{content}"
+    (tree / "etc").mkdir(parents=True)
+    (tree / "etc" / "os-release").write_text(content)
+    out = tmp_path / f"{content}.sqsh"
+    subprocess.run(["mksquashfs", str(tree), str(out), "-noappend", "-quiet", "-no-progress"], check=True,
+                   capture_output=True)
+    return out
+
+
+def container_image(text: str) -> str:
+    srun = next(line for line in text.splitlines() if line.startswith("srun "))
+    return next(word for word in shlex.split(srun) if word.startswith("--container-image="))
+
+
+def test_dgx_h100_job_runs_the_recorded_squashfs(image_home):
+    """pyxis gets the site's .sqsh by absolute path once the lock records one; else the registry reference."""
+    image = "pytorch2.6-ngc24.12"
+    text = run_cli("run", "resnet50", "--system", "dgx-h100", "--nodes", "2", "--dry-run", env=image_home["env"],
+                   check=True).stdout
+    assert container_image(text) == "--container-image=localhost#dlrun/pytorch2.6-ngc24.12:x86_64"
+    lock.record(image, "x86_64", squashfs="sha256:" + "5" * 64, recorded_by="pull (enroot) nvcr.io/nvidia/pytorch:24.12-py3")
+    text = run_cli("run", "resnet50", "--system", "dgx-h100", "--nodes", "2", "--dry-run", env=image_home["env"],
+                   check=True).stdout
+    sqsh = image_home["store"] / image / "x86_64" / f"{image}.sqsh"
+    assert sqsh.is_absolute()
+    assert container_image(text) == f"--container-image={sqsh}"
+    assert "#SBATCH --nodes=2" in text
+
+
+def test_enroot_squashfs_load_verify_save_and_run_check(image_home, tmp_path):
+    """Another site's .sqsh: loaded (copied, digest recorded), verified, saved, checked before a run; a
+    different file is refused with both digests."""
+    from dlrun.catalog import load_catalog
+    from dlrun.images.digest import file_sha256
+    from dlrun.images.verify import verify_plan_image, with_local_image
+    from dlrun.plan import resolve_plan
+
+    env, image = image_home["env"], "pytorch2.6-ngc24.12"
+    good, other = make_squashfs(tmp_path, "good"), make_squashfs(tmp_path, "other")
+    common = [image, "--arch", "x86_64", "--engine", "enroot"]
+    proc = run_cli("images", "load", str(good), *common, env=env)
+    assert proc.returncode == 0, proc.stderr
+    stored = image_home["store"] / image / "x86_64" / f"{image}.sqsh"
+    entry = json.loads(proc.stdout)
+    assert entry["squashfs"] == file_sha256(good) == file_sha256(stored)
+    assert entry["recorded_by"] == f"load (enroot) {good.name}"
+    assert lock.entry(image, "x86_64")["squashfs"] == entry["squashfs"]
+    proc = run_cli("images", "verify", *common, env=env)
+    assert proc.returncode == 0 and f"squashfs file {entry['squashfs']}: matches images.lock" in proc.stdout
+    proc = run_cli("images", "save", *common, "-o", str(tmp_path / "handed-on.sqsh"), env=env)
+    assert proc.returncode == 0 and (tmp_path / "handed-on.sqsh").read_bytes() == good.read_bytes()
+    proc = run_cli("images", "load", str(other), *common, env=env)
+    assert proc.returncode == 1
+    assert f"images.lock records {entry['squashfs']}, but {other} has {file_sha256(other)}" in proc.stderr
+    assert file_sha256(stored) == entry["squashfs"], "a refused load leaves the store alone"
+
+    plan = resolve_plan(load_catalog(), "resnet50", system="dgx-h100", local_image=with_local_image)
+    assert plan.runtime == "enroot" and plan.image.squashfs == str(stored)
+    check = verify_plan_image(plan)["image_check"]
+    assert check == {"runtime": "enroot", "verified": True, "field": "squashfs", "digest": entry["squashfs"],
+                     "artifact": str(stored)}
+    shutil.copyfile(other, stored)
+    with pytest.raises(DlrunError, match=f"runtime enroot: images.lock records {entry['squashfs']}, but {stored} has "
+                                         f"{file_sha256(other)}; refusing it"):
+        verify_plan_image(plan)
+
+
+def test_lock_and_build_caches_are_site_state(tmp_path, monkeypatch, dlrun_home):
+    """The lock lives in the user's dlrun home (never the source tree); caches under the user's cache."""
+    from dlrun.images.engines.charliecloud import storage_env
+
+    for name in ("DLRUN_IMAGES_LOCK", "DLRUN_IMAGES_DIR", "DLRUN_CACHE_DIR", "CH_IMAGE_STORAGE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    assert lock.lock_path() == dlrun_home / "images.lock"
+    lock.record("cpu-reference", "x86_64", digest="sha256:" + "1" * 64)
+    assert (dlrun_home / "images.lock").is_file()
+    assert not (REPO / "containers" / "images.lock").exists()
+    assert storage_env() == {"CH_IMAGE_STORAGE": str(tmp_path / "xdg-cache" / "dlrun" / "ch-image")}
+    monkeypatch.setenv("CH_IMAGE_STORAGE", "/srv/ch")
+    assert storage_env() == {}, "a site's own ch-image storage is kept"
 
 
 # ------------------------------------------------------------------------------------------------ runtimes

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -13,7 +14,9 @@ import pytest
 import yaml
 
 from conftest import REPO
-from fixtures_images import dlrun
+from fixtures_images import dlrun, require_tools
+
+from dlrun.paths import harness_files
 
 pytestmark = pytest.mark.integration
 
@@ -45,8 +48,8 @@ def test_build_records_what_it_built(cpu_reference):
     pins = {p["name"]: p["version"] for p in spec["debootstrap"]["packages"]}
     for name, version in pins.items():
         assert entry["packages"][name] == version or entry["packages"][name].startswith(version + "+b")
-    harness = REPO / "launcher" / "dlrun" / "workloads" / "harness_pytorch.py"
-    assert (rootfs / "opt" / "dlrun" / "harness_pytorch.py").read_bytes() == harness.read_bytes()
+    for harness in harness_files("pytorch"):  # the entry file and its siblings
+        assert (rootfs / "opt" / "dlrun" / harness.name).read_bytes() == harness.read_bytes()
     meta = json.loads((rootfs / "etc" / "dlrun" / "image.json").read_text())
     assert meta["labels"]["dlrun.image"] == "cpu-reference" and meta["packages"] == entry["packages"]
     assert (rootfs / "data").is_dir() and (rootfs / "ch" / "environment").read_text().startswith("LANG=C.UTF-8\n")
@@ -153,3 +156,97 @@ def test_share_through_an_archive(cpu_reference_in_podman, tmp_path):
     proc = dlrun("images", "verify", "cpu-reference", "--engine", "charliecloud", env=site_b)
     assert proc.returncode == 1
     assert f"images.lock records {entry['rootfs']}, but {rootfs} has sha256:" in proc.stderr
+
+
+# ------------------------------------------------------------------------------------------------ recipe builds
+# Debian's ch-image runs `python3` from PATH and needs Debian's python3-lark: a virtual environment's or
+# pyenv's python3 ahead of /usr/bin lacks it.
+SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def site_spec_without_debootstrap(site: Path, arch: str) -> str:
+    """cpu-reference as a site's own image under another name, built from its Dockerfile (no `debootstrap:`
+    section, so Charliecloud builds it with ch-image too)."""
+    spec = yaml.safe_load((REPO / "containers" / "cpu-reference" / "image.yaml").read_text())
+    spec.pop("debootstrap")
+    spec.update(name="cpu-built", uri="localhost/dlrun-test/cpu-built", arch=[arch],
+                base={arch: spec["base"][arch]})
+    folder = site / "containers" / "cpu-built"
+    folder.mkdir(parents=True)
+    (folder / "image.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    return spec["base"][arch]["image"] + ":" + spec["base"][arch]["tag"]
+
+
+def import_base(engine: str, base_rootfs: Path, reference: str, env: dict[str, str]) -> bool:
+    """Give the engine the recipe's base image (no registry is reachable here): the bootstrapped Debian tree
+    of cpu-reference, whose pinned packages the recipe's `apt-get install` then finds in place. True when
+    this test created it (and removes it again)."""
+    run_env = {**os.environ, **env}
+    if engine == "charliecloud":
+        Path(env["CH_IMAGE_STORAGE"]).parent.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.run(["ch-image", "import", str(base_rootfs), reference], capture_output=True, text=True,
+                              env=run_env, timeout=900)
+        assert proc.returncode == 0, proc.stderr
+        return False  # in the test's own ch-image storage, removed with it
+    qualified = f"docker.io/{reference}"
+    if subprocess.run(["podman", "image", "exists", qualified], env=run_env).returncode == 0:
+        return False
+    proc = subprocess.run(f"tar -C {base_rootfs} -c . | podman import - {qualified}", shell=True, capture_output=True,
+                          text=True, env=run_env, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    return True
+
+
+@pytest.mark.parametrize("engine,runtime", [("charliecloud", "charliecloud"), ("podman", "docker-api")])
+def test_recipe_builds_from_the_assembled_context_and_runs(cpu_reference, request, monkeypatch, tmp_path, dataset,
+                                                          engine, runtime):
+    """The committed kind of recipe, built for real by ch-image and by Podman (through the Docker API) from
+    the context dlrun assembles out of the installed package; the lock records it and the harness runs in it."""
+    from dlrun import paths
+    from dlrun.images import debootstrap
+    from dlrun.images.spec import get_spec
+
+    require_tools("ch-image", "podman")
+    arch = cpu_reference["arch"]
+    monkeypatch.setenv("DLRUN_CACHE_DIR", cpu_reference["env"]["DLRUN_CACHE_DIR"])
+    base_rootfs = debootstrap.base_dir(get_spec("cpu-reference").spec, arch) / "rootfs"
+    base = site_spec_without_debootstrap(tmp_path / "site", arch)
+    env = {"DLRUN_PATH": str(tmp_path / "site"), "DLRUN_CACHE_DIR": str(tmp_path / "cache"),
+           "DLRUN_IMAGES_DIR": str(tmp_path / "store"), "DLRUN_IMAGES_LOCK": str(tmp_path / "images.lock"),
+           "DLRUN_HOME": str(tmp_path / "home"), "PATH": SYSTEM_PATH, "USER": cpu_reference["env"]["USER"]}
+    monkeypatch.delenv("CH_IMAGE_STORAGE", raising=False)  # dlrun's own choice, under DLRUN_CACHE_DIR
+    if engine == "podman":
+        env.update(request.getfixturevalue("podman_service")["env"])
+    assert dlrun("images", "render", "cpu-built", env=env).returncode == 0
+    env_for_tools = {**env, "CH_IMAGE_STORAGE": str(tmp_path / "cache" / "ch-image")}
+    created_base = import_base(engine, base_rootfs, base, env_for_tools)
+    try:
+        proc = dlrun("images", "build", "cpu-built", "--engine", engine, env=env, timeout=1800)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+        entry = json.loads(proc.stdout)
+        assert entry["recorded_by"] == f"build ({engine})"
+        assert entry["rootfs" if engine == "charliecloud" else "digest"].startswith("sha256:")
+        contexts = list((tmp_path / "cache" / "build-contexts").iterdir())
+        assert [c.name.startswith(f"cpu-built-{arch}-") for c in contexts] == [True]
+        spec = get_spec("cpu-reference").spec
+        for name in spec.harness.files:
+            copied = contexts[0] / "launcher" / "dlrun" / "workloads" / name
+            assert copied.read_bytes() == (paths.HARNESS_DIR / name).read_bytes()
+            if engine == "charliecloud":
+                built = tmp_path / "store" / "cpu-built" / arch / "rootfs" / spec.harness_dir.strip("/") / name
+                assert built.read_bytes() == copied.read_bytes()
+        proc = dlrun("images", "verify", "cpu-built", "--engine", engine, env=env)
+        assert proc.returncode == 0, proc.stderr
+        proc = dlrun("run", "trivial", "--image", "cpu-built", "--runtime", runtime, "--data", str(dataset),
+                     "--steps", "3", "--warmup-steps", "1", env=env, timeout=900)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        run = stored_run(env)
+        assert run["status"] == "ok" and run["image"] == "cpu-built"
+        check = run["provenance"]["image_check"]
+        assert check["verified"] is True and check["digest"] == entry[check["field"]]
+    finally:
+        if engine == "podman":
+            names = ["localhost/dlrun-test/cpu-built:" + arch] + ([f"docker.io/{base}"] if created_base else [])
+            subprocess.run(["podman", "rmi", "--force", *names], capture_output=True, env={**os.environ, **env})
+        for big in ("cache", "store"):  # ch-image's storage and the unpacked image hold GBs
+            shutil.rmtree(tmp_path / big, ignore_errors=True)

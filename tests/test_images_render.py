@@ -133,8 +133,11 @@ def test_singularity_definition_parses_and_round_trips(name, arch, tmp_path):
     assert labels["dlrun.framework"].startswith(f"{spec.framework} {spec.framework_version}")
     install = "\n".join(parsed.install)
     assert f"mkdir -p /data {spec.harness_dir}" in install
-    assert [f.split() for f in parsed.files] == [[f"launcher/dlrun/workloads/{f}", f"{spec.harness_dir}/{f}"]
-                                                 for f in spec.harness.files]
+    # One file is copied to its path; several (the harness entry and its siblings) into the directory.
+    several = len(spec.harness.files) > 1
+    assert [f.split() for f in parsed.files] == [
+        [f"launcher/dlrun/workloads/{f}", f"{spec.harness_dir}/" if several else f"{spec.harness_dir}/{f}"]
+        for f in spec.harness.files]
     if getattr(spec.nccl_tests, "commit", None):
         assert "make -j$(nproc) MPI=1" in install and spec.nccl_tests.commit in install
     if getattr(spec.horovod, "version", None):
@@ -174,6 +177,34 @@ def test_dockerfile_has_no_hadolint_errors(name, arch):
     findings = json.loads(proc.stdout or "[]")
     errors = [f for f in findings if f["level"] == "error"]
     assert not errors, "\n".join(f"{path}:{f['line']}: {f['code']} {f['message']}" for f in errors)
+
+
+# ------------------------------------------------------------------------------------------------ build context
+def copied_sources(name: str, arch: str) -> list[str]:
+    """What a recipe copies in from the build context: Dockerfile COPY sources and %files sources."""
+    docker = [line.split()[1:-1] for line in recipe(name, arch, "docker").splitlines() if line.startswith("COPY ")]
+    files = [line.split(" ", 1)[0] for line in parse_def(REPO / "containers" / name / recipe_name(arch, "singularity")).files]
+    return [source for sources in docker for source in sources] + files
+
+
+def test_build_context_holds_what_every_recipe_copies(tmp_path, monkeypatch):
+    """dlrun assembles the context from the installed package (recipes + harness files), under the cache and
+    at the paths the committed recipes copy from, so they build unchanged from a checkout or from dlrun."""
+    from dlrun import paths
+    from dlrun.images.context import assemble, build_context
+
+    monkeypatch.setenv("DLRUN_CACHE_DIR", str(tmp_path / "cache"))
+    copied = 0
+    for name, arch in DOCKER_CASES:
+        context = build_context(BUILTIN[name], arch)
+        assert context.path.parent == tmp_path / "cache" / "build-contexts"
+        assert assemble(context) == context.path == assemble(context)  # a second build reuses it
+        for fmt in FORMATS:
+            assert (context.path / context.recipe(arch, fmt)).read_text() == recipe(name, arch, fmt)
+        for source in copied_sources(name, arch):
+            assert (context.path / source).read_bytes() == (paths.HARNESS_DIR / Path(source).name).read_bytes()
+            copied += 1
+    assert copied >= 12  # the harness, into every PyTorch image, in both formats
 
 
 # ------------------------------------------------------------------------------------------------ ppc64le

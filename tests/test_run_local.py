@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import cli_json, run_cli
+from dlrun.paths import harness_files
 
 SECRET = "hunter2-do-not-record"
 
@@ -39,7 +40,8 @@ def test_two_ranks_through_mpirun_store_world_size_2(dlrun_home):
     assert extra["value"] == pytest.approx(2 * 4 * 3 / extra["wall_time_s"], rel=1e-3)
     # each rank re-executed itself under mpirun with tcmalloc preloaded (Makefile installs it)
     assert extra["allocator"] == "tcmalloc" and "libtcmalloc" in extra["allocator_library"]
-    assert shown["provenance"]["harness_sha256"]
+    assert shown["provenance"]["harness_sha256"]  # one digest over the entry file and its siblings
+    assert sorted(shown["provenance"]["harness_files_sha256"]) == sorted(p.name for p in harness_files("pytorch"))
 
     run_dir = Path(run["run_dir"])
     assert run_dir.name == run["id"] and run_dir.parent == dlrun_home / "runs"

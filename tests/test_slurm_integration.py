@@ -145,9 +145,11 @@ def test_external_scancel_records_cancelled(slurm_cluster, dlrun_home):
 
 
 DYING_PYTHON = """#!/usr/bin/env bash
-# Rank 1 is killed with SIGKILL a few seconds into training; the others block in the next all-reduce.
+# Rank 1 is killed with SIGKILL once rank 0 has printed a training step (however long start-up took on a
+# loaded machine); the others block in the next all-reduce.
 if [ "${{SLURM_PROCID:-}}" = 1 ]; then
-  ( sleep 7; date +%s.%N > "${{DLRUN_RUN_DIR}}/rank1-killed-at"; kill -9 $$ ) &
+  ( until grep -q "images/sec" "${{DLRUN_RUN_DIR}}/logs/rank.0/stdout" 2>/dev/null; do sleep 0.2; done
+    date +%s.%N > "${{DLRUN_RUN_DIR}}/rank1-killed-at"; kill -9 $$ ) &
 fi
 exec {python} "$@"
 """

@@ -191,7 +191,7 @@ def resolve_plan(
         raise UsageError(f"--ranks-per-node {ranks_per_node} exceeds the {per_node_limit} {unit} per node of "
                          f"system {sys_.name!r}; valid: 1..{per_node_limit}")
     world = nodes * ranks_per_node
-    if work.kind == "allreduce":
+    if not work.trains:
         if world < 2:
             raise UsageError(f"workload {work.name!r} measures all-reduce between ranks and needs at least 2, got "
                              f"{world} ({nodes} node(s) x {ranks_per_node}); valid: --ranks-per-node 2 or more, "
@@ -217,7 +217,7 @@ def resolve_plan(
         threads_per_rank = max(cores // ranks_per_node, 1)
 
     # A system's default steps are training steps; an allreduce workload's are iterations per message size.
-    sys_steps, sys_warmup = ((None, None) if work.kind == "allreduce"
+    sys_steps, sys_warmup = ((None, None) if not work.trains
                              else (sys_.default_steps, sys_.default_warmup_steps))
 
     bind_list = [parse_bind(spec) for spec in binds or []]

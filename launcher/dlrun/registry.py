@@ -114,3 +114,14 @@ SCHEDULERS: Registry = Registry("scheduler", {
     "pbs": "dlrun.schedulers.pbs",
     "kubernetes": "dlrun.schedulers.kubernetes",
 })
+# `dlrun images build|pull|push|save|load|verify|lock --engine NAME` (dlrun.images.engines).
+ENGINES: Registry = Registry("engine", {
+    "docker": "dlrun.images.engines.docker",
+    "docker-api": "dlrun.images.engines.docker",
+    "podman": "dlrun.images.engines.docker",
+    "singularity": "dlrun.images.engines.singularity",
+    "apptainer": "dlrun.images.engines.singularity",
+    "charliecloud": "dlrun.images.engines.charliecloud",
+    "debootstrap": "dlrun.images.engines.charliecloud",
+    "enroot": "dlrun.images.engines.enroot",
+})

@@ -16,7 +16,7 @@ HARNESS = {"pytorch": "harness_pytorch.py"}
 def harness_command(plan: Plan) -> list[str]:
     """The in-container command for one rank."""
     work = plan.workload
-    if work.kind == "allreduce":
+    if not work.trains:
         what = ["--benchmark", "allreduce", "--min-bytes", str(work.min_bytes), "--max-bytes", str(work.max_bytes),
                 "--size-factor", str(work.size_factor)]
         precision: list[str] = []

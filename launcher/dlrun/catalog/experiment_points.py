@@ -204,7 +204,7 @@ def _batch(dlrun: Mapping[str, Scalar | None], rule_batch: int | None, rule_why:
     """(samples per rank, where that number comes from); a str in place of the number says why there is none."""
     if dlrun.get("batch_per_device") is not None:
         return int(dlrun["batch_per_device"]), "axis batch_per_device"  # type: ignore[arg-type]
-    if workload is not None and workload.kind != "cnn-training":
+    if workload is not None and not workload.trains:
         return None, ""  # a collective has message sizes, not batches
     if dlrun.get("batch_per_node") is not None and ranks:
         per_node = int(dlrun["batch_per_node"])  # type: ignore[arg-type]
@@ -217,7 +217,7 @@ def _batch(dlrun: Mapping[str, Scalar | None], rule_batch: int | None, rule_why:
         return system.batch_sizes[workload.name], f"system {system.name} batch_sizes"
     if system.default_batch_size is not None:
         return system.default_batch_size, f"system {system.name} default_batch_size"
-    if workload is not None and workload.kind == "cnn-training":
+    if workload is not None and workload.trains:
         return workload.default_batch_size, f"workload {workload.name} default_batch_size"
     return None, ""
 

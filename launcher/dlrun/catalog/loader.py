@@ -73,7 +73,14 @@ def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
     return line
 
 
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+class CatalogLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """PyYAML's safe loader (LibYAML's when present), reading `61.10e6` as the number it is, as YAML 1.2 and
+    every editor's YAML language server do (YAML 1.1 wants a dot and a signed exponent: `6.110e+7`)."""
+
+
+CatalogLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789"))
+_LOADER = CatalogLoader
 
 
 def _entries(path: Path) -> Iterator[tuple[Any, yaml.Node]]:

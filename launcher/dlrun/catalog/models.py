@@ -33,12 +33,16 @@ class PublishedValue(Strict):
     source: Source
 
 
+TRAINING_KINDS = ("cnn-training", "bert-finetuning")
+
+
 class WorkloadSpec(Strict):
     name: str = Field(pattern=NAME_PATTERN)
     description: str
-    # cnn-training: the harness trains `model`; allreduce: the harness measures all-reduce bus bandwidth
-    # over the run's process group (message sizes min_bytes, x size_factor, ..., max_bytes).
-    kind: Literal["cnn-training", "allreduce"] = "cnn-training"
+    # cnn-training, bert-finetuning: the harness trains `model` (a BERT model name carries its task and sequence
+    # length, e.g. bert_swag); allreduce: the harness measures all-reduce bus bandwidth over the run's process
+    # group (message sizes min_bytes, x size_factor, ..., max_bytes).
+    kind: Literal["cnn-training", "bert-finetuning", "allreduce"] = "cnn-training"
     framework: Literal["pytorch", "tensorflow"] = "pytorch"
     # Model name in the in-container harness (tf_cnn_benchmarks naming: resnet50 is v1, resnet50_v1.5 is v1.5).
     model: str | None = None
@@ -54,12 +58,17 @@ class WorkloadSpec(Strict):
     published_ops_per_image: PublishedValue | None = None
     sources: list[Source] = []
 
+    @property
+    def trains(self) -> bool:
+        """Whether the workload trains a model (batch, precision, steps) rather than measures communication."""
+        return self.kind in TRAINING_KINDS
+
     @model_validator(mode="after")
     def _kind_fields(self) -> "WorkloadSpec":
-        if self.kind == "cnn-training" and not self.model:
-            raise ValueError("a cnn-training workload needs `model` (the harness's model name)")
-        if self.kind == "allreduce" and (self.model or self.tf_cnn_model):
-            raise ValueError("an allreduce workload trains no model: leave out `model` and `tf_cnn_model`")
+        if self.trains and not self.model:
+            raise ValueError(f"a {self.kind} workload needs `model` (the harness's model name)")
+        if not self.trains and (self.model or self.tf_cnn_model):
+            raise ValueError(f"kind {self.kind} trains no model: leave out `model` and `tf_cnn_model`")
         if self.min_bytes > self.max_bytes:
             raise ValueError(f"min_bytes {self.min_bytes} exceeds max_bytes {self.max_bytes}")
         return self
@@ -235,10 +244,11 @@ class ImageSpec(Strict):
     harness_dir: str = "/opt/dlrun"
     uri: str | None = None  # repository without tag; the image for one architecture is `<uri>:<arch>`
     # Content digest: the image ID (sha256 of the image config, which lists every layer's content digest).
-    # Identical in Docker and Podman and across save/load/push/pull. Filled from containers/images.lock.
+    # Identical in Docker and Podman and across save/load/push/pull. Filled from the site's image lock.
     digest: str | None = None
-    # Filled per plan from containers/images.lock and this machine's image store (never written in YAML):
+    # Filled per plan from the site's image lock and image store (never written in YAML):
     repo_digest: str | None = None  # `<registry>/<repo>@sha256:...` (manifest digest) after a push or pull
     rootfs: str | None = None       # unpacked root filesystem (charliecloud)
     sif: str | None = None          # Singularity/Apptainer image file
+    squashfs: str | None = None     # enroot's squashfs file, when the lock records one (pyxis runs it)
     sources: list[Source] = []

@@ -22,7 +22,7 @@ def workloads_list(as_json: JsonOpt = False) -> None:
         print_json([w.model_dump(mode="json") for w in workloads.values()])
         return
     table("workloads", ["name", "model", "framework", "batch", "description"],
-          [[w.name, w.label, w.framework, "-" if w.kind == "allreduce" else w.default_batch_size, w.description]
+          [[w.name, w.label, w.framework, w.default_batch_size if w.trains else "-", w.description]
            for w in workloads.values()])
 
 
@@ -34,7 +34,7 @@ def workloads_show(name: Annotated[str, typer.Argument(help="Workload name.")], 
 
     workload = load_catalog().workload(name)
     data = workload.model_dump(mode="json")
-    if workload.kind == "allreduce":
+    if not workload.trains:
         if as_json:
             print_json(data)
             return
@@ -49,14 +49,18 @@ def workloads_show(name: Annotated[str, typer.Argument(help="Workload name.")], 
         print_json(data)
         return
     facts = data["model_facts"]
+    per = facts.get("forward_macs_per", "image")
+    shape = ("x".join(str(d) for d in facts["image_size"]) if "image_size" in facts
+             else f"{facts.get('seq_length')} tokens" + (f", {facts['sequences_per_instance']} sequences per instance"
+                                                          if facts.get("sequences_per_instance", 1) > 1 else ""))
     rows = [["name", workload.name], ["description", workload.description], ["model", workload.model],
             ["framework", workload.framework], ["default batch / steps / warm-up",
              f"{workload.default_batch_size} / {workload.default_steps} / {workload.default_warmup_steps}"],
             ["parameters", f"{facts['params'] / 1e6:.2f} M"],
-            ["forward multiply-adds / image", f"{facts['forward_macs'] / 1e9:.3f} G"],
-            ["input", "x".join(str(d) for d in facts["image_size"])]]
+            [f"forward multiply-adds / {per}", f"{facts['forward_macs'] / 1e9:.3f} G"],
+            ["input", shape]]
     for label, pub in (("published params", workload.published_params),
-                       ("published ops / image", workload.published_ops_per_image)):
+                       (f"published ops / {per}", workload.published_ops_per_image)):
         if pub:
             rows.append([label, f"{pub.value:g} {pub.unit} ({pub.source.doc}, {pub.source.where})"])
     fields_table(f"workload {workload.name}", rows)

@@ -23,7 +23,7 @@ class RunDisplay:
         self.verbose = verbose
         self.out = console()
         self.err = console(stderr=True)
-        self.total = plan.steps if plan.workload.kind != "allreduce" else None
+        self.total = plan.steps if plan.workload.trains else None
         self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                                  TextColumn("{task.fields[rate]}"), TimeRemainingColumn(),
                                  console=self.out, transient=True)
@@ -66,7 +66,7 @@ def summary_rows(record: Any) -> list[list[str]]:
         else:
             rows.append(["throughput", f"{res['value']:.2f} {res['unit']} (all ranks)"])
             rows.append(["formula", str(extra.get("formula", ""))])
-            rates = extra.get("per_rank_images_per_sec")
+            rates = extra.get("per_rank_images_per_sec") or extra.get("per_rank_sequences_per_sec")
             if rates:
                 rows.append(["per rank", ", ".join(f"{r:.2f}" for r in rates)])
             rows.append(["model / batch", f"{res.get('model')} / {res.get('batch_size')} per rank"])

@@ -8,14 +8,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dlrun.images.digest import file_sha256
 from dlrun.execute.rundir import RunDir
 from dlrun.fabrics import check_nccl_transport
 from dlrun.images.verify import image_provenance
 from dlrun.job import RenderedJob
-from dlrun.paths import source_root
+from dlrun.paths import harness_hashes, source_root
 from dlrun.plan import Plan
-from dlrun.render import HARNESS
 from dlrun.results.parsers import ParseError, parse_text
 from dlrun.results.store import Store
 
@@ -44,21 +42,18 @@ def _git_commit() -> str | None:
         return None
 
 
-def _sha256(path: Path) -> str | None:
-    try:
-        return file_sha256(path)
-    except OSError:
-        return None
-
-
 def provenance(plan: Plan) -> dict[str, Any]:
-    harness = Path(plan.image.harness_dir) / HARNESS[plan.workload.framework]
+    # A container's harness files are hashed when its image is built (the image lock); the host runs them
+    # from this machine, so they are hashed here.
+    digest, per_file = (harness_hashes(Path(plan.image.harness_dir), plan.workload.framework)
+                        if plan.image.kind == "host" else (None, None))
     return {
         "dlrun_git_commit": _git_commit(),
         "image": plan.image.name,
         "image_digest": plan.image.digest,
         "image_uri": plan.image.uri,
-        "harness_sha256": _sha256(harness) if plan.image.kind == "host" else None,
+        "harness_sha256": digest,
+        "harness_files_sha256": per_file,
         **image_provenance(plan),  # the pre-run digest check of the image the runtime used
     }
 
@@ -130,7 +125,7 @@ def finish(plan: Plan, rendered: RenderedJob, run: RunDir, store: Store, *, stat
         "system": plan.system.name, "scheduler": plan.scheduler, "launcher": plan.launcher,
         "runtime": plan.runtime, "fabric": plan.fabric,
         "nodes": plan.nodes, "ranks_per_node": plan.ranks_per_node, "world_size": plan.world_size,
-        "batch_size": None if plan.workload.kind == "allreduce" else plan.batch_size,  # allreduce trains nothing
+        "batch_size": plan.batch_size if plan.workload.trains else None,  # allreduce trains nothing
         "precision": plan.precision,
         "run_dir": str(final),
         "plan": plan.summary(),

@@ -24,18 +24,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from dlrun import paths
 from dlrun.catalog.stack import PinnedImageSpec
 from dlrun.errors import DlrunError
 from dlrun.images.archive import Layer, canonical_json, read_docker_archive, write_docker_archive
 from dlrun.images.digest import bytes_sha256, file_sha256, tree_digest
-from dlrun.images.spec import SpecFile, archive_path, artifact_dir, cache_dir, host_arch, rootfs_path
+from dlrun.images.spec import SpecFile, archive_path, artifact_dir, host_arch, rootfs_path
 from dlrun.images.steps import Command, Note, require_tool, run_command
 
 DEB_ARCH = {"x86_64": "amd64", "ppc64le": "ppc64el", "aarch64": "arm64"}
 OCI_ARCH = {"x86_64": "amd64", "ppc64le": "ppc64le", "aarch64": "arm64"}
 BASE_FORMAT = 1  # bump when the cleanup below changes, so cached bases are rebuilt
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-HARNESS_DIR = Path(__file__).resolve().parents[1] / "workloads"
 Log = Callable[[str], None]
 
 
@@ -55,7 +55,7 @@ def base_key(spec: PinnedImageSpec, arch: str) -> str:
 
 def base_dir(spec: PinnedImageSpec, arch: str) -> Path:
     boot = _require_debootstrap(spec)
-    return cache_dir() / "debootstrap" / f"{boot.suite}-{arch}-{base_key(spec, arch)}"
+    return paths.cache_home() / "debootstrap" / f"{boot.suite}-{arch}-{base_key(spec, arch)}"
 
 
 def debootstrap_command(spec: PinnedImageSpec, arch: str, target: Path) -> Command:
@@ -206,7 +206,7 @@ def top_layer_files(spec_file: SpecFile, arch: str, base: dict) -> list[TopFile]
         files.append(TopFile("/".join(parts[:depth]), None, 0o755))
     harness = {}
     for name in spec.harness.files:
-        data = (HARNESS_DIR / name).read_bytes()
+        data = (paths.HARNESS_DIR / name).read_bytes()
         harness[name] = bytes_sha256(data)
         files.append(TopFile(f"{harness_dir}/{name}", data, 0o644))
     env = {"PATH": DEFAULT_PATH, **spec.env}

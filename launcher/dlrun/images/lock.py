@@ -1,4 +1,8 @@
-"""`containers/images.lock`: the content digests of the images this site built, pulled or loaded.
+"""The site's image lock: the content digests of the images this site built, pulled or loaded.
+
+Site state, not published data: builds from the committed recipes are not bit-reproducible (package
+mirrors and base tags move, build tools stamp times), so each site records what it has and hands the
+entry on with the image. It lives at `$DLRUN_HOME/images.lock` (`$DLRUN_IMAGES_LOCK` points elsewhere).
 
 One entry per image and architecture:
   digest        image ID: sha256 of the image config, which lists the content digest of every layer.
@@ -6,9 +10,9 @@ One entry per image and architecture:
                 push/pull. This is the digest runs record.
   rootfs        dlrun's digest of the unpacked root filesystem (Charliecloud; see digest.tree_digest)
   sif           sha256 of the Singularity/Apptainer image file
+  squashfs      sha256 of enroot's squashfs image file (what pyxis runs)
   repo_digests  registry references by manifest digest, after a push or pull
-The file is YAML with sorted keys, written atomically under a file lock; `$DLRUN_IMAGES_LOCK` points
-elsewhere (tests, or a site that keeps its lock outside the repository).
+The file is YAML with sorted keys, written atomically under a file lock.
 """
 from __future__ import annotations
 
@@ -22,9 +26,7 @@ from typing import Any
 
 import yaml
 
-from dlrun.paths import builtin_root
-
-REPO_ROOT = builtin_root()  # the build context and the lock's old place; see dlrun.paths
+from dlrun import paths
 from dlrun.errors import DlrunError
 from dlrun.files import write_atomic
 
@@ -32,16 +34,17 @@ HEADER = """\
 # Content digests of the dlrun reference images this site built, pulled or loaded, per architecture.
 # Written by `dlrun images build|pull|load|lock`; `dlrun images verify` and every run compare against it.
 # digest: image ID (sha256 of the image config; the same in Docker and Podman, across save/load/push/pull)
-# rootfs: digest of the unpacked root filesystem (Charliecloud);  sif: sha256 of the SIF file.
+# rootfs: digest of the unpacked root filesystem (Charliecloud);  sif: sha256 of the SIF file;
+# squashfs: sha256 of enroot's squashfs file.
 """
-FIELDS = ("digest", "rootfs", "sif", "repo_digests", "layers", "spec_sha256", "recorded_by", "recorded_at",
+FIELDS = ("digest", "rootfs", "sif", "squashfs", "repo_digests", "layers", "spec_sha256", "recorded_by", "recorded_at",
           "size_bytes", "packages", "harness_sha256")
 
 
 def lock_path() -> Path:
     if os.environ.get("DLRUN_IMAGES_LOCK"):
         return Path(os.environ["DLRUN_IMAGES_LOCK"])
-    return REPO_ROOT / "containers" / "images.lock"
+    return paths.dlrun_home() / "images.lock"
 
 
 def read_lock(path: Path | None = None) -> dict[str, dict[str, dict[str, Any]]]:
@@ -93,10 +96,3 @@ def record(name: str, arch: str, *, path: Path | None = None, replace: bool = Fa
         write_atomic(path, render_lock(images))
     return current
 
-
-def ensure_lock_file(path: Path | None = None) -> None:
-    path = path or lock_path()
-    if not path.exists():
-        with _locked(path):
-            if not path.exists():
-                write_atomic(path, render_lock({}))

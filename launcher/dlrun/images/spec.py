@@ -7,6 +7,7 @@ import platform
 from dataclasses import dataclass
 from pathlib import Path
 
+from dlrun import paths
 from dlrun.catalog.loader import load_file, search_dirs
 from dlrun.catalog.stack import PinnedImageSpec
 from dlrun.errors import UsageError, unknown_name
@@ -87,20 +88,10 @@ def choose_arch(spec: PinnedImageSpec, arch: str | None = None, system: str | No
 
 
 def images_dir() -> Path:
-    """This machine's image store: root filesystems, Docker archives, SIF files."""
+    """This machine's image store (site state): root filesystems, Docker archives, SIF and squashfs files."""
     if os.environ.get("DLRUN_IMAGES_DIR"):
         return Path(os.environ["DLRUN_IMAGES_DIR"])
-    from dlrun.paths import dlrun_home
-
-    return dlrun_home() / "images"
-
-
-def cache_dir() -> Path:
-    """Reusable build inputs (bootstrapped Debian trees), shared between image stores."""
-    if os.environ.get("DLRUN_CACHE_DIR"):
-        return Path(os.environ["DLRUN_CACHE_DIR"])
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg) / "dlrun"
+    return paths.dlrun_home() / "images"
 
 
 def artifact_dir(name: str, arch: str) -> Path:
@@ -117,3 +108,8 @@ def archive_path(name: str, arch: str) -> Path:
 
 def sif_path(name: str, arch: str) -> Path:
     return artifact_dir(name, arch) / f"{name}.sif"
+
+
+def squashfs_path(name: str, arch: str) -> Path:
+    """enroot's image file (what `enroot import` writes and pyxis `--container-image` runs)."""
+    return artifact_dir(name, arch) / f"{name}.sqsh"

@@ -12,21 +12,36 @@ import sys
 from dataclasses import dataclass, field
 
 from dlrun.errors import DlrunError
+from dlrun.registry import Tool
 
-INSTALL_HINTS = {
-    "singularity": "install SingularityCE (https://docs.sylabs.io/guides/latest/admin-guide/installation.html) "
-                   "or use --engine apptainer",
-    "apptainer": "install Apptainer (Debian/Ubuntu: the apptainer package from the Apptainer PPA or GitHub "
-                 "releases; EL: `dnf install apptainer` from EPEL)",
-    "debootstrap": "apt-get install debootstrap",
-    "ch-run": "apt-get install charliecloud (or build it from https://github.com/hpc/charliecloud)",
-    "ch-image": "apt-get install charliecloud-builders",
-    "ch-convert": "apt-get install charliecloud-builders",
-    "tar": "apt-get install tar",
-    "cp": "apt-get install coreutils",
-    "docker": "install Docker Engine (https://docs.docker.com/engine/install/), or use --runtime podman or docker-api",
-    "podman": "apt-get install podman",
-}
+#: Every program the image engines and the runtime checks run, and how to get it (one place, so an engine's
+#: declaration and the error for a missing program say the same).
+TOOLS = {tool.command: tool for tool in (
+    Tool("singularity", "install SingularityCE (https://docs.sylabs.io/guides/latest/admin-guide/installation.html) "
+                        "or use --engine apptainer"),
+    Tool("apptainer", "install Apptainer (Debian/Ubuntu: the apptainer package from the Apptainer PPA or GitHub "
+                      "releases; EL: `dnf install apptainer` from EPEL)"),
+    Tool("debootstrap", "apt-get install debootstrap"),
+    Tool("ch-run", "apt-get install charliecloud (or build it from https://github.com/hpc/charliecloud)"),
+    Tool("ch-image", "apt-get install charliecloud-builders"),
+    Tool("ch-convert", "apt-get install charliecloud-builders"),
+    Tool("enroot", "install enroot: the .deb/.rpm packages of https://github.com/NVIDIA/enroot/releases "
+                   "(doc/installation.md), and pyxis for Slurm"),
+    Tool("tar", "apt-get install tar"),
+    Tool("cp", "apt-get install coreutils"),
+    Tool("mkdir", "apt-get install coreutils"),
+    Tool("rm", "apt-get install coreutils"),
+    Tool("mv", "apt-get install coreutils"),
+    Tool("docker", "install Docker Engine (https://docs.docker.com/engine/install/), or use --runtime podman or "
+                   "docker-api"),
+    Tool("dockerd", "install Docker Engine (https://docs.docker.com/engine/install/) and start it; dlrun drives "
+                    "its API with docker-py (pip install 'dlrun[images]')"),
+    Tool("podman", "apt-get install podman"),
+)}
+
+
+def tools(*commands: str) -> tuple[Tool, ...]:
+    return tuple(TOOLS[command] for command in commands)
 
 
 @dataclass(frozen=True)
@@ -65,7 +80,7 @@ class ApiCall:
 def require_tool(name: str) -> str:
     path = shutil.which(name)
     if path is None:
-        hint = INSTALL_HINTS.get(name, f"install {name}")
+        hint = TOOLS[name].install if name in TOOLS else f"install {name}"
         raise DlrunError(f"{name} is not installed (not on PATH); {hint}. "
                          "`--dry-run` prints the commands without running them")
     return path

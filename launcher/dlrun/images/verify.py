@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from dlrun.catalog.models import ImageSpec
@@ -13,26 +15,25 @@ from dlrun.errors import DlrunError
 # The last check per (image, arch, runtime) in this process, for the run's provenance.
 _CHECKED: dict[tuple[str, str, str], dict[str, Any]] = {}
 
-# runtime -> how its copy of the image is checked
-CHECKS = {"docker-api": "docker-api", "docker": "docker-cli", "podman": "podman-cli", "charliecloud": "rootfs",
-          "singularity": "sif", "apptainer": "sif"}
-
 
 def with_local_image(image: ImageSpec, arch: str) -> ImageSpec:
     """The image as this machine has it for `arch`: digest and repo digest from images.lock, paths of the
-    unpacked root filesystem and the SIF in the image store."""
+    unpacked root filesystem and the SIF in the image store, and the squashfs file when the lock records
+    one (enroot runs it instead of pulling the registry reference)."""
     if image.kind != "container":
         return image
     from dlrun.images import lock
-    from dlrun.images.spec import rootfs_path, sif_path
+    from dlrun.images.spec import rootfs_path, sif_path, squashfs_path
 
     entry = lock.entry(image.name, arch) or {}
     repo = sorted(entry.get("repo_digests") or [])
+    squashfs = str(squashfs_path(image.name, arch)) if entry.get("squashfs") else None
     return image.model_copy(update={
         "digest": entry.get("digest") or image.digest,
         "repo_digest": repo[0] if repo else image.repo_digest,
         "rootfs": image.rootfs or str(rootfs_path(image.name, arch)),
         "sif": image.sif or str(sif_path(image.name, arch)),
+        "squashfs": image.squashfs or squashfs,
     })
 
 
@@ -46,6 +47,70 @@ def _cli_image_id(engine: str, reference: str) -> str | None:
     return found if found.startswith("sha256:") else f"sha256:{found}"
 
 
+def _file(path: str | None, what: str, how: str) -> tuple[str, str]:
+    """(digest, path) of an image file (sha256) or root filesystem (tree digest) the runtime will use."""
+    from dlrun.images.digest import file_sha256, tree_digest
+
+    if not path or not os.path.exists(path):
+        raise DlrunError(f"{path} does not exist; build, pull or load the {what} first: {how}")
+    return (tree_digest(path) if os.path.isdir(path) else file_sha256(path)), path  # type: ignore[arg-type]
+
+
+def _in_engine(reference: str, where: str, actual: str | None, image: ImageSpec, arch: str) -> tuple[str, str]:
+    if actual is None:
+        raise DlrunError(f"image {reference} is not in {where}; load it first: "
+                         f"dlrun images load {image.name}_{arch}.tar {image.name} --engine ...")
+    return actual, f"{reference} in {where}"
+
+
+def _api_image(image: ImageSpec, arch: str) -> tuple[str, str]:
+    """The image ID the Docker API ($DOCKER_HOST: Docker, or Podman's service) has for the plan's tag."""
+    from dlrun.images import docker_api
+
+    reference = f"{image.uri}:{arch}"
+    return _in_engine(reference, f"the Docker API at {docker_api.endpoint('docker')}",
+                      docker_api.image_id(docker_api.client("docker"), reference), image, arch)
+
+
+def _cli_image(engine: str) -> Callable[[ImageSpec, str], tuple[str, str]]:
+    """The image ID the `docker`/`podman` CLI (what those runtimes run) has for the plan's tag."""
+    def digest(image: ImageSpec, arch: str) -> tuple[str, str]:
+        reference = f"{image.uri}:{arch}"
+        return _in_engine(reference, engine, _cli_image_id(engine, reference), image, arch)
+    return digest
+
+
+@dataclass(frozen=True)
+class Check:
+    """How a runtime's copy of the image is compared with the lock."""
+
+    field: str          #: the lock field compared
+    tool: str | None    #: the program the runtime runs (checked on a local run)
+    digest: Callable[[ImageSpec, str], tuple[str, str]]  #: (digest of the copy, where it is)
+
+
+CHECKS = {
+    "docker-api": Check("digest", None, _api_image),
+    "docker": Check("digest", "docker", _cli_image("docker")),
+    "podman": Check("digest", "podman", _cli_image("podman")),
+    "charliecloud": Check("rootfs", "ch-run", lambda image, arch: _file(
+        image.rootfs, "root filesystem", f"dlrun images build {image.name} --engine charliecloud")),
+    "singularity": Check("sif", None, lambda image, arch: _file(
+        image.sif, "SIF", f"dlrun images pull {image.name} --from ... --engine singularity")),
+    "apptainer": Check("sif", None, lambda image, arch: _file(
+        image.sif, "SIF", f"dlrun images pull {image.name} --from ... --engine apptainer")),
+    # only when the lock records a squashfs file (see _check_for): else pyxis pulls the registry reference
+    "enroot": Check("squashfs", None, lambda image, arch: _file(
+        image.squashfs, "squashfs file", f"dlrun images pull {image.name} --from ... --engine enroot")),
+}
+
+
+def _check_for(plan) -> Check | None:
+    if plan.runtime == "enroot" and not plan.image.squashfs:
+        return None
+    return CHECKS.get(plan.runtime)
+
+
 def verify_plan_image(plan) -> dict[str, Any]:
     """Check the plan's image on this machine against images.lock before a run; return provenance.
 
@@ -55,61 +120,34 @@ def verify_plan_image(plan) -> dict[str, Any]:
     if image.kind != "container":
         return {}
     from dlrun.images import lock
-    from dlrun.images.digest import file_sha256, tree_digest
-    from dlrun.images.ops import mismatch
+    from dlrun.images.engines.base import mismatch
 
     arch = plan.system.arch
     entry = lock.entry(image.name, arch) or {}
-    check = CHECKS.get(plan.runtime)
-    if not entry.get("digest") and not (check == "sif" and entry.get("sif")):
+    check = _check_for(plan)
+    if not entry.get("digest") and not (check and check.field != "digest" and entry.get(check.field)):
         raise DlrunError(f"image {image.name} ({arch}) has no digest in {lock.lock_path()}, so the run could not "
                          f"record what it ran; build, pull or load it first (dlrun images build {image.name} --engine "
                          "...), or record the copy you have: dlrun images lock " + image.name + " --engine ...")
     key = (image.name, arch, plan.runtime)
-    tool = {"rootfs": "ch-run", "docker-cli": "docker", "podman-cli": "podman"}.get(check or "")
-    if tool and plan.scheduler == "local" and shutil.which(tool) is None:
-        from dlrun.images.steps import INSTALL_HINTS
+    if check and check.tool and plan.scheduler == "local" and shutil.which(check.tool) is None:
+        from dlrun.images.steps import TOOLS
 
-        raise DlrunError(f"runtime {plan.runtime} needs {tool}, which is not installed (not on PATH); "
-                         f"{INSTALL_HINTS[tool]}")
+        raise DlrunError(f"runtime {plan.runtime} needs {check.tool}, which is not installed (not on PATH); "
+                         f"{TOOLS[check.tool].install}")
     if check is None:
         _CHECKED[key] = {"image_check": {"runtime": plan.runtime, "verified": False,
                                          "reason": f"runtime {plan.runtime} has no digest check in dlrun"}}
         return _CHECKED[key]
-    if check == "rootfs":
-        field, where = "rootfs", image.rootfs
-        if not where or not os.path.isdir(where):
-            raise DlrunError(f"{where} does not exist; build or load the image for Charliecloud: "
-                             f"dlrun images build {image.name} --engine charliecloud")
-        actual = tree_digest(where)  # type: ignore[arg-type]
-    elif check == "sif":
-        field, where = "sif", image.sif
-        if not where or not os.path.exists(where):
-            raise DlrunError(f"{where} does not exist; build, pull or load the SIF first")
-        actual = file_sha256(where)  # type: ignore[arg-type]
-    else:
-        field = "digest"
-        if check == "docker-api":
-            from dlrun.images import docker_api
-
-            api = docker_api.client("docker")
-            where = f"{image.uri}:{arch} at {docker_api.endpoint('docker')}"
-            actual = docker_api.image_id(api, f"{image.uri}:{arch}")
-        else:
-            engine = check.split("-")[0]
-            where = f"{image.uri}:{arch} in {engine}"
-            actual = _cli_image_id(engine, f"{image.uri}:{arch}")
-        if actual is None:
-            raise DlrunError(f"image {image.uri}:{arch} is not in {where.split(' ', 1)[1]}; load it first: "
-                             f"dlrun images load {image.name}_{arch}.tar {image.name} --engine ...")
-    expected = entry.get(field)
+    actual, where = check.digest(image, arch)
+    expected = entry.get(check.field)
     if not expected:
-        raise DlrunError(f"images.lock has no {field} digest for {image.name} ({arch}); record it: "
+        raise DlrunError(f"images.lock has no {check.field} digest for {image.name} ({arch}); record it: "
                          f"dlrun images lock {image.name} --engine ...")
     if actual != expected:
-        raise mismatch(image.name, arch, f"runtime {plan.runtime}", expected, actual, str(where))
-    _CHECKED[key] = {"image_check": {"runtime": plan.runtime, "verified": True, "field": field, "digest": actual,
-                                     "artifact": str(where)}}
+        raise mismatch(image.name, arch, f"runtime {plan.runtime}", expected, actual, where)
+    _CHECKED[key] = {"image_check": {"runtime": plan.runtime, "verified": True, "field": check.field,
+                                     "digest": actual, "artifact": where}}
     return _CHECKED[key]
 
 

@@ -43,6 +43,7 @@ def count_and_store(work: PointWork, describe: Describe, store_path: Path) -> di
         "plan": work.facts,
         "provenance": {"origin": "local", "dlrun_version": __version__, "counted": "in-process",
                        "harness": work.facts["harness"], "harness_sha256": work.facts["harness_sha256"],
+                       "harness_files_sha256": work.facts["harness_files_sha256"],
                        "duration_s": round(finished - started, 3)},
     }
     rows = facts_rows(work.facts["model"], facts)

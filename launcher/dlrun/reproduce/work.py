@@ -2,7 +2,6 @@
 for model facts, the model to count), how often, what the store already holds of it, or why it cannot run."""
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,14 +10,14 @@ from dlrun.catalog.experiment_points import Point, expand, matches
 from dlrun.catalog.experiments import Conditions, ExperimentSpec
 from dlrun.errors import UsageError
 from dlrun.job import RenderedJob
-from dlrun.paths import HARNESS_DIR
+from dlrun.paths import HARNESS_DIR, harness_hashes
 from dlrun.plan import LocalImage, Plan, resolve_plan
 from dlrun.render import render_job
 from dlrun.reproduce.resume import MODEL_FACTS, Key, StoredRun, point_key, stored_runs
 from dlrun.results.store import Store
 
 #: The harness whose model definitions model facts are counted on.
-FACTS_HARNESS = HARNESS_DIR / "harness_pytorch.py"
+FACTS_FRAMEWORK = "pytorch"
 
 
 def point_id(point: Point) -> str:
@@ -56,10 +55,11 @@ class PointWork:
 
 
 def facts_record_plan(workload: str, model: str) -> dict[str, Any]:
-    """The plan record of a model-facts run: which model, counted by which harness file."""
-    digest = hashlib.sha256(FACTS_HARNESS.read_bytes()).hexdigest()
-    return {"kind": MODEL_FACTS, "workload": workload, "model": model, "harness": FACTS_HARNESS.name,
-            "harness_sha256": digest}
+    """The plan record of a model-facts run: which model, counted by which harness (its files' digest, as a
+    run's provenance names the harness it ran)."""
+    digest, per_file = harness_hashes(HARNESS_DIR, FACTS_FRAMEWORK)
+    return {"kind": MODEL_FACTS, "workload": workload, "model": model, "harness": f"harness_{FACTS_FRAMEWORK}",
+            "harness_sha256": digest, "harness_files_sha256": per_file}
 
 
 def plan_points(catalog: Catalog, experiment: ExperimentSpec, system: str | None, *, where: Conditions,

@@ -1,0 +1,1 @@
+"""Image engines, one module each, registered by name in `dlrun.registry.ENGINES` (see engines.base)."""

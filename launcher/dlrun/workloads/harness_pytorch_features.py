@@ -1,0 +1,102 @@
+"""dlrun PyTorch harness: feature checks for old PyTorch releases.  Newer
+features are used only where this PyTorch has them (``hasattr``-style checks,
+never version comparisons); ``torch_mod`` is replaceable so that tests can
+present an old release.  Standard library + torch; runs on Python >= 3.6
+with PyTorch >= 1.0.
+"""
+
+import sys
+
+import torch
+
+from harness_pytorch_common import HarnessError
+
+
+def resolve_amp(device_type, torch_mod=torch):
+    """For --precision amp: (autocast context factory, dtype name,
+    needs a gradient scaler).  Raises HarnessError (exit 2) where this
+    PyTorch cannot autocast on ``device_type``."""
+    autocast = getattr(torch_mod, "autocast", None)
+    if device_type == "cuda":
+        dtype = getattr(torch_mod, "float16", None)
+        if autocast is not None and dtype is not None:
+            return (lambda: autocast(device_type="cuda", dtype=dtype),
+                    "float16", True)
+        cuda_amp = getattr(getattr(torch_mod, "cuda", None), "amp", None)
+        legacy = getattr(cuda_amp, "autocast", None)
+        if legacy is not None:
+            return (lambda: legacy(), "float16", True)
+        raise HarnessError("--precision amp: this PyTorch has no CUDA "
+                           "autocast (torch.autocast / torch.cuda.amp)")
+    dtype = getattr(torch_mod, "bfloat16", None)
+    if autocast is None or dtype is None:
+        raise HarnessError("--precision amp: this PyTorch has no CPU bfloat16 "
+                           "autocast (torch.autocast)")
+    return (lambda: autocast(device_type="cpu", dtype=dtype), "bfloat16",
+            False)
+
+
+def make_grad_scaler(torch_mod=torch):
+    """A float16 gradient scaler for CUDA, newest API first."""
+    amp = getattr(torch_mod, "amp", None)
+    scaler_cls = getattr(amp, "GradScaler", None)
+    if scaler_cls is not None:
+        try:
+            return scaler_cls("cuda")
+        except TypeError:
+            pass
+    cuda_amp = getattr(getattr(torch_mod, "cuda", None), "amp", None)
+    scaler_cls = getattr(cuda_amp, "GradScaler", None)
+    if scaler_cls is not None:
+        return scaler_cls()
+    raise HarnessError("--precision amp: this PyTorch has no GradScaler")
+
+
+def resolve_channels_last(mode, precision, device_type, torch_mod=torch):
+    """Whether to use channels-last (NHWC) memory format."""
+    supported = hasattr(torch_mod, "channels_last")
+    if mode == "off":
+        return False
+    if mode == "on":
+        if not supported:
+            raise HarnessError("--channels-last on: this PyTorch has no "
+                               "torch.channels_last")
+        return True
+    wanted = (device_type == "cuda" or precision == "amp"
+              or mkldnn_available(torch_mod))
+    return bool(wanted and supported)
+
+
+def maybe_compile(model, requested, torch_mod=torch):
+    """(model, compiled): torch.compile(model) when requested and possible."""
+    if not requested:
+        return model, False
+    compile_fn = getattr(torch_mod, "compile", None)
+    if compile_fn is None:
+        sys.stderr.write("dlrun-harness: warning: --compile: this PyTorch has "
+                         "no torch.compile; running eagerly\n")
+        return model, False
+    return compile_fn(model), True
+
+
+def mkldnn_available(torch_mod=torch):
+    """Whether oneDNN (mkldnn) CPU kernels are available."""
+    mkldnn = getattr(getattr(torch_mod, "backends", None), "mkldnn", None)
+    is_available = getattr(mkldnn, "is_available", None)
+    if is_available is None:
+        return False
+    try:
+        return bool(is_available())
+    except Exception:
+        return False
+
+
+def make_adamw(params, lr, weight_decay, torch_mod=torch):
+    """(optimizer, name): AdamW (decoupled weight decay, as BERT's own
+    optimizer) where this PyTorch has it, else Adam, which costs the same
+    per step (torch.optim.AdamW is newer than PyTorch 1.0)."""
+    adamw = getattr(torch_mod.optim, "AdamW", None)
+    if adamw is not None:
+        return adamw(params, lr=lr, weight_decay=weight_decay), "adamw"
+    return (torch_mod.optim.Adam(params, lr=lr, weight_decay=weight_decay),
+            "adam")

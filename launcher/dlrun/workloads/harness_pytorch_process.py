@@ -1,0 +1,171 @@
+"""dlrun PyTorch harness: the process - its rank and world size from the
+launcher's environment, its allocator, threads, device and backend, and the
+result fields that say what it ran on.  Standard library + torch; runs on
+Python >= 3.6 with PyTorch >= 1.0.
+"""
+
+import os
+import platform
+
+import torch
+
+from harness_pytorch_allocator import ALLOCATOR, setup_allocator
+from harness_pytorch_common import (EXIT_WORLD_SIZE, HARNESS_VERSION,
+                                    HarnessError)
+
+
+def _env_int(environ, key, source):
+    value = environ.get(key)
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise HarnessError("bad %s=%r in the environment (%s)"
+                           % (key, value, source))
+
+
+def detect_rank_env(environ=None):
+    """(rank, world_size, local_rank or None, source) from the launcher's
+    environment: torchrun, Open MPI, PMIx, Slurm, else one process."""
+    env = os.environ if environ is None else environ
+    rank = size = local = None
+    source = "single"
+    if "RANK" in env and "WORLD_SIZE" in env:
+        source = "torchrun"
+        rank = _env_int(env, "RANK", source)
+        size = _env_int(env, "WORLD_SIZE", source)
+        if "LOCAL_RANK" in env:
+            local = _env_int(env, "LOCAL_RANK", source)
+    elif "OMPI_COMM_WORLD_RANK" in env and "OMPI_COMM_WORLD_SIZE" in env:
+        source = "openmpi"
+        rank = _env_int(env, "OMPI_COMM_WORLD_RANK", source)
+        size = _env_int(env, "OMPI_COMM_WORLD_SIZE", source)
+        if "OMPI_COMM_WORLD_LOCAL_RANK" in env:
+            local = _env_int(env, "OMPI_COMM_WORLD_LOCAL_RANK", source)
+    elif "PMIX_RANK" in env and ("OMPI_COMM_WORLD_SIZE" in env
+                                 or "SLURM_NTASKS" in env):
+        source = "pmix"
+        rank = _env_int(env, "PMIX_RANK", source)
+        size_key = ("OMPI_COMM_WORLD_SIZE" if "OMPI_COMM_WORLD_SIZE" in env
+                    else "SLURM_NTASKS")
+        size = _env_int(env, size_key, source)
+        for key in ("OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"):
+            if key in env:
+                local = _env_int(env, key, source)
+                break
+    elif "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
+        source = "slurm"
+        rank = _env_int(env, "SLURM_PROCID", source)
+        size = _env_int(env, "SLURM_NTASKS", source)
+        if "SLURM_LOCALID" in env:
+            local = _env_int(env, "SLURM_LOCALID", source)
+    else:
+        rank, size, local = 0, 1, 0
+    if size < 1 or rank < 0 or rank >= size:
+        raise HarnessError("inconsistent rank %d / world size %d (%s)"
+                           % (rank, size, source))
+    return rank, size, local, source
+
+
+# --- Device, backend and what the process runs on ---------------------------
+
+def _resolve_device(choice):
+    cuda_ok = torch.cuda.is_available()
+    if choice == "cuda" and not cuda_ok:
+        raise HarnessError("--device cuda: no CUDA device is available")
+    if choice == "auto":
+        return "cuda" if cuda_ok else "cpu"
+    return choice
+
+
+def _resolve_backend(choice, device_type):
+    if choice == "auto":
+        return "nccl" if device_type == "cuda" else "gloo"
+    if choice == "nccl" and device_type != "cuda":
+        raise HarnessError("--backend nccl needs --device cuda")
+    return choice
+
+
+def _cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except (IOError, OSError):
+        pass
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def _versions(device_type):
+    info = {
+        "framework": "pytorch",
+        "framework_version": str(torch.__version__),
+        "python_version": platform.python_version(),
+    }
+    version = getattr(torch, "version", None)
+    cuda = getattr(version, "cuda", None)
+    if cuda:
+        info["cuda_version"] = str(cuda)
+    if device_type == "cuda":
+        cudnn = getattr(torch.backends, "cudnn", None)
+        try:
+            v = cudnn.version() if cudnn is not None else None
+        except Exception:
+            v = None
+        if v:
+            info["cudnn_version"] = str(v)
+        nccl = getattr(torch.cuda, "nccl", None)
+        try:
+            v = nccl.version() if nccl is not None else None
+        except Exception:
+            v = None
+        if v:
+            if isinstance(v, (tuple, list)):
+                v = ".".join(str(x) for x in v)
+            info["nccl_version"] = str(v)
+    return info
+
+
+def run_fields(device_type):
+    """Result fields every benchmark shares: allocator, versions, status."""
+    fields = {
+        "allocator": ALLOCATOR["name"],
+        "allocator_library": ALLOCATOR["library"],
+        "harness_version": HARNESS_VERSION,
+        "status": "ok",
+    }
+    fields.update(_versions(device_type))
+    return fields
+
+
+def setup_process(args):
+    """What every benchmark does first: check the world size, settle the
+    allocator and threads, pick the device and the backend."""
+    rank, world_size, local_rank, rank_source = detect_rank_env()
+    if (args.expected_world_size is not None
+            and args.expected_world_size != world_size):
+        raise HarnessError(
+            "expected world size %d but found %d (rank %d, rank source: "
+            "%s); check the launcher's process count"
+            % (args.expected_world_size, world_size, rank, rank_source),
+            EXIT_WORLD_SIZE)
+    if ALLOCATOR["name"] is None or args.allocator not in ("auto",
+                                                           ALLOCATOR["name"]):
+        setup_allocator(args.allocator, allow_exec=False)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+
+    device_type = _resolve_device(args.device)
+    if device_type == "cuda":
+        count = torch.cuda.device_count()
+        index = (local_rank if local_rank is not None else rank) % count
+        torch.cuda.set_device(index)
+        device = torch.device("cuda", index)
+        torch.backends.cudnn.benchmark = True
+        device_name = torch.cuda.get_device_name(index)
+    else:
+        device = torch.device("cpu")
+        device_name = _cpu_name()
+    backend = _resolve_backend(args.backend, device_type)
+    return (rank, world_size, rank_source, device_type, device, device_name,
+            backend)
