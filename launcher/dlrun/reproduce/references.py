@@ -7,6 +7,7 @@ such and left to `dlrun compare`, whose reference mode replaces this module once
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from statistics import fmean
 
@@ -82,8 +83,9 @@ def _row(ref: Reference, read: list[PointWork]) -> ReferenceRow:
     if len(read) > 1:
         row.why = f"mean over {len(read)} points"
     if ref.check == "informational":
+        # the reference's first clause; the whole reason is in `dlrun experiments show`
         row.verdict = "informational"
-        row.why = "compared, never judged: " + (ref.ambiguous or ref.note or "").strip()
+        row.why = "compared, never judged: " + re.split(r"[:;.]\s", (ref.ambiguous or ref.note or "").strip())[0]
     else:
         row.verdict = "within" if _holds(ref, row.measured) else "outside"
     return row
