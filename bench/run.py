@@ -6,6 +6,7 @@
 4 container overhead cpu-reference under ch-run and podman vs chroot
 5 communication      dlrun's all-reduce busbw vs Open MPI's MPI_Allreduce (mpi4py), 2 local ranks
 6 GPU                bench/gpu.sh, on a GPU machine only
+7 compare            dlrun compare and results list with filters over a store of 100,000 results
 
 Each benchmark writes bench/results/<name>.json; the table goes to stdout and to bench/results/summary.json.
 """
@@ -21,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 import comm
+import compare_store
 import containers
 import efficiency
 import launcher_cost
@@ -28,7 +30,7 @@ import overhead
 from common import Row, cpu_count, write_result
 
 BENCHMARKS = {"overhead": overhead, "efficiency": efficiency, "launcher": launcher_cost,
-              "containers": containers, "comm": comm}
+              "containers": containers, "comm": comm, "compare": compare_store}
 
 
 def _versions() -> dict:

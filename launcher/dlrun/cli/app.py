@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from dlrun import __version__
-from dlrun.cli import catalogs, doctor, experiments, reproduce, results, run
+from dlrun.cli import catalogs, compare, doctor, experiments, measure, reproduce, results, run
 from dlrun.cli.images import images_app
 
 app = typer.Typer(
@@ -32,6 +32,8 @@ app.add_typer(images_app, name="images")
 app.add_typer(catalogs.workloads_app, name="workloads")
 app.add_typer(catalogs.systems_app, name="systems")
 app.add_typer(results.results_app, name="results")
+app.command("compare")(compare.compare)
+app.add_typer(measure.measure_app, name="measure")
 app.add_typer(experiments.experiments_app, name="experiments")
 
 

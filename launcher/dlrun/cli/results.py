@@ -6,6 +6,8 @@ from typing import Annotated
 
 import typer
 
+from dlrun.cli.filters import (ExperimentFilter, ImageFilter, SinceFilter, SiteFilter, StatusFilter, SystemFilter,
+                               WorkloadFilter, build_filters)
 from dlrun.cli.options import JsonOpt
 from dlrun.cli.output import fields_table, handle_errors, print_json, table
 from dlrun.errors import DlrunError, UsageError
@@ -13,7 +15,7 @@ from dlrun.errors import DlrunError, UsageError
 results_app = typer.Typer(help="Stored results and their run directories.", no_args_is_help=True)
 
 
-def _store():
+def open_store():
     from dlrun.paths import store_path
     from dlrun.results.store import Store
 
@@ -23,16 +25,22 @@ def _store():
 @results_app.command("list")
 @handle_errors
 def results_list(as_json: JsonOpt = False,
-                 limit: Annotated[int, typer.Option("--limit", "-n", help="Newest N runs (0: all).")] = 50) -> None:
-    """List stored runs, newest first."""
+                 limit: Annotated[int, typer.Option("--limit", "-n", help="Newest N runs (0: all).")] = 50,
+                 workload: WorkloadFilter = None, system: SystemFilter = None, image: ImageFilter = None,
+                 status: StatusFilter = None, since: SinceFilter = None, experiment: ExperimentFilter = None,
+                 site: SiteFilter = None) -> None:
+    """List stored runs, newest first (filters: any of the values of one option, all options together)."""
     if limit < 0:
         raise UsageError(f"--limit must be >= 0, got {limit}")
-    runs = _store().list_runs(limit or None)
+    store = open_store()
+    filters = build_filters(store, workload=workload, system=system, image=image, status=status, since=since,
+                            experiment=experiment, site=site)
+    runs = store.list_runs(limit or None, filters)
     if as_json:
         print_json(runs)
         return
-    table("results", ["id", "status", "workload", "system", "image", "ranks", "batch", "value"],
-          [[r["id"], r["status"], r["workload"], r["system"], r["image"], r["world_size"],
+    table("results", ["id", "status", "workload", "system", "site", "image", "ranks", "batch", "value"],
+          [[r["id"], r["status"], r["workload"], r["system"], r["site"], r["image"], r["world_size"],
             "-" if r["batch_size"] is None else r["batch_size"],
             f"{r['value']:.2f} {r['unit']}" if r["value"] is not None else "-"] for r in runs])
 
@@ -42,15 +50,20 @@ def results_list(as_json: JsonOpt = False,
 def results_show(run_id: Annotated[str, typer.Argument(help="Run id (a unique prefix is enough).")],
                  as_json: JsonOpt = False) -> None:
     """Show one stored run with its results and provenance."""
-    run = _store().get_run(run_id)
+    run = open_store().get_run(run_id)
     if as_json:
         print_json(run)
         return
     rows = [[key, run[key]] for key in ("id", "status", "created_at", "workload", "model", "image", "image_digest",
-                                        "system", "nodes", "ranks_per_node", "world_size", "batch_size",
-                                        "precision", "run_dir")]
+                                        "system", "site", "origin", "experiment", "point", "nodes",
+                                        "ranks_per_node", "world_size", "batch_size", "precision", "run_dir",
+                                        "key_hash")]
     for res in run["results"]:
         rows.append([res["metric"], f"{res['value']:.2f} {res['unit']}"])
+    from dlrun.results.key import KEY_FIELDS
+
+    for name in KEY_FIELDS if run["key"] else ():  # what decides the value: compared by `dlrun compare`
+        rows.append([f"key: {name}", run["key"].get(name)])
     fields_table(f"run {run['id']}", rows)
 
 

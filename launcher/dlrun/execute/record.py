@@ -15,6 +15,7 @@ from dlrun.job import RenderedJob
 from dlrun.paths import harness_hashes, source_root
 from dlrun.plan import Plan
 from dlrun.results.parsers import ParseError, parse_text
+from dlrun.results.site import local_site
 from dlrun.results.store import Store
 
 
@@ -128,6 +129,7 @@ def finish(plan: Plan, rendered: RenderedJob, run: RunDir, store: Store, *, stat
         "batch_size": plan.batch_size if plan.workload.trains else None,  # allreduce trains nothing
         "precision": plan.precision,
         "run_dir": str(final),
+        "site": local_site(), "origin": "local",  # the comparability key is computed by the store
         "plan": plan.summary(),
         "provenance": {**provenance(plan), "hostname": env_capture["hostname"], "argv": env_capture["argv"],
                        "mpi": env_capture["mpi"], "exit_code": exit_code, "reason": reason,

@@ -29,10 +29,11 @@ def read_log(path: Path) -> tuple[str, str]:
 
 
 def import_records(parsed: ParsedResult, *, system: str, log_path: Path | str, log_sha256: str,
-                   index: int = 0, now: float | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+                   index: int = 0, now: float | None = None, site: str | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """(run, rows) for `Store.add_run` from one parsed result of the log at `log_path`.
 
-    `index` numbers the results of a log that holds several (nccl-tests runs in a row)."""
+    `index` numbers the results of a log that holds several (nccl-tests runs in a row); `site` is where the
+    log was produced, if known (the store records the importing site otherwise)."""
     if not system:
         raise ParseError("import needs the name of the system the log was produced on")
     now = time.time() if now is None else now
@@ -47,7 +48,7 @@ def import_records(parsed: ParsedResult, *, system: str, log_path: Path | str, l
                   **({} if parsed.ok else {"parsed": parsed.to_dict()})}
     run = {
         "id": time.strftime("%Y%m%d-%H%M%S", time.gmtime(now)) + "-" + secrets.token_hex(3),
-        "created_at": stamp, "finished_at": stamp, "status": status,
+        "created_at": stamp, "finished_at": stamp, "status": status, "origin": ORIGIN, "site": site,
         "workload": f"{parsed.kind}:{parsed.collective}" if parsed.collective else parsed.kind,
         "model": parsed.model, "image": None, "image_digest": None, "system": system,
         "scheduler": None, "launcher": None, "runtime": None, "fabric": None,
@@ -62,8 +63,9 @@ def import_records(parsed: ParsedResult, *, system: str, log_path: Path | str, l
 
 
 def import_log(path: Path, *, system: str, fmt: str | None = None,
-               now: float | None = None) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+               now: float | None = None, site: str | None = None) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
     """Every result of the log file at `path` as (run, rows) pairs, ready for `Store.add_run`."""
     text, digest = read_log(path)
-    return [import_records(parsed, system=system, log_path=path, log_sha256=digest, index=index, now=now)
+    return [import_records(parsed, system=system, log_path=path, log_sha256=digest, index=index, now=now,
+                           site=site)
             for index, parsed in enumerate(parse_all(text, fmt))]

@@ -14,11 +14,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dlrun.errors import DlrunError
 from dlrun.images.context import assemble, build_context
 from dlrun.images.digest import file_sha256
 from dlrun.images.docker_api import PLATFORM
-from dlrun.images.engines.base import Engine, Log, Result, Target
+from dlrun.images.engines.base import Log, Result, Target
+from dlrun.images.engines.single_file import SingleFileEngine
 from dlrun.images.refs import REGISTRY, Location, enroot_docker_uri
 from dlrun.images.spec import squashfs_path
 from dlrun.images.steps import Command, Note, require_tool, run_command, tools
@@ -36,11 +36,12 @@ def is_squashfs(path: Path) -> bool:
 
 
 @ENGINES.register("enroot")
-class EnrootEngine(Engine):
+class EnrootEngine(SingleFileEngine):
     lock_field = "squashfs"
     what = "squashfs file"
     pull_schemes = (REGISTRY, "docker", "dockerd", "podman")
     save_suffix = ".sqsh"
+    obtain_hint = "pull, build or load it first (dlrun images pull NAME --from REPO:TAG --engine enroot)"
 
     @property
     def tools(self) -> tuple[Tool, ...]:
@@ -91,26 +92,13 @@ class EnrootEngine(Engine):
         self.run(steps)
         return Result(steps, self._imported(t, source, f"pull ({self.name}) {source}"))
 
-    def save(self, t: Target, output: Path, *, dry_run: bool = False) -> Result:
-        steps = [Command(["cp", str(squashfs_path(t.name, t.arch)), str(output)])]
-        if dry_run:
-            return Result(steps)
-        entry = self.verify(t).entry
-        self.run(steps)
-        return Result(steps, entry, [f"saved {output}"])
+    def image_file(self, t: Target) -> Path:
+        return squashfs_path(t.name, t.arch)
 
     def load(self, t: Target, archive: Path, *, dry_run: bool = False, log: Log = print) -> Result:
         """A .sqsh file (another site's `save`) is copied; a Docker archive goes through Podman's store."""
-        sqsh = squashfs_path(t.name, t.arch)
         if is_squashfs(archive):
-            steps = [Command(["mkdir", "-p", str(sqsh.parent)]), Command(["cp", str(archive), str(sqsh)])]
-            if dry_run:
-                return Result(steps)
-            digest = file_sha256(archive)
-            self.check_against_lock(t, digest, str(archive))
-            self.run(steps)
-            return Result(steps, self.record(t, f"load ({self.name}) {archive.name}", squashfs=digest,
-                                             size_bytes=sqsh.stat().st_size))
+            return self.load_file(t, archive, dry_run=dry_run)
         image_id = "<loaded image>"
         if not dry_run:
             from dlrun.images.archive import read_docker_archive
@@ -128,13 +116,6 @@ class EnrootEngine(Engine):
         self.run(steps)
         entry = self._imported(t, str(archive), f"load ({self.name}) {archive.name}", digest=image_id)
         return Result(steps, entry)
-
-    def current_digest(self, t: Target) -> tuple[str, str]:
-        sqsh = squashfs_path(t.name, t.arch)
-        if not sqsh.is_file():
-            raise DlrunError(f"{sqsh} does not exist; pull, build or load it first "
-                             f"(dlrun images pull {t.name} --from REPO:TAG --engine enroot)")
-        return file_sha256(sqsh), str(sqsh)
 
     @staticmethod
     def _podman_id(t: Target) -> str:

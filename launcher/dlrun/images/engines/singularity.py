@@ -7,10 +7,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from dlrun.errors import DlrunError
 from dlrun.images.context import assemble, build_context
 from dlrun.images.digest import file_sha256
-from dlrun.images.engines.base import Engine, Log, Result, Target
+from dlrun.images.engines.base import Log, Result, Target
+from dlrun.images.engines.single_file import SingleFileEngine
 from dlrun.images.refs import REGISTRY, Location
 from dlrun.images.spec import sif_path
 from dlrun.images.steps import Command, require_tool, tools
@@ -18,12 +18,13 @@ from dlrun.registry import ENGINES, Tool
 
 
 @ENGINES.register("singularity", "apptainer")
-class SingularityEngine(Engine):
+class SingularityEngine(SingleFileEngine):
     lock_field = "sif"
     what = "SIF file"
     pull_schemes = (REGISTRY, "docker", "oras", "library", "shub", "http", "https")
     push_schemes = ("oras", "library")
     save_suffix = ".sif"
+    obtain_hint = "build, pull or load the SIF first"
 
     @property
     def tools(self) -> tuple[Tool, ...]:
@@ -76,26 +77,8 @@ class SingularityEngine(Engine):
         self.run(steps)
         return Result(steps, entry, [f"pushed {destination}"])
 
-    def save(self, t: Target, output: Path, *, dry_run: bool = False) -> Result:
-        steps = [Command(["cp", str(sif_path(t.name, t.arch)), str(output)])]
-        if dry_run:
-            return Result(steps)
-        entry = self.verify(t).entry
-        self.run(steps)
-        return Result(steps, entry, [f"saved {output}"])
+    def image_file(self, t: Target) -> Path:
+        return sif_path(t.name, t.arch)
 
     def load(self, t: Target, archive: Path, *, dry_run: bool = False, log: Log = print) -> Result:
-        sif = sif_path(t.name, t.arch)
-        steps = [Command(["mkdir", "-p", str(sif.parent)]), Command(["cp", str(archive), str(sif)])]
-        if dry_run:
-            return Result(steps)
-        digest = file_sha256(archive)
-        self.check_against_lock(t, digest, str(archive))
-        self.run(steps)
-        return Result(steps, self.record(t, f"load ({self.name}) {archive.name}", sif=digest))
-
-    def current_digest(self, t: Target) -> tuple[str, str]:
-        sif = sif_path(t.name, t.arch)
-        if not sif.exists():
-            raise DlrunError(f"{sif} does not exist; build, pull or load the SIF first")
-        return file_sha256(sif), str(sif)
+        return self.load_file(t, archive, dry_run=dry_run)

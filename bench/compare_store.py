@@ -1,0 +1,135 @@
+"""Benchmark 7: `dlrun compare` and `dlrun results list` with filters over a store of 100,000 results.
+
+The store is filled through the store's own schema with rows shaped as `dlrun run` stores them: 5 workloads
+x 5 systems x 4 device counts x 2 images = 200 configurations of 500 repeats, each run with its
+comparability key (computed by `dlrun.results.key` once per configuration). Each command runs as a user
+runs it (a fresh `dlrun` process); the first call, which also counts the models' multiply-adds for the
+efficiency columns (PyTorch import, cached afterwards), is reported on its own and not in the median.
+"""
+from __future__ import annotations
+
+import json
+import resource
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import DLRUN, REPO_ROOT, Row, bench_env, median, spread, write_result
+
+GOAL = 2.0
+STORE_RUNS = 100_000
+WORKLOADS = {"resnet50": "resnet50_v1.5", "resnet18": "resnet18", "alexnet": "alexnet", "vgg16": "vgg16",
+             "inception3": "inception3"}
+SYSTEMS = ["dgx2", "dgx1v", "rtx-ts4", "ac922", "aws-p3dn"]
+DEVICES = [1, 2, 4, 8]
+IMAGES = {"pytorch-a": ("sha256:" + "a" * 64, "2.12.0"), "pytorch-b": ("sha256:" + "b" * 64, "2.13.0")}
+COMMANDS = {
+    "compare --by system (10,000 runs, Table III shape)":
+        ["compare", "--workload", "resnet50", "--image", "pytorch-b", "--by", "system", "--baseline", "dgx2"],
+    "compare --by devices (2,000 runs, efficiency columns)":
+        ["compare", "--workload", "resnet50", "--system", "dgx2", "--image", "pytorch-b", "--by", "devices"],
+    "compare --by image (4,000 runs, Welch per row)":
+        ["compare", "--workload", "resnet50", "--system", "dgx2", "--by", "image", "--baseline", "pytorch-a"],
+    "compare, all 100,000 runs (statistics per configuration)": ["compare", "--json"],
+    "results list --workload --system --since (newest 50)":
+        ["results", "list", "--workload", "resnet50", "--system", "dgx2", "--since", "2026-01-02"],
+}
+
+
+def _record(i: int, workload: str, system: str, devices: int, image: str) -> tuple[dict, dict]:
+    digest, version = IMAGES[image]
+    created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(1.767e9 + i * 7))
+    model = WORKLOADS[workload]
+    run = {"id": f"{created[:10].replace('-', '')}-{i:06d}", "created_at": created, "finished_at": created,
+           "status": "ok", "workload": workload, "model": model, "image": image, "image_digest": digest,
+           "system": system, "scheduler": "local", "launcher": "mpirun", "runtime": "docker", "fabric": "tcp",
+           "nodes": 1, "ranks_per_node": devices, "world_size": devices, "batch_size": 64, "precision": "fp32",
+           "run_dir": None, "site": "bench", "origin": "local", "experiment": None, "point": None,
+           "plan": {"workload": {"name": workload, "kind": "cnn-training", "framework": "pytorch",
+                                 "dataset": "synthetic", "model": model},
+                    "image": {"name": image, "kind": "container", "framework": "pytorch", "framework_version": version},
+                    "global_batch_size": 64 * devices, "note": "synthetic benchmark row"},
+           "provenance": {"hostname": "bench"}}
+    row = {"metric": "throughput", "unit": "images/sec", "model": model,
+           "extra": {"framework": "pytorch", "framework_version": version, "global_batch_size": 64 * devices}}
+    return run, row
+
+
+def fill_store(path: Path, runs: int) -> float:
+    sys.path.insert(0, str(REPO_ROOT / "launcher"))
+    import random
+
+    from dlrun.results.key import key_from_run, key_hash, key_json
+    from dlrun.results.store import RUN_COLUMNS, Store
+
+    start = time.perf_counter()
+    with Store(path).connect():
+        pass  # the schema (and its indexes) exactly as dlrun creates it
+    configs = [(w, s, d, im) for w in WORKLOADS for s in SYSTEMS for d in DEVICES for im in IMAGES]
+    keys = {}
+    rng = random.Random(11)
+    run_rows, result_rows = [], []
+    for i in range(runs):
+        config = configs[i % len(configs)]
+        run, row = _record(i, *config)
+        if config not in keys:
+            key = key_from_run(run, [row])
+            keys[config] = (key_json(key), key_hash(key))
+        run["key"], run["key_hash"] = keys[config]
+        base = 100.0 * (1 + SYSTEMS.index(config[1])) * config[2] ** 0.9 * (0.97 if config[3] == "pytorch-a" else 1)
+        value = rng.gauss(base, base * 0.02)
+        run_rows.append([run[c] for c in RUN_COLUMNS] + [run["key"], json.dumps(run["plan"]),
+                                                          json.dumps(run["provenance"])])
+        result_rows.append((run["id"], "throughput", value, "images/sec", json.dumps({**row, "value": value})))
+    conn = sqlite3.connect(path)
+    cols = ", ".join((*RUN_COLUMNS, "key", "plan", "provenance"))
+    with conn:
+        conn.executemany(f"INSERT INTO runs ({cols}) VALUES ({', '.join('?' * (len(RUN_COLUMNS) + 3))})", run_rows)
+        conn.executemany("INSERT INTO results (run_id, metric, value, unit, data) VALUES (?, ?, ?, ?, ?)",
+                         result_rows)
+    conn.execute("ANALYZE")
+    conn.close()
+    return time.perf_counter() - start
+
+
+def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(wall s, CPU s) of one command; CPU time (user + system) tells a loaded machine from a slow command."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    proc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} exited {proc.returncode}: {proc.stderr.strip()[-400:]}")
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def measure(threads: int, repeats: int, log, quick: bool = False) -> list[Row]:
+    n = 3 if quick else 7
+    rows: list[Row] = []
+    record: dict = {"repeats": n, "store_runs": STORE_RUNS, "commands": {}}
+    with tempfile.TemporaryDirectory(prefix="dlrun-bench-compare-") as tmp:
+        home = Path(tmp) / "home"
+        home.mkdir()
+        log(f"[7] fill a store with {STORE_RUNS:,} results (keys included)")
+        record["fill_s"] = fill_store(home / "results.sqlite", STORE_RUNS)
+        env = bench_env(threads, DLRUN_HOME=str(home), XDG_CACHE_HOME=str(Path(tmp) / "cache"), DLRUN_SITE="bench")
+        for name, args in COMMANDS.items():
+            argv = [DLRUN, *args]
+            first, _ = timed(argv, env)  # fills the model-facts cache where efficiency columns need it
+            samples = [timed(argv, env) for _ in range(n)]
+            times, cpu = [w for w, _ in samples], [c for _, c in samples]
+            record["commands"][name] = {"argv": args, "first_s": first, "times_s": times, "cpu_s": cpu}
+            log(f"[7] {name}: first {first:.2f} s, then {spread(times)} s wall, {spread(cpu)} s CPU")
+            rows.append(Row("7 compare", f"dlrun {name}", median(times), unit="s", goal=GOAL, goal_op="<=",
+                            detail=f"{spread(times)} s; CPU {median(cpu):.2f} s; first call {first:.2f} s"))
+    write_result("compare_store", record)
+    return rows
+
+
+if __name__ == "__main__":
+    for row in measure(threads=2, repeats=1, log=lambda line: print(line, file=sys.stderr)):
+        print(row.judge().to_dict())

@@ -1,0 +1,98 @@
+"""`dlrun compare`: stored runs against each other or against a published value, like-for-like or refused.
+
+    dlrun compare [RUN_ID ...] [filters] [--by AXIS] [--baseline VALUE] [--mode MODE]
+                  [--reference VALUE [--unit UNIT] [--tolerance PCT] [--source TEXT] | --references FILE]
+                  [--allow-mismatch] [--json | --csv]
+
+The axis picks the mode: --by system or site: relative throughput (Ren et al. Table III); --by devices:
+speedup and scaling efficiency (PRACE guide Tables 8, 9); --by fabric: relative difference (Samsi et al.);
+--by image, precision, batch, data or framework-version: regression test (Welch's t). --reference or
+--references: against published values. Nothing: statistics per configuration.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from dlrun.cli.filters import ExperimentFilter, ImageFilter, SinceFilter, SiteFilter, SystemFilter, WorkloadFilter
+from dlrun.cli.output import handle_errors
+from dlrun.errors import UsageError
+
+AXIS_HELP = "system, site, devices, fabric, image, framework-version, precision, batch or data"
+
+
+@handle_errors
+def compare(
+    run_ids: Annotated[Optional[list[str]], typer.Argument(
+        help="Run ids (unique prefixes are enough); with filters, runs must match both.", show_default=False)] = None,
+    workload: WorkloadFilter = None, system: SystemFilter = None, image: ImageFilter = None,
+    site: SiteFilter = None, experiment: ExperimentFilter = None, since: SinceFilter = None,
+    by: Annotated[Optional[str], typer.Option("--by", help=f"Axis to compare along: {AXIS_HELP}.",
+                                              show_default=False)] = None,
+    baseline: Annotated[Optional[str], typer.Option(
+        "--baseline", help="The axis value the others are compared with (default: the fewest devices, "
+        "else the first value in order).", show_default=False)] = None,
+    mode: Annotated[Optional[str], typer.Option(
+        "--mode", help="summary, reference, relative, scaling, fabrics or regression (default: from --by).",
+        show_default=False)] = None,
+    reference: Annotated[Optional[float], typer.Option(
+        "--reference", help="A published value to compare the selected runs with.", show_default=False)] = None,
+    unit: Annotated[Optional[str], typer.Option(
+        "--unit", help="Unit of --reference (default: the runs' unit).", show_default=False)] = None,
+    tolerance: Annotated[float, typer.Option("--tolerance", help="Tolerance of --reference, in percent.")] = 5.0,
+    source: Annotated[Optional[str], typer.Option(
+        "--source", help="Where --reference comes from: 'DOCUMENT; TABLE/FIGURE; QUOTE'.", show_default=False)] = None,
+    references: Annotated[Optional[Path], typer.Option(
+        "--references", help="YAML or JSON file of published values (value, unit, tolerance_pct, source, "
+        "match, conditions).", show_default=False)] = None,
+    allow_mismatch: Annotated[bool, typer.Option(
+        "--allow-mismatch", help="Compare runs that are not like-for-like; the output says so.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable JSON output.")] = False,
+    as_csv: Annotated[bool, typer.Option("--csv", help="CSV output: one line per row.")] = False,
+) -> None:
+    """Compare stored runs like-for-like: against a published value, across systems or sites, over
+    device counts, between fabrics, or between image versions with a significance test."""
+    from dlrun.cli.compare_view import render
+    from dlrun.cli.facts import efficiency_inputs
+    from dlrun.cli.filters import build_filters
+    from dlrun.cli.results import open_store
+    from dlrun.results.compare import compare as run_compare
+
+    if as_json and as_csv:
+        raise UsageError("--json and --csv exclude each other; pick one")
+    if reference is not None and references is not None:
+        raise UsageError("--reference and --references exclude each other; pick one")
+    store = open_store()
+    filters = build_filters(store, run_ids, workload=workload, system=system, image=image, site=site,
+                            experiment=experiment, since=since)
+    refs = _references(reference, unit, tolerance, source, references)
+    result = run_compare(store, filters, mode=mode, by=by, baseline=baseline, references=refs,
+                         allow_mismatch=allow_mismatch, facts=efficiency_inputs)
+    render(result, "json" if as_json else "csv" if as_csv else "table")
+
+
+def _references(value, unit, tolerance, source, path):
+    from dlrun.results.compare.references import reference_from_data, references_from_data
+
+    if path is not None:
+        import yaml
+
+        try:
+            data = yaml.safe_load(path.read_text())
+        except OSError as exc:
+            raise UsageError(f"cannot read --references {str(path)!r}: {exc.strerror}") from None
+        except yaml.YAMLError as exc:
+            raise UsageError(f"--references {str(path)!r} is not YAML or JSON: {exc}") from None
+        return references_from_data(data, str(path))
+    if value is None:
+        for name, given in (("--unit", unit), ("--source", source)):
+            if given is not None:
+                raise UsageError(f"{name} describes --reference; give --reference VALUE too")
+        return []
+    doc, _, rest = (source or "given on the command line").partition(";")
+    where, _, quote = rest.partition(";")
+    return [reference_from_data({"value": value, "unit": unit or "", "tolerance_pct": tolerance,
+                                 "source": {"doc": doc.strip(), "where": where.strip(), "quote": quote.strip()}},
+                                "--reference")]

@@ -1,0 +1,38 @@
+"""Options that select stored runs, shared by `results list` and `compare`, and the one function that
+turns them into checked filters."""
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+WorkloadFilter = Annotated[Optional[list[str]], typer.Option(
+    "--workload", "-w", help="Only runs of this workload (repeatable: any of them).", show_default=False)]
+SystemFilter = Annotated[Optional[list[str]], typer.Option(
+    "--system", "-s", help="Only runs on this system profile (repeatable).", show_default=False)]
+ImageFilter = Annotated[Optional[list[str]], typer.Option(
+    "--image", "-i", help="Only runs of this image: its name, or a digest prefix sha256:... (repeatable).",
+    show_default=False)]
+StatusFilter = Annotated[Optional[list[str]], typer.Option(
+    "--status", help="Only runs in this state: ok, failed or cancelled (repeatable).", show_default=False)]
+SiteFilter = Annotated[Optional[list[str]], typer.Option(
+    "--site", help="Only runs from this site (repeatable).", show_default=False)]
+ExperimentFilter = Annotated[Optional[list[str]], typer.Option(
+    "--experiment", help="Only runs made for this experiment (repeatable).", show_default=False)]
+SinceFilter = Annotated[Optional[str], typer.Option(
+    "--since", help="Only runs created since a date (2026-11-01), a UTC time (2026-11-01T12:00) or an age "
+    "(90m, 12h, 7d, 2w).", show_default=False)]
+
+
+def build_filters(store, run_ids: list[str] | None = None, *, workload=None, system=None, image=None,
+                  status=None, site=None, experiment=None, since=None):
+    """Checked filters: run id prefixes resolved, every value one the store holds (else exit 2 with the
+    closest stored value), `--since` parsed."""
+    from dlrun.results.query import Filters, check_values, parse_since
+
+    filters = Filters(run_ids=store.resolve_ids(run_ids or []), workload=tuple(workload or ()),
+                      system=tuple(system or ()), image=tuple(image or ()), status=tuple(status or ()),
+                      site=tuple(site or ()), experiment=tuple(experiment or ()),
+                      since=parse_since(since) if since is not None else None)
+    check_values(filters, store.distinct)
+    return filters

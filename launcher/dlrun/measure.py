@@ -1,0 +1,85 @@
+"""Measurements dlrun takes in its own process and stores as results: the matrix-multiply rate of a
+system, the practical compute ceiling its training FLOP rates are compared with.
+
+Layer: after results/ (it stores through it), before execute/. It imports PyTorch, late.
+
+The rate is 2 n^3 FLOP over the median time of `repeats` products of two n x n matrices, after two
+untimed ones. fp32 on a CPU takes the faster of torch.mm (MKL, whose sgemm takes a generic AVX2 path on
+AMD CPUs) and oneDNN's product (AVX-512 kernels), so that efficiency is never flattered by a slow
+reference; amp measures the type autocast trains in: bfloat16 on a CPU, float16 on a GPU. On a CPU the
+rate is the node's (all threads); on a GPU it is one device's (fp32 without TF32).
+"""
+from __future__ import annotations
+
+import platform
+import secrets
+import socket
+import time
+from typing import Any
+
+PRECISIONS = ("fp32", "amp")
+
+
+def _rate(fn, flop: float, repeats: int, sync) -> float:
+    fn()
+    fn()
+    sync()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - start)
+    times.sort()
+    return flop / times[len(times) // 2] / 1e9
+
+
+def measure_matmul(precision: str, size: int = 4096, repeats: int = 7, threads: int | None = None,
+                   device: str | None = None) -> dict[str, Any]:
+    """One measurement: GFLOP/s and how it was taken, as the result row stores it."""
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    flop = 2.0 * size ** 3
+    a = torch.randn(size, size, device=device)
+    b = torch.randn(size, size, device=device)
+    rates: dict[str, float] = {}
+    if precision == "fp32":
+        if device == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = False  # a true fp32 product, as the fp32 peak is quoted
+        rates["mm"] = _rate(lambda: torch.mm(a, b), flop, repeats, sync)
+        if device == "cpu":
+            try:
+                am, bm = a.to_mkldnn(), b.to_mkldnn()
+                rates["onednn"] = _rate(lambda: torch._C._nn.mkldnn_linear(am, bm, None), flop, repeats, sync)
+            except (RuntimeError, AttributeError):  # torch without oneDNN tensors
+                pass
+        dtype = "float32"
+    else:
+        dtype = "float16" if device == "cuda" else "bfloat16"
+        ah, bh = a.to(getattr(torch, dtype)), b.to(getattr(torch, dtype))
+        rates["mm"] = _rate(lambda: torch.mm(ah, bh), flop, repeats, sync)
+    method = max(rates, key=rates.get)
+    return {"metric": "matmul", "value": rates[method], "unit": "GFLOP/s", "dtype": dtype, "method": method,
+            "rates": rates, "size": size, "repeats": repeats, "threads": torch.get_num_threads(),
+            "device": device, "device_name": torch.cuda.get_device_name() if device == "cuda" else platform.processor(),
+            "framework": "pytorch", "framework_version": str(torch.__version__)}
+
+
+def matmul_record(system: str, precision: str, row: dict[str, Any],
+                  now: float | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(run, rows) for Store.add_run: workload `matmul` on `system`, one `matmul` result row."""
+    now = time.time() if now is None else now
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
+    run = {"id": time.strftime("%Y%m%d-%H%M%S", time.gmtime(now)) + "-" + secrets.token_hex(3),
+           "created_at": stamp, "finished_at": stamp, "status": "ok", "workload": "matmul", "model": None,
+           "image": "host", "image_digest": None, "system": system, "nodes": 1, "ranks_per_node": 1,
+           "world_size": 1, "precision": precision, "origin": "local",
+           "plan": {"benchmark": "matmul", "system": system, "precision": precision, "size": row["size"],
+                    "repeats": row["repeats"], "threads": row["threads"], "device": row["device"]},
+           "provenance": {"hostname": socket.gethostname(), "python": platform.python_version(),
+                          "framework_version": row["framework_version"]}}
+    return run, [row]

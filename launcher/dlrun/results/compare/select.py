@@ -1,0 +1,162 @@
+"""From the store to cells: groups of runs with one key (grouped in SQL), placed by series and axis value,
+and the like-for-like guard over them."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from dlrun.errors import DlrunError, UsageError, closest
+from dlrun.results.key import KEY_FIELDS, UNKNOWN, spread
+from dlrun.results.query import Filters
+from dlrun.results.store import Store
+
+from dlrun.results.compare.model import Axis, sort_value
+
+
+@dataclass
+class Group:
+    """Successful runs with one key (and one site when comparing sites), as the store grouped them."""
+
+    key: dict[str, Any]
+    key_hash: str
+    site: str | None
+    metric: str
+    unit: str
+    run_ids: list[str]
+    values: list[float]
+    images: list[str] = field(default_factory=list)
+
+    def axis_value(self, axis: Axis | None) -> Any:
+        if axis is None:
+            return None
+        return self.site if axis.field == "site" else self.key.get(axis.field, UNKNOWN)
+
+
+@dataclass
+class Cell:
+    """The runs at one place of a comparison: one series (row), one axis value (column)."""
+
+    series: tuple
+    axis_value: Any
+    groups: list[Group] = field(default_factory=list)
+
+    @property
+    def values(self) -> list[float]:
+        return [v for g in self.groups for v in g.values]
+
+    @property
+    def run_ids(self) -> list[str]:
+        return sorted(r for g in self.groups for r in g.run_ids)
+
+    @property
+    def unit(self) -> str:
+        return self.groups[0].unit
+
+    @property
+    def key(self) -> dict[str, Any]:
+        """The key of the cell's first group (all groups share it, unless mismatches were allowed)."""
+        return self.groups[0].key
+
+    def field_values(self, name: str) -> list[Any]:
+        return sorted({g.key.get(name) for g in self.groups}, key=str)
+
+
+def load_groups(store: Store, filters: Filters, by_site: bool = False) -> list[Group]:
+    groups = []
+    for row in store.grouped_values(filters, by_site=by_site):
+        if row["key"] is None:  # written around the store (no key): it can only be unknown
+            row["key"] = {name: UNKNOWN for name in KEY_FIELDS}
+            row["key_hash"] = "unknown"
+        groups.append(Group(row["key"], row["key_hash"], row["site"], row["metric"], row["unit"],
+                            row["run_ids"], row["values"], row.get("images") or []))
+    if not groups:
+        raise DlrunError("nothing to compare: no successful run with a result matches the selection")
+    return groups
+
+
+def place(groups: list[Group], axis: Axis | None, series_fields: tuple[str, ...]) -> dict[tuple, dict[Any, Cell]]:
+    """series -> axis value -> cell. Without a series, every key is its own series."""
+    cells: dict[tuple, dict[Any, Cell]] = {}
+    for group in groups:
+        series = tuple(group.key.get(name, UNKNOWN) for name in series_fields) if series_fields \
+            else (group.key_hash,)
+        value = group.axis_value(axis)
+        cells.setdefault(series, {}).setdefault(value, Cell(series, value)).groups.append(group)
+    for series, row in cells.items():
+        units = sorted({g.unit for cell in row.values() for g in cell.groups})
+        if len(units) > 1:
+            raise DlrunError(f"cannot compare {' with '.join(units)} in one row "
+                             f"({', '.join(str(s) for s in series)}): pick runs of one kind of workload")
+    return dict(sorted(cells.items(), key=lambda item: [sort_value(v) for v in item[0]]))
+
+
+#: Fields that follow from the device count: they may differ between rows of different device counts,
+#: but within a row they must match like any other field.
+FOLLOW_DEVICES = frozenset({"global_batch", "nodes"})
+
+
+def guard(cells: dict[tuple, dict[Any, Cell]], axis: Axis | None, series_fields: tuple[str, ...]) -> list[str]:
+    """Every reason the runs are not like-for-like for this comparison: key fields outside the axis and
+    the row fields that differ or are unknown anywhere, fields that follow from the device count that
+    differ within a row, and runs whose place (row, axis value) is unknown."""
+    groups = [g for row in cells.values() for cell in row.values() for g in cell.groups]
+    varies = set(axis.varies) if axis else set()
+    follow = set(FOLLOW_DEVICES) if "devices" in series_fields else set()
+    out = spread([(g.key, len(g.values)) for g in groups], ignore=set(series_fields) | varies | follow)
+    for name in sorted(follow - varies):
+        for series, row in cells.items():
+            found = spread([(g.key, len(g.values)) for cell in row.values() for g in cell.groups],
+                           ignore=set(KEY_FIELDS) - {name})
+            where = ", ".join(f"{field} {value}" for field, value in zip(series_fields, series))
+            out += [f"{line} (in the row {where})" for line in found]
+    placing = list(series_fields) + ([axis.field] if axis and axis.field != "site" else [])
+    for name in placing:
+        unknown = sum(len(g.values) for g in groups if g.key.get(name, UNKNOWN) == UNKNOWN)
+        if unknown:
+            out.append(f"{KEY_FIELDS[name]}: unknown for {unknown} run{'s' if unknown != 1 else ''} "
+                       f"(cannot tell where they belong in the comparison)")
+    if axis and axis.field == "site":
+        missing = sum(len(g.values) for g in groups if not g.site)
+        if missing:
+            out.append(f"site: unknown for {missing} run{'s' if missing != 1 else ''}")
+    return out
+
+
+def axis_label(value: Any, cell_images: list[str]) -> str:
+    """How an axis value is shown: an image digest with the image names that carry it."""
+    text = str(value)
+    if cell_images and (text.startswith("sha256:") or text.startswith("host:")):
+        return f"{'/'.join(cell_images)} ({text[:19]})"
+    return text
+
+
+def pick_baseline(axis: Axis, values: list[Any], requested: str | None, images: dict[Any, list[str]]) -> Any:
+    """The axis value the others are compared with: the one asked for, else the smallest device count,
+    else the first value in sort order. An image may be named by its name or a digest prefix."""
+    if requested is None:
+        numeric = [v for v in values if isinstance(v, int)]
+        return min(numeric) if axis.name == "devices" and numeric else sorted(values, key=str)[0]
+    for value in values:
+        if str(value) == requested:
+            return value
+    if axis.name == "image":
+        named = [v for v in values if requested in images.get(v, [])
+                 or (len(requested) >= 12 and str(v).startswith(requested))]
+        if len(named) == 1:
+            return named[0]
+        if len(named) > 1:
+            raise UsageError(f"--baseline {requested!r} names several digests: {', '.join(map(str, named))}; "
+                             "give a digest prefix")
+    shown = [str(v) for v in values] + [name for names in images.values() for name in names]
+    numbers = [v for v in values if isinstance(v, int)]
+    if requested.isdigit() and numbers:  # a count: the nearest count, not the nearest spelling
+        hint = str(min(numbers, key=lambda v: (abs(v - int(requested)), v)))
+    else:
+        hint = closest(requested, shown)
+    return _bad_baseline(axis, requested, hint, shown)
+
+
+def _bad_baseline(axis: Axis, requested: str, hint: str | None, shown: list[str]) -> Any:
+    did_you_mean = f"; did you mean {hint!r}?" if hint else ";"
+    raise UsageError(f"bad --baseline {requested!r}: no selected run has that {axis.name}{did_you_mean} "
+                     f"valid: {', '.join(sorted(set(shown)))}")

@@ -1,0 +1,45 @@
+"""Stored runs with chosen values, shaped as `execute/record.py` stores them, for the compare tests."""
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from dlrun.results.store import Store
+
+_ids = itertools.count()
+
+
+def record(value: float, *, workload: str = "resnet50", model: str = "resnet50_v1.5", system: str = "dgx2",
+           devices: int = 1, nodes: int = 1, batch: int = 64, precision: str = "fp32", fabric: str = "tcp",
+           image: str = "pytorch-2.13", digest: str = "sha256:" + "a" * 64, version: str = "2.13.0",
+           site: str = "here", metric: str = "throughput", created: str | None = None) -> tuple[dict, list]:
+    number = next(_ids)
+    comm = metric == "busbw"
+    run = {"id": f"2026{number:06d}", "created_at": created or f"2026-01-01T00:00:{number % 60:02d}Z",
+           "status": "ok", "workload": "allreduce" if comm else workload, "model": None if comm else model,
+           "image": image, "image_digest": digest, "system": system, "fabric": fabric, "nodes": nodes,
+           "ranks_per_node": devices // nodes, "world_size": devices, "batch_size": None if comm else batch,
+           "precision": precision, "site": site, "origin": "local",
+           "plan": {"workload": {"name": workload, "kind": "allreduce" if comm else "cnn-training",
+                                 "framework": "pytorch", "dataset": "synthetic", "model": model},
+                    "image": {"name": image, "kind": "container", "framework": "pytorch",
+                              "framework_version": version},
+                    "global_batch_size": batch * devices},
+           "provenance": {}}
+    extra: dict[str, Any] = {"framework": "pytorch", "framework_version": version}
+    if comm:
+        extra.update(benchmark="allreduce", backend="gloo", dtype="float32")
+        row = {"metric": "busbw", "value": value, "unit": "GB/s", "collective": "all_reduce", "extra": extra}
+    else:
+        extra.update(global_batch_size=batch * devices, amp_dtype="bfloat16" if precision == "amp" else None)
+        row = {"metric": "throughput", "value": value, "unit": "images/sec", "model": model, "extra": extra}
+    return run, [row]
+
+
+def add(store: Store, values: list[float], **fields: Any) -> list[str]:
+    ids = []
+    for value in values:
+        run, rows = record(value, **fields)
+        store.add_run(run, rows)
+        ids.append(run["id"])
+    return ids

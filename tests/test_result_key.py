@@ -1,0 +1,102 @@
+"""The comparability key: from real runs and from real published logs (tests/data/logs/SOURCES.md), and the
+differences it lists in words. Unknown never compares equal."""
+from __future__ import annotations
+
+
+import pytest
+import torch
+from conftest import REPO, run_cli
+
+from dlrun.results import key as keys
+from dlrun.results.import_log import import_log
+from dlrun.results.store import Store
+
+LOGS = REPO / "tests" / "data" / "logs"
+
+
+def _imported(name: str, system: str = "dgx1v") -> dict:
+    (run, rows), *_ = import_log(LOGS / name, system=system)
+    return keys.key_from_run(run, rows)
+
+
+@pytest.mark.integration
+def test_a_real_run_has_a_complete_key(dlrun_home):
+    proc = run_cli("run", "trivial", "--steps", "2", "--warmup-steps", "1", "--batch-size", "4")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    store = Store(dlrun_home / "results.sqlite")
+    run = store.get_run(store.list_runs(1)[0]["id"])
+    key = run["key"]
+    assert key == {"workload": "trivial", "model": "trivial", "precision": "fp32", "batch_per_device": 4,
+                   "global_batch": 4, "data": "synthetic", "data_format": "n/a", "framework": "pytorch",
+                   "framework_version": torch.__version__,
+                   "image_digest": "host:harness-" + run["provenance"]["harness_sha256"].split(":")[-1][:16],
+                   "devices": 1, "nodes": 1, "system": "localhost", "fabric": "n/a"}
+    assert run["key_hash"] == keys.key_hash(key) and keys.has_unknown(key) == []
+    assert run["origin"] == "local" and run["site"]
+
+
+def test_an_imported_tf_cnn_benchmarks_log_says_what_it_cannot_tell():
+    key = _imported("tf_cnn_benchmarks/tensorflow23032_1gpu_nightly.log")
+    assert key["workload"] == "tf_cnn_benchmarks" and key["framework"] == "tensorflow"
+    assert key["system"] == "dgx1v"
+    assert keys.has_unknown(key) == ["model", "precision", "batch_per_device", "global_batch", "data",
+                                     "data_format", "framework_version", "image_digest", "devices", "nodes",
+                                     "fabric"]
+
+
+def test_an_imported_nccl_tests_log_is_a_communication_key():
+    key = _imported("nccl-tests/aws_efa_eks_tagged_2node.log", system="aws-p3dn")
+    assert key == {"workload": "nccl-tests:all_reduce", "model": "all_reduce", "precision": "float32",
+                   "batch_per_device": "n/a", "global_batch": "n/a", "data": "n/a", "data_format": "n/a",
+                   "framework": "nccl-tests", "framework_version": "2.8.3+cuda11.2", "image_digest": "unknown",
+                   "devices": 16, "nodes": 2, "system": "aws-p3dn", "fabric": "unknown"}
+    one_host = _imported("nccl-tests/superbench_allreduce_g8.log")
+    assert (one_host["devices"], one_host["nodes"], one_host["fabric"]) == (8, 1, "n/a")
+
+
+def test_two_imported_logs_are_never_silently_equal():
+    a = _imported("tf_cnn_benchmarks/tensorflow23032_1gpu_nightly.log")
+    b = _imported("tf_cnn_benchmarks/tfbenchmarks_pr63_1gpu_2017.log")
+    assert keys.key_hash(a) == keys.key_hash(b)  # the same text of unknowns ...
+    found = keys.differences(a, b)              # ... but nothing is known to match
+    assert "image digest: unknown on both sides (cannot tell whether they match)" in found
+    assert len(found) == len(keys.has_unknown(a))
+
+
+def test_differences_in_words_and_the_axis_that_may_differ():
+    a = {**{name: "x" for name in keys.KEY_FIELDS}, "devices": 1, "precision": "fp32", "system": "dgx2"}
+    b = {**a, "devices": 8, "precision": "amp(float16)", "system": "rtx-ts4", "framework_version": "unknown"}
+    assert keys.differences(a, b) == ["precision: fp32 vs amp(float16)",
+                                      "framework version: x vs unknown (cannot tell whether they match)",
+                                      "devices: 1 vs 8", "system: dgx2 vs rtx-ts4"]
+    assert keys.differences(a, b, ignore={"system", "devices", "precision", "framework_version"}) == []
+    assert keys.differences(a, dict(a)) == []
+
+
+def test_spread_over_many_runs_counts_each_value():
+    fp32 = {**{name: "x" for name in keys.KEY_FIELDS}, "precision": "fp32"}
+    amp = {**fp32, "precision": "amp(bfloat16)", "image_digest": "unknown"}
+    assert keys.spread([(fp32, 3), (amp, 2)]) == [
+        "precision: amp(bfloat16) (2 runs), fp32 (3 runs)",
+        "image digest: x (3 runs), unknown (2 runs) (cannot tell whether they match)"]
+    assert keys.spread([(amp, 1)]) == []  # a single run matches nothing, so nothing is in doubt
+    assert keys.spread([(amp, 2)]) == ["image digest: unknown for 2 runs (cannot tell whether they match)"]
+
+
+def test_the_hash_is_stable_across_versions_and_field_order():
+    key = {name: "x" for name in keys.KEY_FIELDS}
+    assert keys.key_hash(key) == keys.key_hash(dict(reversed(list(key.items()))))
+    # pinned: a key hashed at one site must hash the same at another, with any later dlrun
+    assert keys.key_json({"b": 1, "a": "x"}) == '{"a":"x","b":1}'
+    assert keys.key_hash({"b": 1, "a": "x"}) == "cdab067e9f3beb32"
+
+
+def test_a_matmul_measurement_has_a_key_of_its_own():
+    from dlrun.measure import matmul_record
+
+    row = {"metric": "matmul", "value": 393.0, "unit": "GFLOP/s", "dtype": "bfloat16", "size": 64, "repeats": 1,
+           "threads": 2, "device": "cpu", "framework": "pytorch", "framework_version": "2.13.0"}
+    run, rows = matmul_record("localhost", "amp", row, now=0)
+    key = keys.key_from_run(run, rows)
+    assert (key["workload"], key["model"], key["precision"], key["batch_per_device"]) == \
+        ("matmul", "n/a", "amp(bfloat16)", "n/a")
