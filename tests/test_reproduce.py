@@ -18,7 +18,8 @@ from conftest import run_cli
 
 from dlrun.catalog import load_catalog
 from dlrun.probe.host import probe_host
-from dlrun.reproduce import TaggedStore, point_key, prepare, schedule, stored_repeats
+from dlrun.paths import harness_hashes
+from dlrun.reproduce import TaggedStore, planned_key, prepare, schedule, stored_repeats
 from dlrun.reproduce.work import PointWork, plan_points
 from dlrun.results.store import Store
 
@@ -196,28 +197,52 @@ def test_table_ii_is_reproduced_from_the_harness_models(dlrun_home):
 
 
 # ------------------------------------------------------------------------------------------ resume
+def _record(run_id: str, status: str, plan, **changes) -> dict:
+    """A run record as the executor stores it (the columns the comparability key reads, and the plan)."""
+    return {"id": run_id, "created_at": f"2026-01-01T00:00:0{run_id[-1]}Z", "status": status,
+            "workload": plan.workload.name, "model": plan.workload.model, "image": plan.image.name,
+            "image_digest": plan.image.digest, "system": plan.system.name, "fabric": plan.fabric,
+            "nodes": plan.nodes, "ranks_per_node": plan.ranks_per_node, "world_size": plan.world_size,
+            "batch_size": plan.batch_size, "precision": plan.precision, "plan": plan.summary(),
+            "provenance": {"harness_sha256": harness_hashes(Path(plan.image.harness_dir), "pytorch")[0]}, **changes}
+
+
+def _result(plan, amp_dtype=None) -> dict:
+    """A result row as the harness reports it: the framework version only the run knows."""
+    return {"metric": "throughput", "value": 100.0, "unit": "images/sec", "model": plan.workload.model,
+            "extra": {"framework": "pytorch", "framework_version": "2.13.0+cpu", "amp_dtype": amp_dtype}}
+
+
 def test_stored_repeats_count_ok_runs_of_the_point_with_its_key(catalog, tmp_path):
     store = Store(tmp_path / "results.sqlite")
     works = plan_points(catalog, catalog.experiment(SMOKE), "localhost", where={}, repeats=None, local_image=None,
                         store=store)
     one, two = works
-    summary = one.plan.summary()
+    plan = one.plan
 
-    def add(run_id: str, status: str, point: PointWork, plan: dict, experiment: str = SMOKE) -> None:
-        TaggedStore(store.path, experiment, point.id).add_run(
-            {"id": run_id, "created_at": f"2026-01-01T00:00:0{run_id[-1]}Z", "status": status, "plan": plan}, [])
+    def add(run_id: str, point: PointWork, record: dict, result: dict | None, experiment: str = SMOKE) -> None:
+        TaggedStore(store.path, experiment, point.id).add_run(record, [result] if result else [])
 
-    add("r1", "ok", one, summary)
-    add("r2", "ok", one, summary)
-    add("r3", "failed", one, summary)                                   # not ok
-    add("r4", "ok", one, {**summary, "batch_size": 32})                 # another key
-    add("r5", "ok", two, summary)                                       # another point
-    add("r6", "ok", one, summary, experiment="E001_table2_model_facts")  # another experiment
-    assert stored_repeats(store, SMOKE, one.id, point_key(summary)) == 2
-    assert stored_repeats(store, SMOKE, two.id, two.key) == 0
+    add("r1", one, _record("r1", "ok", plan), _result(plan))
+    add("r2", one, _record("r2", "ok", plan), _result(plan))
+    add("r3", one, _record("r3", "failed", plan), None)                                 # not ok
+    add("r4", one, _record("r4", "ok", plan, batch_size=32), _result(plan))             # another key
+    add("r5", one, _record("r5", "ok", plan, provenance={"harness_sha256": "0" * 64}), _result(plan))  # harness
+    add("r6", two, _record("r6", "ok", plan), _result(plan))                            # another point
+    add("r7", one, _record("r7", "ok", plan), _result(plan), experiment="E001_table2_model_facts")
+    assert stored_repeats(store, SMOKE, one.id, planned_key(plan)) == 2
+    assert stored_repeats(store, SMOKE, two.id, two.key) == 0  # r6 is tagged with point two but ran point one's plan
     one.refresh(store)
     assert [run.id for run in one.stored] == ["r1", "r2"] and one.missing == 1
-    assert store.get_run("r1")["provenance"] == {"experiment": SMOKE, "point": one.id}
+    assert one.stored[0].values == {"throughput": 100.0}
+    stored = store.get_run("r1")
+    assert (stored["experiment"], stored["point"]) == (SMOKE, one.id)
+    assert stored["key"]["framework_version"] == "2.13.0+cpu" and one.key["framework_version"] == "unknown"
+
+    amp = plan.model_copy(update={"precision": "amp"})
+    add("r8", one, _record("r8", "ok", amp), _result(amp, amp_dtype="bfloat16"))
+    assert store.get_run("r8")["key"]["precision"] == "amp(bfloat16)"
+    assert stored_repeats(store, SMOKE, one.id, planned_key(amp)) == 1  # amp, in the type the device chose
 
 
 def test_missing_repeats_run_round_robin(catalog, tmp_path):
@@ -245,8 +270,7 @@ def _tagged_runs_of(home: Path, experiment: str) -> list[tuple[str, str, str]]:
         return []
     try:
         with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
-            return conn.execute("SELECT id, status, json_extract(provenance, '$.point') FROM runs "
-                                "WHERE json_extract(provenance, '$.experiment') = ? ORDER BY created_at, id",
+            return conn.execute("SELECT id, status, point FROM runs WHERE experiment = ? ORDER BY created_at, id",
                                 (experiment,)).fetchall()
     except sqlite3.OperationalError:  # created, tables not yet
         return []
@@ -289,12 +313,23 @@ def test_smoke_scaling_runs_is_interrupted_and_resumes_without_rerunning(dlrun_h
     assert len(ok_after) == 6 and set(finished) <= set(ok_after)  # nothing finished was run again
     assert set(ok_after) == {run_id for point in points.values() for run_id in point["run_ids"]}
     assert {run["run_id"] for run in second["runs"]} == set(ok_after) - set(finished)
+    scaling = second["comparisons"]
+    assert [(c["mode"], c["like_for_like"]) for c in scaling] == [("scaling", True)]
+    rows = {row["devices"]: row for row in scaling[0]["rows"]}
+    assert sorted(rows) == [1, 2] and all(row["n"] == 3 for row in rows.values())
+    assert set(rows[1]["runs"]) | set(rows[2]["runs"]) == set(ok_after)
+    assert rows[1]["speedup"] == 1.0 and rows[2]["speedup"] == pytest.approx(rows[2]["mean"] / rows[1]["mean"])
+    assert rows[2]["scaling_efficiency"] == pytest.approx(rows[2]["speedup"] / 2)
+    assert rows[2]["speedup_low"] <= rows[2]["speedup"] <= rows[2]["speedup_high"]  # the interval is there
 
     third = run_cli("reproduce", SMOKE)
     assert third.returncode == 0, third.stderr
     assert "0 run(s) to make, 6 already stored" in third.stdout
     assert "localhost_scaling_smoke on localhost: stored results per point" in third.stdout
     assert third.stdout.count("3/3") == 2
+    assert "compare scaling: localhost_scaling_smoke: scaling from 1 device (images/sec)" in third.stdout
+    for column in ("95 % CI", "speedup", "scaling eff."):
+        assert column in third.stdout
     assert len(_tagged_runs(dlrun_home)) == len(after)
 
 

@@ -119,13 +119,16 @@ def _run(spec, system_work, store, *, skip_checks: bool, verbose: bool, as_json:
 
 
 def _results(spec, system_work, store, report, *, as_json: bool, command: str) -> int:
+    from dlrun.cli.compare_view import print_table
+    from dlrun.cli.facts import efficiency_inputs
     from dlrun.cli.reproduce_view import print_points, print_references, references_json
-    from dlrun.reproduce import compare_references, point_summary
+    from dlrun.reproduce import compare_points, compare_references, point_summary
 
     for work in system_work.works:
         work.refresh(store)
     summaries = [point_summary(work) for work in system_work.works if not work.skip]
     references = compare_references(spec, system_work.works, system_work.system)
+    comparisons = compare_points(store, spec, system_work.works, facts=efficiency_inputs)
     failed = [o for o in (report.outcomes if report else []) if o.status not in ("ok", "cancelled")]
     outside = [row for row in references if row.verdict == "outside"]
     interrupted = bool(report and report.interrupted)
@@ -137,10 +140,13 @@ def _results(spec, system_work, store, report, *, as_json: bool, command: str) -
                     "not_run": [{"point": step.work.id, "repeat": step.repeat, "why": why}
                                 for step, why in (report.not_run if report else [])],
                     "points": summaries, "skipped": [{"point": w.id, "why": w.skip} for w in system_work.skipped],
-                    "references": references_json(references)})
+                    "references": references_json(references),
+                    "comparisons": [comparison.to_dict() for comparison in comparisons]})
     else:
         if summaries and spec.measure != "model-facts":  # model facts: the references table says it all
             print_points(spec, system_work, summaries)
+        for comparison in comparisons:
+            print_table(comparison)
         print_references(references)
     if interrupted:
         stored = sum(1 for o in report.outcomes if o.status == "ok")

@@ -6,6 +6,7 @@ point, and the results set against the experiment's published numbers.
     schedule(works)       -> the missing repeats, round-robin over the points
     run_local / run_batch -> run them (dlrun.execute; model facts in-process), stop cleanly on SIGINT
     compare_references    -> published against measured, for the references a point answers directly
+    compare_points        -> the stored runs through `dlrun compare` (scaling with confidence intervals)
 
 Printing is the CLI's (`dlrun.cli.reproduce`); nothing here writes to the terminal.
 """
@@ -19,16 +20,17 @@ from typing import Any
 from dlrun.catalog import Catalog
 from dlrun.catalog.experiments import ExperimentSpec
 from dlrun.plan import LocalImage
+from dlrun.reproduce.comparisons import compare_points
 from dlrun.reproduce.references import ReferenceRow, compare_references
-from dlrun.reproduce.resume import TaggedStore, point_key, stored_repeats, stored_runs
+from dlrun.reproduce.resume import TaggedStore, planned_key, same_point, stored_repeats, stored_runs
 from dlrun.reproduce.runner import RunReport, Step, StepOutcome, is_batch, run_batch, run_local, schedule
 from dlrun.reproduce.select import check_repeats, choose_systems, parse_where
 from dlrun.reproduce.work import PointWork, plan_points, point_id
 from dlrun.results.store import Store
 
 __all__ = ["PointWork", "ReferenceRow", "RunReport", "Step", "StepOutcome", "SystemWork", "TaggedStore",
-           "compare_references", "is_batch", "point_id", "point_key", "point_summary", "prepare", "run_batch",
-           "run_local", "schedule", "stored_repeats", "stored_runs"]
+           "compare_points", "compare_references", "is_batch", "planned_key", "point_id", "point_summary", "prepare", "run_batch",
+           "run_local", "same_point", "schedule", "stored_repeats", "stored_runs"]
 
 
 @dataclass

@@ -13,7 +13,7 @@ from dlrun.job import RenderedJob
 from dlrun.paths import HARNESS_DIR, harness_hashes
 from dlrun.plan import LocalImage, Plan, resolve_plan
 from dlrun.render import render_job
-from dlrun.reproduce.resume import MODEL_FACTS, Key, StoredRun, point_key, stored_runs
+from dlrun.reproduce.resume import MODEL_FACTS, Key, StoredRun, facts_key, planned_key, stored_runs
 from dlrun.results.store import Store
 
 #: The harness whose model definitions model facts are counted on.
@@ -88,7 +88,7 @@ def _count(catalog: Catalog, work: PointWork, workload: str) -> None:
         work.skip = f"workload {workload!r} trains no model: it has no parameters to count"
         return
     work.facts = facts_record_plan(workload, model)
-    work.key = point_key(work.facts)
+    work.key = facts_key(work.facts)
 
 
 def _plan(catalog: Catalog, work: PointWork, point: Point, local_image: LocalImage | None) -> None:
@@ -98,4 +98,4 @@ def _plan(catalog: Catalog, work: PointWork, point: Point, local_image: LocalIma
         work.skip = f"dlrun cannot plan it: {exc}"
         return
     work.rendered = render_job(work.plan)
-    work.key = point_key(work.plan.summary())
+    work.key = planned_key(work.plan)
