@@ -19,7 +19,7 @@ from conftest import run_cli
 from dlrun.catalog import load_catalog
 from dlrun.probe.host import probe_host
 from dlrun.paths import harness_hashes
-from dlrun.reproduce import TaggedStore, planned_key, prepare, schedule, stored_repeats
+from dlrun.reproduce import TaggedStore, compare_references, planned_key, prepare, schedule, stored_repeats
 from dlrun.reproduce.work import PointWork, plan_points
 from dlrun.results.store import Store
 
@@ -207,9 +207,9 @@ def _record(run_id: str, status: str, plan, **changes) -> dict:
             "provenance": {"harness_sha256": harness_hashes(Path(plan.image.harness_dir), "pytorch")[0]}, **changes}
 
 
-def _result(plan, amp_dtype=None) -> dict:
+def _result(plan, amp_dtype=None, value: float = 100.0) -> dict:
     """A result row as the harness reports it: the framework version only the run knows."""
-    return {"metric": "throughput", "value": 100.0, "unit": "images/sec", "model": plan.workload.model,
+    return {"metric": "throughput", "value": value, "unit": "images/sec", "model": plan.workload.model,
             "extra": {"framework": "pytorch", "framework_version": "2.13.0+cpu", "amp_dtype": amp_dtype}}
 
 
@@ -243,6 +243,71 @@ def test_stored_repeats_count_ok_runs_of_the_point_with_its_key(catalog, tmp_pat
     add("r8", one, _record("r8", "ok", amp), _result(amp, amp_dtype="bfloat16"))
     assert store.get_run("r8")["key"]["precision"] == "amp(bfloat16)"
     assert stored_repeats(store, SMOKE, one.id, planned_key(amp)) == 1  # amp, in the type the device chose
+
+
+REFERENCES_EXPERIMENT = """\
+id: refs_check
+title: "references of every kind against stored runs"
+document: {name: "dlrun", title: "dlrun's test suite", authors: "the dlrun project"}
+where: "tests/test_reproduce.py"
+description: "Published numbers a point answers directly, and the ones it does not."
+measure: training
+device: cpu
+systems: [localhost]
+axes:
+  - name: model
+    values: [trivial]
+  - name: ranks_per_node
+    values: [1, 2]
+status: {kind: runnable}
+references:
+  - {id: one_rank, kind: quantitative, metric: throughput, conditions: {ranks_per_node: 1}, value: 100, unit: images/s,
+     tolerance: {relative: 0.1, why: "ten percent, for the test"}, source: {where: "T1", quote: "one rank 100"}}
+  - {id: two_ranks, kind: quantitative, metric: throughput, conditions: {ranks_per_node: 2}, value: 100,
+     unit: images/sec, tolerance: {relative: 0.01, why: "one percent, for the test"}, source: {where: "T1", quote: "two 100"}}
+  - {id: at_most, kind: quantitative, metric: throughput, conditions: {ranks_per_node: 2}, value: 200, unit: images/sec,
+     check: at-most, tolerance: {relative: 0.01, why: "one percent, for the test"}, source: {where: "T2", quote: "at most 200"}}
+  - {id: a_range, kind: quantitative, metric: throughput, conditions: {ranks_per_node: 1}, range: [102, 110],
+     unit: images/sec, tolerance: {absolute: 1, why: "one image, for the test"}, source: {where: "T3", quote: "102 to 110"}}
+  - {id: other_unit, kind: quantitative, metric: throughput, conditions: {ranks_per_node: 1}, value: 100, unit: GB/s,
+     tolerance: {relative: 0.1, why: "ten percent, for the test"}, source: {where: "T4", quote: "100 GB/s"}}
+  - {id: a_speedup, kind: quantitative, metric: throughput, conditions: {ranks_per_node: 2}, value: 1.9, unit: x,
+     derive: {op: speedup, baseline: {ranks_per_node: 1}}, tolerance: {relative: 0.1, why: "ten percent, for the test"},
+     source: {where: "T5", quote: "speedup 1.9"}}
+  - {id: an_ipc, kind: quantitative, metric: ipc, conditions: {ranks_per_node: 1}, value: 1.5, unit: instructions/cycle,
+     tolerance: {relative: 0.1, why: "ten percent, for the test"}, source: {where: "T6", quote: "IPC 1.5"}}
+"""
+
+
+def test_references_a_point_answers_against_stored_runs(tmp_path, monkeypatch):
+    site = tmp_path / "site" / "experiments"
+    site.mkdir(parents=True)
+    (site / "refs.yaml").write_text(REFERENCES_EXPERIMENT)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("DLRUN_PATH", str(tmp_path / "site"))
+    catalog = load_catalog(host=probe_host())
+    spec = catalog.experiment("refs_check")
+    store = Store(tmp_path / "results.sqlite")
+    one, two = plan_points(catalog, spec, "localhost", where={}, repeats=None, local_image=None, store=store)
+    for run_id, work, value in (("r1", one, 95.0), ("r2", one, 105.0), ("r3", two, 150.0)):
+        TaggedStore(store.path, spec.id, work.id).add_run(_record(run_id, "ok", work.plan),
+                                                          [_result(work.plan, value=value)])
+    one.refresh(store)
+    two.refresh(store)
+    rows = {row.reference.id: row for row in compare_references(spec, [one, two], "localhost")}
+    verdicts = {ref_id: (row.verdict, row.measured, row.runs) for ref_id, row in rows.items()}
+    assert verdicts == {
+        "one_rank": ("within", 100.0, 2),          # images/s published, images/sec stored: the same unit
+        "two_ranks": ("outside", 150.0, 1),
+        "at_most": ("within", 150.0, 1),
+        "a_range": ("outside", 100.0, 2),          # 102 to 110, one image of tolerance: 100 is below
+        "other_unit": ("unit differs", 100.0, 2),
+        "a_speedup": ("derived", None, 0),
+        "an_ipc": ("not measured", None, 0)}
+    assert rows["one_rank"].ratio == 1.0 and rows["one_rank"].ci[0] < 100.0 < rows["one_rank"].ci[1]
+    assert rows["two_ranks"].ci is None  # one run: no interval
+    assert rows["a_speedup"].points == [one.id, two.id] and "speedup" in rows["a_speedup"].why
+    assert rows["other_unit"].why == "images/sec here, GB/s published"
 
 
 def test_missing_repeats_run_round_robin(catalog, tmp_path):

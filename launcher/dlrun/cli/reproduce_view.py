@@ -196,6 +196,8 @@ def print_references(rows: list) -> None:
     for row in rows:
         ref = row.reference
         measured = "-" if row.measured is None else number(row.measured) + (f" {row.unit}" if row.unit else "")
+        if row.ci is not None:
+            measured += f" [{number(row.ci[0])}, {number(row.ci[1])}]"
         note = "point skipped (see above)" if row.verdict == "skipped" else row.why
         cells.append([ref.id, "; ".join(row.points), row.published, measured,
                       "-" if row.ratio is None else f"{row.ratio:.4f}", row.verdict + (f": {note}" if note else ""),
@@ -208,6 +210,7 @@ def references_json(rows: list) -> list[dict[str, Any]]:
     return [{"reference": row.reference.id, "metric": row.reference.metric, "points": row.points,
              "published": row.published, "value": row.reference.value,
              "range": list(row.reference.range) if row.reference.range else None, "unit": row.reference.unit,
-             "measured": row.measured, "measured_unit": row.unit, "runs": row.runs, "ratio": row.ratio,
+             "measured": row.measured, "measured_ci": list(row.ci) if row.ci else None, "measured_unit": row.unit,
+             "runs": row.runs, "ratio": row.ratio,
              "verdict": row.verdict, "why": row.why,
              "source": row.reference.source.model_dump(mode="json")} for row in rows]

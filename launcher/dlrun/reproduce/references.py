@@ -1,23 +1,26 @@
 """The published numbers of an experiment against what the store holds of its points: one row per
-quantitative reference, with the measured mean, the ratio to the published value and the verdict.
+quantitative reference, with the measured mean and its 95 % interval, the ratio to the published value and
+the verdict.
 
-Deliberately minimal: the references a point's value answers directly (`check` value, at-most, at-least or
-informational, no `derive`). A derived reference (a speedup, a ratio of two systems, a gain) is listed as
-such and left to `dlrun compare`, whose reference mode replaces this module once it reads experiments.
+The references a point's value answers directly (`check` value, at-most, at-least or informational, a value
+or a range, no `derive`), for every metric the store holds, model facts included. `dlrun compare`'s reference
+mode reads throughput and bus bandwidth only and has one symmetric tolerance, so it cannot stand in for this
+yet; a derived reference (a speedup, a ratio of two systems, a gain) is listed as such and left to compare.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from statistics import fmean
 
-from dlrun.catalog.experiment_points import matches
+from dlrun.catalog.experiment_points import applies
 from dlrun.catalog.experiment_vocabulary import MEASURED_METRICS
 from dlrun.catalog.experiments import ExperimentSpec, Reference
 from dlrun.reproduce.work import PointWork
+from dlrun.results.compare.groups import UNIT_ALIASES
+from dlrun.results.stats import summarize
 
 #: Verdicts, in the order a reader should worry about them.
-VERDICTS = ("outside", "within", "informational", "no runs", "skipped", "derived", "not measured")
+VERDICTS = ("outside", "unit differs", "within", "informational", "no runs", "skipped", "derived", "not measured")
 
 
 @dataclass
@@ -26,6 +29,7 @@ class ReferenceRow:
     points: list[str]                # ids of the points the reference reads
     published: str                   # as printed: value or range, with the check
     measured: float | None = None    # mean over the runs of those points
+    ci: tuple[float, float] | None = None  # its 95 % interval (two runs or more)
     runs: int = 0
     unit: str | None = None          # the unit of the stored results
     ratio: float | None = None       # measured / published value
@@ -54,7 +58,7 @@ def compare_references(experiment: ExperimentSpec, works: list[PointWork], syste
     for ref in experiment.references:
         if ref.kind != "quantitative":
             continue
-        read = [work for work in works if matches(ref.conditions, work.point.values, system)]
+        read = [work for work in works if applies(ref, work.point.values, system)]  # a speedup's baseline too
         if not read:
             continue
         rows.append(_row(ref, read))
@@ -76,8 +80,14 @@ def _row(ref: Reference, read: list[PointWork]) -> ReferenceRow:
         if len(skipped) == len(read):
             row.verdict, row.why = "skipped", skipped[0].skip or ""
         return row
-    row.runs, row.measured = len(values), fmean(values)
+    stats = summarize(values)
+    row.runs, row.measured = stats.n, stats.mean
+    row.ci = (stats.ci_low, stats.ci_high) if stats.ci_low is not None and stats.ci_high is not None else None
     row.unit = ", ".join(sorted(units))
+    published_unit = UNIT_ALIASES.get(ref.unit or "", ref.unit)
+    if units and units != {published_unit}:
+        row.verdict, row.why = "unit differs", f"{row.unit} here, {ref.unit} published"
+        return row
     if ref.value is not None and ref.value:
         row.ratio = row.measured / ref.value
     if len(read) > 1:
