@@ -51,7 +51,21 @@ def experiments_show(name: ExperimentArg, system: ShowSystemOpt = None, as_json:
     if as_json:
         print_json(experiment_data(catalog, experiment.id, system))
         return
-    fields_table(f"experiment {experiment.id}", show_rows(catalog, experiment.id))
+    fields_table(f"experiment {experiment.id}", _with_settings(experiment, show_rows(catalog, experiment.id)))
     for shown in systems:
         spec = catalog.system(shown) if shown else None
         points_of_catalog(expand(experiment, spec, catalog.workloads, catalog.images), shown)
+
+
+def _with_settings(experiment, rows: list[list[str]]) -> list[list[str]]:
+    """The catalog's rows, with what a reader needs before the points: what is measured, how long and how
+    often each run is, and what the document leaves unclear."""
+    run = experiment.run
+    extra = [["description", experiment.description]]
+    if run is not None:
+        steps = "the workload's" if run.steps is None else str(run.steps)
+        warmup = "the workload's" if run.warmup_steps is None else str(run.warmup_steps)
+        extra.append(["runs", f"{steps} timed steps after {warmup} warm-up, {run.repeats} repeat(s): {run.why}"])
+    extra += [[name, text] for name, text in (("ambiguous", experiment.ambiguous), ("note", experiment.note)) if text]
+    where = next((index for index, row in enumerate(rows) if row[0] == "where"), len(rows) - 1) + 1
+    return rows[:where] + extra + rows[where:]
