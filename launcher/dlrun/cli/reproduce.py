@@ -47,7 +47,10 @@ def reproduce(experiment: ExperimentArg, system: ReproduceSystemOpt = None, wher
     spec, systems = prepare(load_catalog(), experiment, system=system, where=where or [], repeats=repeats,
                             dry_run=dry_run, local_image=with_local_image, store=store)
     if dry_run:
-        print_json(dry_run_json(spec, systems)) if as_json else print_dry_run(spec, systems, scripts=script)
+        if as_json:
+            print_json(dry_run_json(spec, systems))
+        else:
+            print_dry_run(spec, systems, scripts=script)
         return
     command = shlex.join(["dlrun", "reproduce", spec.id, *(["--system", system] if system else []),
                           *[arg for value in where or [] for arg in ("--where", value)],
