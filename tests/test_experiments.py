@@ -17,6 +17,7 @@ from dlrun.catalog.experiments import ExperimentSpec, Tolerance
 from dlrun.catalog.loader import load_file
 from dlrun.catalog.models import peak_for
 from dlrun.plan import resolve_plan
+from dlrun.probe.host import probe_host
 from dlrun.render import render_job
 
 # The experiment ids of the seeds' structured extraction (its `experiments:` section), 26 in all.
@@ -31,6 +32,8 @@ SEED_EXPERIMENTS = {
     "EG_uc61_futuregan_dataparallel", "EG_uc62_resnet50_intelcaffe_448", "EG_uc63_resnet50_mxnet_1080ti",
     "EG_uc63_resnet50_pytorch_horovod_1080ti", "EG_uc64_resnet50_vgg16_zenith", "EG_fig11_mi25_vs_titanv",
 }
+# dlrun's own experiments: no document behind them, no published numbers.
+DLRUN_OWN = {"localhost_scaling_smoke"}
 DOCUMENTS = {"Samsi et al. (MIT TX-GAIA)", "Ren et al. (BNL)", "Han et al. (ORNL Summitdev)",
              "PRACE Best Practice Guide - Deep Learning"}
 # Ren et al. (BNL), Table II: parameters and operations per instance, as printed.
@@ -41,12 +44,12 @@ TABLE_II = {"AlexNet": (61.10e6, 0.72e9), "ResNet18": (11.69e6, 1.83e9), "ResNet
 
 @pytest.fixture(scope="module")
 def catalog(tmp_path_factory):
-    """The built-in catalog only (no user catalogs), loaded once for the module."""
+    """The built-in catalog only (no user catalogs) with this machine as `localhost`, loaded once."""
     saved = {name: os.environ.get(name) for name in ("XDG_CONFIG_HOME", "DLRUN_PATH")}
     os.environ["XDG_CONFIG_HOME"] = str(tmp_path_factory.mktemp("xdg"))
     os.environ.pop("DLRUN_PATH", None)
     try:
-        loaded = load_catalog()
+        loaded = load_catalog(host=probe_host())
         loaded.experiments  # load while the environment is fixed
         yield loaded
     finally:
@@ -68,12 +71,15 @@ def _by_label(points):
 
 # ------------------------------------------------------------------------------------------- loading
 def test_all_seed_experiments_load_plus_table_ii(catalog):
-    assert set(catalog.experiments) == SEED_EXPERIMENTS | {"E001_table2_model_facts"}
+    assert set(catalog.experiments) == SEED_EXPERIMENTS | {"E001_table2_model_facts"} | DLRUN_OWN
     assert len(SEED_EXPERIMENTS) == 26
 
 
 def test_every_reference_has_a_quote_and_a_source(catalog):
     for experiment in catalog.experiments.values():
+        if experiment.id in DLRUN_OWN:
+            assert experiment.document.name == "dlrun" and not experiment.references
+            continue
         assert experiment.document.name in DOCUMENTS, experiment.id
         for ref in experiment.references:
             for quote in [ref.source, *ref.also]:
@@ -259,13 +265,13 @@ def test_every_runnable_point_resolves_into_a_rendered_job(catalog):
                     job = render_job(resolve_plan(catalog, point.workload, **point.plan_options()))
                     assert job.script or job.argv
                     rendered += 1
-    assert rendered == 259  # 221 before BERT, plus Ren et al.'s 38 BERT points on the four PyTorch systems
+    assert rendered == 259 + 2  # 221 before BERT, Ren et al.'s 38 BERT points, and dlrun's own smoke experiment
 
 
 # ------------------------------------------------------------------------------------------- list / show
 def test_list_rows_and_show_data(catalog):
     rows = experiment_rows(catalog)
-    assert [row["id"] for row in rows] == sorted(SEED_EXPERIMENTS | {"E001_table2_model_facts"})
+    assert [row["id"] for row in rows] == sorted(SEED_EXPERIMENTS | {"E001_table2_model_facts"} | DLRUN_OWN)
     table = list_table(rows)
     assert all(len(cells) == len(LIST_COLUMNS) for cells in table)
     nccl = next(cells for cells in table if cells[0] == "E001_nccl_bus_bandwidth")

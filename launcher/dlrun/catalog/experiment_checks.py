@@ -13,13 +13,16 @@ from dlrun.catalog.experiments import Conditions, ExperimentSpec
 from dlrun.errors import closest
 
 Location = tuple[Any, ...]
+#: Made from the probed host by `load_catalog(host=...)`, so a catalog loaded without one lacks it; every
+#: machine dlrun runs on has it, and an experiment of dlrun's own may name it.
+LOCALHOST = "localhost"
 
 
 def experiment_problems(experiment: ExperimentSpec, systems: Mapping[str, Any], workloads: Mapping[str, Any],
                         images: Mapping[str, Any],
                         experiments: Mapping[str, ExperimentSpec]) -> Iterator[tuple[Location, str]]:
     for index, name in enumerate(experiment.systems):
-        if name not in systems:
+        if name not in systems and name != LOCALHOST:
             yield ("systems", index), _unknown("system", name, systems)
     if experiment.image and experiment.image not in images:
         yield ("image",), _unknown("image", experiment.image, images)

@@ -1,0 +1,161 @@
+"""`dlrun reproduce EXPERIMENT`: expand an experiment for a system, run the repeats the store lacks (here, one
+after another, or submitted all at once to a batch scheduler), and set the results against the published
+numbers.
+
+Exit codes: 0 every run ok and every judged reference within its tolerance; 1 a run failed or a reference is
+outside its tolerance; 2 bad input or refused by the pre-launch checks; 130 interrupted (Ctrl-C): the runs
+that finished are stored, and the same command continues where it stopped.
+"""
+from __future__ import annotations
+
+import shlex
+from typing import Annotated, Any, Optional
+
+import typer
+
+from dlrun.cli.experiments import ExperimentArg
+from dlrun.cli.options import DryRunOpt, JsonOpt, SkipChecksOpt, VerboseOpt, _names, load_catalog
+from dlrun.cli.output import console, handle_errors, print_json, warn
+from dlrun.errors import UsageError
+
+ReproduceSystemOpt = Annotated[Optional[str], typer.Option(
+    "--system", "-s", help="The experiment's system to run on (needed when it has several; a dry run renders "
+    "them all).", show_default=False, autocompletion=_names("systems"))]
+WhereOpt = Annotated[Optional[list[str]], typer.Option(
+    "--where", "-w", help="Only the points with this axis value, AXIS=VALUE (repeatable: values of one axis are "
+    "alternatives, different axes must all hold).", show_default=False)]
+RepeatsOpt = Annotated[Optional[int], typer.Option(
+    "--repeats", help="Runs wanted per point (default: the experiment's).", show_default=False)]
+ScriptOpt = Annotated[bool, typer.Option("--script", help="With --dry-run: print every point's whole script.")]
+
+
+@handle_errors
+def reproduce(experiment: ExperimentArg, system: ReproduceSystemOpt = None, where: WhereOpt = None,
+              repeats: RepeatsOpt = None, dry_run: DryRunOpt = False, script: ScriptOpt = False,
+              skip_checks: SkipChecksOpt = False, verbose: VerboseOpt = False, as_json: JsonOpt = False) -> None:
+    """Reproduce an experiment: run its points that the store lacks, resume where an earlier run stopped,
+    list the points a system cannot run with the reason, and compare with the published numbers."""
+    from dlrun.cli.reproduce_view import dry_run_json, print_dry_run
+    from dlrun.cli.store import open_store
+    from dlrun.images.verify import with_local_image
+    from dlrun.reproduce import prepare
+
+    if script and not dry_run:
+        raise UsageError("--script prints the scripts of a dry run; add --dry-run")
+    store = open_store()
+    spec, systems = prepare(load_catalog(), experiment, system=system, where=where or [], repeats=repeats,
+                            dry_run=dry_run, local_image=with_local_image, store=store)
+    if dry_run:
+        if as_json:
+            print_json(dry_run_json(spec, systems))
+        else:
+            print_dry_run(spec, systems, scripts=script)
+        return
+    command = shlex.join(["dlrun", "reproduce", spec.id, *(["--system", system] if system else []),
+                          *[arg for value in where or [] for arg in ("--where", value)],
+                          *(["--repeats", str(repeats)] if repeats else [])])
+    code = _run(spec, systems[0], store, skip_checks=skip_checks, verbose=verbose, as_json=as_json, command=command)
+    raise typer.Exit(code)
+
+
+def _checked(works: list, skip_checks: bool) -> tuple[dict[str, Any], dict[str, list]]:
+    """(inventory, findings per point) of the points that will run; refuses before anything runs."""
+    from dlrun.preflight import PreflightError, node_inventory, preflight, refuse_on_errors
+
+    planned = [work for work in works if work.plan is not None and work.missing]
+    if not planned:
+        return {}, {}
+    inventory = node_inventory()
+    findings: dict[str, list] = {}
+    said: set[str] = set()
+    verified: set[str] = set()
+    for work in planned:
+        findings[work.id] = preflight(work.plan, inventory)
+        if not skip_checks:
+            try:
+                refuse_on_errors(findings[work.id])
+            except PreflightError as exc:
+                raise PreflightError(f"point {work.id!r}: {exc}") from None
+        for finding in findings[work.id]:
+            line = f"{finding.level}: {finding.line()}"
+            if (finding.level == "warn" or (finding.level == "error" and skip_checks)) and line not in said:
+                said.add(line)
+                warn(line)
+        if work.plan.image.kind == "container" and work.plan.image.name not in verified:
+            from dlrun.images.verify import verify_plan_image
+
+            verify_plan_image(work.plan)  # refuses an image whose digest differs from the site's lock
+            verified.add(work.plan.image.name)
+    return inventory, findings
+
+
+def _run(spec, system_work, store, *, skip_checks: bool, verbose: bool, as_json: bool, command: str) -> int:
+    from dlrun.cli.reproduce_view import ReproduceDisplay, print_skipped
+    from dlrun.paths import runs_dir
+    from dlrun.reproduce import is_batch, run_batch, run_local, schedule
+
+    works = system_work.works
+    inventory, findings = _checked(works, skip_checks)
+    steps = schedule(works)
+    out = console(stderr=as_json)
+    stored = sum(len(work.stored) for work in works if not work.skip)
+    out.print(f"[bold]dlrun reproduce[/bold] {spec.id}" + (f" on {system_work.system}" if system_work.system else "")
+              + f": {len(works)} point(s), {len(system_work.skipped)} skipped; {len(steps)} run(s) to make, "
+              f"{stored} already stored")
+    if not as_json:
+        print_skipped(works)
+    report = None
+    if steps:
+        describe = None
+        if spec.measure == "model-facts":
+            from dlrun.workloads import describe_model as describe
+        batch = any(is_batch(step.work) for step in steps)
+        with ReproduceDisplay(len(steps), verbose=verbose, stderr=as_json, follow_steps=not batch) as display:
+            if batch:
+                report = run_batch(steps, store_path=store.path, runs_root=runs_dir(), progress=display,
+                                   inventory=inventory, findings=findings)
+            else:
+                report = run_local(steps, store_path=store.path, runs_root=runs_dir(), progress=display,
+                                   describe=describe, inventory=inventory, findings=findings)
+    return _results(spec, system_work, store, report, as_json=as_json, command=command)
+
+
+def _results(spec, system_work, store, report, *, as_json: bool, command: str) -> int:
+    from dlrun.cli.compare_view import print_table
+    from dlrun.cli.facts import efficiency_inputs
+    from dlrun.cli.reproduce_view import print_points, print_references, references_json
+    from dlrun.reproduce import compare_points, compare_references, point_summary
+
+    for work in system_work.works:
+        work.refresh(store)
+    summaries = [point_summary(work) for work in system_work.works if not work.skip]
+    references = compare_references(spec, system_work.works, system_work.system)
+    comparisons = compare_points(store, spec, system_work.works, facts=efficiency_inputs)
+    failed = [o for o in (report.outcomes if report else []) if o.status not in ("ok", "cancelled")]
+    outside = [row for row in references if row.verdict == "outside"]
+    interrupted = bool(report and report.interrupted)
+    if as_json:
+        print_json({"experiment": spec.id, "system": system_work.system, "interrupted": interrupted,
+                    "runs": [{"point": o.step.work.id, "repeat": o.step.repeat, "run_id": o.run_id,
+                              "status": o.status, "reason": o.reason, "values": o.values}
+                             for o in (report.outcomes if report else [])],
+                    "not_run": [{"point": step.work.id, "repeat": step.repeat, "why": why}
+                                for step, why in (report.not_run if report else [])],
+                    "points": summaries, "skipped": [{"point": w.id, "why": w.skip} for w in system_work.skipped],
+                    "references": references_json(references),
+                    "comparisons": [comparison.to_dict() for comparison in comparisons]})
+    else:
+        if summaries and spec.measure != "model-facts":  # model facts: the references table says it all
+            print_points(spec, system_work, summaries)
+        for comparison in comparisons:
+            print_table(comparison)
+        print_references(references)
+    if interrupted:
+        stored = sum(1 for o in report.outcomes if o.status == "ok")
+        warn(f"interrupted: {stored} run(s) of this reproduce are stored; `{command}` continues where it stopped")
+        return 130
+    if failed:
+        warn(f"{len(failed)} run(s) failed: " + "; ".join(f"{o.step.work.id}: {o.reason}" for o in failed[:3]))
+    if outside:
+        warn(f"{len(outside)} reference(s) outside their tolerance: " + ", ".join(r.reference.id for r in outside))
+    return 1 if failed or outside else 0
