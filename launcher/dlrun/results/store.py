@@ -151,6 +151,41 @@ class Store:
 
         The comparability key is computed here from the record and its rows, so every writer (runs,
         imported logs, bundles, matmul measurements) stores one; a run that names no site was made here."""
+        self.add_runs([(run, results)])
+
+    def add_runs(self, runs: list[tuple[dict[str, Any], list[dict[str, Any]]]], *, skip_existing: bool = False,
+                 same_provenance: tuple[str, ...] = ()) -> list[str]:
+        """Insert (run, rows) pairs in one transaction: all of them or none; returns the ids inserted.
+
+        With `skip_existing`, a run whose id is stored already is left out; with `same_provenance`, so is a
+        run for which a stored run has equal values of all these provenance fields (a log imported twice).
+        Both are decided inside the transaction, so parallel importers of the same data add it once."""
+        prepared = [self._row(run, results) for run, results in runs]
+        added: list[str] = []
+        with self.connect() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for row, results in prepared:
+                    if skip_existing and conn.execute("SELECT 1 FROM runs WHERE id = ?", (row["id"],)).fetchone():
+                        continue
+                    if same_provenance and self._provenance_stored(conn, row["provenance"], same_provenance):
+                        continue
+                    cols = list(row)
+                    conn.execute(f"INSERT INTO runs ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                                 [row[c] for c in cols])
+                    conn.executemany(
+                        "INSERT INTO results (run_id, metric, value, unit, data) VALUES (?, ?, ?, ?, ?)",
+                        [(row["id"], r["metric"], r["value"], r["unit"], json.dumps(r, sort_keys=True))
+                         for r in results])
+                    added.append(row["id"])
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        return added
+
+    @staticmethod
+    def _row(run: dict[str, Any], results: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         row = {col: run.get(col) for col in RUN_COLUMNS}
         row["site"] = run.get("site") or local_site()
         row["origin"] = run.get("origin") or "local"
@@ -160,20 +195,18 @@ class Store:
         row["key"], row["key_hash"] = key_json(key), key_hash(key)
         row["plan"] = json.dumps(run["plan"], sort_keys=True)
         row["provenance"] = json.dumps(run.get("provenance", {}), sort_keys=True)
-        cols = list(row)
-        with self.connect() as conn:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                conn.execute(f"INSERT INTO runs ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
-                             [row[c] for c in cols])
-                conn.executemany(
-                    "INSERT INTO results (run_id, metric, value, unit, data) VALUES (?, ?, ?, ?, ?)",
-                    [(run["id"], r["metric"], r["value"], r["unit"], json.dumps(r, sort_keys=True))
-                     for r in results])
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
+        return row, results
+
+    @staticmethod
+    def _provenance_stored(conn: sqlite3.Connection, provenance_json: str, fields: tuple[str, ...]) -> bool:
+        provenance = json.loads(provenance_json)
+        values = [provenance.get(name) for name in fields]
+        if None in values:  # a run that lacks one of the facts is like no stored run
+            return False
+        if not all(name.isidentifier() for name in fields):
+            raise ValueError(f"not provenance field names: {fields}")
+        clauses = " AND ".join(f"json_extract(provenance, '$.{name}') = ?" for name in fields)
+        return conn.execute(f"SELECT 1 FROM runs WHERE {clauses} LIMIT 1", values).fetchone() is not None
 
     def list_runs(self, limit: int | None = 50, filters: Filters | None = None) -> list[dict[str, Any]]:
         clause, params = where(filters or Filters())
@@ -220,12 +253,20 @@ class Store:
                                (run_id,)).fetchone()
             results = conn.execute("SELECT data FROM results WHERE run_id = ? ORDER BY metric",
                                    (run_id,)).fetchall()
-        run = dict(zip(RUN_COLUMNS, row[: len(RUN_COLUMNS)]))
-        run["key"] = json.loads(row[-3]) if row[-3] else None
-        run["plan"] = json.loads(row[-2])
-        run["provenance"] = json.loads(row[-1])
-        run["results"] = [json.loads(r[0]) for r in results]
-        return run
+        return _full_run(row, [r[0] for r in results])
+
+    def get_runs(self, filters: Filters) -> list[dict[str, Any]]:
+        """Every run `filters` selects, as `get_run` gives it, sorted by id: two queries in one connection
+        (exports read thousands of runs)."""
+        clause, params = where(filters)
+        with self.connect() as conn:
+            rows = conn.execute(f"SELECT r.{', r.'.join(RUN_COLUMNS)}, r.key, r.plan, r.provenance FROM runs r "
+                                f"{clause} ORDER BY r.id", params).fetchall()
+            results: dict[str, list[str]] = {}
+            for run_id, data in conn.execute(f"SELECT res.run_id, res.data FROM results res JOIN runs r "
+                                             f"ON r.id = res.run_id {clause} ORDER BY res.run_id, res.metric", params):
+                results.setdefault(run_id, []).append(data)
+        return [_full_run(row, results.get(row[0], [])) for row in rows]
 
     def grouped_values(self, filters: Filters, by_site: bool = False) -> list[dict[str, Any]]:
         """The primary values of successful runs, grouped in SQL by key (and site): one row per group
@@ -259,3 +300,13 @@ class Store:
         if row is None:
             return None
         return {"run_id": row[0], "created_at": row[1], "gflops": row[2], "data": json.loads(row[3])}
+
+
+def _full_run(row: tuple, results: list[str]) -> dict[str, Any]:
+    """A runs row (RUN_COLUMNS, key, plan, provenance) and its results' data as one record."""
+    run = dict(zip(RUN_COLUMNS, row[: len(RUN_COLUMNS)]))
+    run["key"] = json.loads(row[-3]) if row[-3] else None
+    run["plan"] = json.loads(row[-2])
+    run["provenance"] = json.loads(row[-1])
+    run["results"] = [json.loads(data) for data in results]
+    return run
