@@ -1,4 +1,5 @@
-"""`dlrun results list|show` and `dlrun parse`: stored runs, and results read from any benchmark log."""
+"""`dlrun results list|show` and `dlrun parse`: stored runs, and results read from any benchmark log; `results
+export|import|import-log` live in results_share."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from dlrun.cli import results_share
 from dlrun.cli.filters import (ExperimentFilter, ImageFilter, SinceFilter, SiteFilter, StatusFilter, SystemFilter,
                                WorkloadFilter, build_filters)
 from dlrun.cli.options import JsonOpt
@@ -14,6 +16,9 @@ from dlrun.cli.store import open_store
 from dlrun.errors import DlrunError, UsageError
 
 results_app = typer.Typer(help="Stored results and their run directories.", no_args_is_help=True)
+results_app.command("export")(results_share.export)
+results_app.command("import")(results_share.import_)
+results_app.command("import-log")(results_share.import_log)
 
 
 @results_app.command("list")

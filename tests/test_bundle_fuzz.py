@@ -1,0 +1,136 @@
+"""Fuzzing the bundle reader: whatever the file holds, reading it gives a verified bundle or BundleError, and
+nothing is ever written outside the staging directory.
+
+Inputs: random bytes (raw, and gzip-compressed so they reach the tar reader), a real bundle truncated at
+random points or with random bytes changed, tar archives of random members (names with `..`, absolute
+paths, links, devices, directories) behind a manifest that lists them, and runs.jsonl lines of random JSON
+behind a manifest whose hashes match. Derandomised, so CI sees the same inputs every time.
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+from bundle_data import filled_store
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dlrun.results.bundle import BundleError
+from dlrun.results.bundle_import import parse_runs
+from dlrun.results.bundle_read import read_bundle
+from dlrun.results.export import export_bundle
+from dlrun.results.query import Filters
+
+
+def fuzz(examples: int) -> settings:
+    return settings(max_examples=examples, derandomize=True, deadline=None, database=None, print_blob=False,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory) -> bytes:
+    root = tmp_path_factory.mktemp("fuzz")
+    out = root / "good.bundle"
+    export_bundle(filled_store(root / "a"), Filters(), out, site="site-a", dlrun_version="0.1.0", with_logs=True)
+    return out.read_bytes()
+
+
+def _read(tmp_path: Path, data: bytes):
+    """Read `data` as a bundle into a fresh staging directory; check the contract; the bundle or None."""
+    path = tmp_path / "in.bundle"
+    path.write_bytes(data)
+    staging = tmp_path / "staging"
+    staging.mkdir(exist_ok=True)
+    before = {p for p in tmp_path.rglob("*") if not p.is_relative_to(staging)}
+    try:
+        bundle = read_bundle(path, staging=staging)
+        parse_runs(bundle)
+    except BundleError as exc:
+        assert str(exc) and "\n" not in str(exc)
+        bundle = None
+    assert {p for p in tmp_path.rglob("*") if not p.is_relative_to(staging)} == before
+    for placed in staging.rglob("*"):
+        assert not placed.is_symlink() and placed.resolve().is_relative_to(staging.resolve())
+    for child in list(staging.rglob("*"))[::-1]:
+        child.unlink() if child.is_file() else child.rmdir()
+    return bundle
+
+
+@fuzz(150)
+@given(data=st.binary(max_size=4096), packed=st.booleans())
+def test_random_bytes(tmp_path, data, packed):
+    assert _read(tmp_path, gzip.compress(data, mtime=0) if packed else data) is None
+
+
+@fuzz(150)
+@given(cut=st.floats(min_value=0, max_value=1, exclude_max=True))
+def test_truncated_bundles(tmp_path, good, cut):
+    assert _read(tmp_path, good[:int(len(good) * cut)]) is None
+
+
+@fuzz(150)
+@given(changes=st.lists(st.tuples(st.floats(min_value=0, max_value=1, exclude_max=True), st.integers(1, 255)),
+                        min_size=1, max_size=4))
+def test_changed_bytes(tmp_path, good, changes):
+    data = bytearray(good)
+    for where, xor in changes:
+        data[int(len(data) * where)] ^= xor
+    bundle = _read(tmp_path, bytes(data))
+    if bundle is not None:  # only the gzip header's time and OS bytes can change without changing the content
+        reference = _read(tmp_path, good)
+        assert (bundle.manifest_bytes, bundle.runs_bytes, bundle.logs) == \
+            (reference.manifest_bytes, reference.runs_bytes, reference.logs)
+
+
+NAMES = st.one_of(st.sampled_from(["runs.jsonl", "logs/r1/output.log", "logs/r1/../../x", "/etc/passwd",
+                                   "logs/r1/a/b", "logs/r1/a", "logs/../r1/x", "logs/r1/.", "manifest.json",
+                                   "logs/r1/" + "d/" * 20 + "f", "logs/r1/x\x00y", "logs//x"]),
+                  st.text(min_size=1, max_size=30))
+TYPES = st.sampled_from([tarfile.REGTYPE, tarfile.SYMTYPE, tarfile.LNKTYPE, tarfile.DIRTYPE, tarfile.CHRTYPE,
+                         tarfile.FIFOTYPE])
+
+
+@fuzz(200)
+@given(entries=st.lists(st.tuples(NAMES, TYPES, st.binary(max_size=64)), max_size=6), listed=st.booleans())
+def test_random_members_behind_a_manifest(tmp_path, entries, listed):
+    files = {name: {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)} for name, _, data in entries} \
+        if listed else {}
+    files.setdefault("runs.jsonl", {"sha256": hashlib.sha256(b"").hexdigest(), "size": 0})
+    manifest = {"format": "dlrun-results-bundle", "format_version": 1, "site": "s", "dlrun_version": "0",
+                "created_at": None, "filters": {}, "runs": 0, "with_logs": True, "files": files}
+    raw = io.BytesIO()
+    with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as packed, tarfile.open(fileobj=packed, mode="w") as tar:
+        for name, kind, data in [("manifest.json", tarfile.REGTYPE, json.dumps(manifest).encode()), *entries]:
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = kind, "/etc/passwd" if kind in (tarfile.SYMTYPE, tarfile.LNKTYPE) else ""
+            info.size = len(data) if kind == tarfile.REGTYPE else 0
+            try:
+                tar.addfile(info, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
+            except ValueError:  # a name tarfile itself cannot write (NUL)
+                return
+    _read(tmp_path, raw.getvalue())
+
+
+@fuzz(200)
+@given(lines=st.lists(st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+                                   lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+                                       st.sampled_from(["id", "status", "plan", "provenance", "results", "created_at",
+                                                        "metric", "value", "unit", "site", "origin", "x"]),
+                                       inner, max_size=6), max_leaves=20), max_size=3))
+def test_random_run_records_with_matching_hashes(tmp_path, lines):
+    runs = b"".join(json.dumps(line).encode() + b"\n" for line in lines)
+    manifest = {"format": "dlrun-results-bundle", "format_version": 1, "site": "s", "dlrun_version": "0",
+                "created_at": None, "filters": {}, "runs": len(lines), "with_logs": False,
+                "files": {"runs.jsonl": {"sha256": hashlib.sha256(runs).hexdigest(), "size": len(runs)}}}
+    raw = io.BytesIO()
+    with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as packed, tarfile.open(fileobj=packed, mode="w") as tar:
+        for name, data in (("manifest.json", json.dumps(manifest).encode()), ("runs.jsonl", runs)):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    _read(tmp_path, raw.getvalue())

@@ -1,0 +1,214 @@
+"""Sharing results between sites through the real `dlrun` command: two dlrun homes with their own site and
+system names run the same workload (`trivial`, for real), site A exports and signs with a real SSH key, site B
+verifies, imports and compares; tampered bundles and a wrong signer are refused; flat tables read back with
+pandas; a log imported twice is stored once."""
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from bundle_data import LOGS, allowed_signers, make_key, members, rebuild, regular
+from conftest import run_cli
+
+from dlrun.results.export import TABLE_COLUMNS
+from dlrun.results.import_log import import_log
+from dlrun.results.store import Store
+
+ARCH = "ppc64le" if platform.machine() == "ppc64le" else "aarch64" if platform.machine() == "aarch64" else "x86_64"
+#: A site's own profile of this machine: each site names it differently, as two centres would.
+SYSTEM = """name: {name}
+description: "{site}'s CPU node (this machine, described by the site)"
+arch: {arch}
+nodes: 1
+cpu: {{sockets: 1, cores_per_socket: 2}}
+memory_gb: 4
+fabrics: [tcp]
+scheduler: local
+launcher: mpirun
+runtime: host
+default_image: host
+sources:
+  - {{doc: "the site's own description", where: "-"}}
+"""
+SECRET = "hf_BundleTestSecretValue0123456789"        # given to the run with --env
+EXPORTER_SECRET = "hf_ExportersOwnEnvironment987654"  # only in the exporting command's environment
+
+
+def _site(root: Path, site: str, system: str) -> dict[str, str]:
+    config = root / "config"
+    (config / "dlrun" / "systems").mkdir(parents=True)
+    (config / "dlrun" / "systems" / f"{system}.yaml").write_text(SYSTEM.format(name=system, site=site, arch=ARCH))
+    return {"DLRUN_HOME": str(root / "home"), "XDG_CONFIG_HOME": str(config), "DLRUN_SITE": site}
+
+
+def _runs(env: dict[str, str]) -> list[dict]:
+    return json.loads(run_cli("results", "list", "--json", env=env, check=True).stdout)
+
+
+def _error(proc, code: int) -> str:
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    assert proc.stderr.startswith("dlrun: error: ") and proc.stderr.count("\n") == 1, proc.stderr
+    return proc.stderr
+
+
+@pytest.fixture(scope="module")
+def sites(tmp_path_factory):
+    """Sites A and B, each with one real run of `trivial` on its own system profile, and A's signing key."""
+    root = tmp_path_factory.mktemp("sites")
+    a, b = _site(root / "a", "site-a", "alpha-cpu"), _site(root / "b", "site-b", "beta-cpu")
+    common = ("run", "trivial", "--steps", "2", "--warmup-steps", "1", "--batch-size", "16")
+    run_cli(*common, "--system", "alpha-cpu", "--env", f"HF_TOKEN={SECRET}", env=a, check=True)
+    run_cli(*common, "--system", "beta-cpu", env=b, check=True)
+    keys = root / "keys"
+    alice, mallory = make_key(keys, "alice"), make_key(keys, "mallory")
+    return {"a": a, "b": b, "root": root, "alice": alice,
+            "allowed": allowed_signers(keys / "allowed_signers", {"ops@site-a.example.org": alice}),
+            "wrong": allowed_signers(keys / "wrong_signers", {"ops@site-a.example.org": mallory})}
+
+
+def test_two_sites_share_signed_results_and_compare_them(sites, tmp_path):
+    a, b = sites["a"], sites["b"]
+    bundle = tmp_path / "site-a.bundle"
+    wrote = run_cli("results", "export", "--out", str(bundle), "--sign", str(sites["alice"]), "--with-logs",
+                    env=a, check=True)
+    assert f"wrote {bundle}: 1 runs from site site-a" in wrote.stdout and "signed with" in wrote.stdout
+
+    # a wrong signer, and tampered copies, are refused in one line and add nothing
+    assert "which is not an allowed signer in" in _error(
+        run_cli("results", "import", str(bundle), "--allowed-signers", str(sites["wrong"]), env=b), 1)
+    tampered = {
+        "runs.jsonl": lambda items: [(i, d.replace(b'"status":"ok"', b'"status":"ko"')) for i, d in items],
+        "manifest": lambda items: [(items[0][0], items[0][1].replace(b'"site": "site-a"', b'"site": "site-x"')),
+                                   *items[1:]],
+        "member": lambda items: [*items, regular("logs/zz/run.sh", b"rm -rf ~\n")],
+    }
+    messages = {"runs.jsonl": "member 'runs.jsonl' does not match its sha256 in the manifest",
+                "manifest": "the signature of ops@site-a.example.org does not match manifest.json",
+                "member": "member 'logs/zz/run.sh' is not listed in the manifest"}
+    for name, change in tampered.items():
+        bad = rebuild(bundle, tmp_path / f"{name}.bundle", change)
+        assert messages[name] in _error(
+            run_cli("results", "import", str(bad), "--allowed-signers", str(sites["allowed"]), env=b), 1)
+    assert [run["site"] for run in _runs(b)] == ["site-b"]
+
+    got = run_cli("results", "import", str(bundle), "--allowed-signers", str(sites["allowed"]), env=b, check=True)
+    assert got.stdout == "imported 1 of 1 runs from site site-a (signed by ops@site-a.example.org, verified)\n"
+    runs = {run["site"]: run for run in _runs(b)}
+    assert (runs["site-a"]["origin"], runs["site-a"]["system"], runs["site-b"]["system"]) == \
+        ("bundle", "alpha-cpu", "beta-cpu")
+    imported_dir = Path(runs["site-a"]["run_dir"])
+    assert imported_dir == Path(b["DLRUN_HOME"]) / "imported" / "site-a" / runs["site-a"]["id"]
+    assert "DLRUN_RESULT {" in (imported_dir / "output.log").read_text()
+
+    table = run_cli("compare", "--by", "site", "--workload", "trivial", "--baseline", "site-b", env=b, check=True)
+    assert "throughput relative to" in table.stdout and "site-b (images/sec)" in table.stdout
+    assert "│ trivial  │ trivial │ site-a │" in table.stdout
+    [row] = json.loads(run_cli("compare", "--by", "site", "--workload", "trivial", "--baseline", "site-b",
+                               "--json", env=b, check=True).stdout)["rows"]
+    assert (row["site"], row["baseline"], row["runs"], row["baseline_runs"]) == \
+        ("site-a", "site-b", [runs["site-a"]["id"]], [runs["site-b"]["id"]])
+    assert row["relative"] == pytest.approx(runs["site-a"]["value"] / runs["site-b"]["value"])
+
+    again = run_cli("results", "import", str(bundle), "--allowed-signers", str(sites["allowed"]), env=b, check=True)
+    assert "imported 0 of 1 runs" in again.stdout and "1 stored already" in again.stdout
+    assert len(_runs(b)) == 2
+
+
+def test_an_env_secret_travels_only_as_the_store_holds_it(sites, tmp_path):
+    """Export copies what the store and the run directory hold, and reads nothing else: the exporting
+    command's own environment never reaches the bundle, and the value given with --env is in the bundle
+    exactly where the store keeps it: nowhere, since the store redacts it."""
+    a = sites["a"]
+    bundle = tmp_path / "secret.bundle"
+    run_cli("results", "export", "--out", str(bundle), "--with-logs", env={**a, "HF_TOKEN": EXPORTER_SECRET},
+            check=True)
+    [stored] = [Store(Path(a["DLRUN_HOME"]) / "results.sqlite").get_run(run["id"]) for run in _runs(a)]
+    items = {info.name: data for info, data in members(bundle)}
+    assert not any(EXPORTER_SECRET.encode() in data for data in items.values())
+    [record] = [json.loads(line) for line in items["runs.jsonl"].splitlines()]
+    assert {key: value for key, value in record.items() if key != "inventory"} == stored
+    assert SECRET not in json.dumps(stored)  # the store redacts it (secrets never written) ...
+    assert not any(SECRET.encode() in data for data in items.values())  # ... and so the bundle never has it
+    run_dir = Path(stored["run_dir"])
+    logs = {name.split("/", 2)[2]: data for name, data in items.items() if name.startswith("logs/")}
+    assert "plan.json" in logs and "output.log" in logs
+    for relative, data in logs.items():
+        assert data == (run_dir / relative).read_bytes()
+
+
+def test_flat_exports_read_back_with_pandas(sites, tmp_path):
+    env = {**sites["b"], "DLRUN_HOME": str(tmp_path / "home"), "DLRUN_SITE": "site-c"}
+    bundle = tmp_path / "a.bundle"
+    run_cli("results", "export", "--out", str(bundle), env=sites["a"], check=True)
+    run_cli("results", "import", str(bundle), "--unsigned", env=env, check=True)
+    run_cli("results", "import-log", str(LOGS / "nccl-tests/xxrjun_alltoall_sendrecv_2node.log"),
+            "--system", "cluster00", env=env, check=True)
+    stored = {run["id"]: run for run in _runs(env)}
+    assert len(stored) == 3
+    readers = {"csv": pd.read_csv, "jsonl": lambda p: pd.read_json(p, lines=True), "parquet": pd.read_parquet}
+    for fmt, read in readers.items():
+        out = tmp_path / f"runs.{fmt}"
+        assert run_cli("results", "export", "--out", str(out), env=env, check=True).stdout == \
+            f"wrote {out}: 3 rows ({fmt})\n"
+        frame = read(out)
+        assert list(frame.columns) == list(TABLE_COLUMNS), fmt
+        assert sorted(frame["run_id"]) == sorted(stored), fmt
+        for row in frame.to_dict("records"):
+            run = stored[row["run_id"]]
+            assert (row["site"], row["system"], row["value"], row["unit"]) == \
+                (run["site"], run["system"], run["value"], run["unit"]), fmt
+            assert row["key_hash"] == run["key_hash"] and str(row["key_system"]) == run["system"]
+        assert set(frame["site"]) == {"site-a", "site-c"} and set(frame["metric"]) == {"throughput", "busbw"}
+
+
+def test_a_log_imported_twice_is_stored_once(dlrun_home):
+    log = LOGS / "tf_cnn_benchmarks/tensorflow23032_1gpu_nightly.log"
+    first = run_cli("results", "import-log", str(log), "--system", "gtx1080ti-box", check=True)
+    assert first.stdout.startswith(f"imported 1 run from {log}: ")
+    second = run_cli("results", "import-log", str(log), "--system", "gtx1080ti-box", check=True)
+    digest = hashlib.sha256(log.read_bytes()).hexdigest()
+    assert second.stdout == f"nothing added: {log} (sha256 {digest[:12]}...) is stored already\n"
+    [run] = json.loads(run_cli("results", "list", "--json", check=True).stdout)
+    shown = json.loads(run_cli("results", "show", run["id"], "--json", check=True).stdout)
+    assert (shown["origin"], shown["provenance"]["log_sha256"], shown["system"]) == \
+        ("import-log", digest, "gtx1080ti-box")
+
+
+def test_bad_input_is_one_line_and_writes_nothing(dlrun_home, tmp_path):
+    log = LOGS / "horovod/issue712_pytorch_synthetic_4gpu.log"
+    run_cli("results", "import-log", str(log), "--system", "box", check=True)
+    out = tmp_path / "x.csv"
+    assert "--with-logs applies to bundles, not to --format csv" in _error(
+        run_cli("results", "export", "--out", str(out), "--with-logs"), 2)
+    assert "unknown export format 'parket'; did you mean 'parquet'?" in _error(
+        run_cli("results", "export", "--out", str(out), "--format", "parket"), 2)
+    assert "bad --workload 'resnt50'" in _error(run_cli("results", "export", "--out", str(out), "-w", "resnt50"), 2)
+    assert "no stored run matches the filters; nothing written" in _error(
+        run_cli("results", "export", "--out", str(out), "--status", "failed"), 2)
+    assert "this site has no name" in _error(
+        run_cli("results", "export", "--out", str(tmp_path / "b.bundle"), env={"DLRUN_SITE": "local"}), 2)
+    assert "--sign '/nonexistent/key': no such key file" in _error(
+        run_cli("results", "export", "--out", str(tmp_path / "b.bundle"), "--sign", "/nonexistent/key",
+                env={"DLRUN_SITE": "site-x"}), 2)
+    assert not out.exists() and not (tmp_path / "b.bundle").exists() and list(tmp_path.glob(".*.tmp")) == []
+    assert "cannot read bundle '/nonexistent.bundle'" in _error(
+        run_cli("results", "import", "/nonexistent.bundle", "--unsigned"), 2)
+    assert "--unsigned and --allowed-signers exclude each other" in _error(
+        run_cli("results", "import", str(log), "--unsigned", "--allowed-signers", str(log)), 2)
+    assert "not a gzip-compressed bundle, or damaged" in _error(run_cli("results", "import", str(log), "--unsigned"), 1)
+    assert "--system must name the system" in _error(run_cli("results", "import-log", str(log), "--system", " "), 2)
+
+
+def test_only_a_stored_run_with_the_same_log_counts_as_a_repeat(tmp_path):
+    store = Store(tmp_path / "results.sqlite")
+    pairs = import_log(LOGS / "nccl-tests/xxrjun_alltoall_sendrecv_2node.log", system="cluster00")
+    assert [len(store.add_runs([pair], same_provenance=("log_sha256", "log_result_index"))) for pair in pairs] == [1, 1]
+    again = import_log(LOGS / "nccl-tests/xxrjun_alltoall_sendrecv_2node.log", system="cluster00")
+    assert store.add_runs(again, same_provenance=("log_sha256", "log_result_index")) == []
+    local = [({**run, "id": f"{run['id']}-{n}", "origin": "local", "provenance": {}}, rows)
+             for n, (run, rows) in enumerate(again)]  # no log_sha256: never the same log as another run
+    assert len(store.add_runs(local, same_provenance=("log_sha256", "log_result_index"))) == 2
