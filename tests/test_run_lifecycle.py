@@ -191,6 +191,7 @@ def test_the_harness_collective_timeout_ends_a_job_with_a_stopped_rank(tmp_path)
     deadline = time.time() + 180
     while time.time() < deadline and "images/sec" not in _read(tmp_path / "logs" / "1" / "rank.0" / "stdout"):
         time.sleep(0.1)
+    assert "images/sec" in _read(tmp_path / "logs" / "1" / "rank.0" / "stdout"), "rank 0 never trained a step"
     [rank1] = job_pids(staging, rank=1)
     os.kill(rank1, signal.SIGSTOP)
     stopped = time.monotonic()

@@ -78,8 +78,9 @@ def test_installed_renders_a_dgx2_job_byte_identical_to_the_checkout(installed):
 
 def test_installed_reads_its_builtins_from_the_package_and_writes_nothing_there(installed):
     python = installed["venv"] / "bin" / "python"
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     out = subprocess.run([str(python), "-c", "import dlrun.paths as p; print(p.builtin_root()); print(p.HARNESS_DIR)"],
-                         cwd=installed["cwd"], capture_output=True, text=True, check=True).stdout.split()
+                         cwd=installed["cwd"], capture_output=True, text=True, check=True, env=env).stdout.split()
     site = str(installed["venv"])
     assert out[0].startswith(site) and out[0].endswith("dlrun/_builtin")
     assert out[1].startswith(site)

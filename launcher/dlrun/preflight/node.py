@@ -78,7 +78,8 @@ def image_findings(plan: Plan, *, runs_here: bool, engine_ok: bool,
     check = None if pulled_by_scheduler else CHECKS.get(plan.runtime)
     field = check.field if check else None
     build = f"dlrun images build {image.name} --engine ...; or pull or load it"
-    if not entry.get("digest") and not (field in ("sif", "squashfs") and entry.get(field)):
+    # The runtime's own form of the image (a SIF, a squashfs, an unpacked tree) has its own recorded digest.
+    if not entry.get("digest") and not (field and entry.get(field)):
         return [Finding("error", "image", f"image {image.name} ({arch}) has no digest in {lock.lock_path()}: it "
                         "was never built, pulled or loaded at this site, so the run could not record what it ran",
                         build)]
