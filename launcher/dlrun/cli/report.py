@@ -75,7 +75,7 @@ def _experiments(store, names: list[str]) -> list:
     if not names:
         return []
     from dlrun.cli.options import load_catalog
-    from dlrun.errors import unknown_name
+    from dlrun.errors import UsageError, unknown_name
 
     catalog = load_catalog()
     known = set(catalog.experiments)
@@ -83,4 +83,6 @@ def _experiments(store, names: list[str]) -> list:
     for name in names:
         if name not in known and name not in stored:
             raise unknown_name("experiment", name, known | stored)
+        if name not in stored:
+            raise UsageError(f"no stored run of experiment {name!r} to report; run it first: dlrun reproduce {name}")
     return [catalog.experiments[name] for name in names if name in known]

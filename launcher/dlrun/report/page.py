@@ -70,7 +70,7 @@ def render(report: Report, plots: list[Plot], store: str) -> str:
     stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     sections = [f"<h1>{escape(report.title)}</h1>",
                 f"<p>Selection: <code>{escape(report.selection or 'every stored run')}</code>; "
-                f"{report.runs_total} run(s) selected, {sum(p.row['n'] for p in report.points)} successful "
+                f"{report.runs_total} run(s) selected, {len({r for p in report.points for r in p.run_ids})} successful "
                 f"result(s) in {len(report.points)} point(s) on {len(report.scaling)} line(s).</p>",
                 _mismatch(report), _experiments(report), '<h2 id="plots">Plots</h2>',
                 *(_plot(plot) for plot in plots)]

@@ -132,7 +132,7 @@ def bars_plot(report: Report, folder: Path) -> Plot | None:
     categories = list(bars)[: max(MAX_BARS // max(len(hues), 1), 1)]
     if not categories:
         return None
-    width = min(max(6.4, 0.5 * len(categories) * len(hues) + 2), 16)
+    width = min(max(6.4, 0.5 * len(categories) * len(hues) + 2), 12.8)  # at most 1280 pixels: no scaling
     fig = _figure(width, 4.6)
     ax = fig.add_subplot(1, 1, 1)
     colours = _colours(hues)
