@@ -14,6 +14,7 @@ guard: the report is written anyway and says it is not like-for-like.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,7 +127,7 @@ def gather(store: Store, filters: Filters, *, title: str, selection: str, baseli
         raise UsageError(f"{total} stored run(s) match {selection or 'the selection'}, but none succeeded with "
                          "a result to report; see dlrun results list") from None
     inputs = facts([g.key for g in groups]) if facts else EfficiencyInputs()
-    inputs.matmul = store.latest_matmul
+    inputs.matmul = functools.lru_cache(maxsize=None)(store.latest_matmul)  # one query per system, as compare
     systems = sorted({str(g.key.get("system")) for g in groups})
     differences: list[str] = []
     notes: list[str] = []

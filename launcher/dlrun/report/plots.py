@@ -87,7 +87,9 @@ def scaling_plot(report: Report, folder: Path) -> Plot | None:
         placed += [(ax, p.devices, p.row["mean"], p.anchor, p.provenance()) for p in mine]
         placed += [(ax, r.devices, r.value, r.anchor, r.provenance()) for r in published]
     fig.suptitle("throughput against devices (log-log); dashed: ideal scaling", fontsize=11)
-    fig.tight_layout()
+    # fixed margins: tight_layout would draw the figure once more only to measure it
+    fig.subplots_adjust(left=0.1 / cols, right=1 - 0.03 / cols, bottom=0.12 / rows, top=1 - 0.12 / rows,
+                        wspace=0.25, hspace=0.35)
     plot = _save(fig, folder, "scaling.png", "scaling", "Throughput against devices, log-log, with ideal scaling")
     plot.areas = [Area("circle", [*_pixel(ax, x, y, plot.height), 7], f"#{anchor}", title)
                   for ax, x, y, anchor, title in placed]
@@ -152,13 +154,14 @@ def bars_plot(report: Report, folder: Path) -> Plot | None:
                        yerr=[[e[0] for e in errs], [e[1] for e in errs]], capsize=2)
         placed += list(zip(drawn.patches, mine))
     ax.set_xticks(range(len(categories)))
-    ax.set_xticklabels([_category(c, len({c[0] for c in categories}) > 1) for c in categories], rotation=30 if len(categories) > 4 else 0,
-                       ha="right" if len(categories) > 4 else "center", fontsize=8)
+    rotated = len(categories) > 4
+    ax.set_xticklabels([_category(c, len({c[0] for c in categories}) > 1) for c in categories],
+                       rotation=30 if rotated else 0, ha="right" if rotated else "center", fontsize=8)
     ax.set_ylabel(report.unit or "throughput")
     ax.legend(title="fabric" if by_fabric else "system", fontsize=8)
     ax.grid(True, axis="y", linestyle=":", linewidth=0.6)
     ax.set_title(f"mean throughput per {'fabric' if by_fabric else 'system'}, 95 % intervals", fontsize=11)
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.6 / width, right=1 - 0.2 / width, top=0.92, bottom=0.34 if rotated else 0.12)
     plot = _save(fig, folder, "bars.png", "scaling", f"Mean throughput per {'fabric' if by_fabric else 'system'}")
     for patch, point in placed:
         box = patch.get_window_extent()
