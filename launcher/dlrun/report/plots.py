@@ -88,8 +88,9 @@ def scaling_plot(report: Report, folder: Path) -> Plot | None:
         placed += [(ax, r.devices, r.value, r.anchor, r.provenance()) for r in published]
     fig.suptitle("throughput against devices (log-log); dashed: ideal scaling", fontsize=11)
     # fixed margins: tight_layout would draw the figure once more only to measure it
-    fig.subplots_adjust(left=0.1 / cols, right=1 - 0.03 / cols, bottom=0.12 / rows, top=1 - 0.12 / rows,
-                        wspace=0.25, hspace=0.35)
+    width, height = 6.4 * cols, 4.4 * rows  # margins in inches, as fractions of the figure
+    fig.subplots_adjust(left=0.85 / width, right=1 - 0.2 / width, bottom=0.6 / height, top=1 - 0.75 / height,
+                        wspace=0.25, hspace=0.45)
     plot = _save(fig, folder, "scaling.png", "scaling", "Throughput against devices, log-log, with ideal scaling")
     plot.areas = [Area("circle", [*_pixel(ax, x, y, plot.height), 7], f"#{anchor}", title)
                   for ax, x, y, anchor, title in placed]
@@ -161,7 +162,7 @@ def bars_plot(report: Report, folder: Path) -> Plot | None:
     ax.legend(title="fabric" if by_fabric else "system", fontsize=8)
     ax.grid(True, axis="y", linestyle=":", linewidth=0.6)
     ax.set_title(f"mean throughput per {'fabric' if by_fabric else 'system'}, 95 % intervals", fontsize=11)
-    fig.subplots_adjust(left=0.6 / width, right=1 - 0.2 / width, top=0.92, bottom=0.34 if rotated else 0.12)
+    fig.subplots_adjust(left=0.85 / width, right=1 - 0.2 / width, top=0.92, bottom=0.25 if rotated else 0.12)
     plot = _save(fig, folder, "bars.png", "scaling", f"Mean throughput per {'fabric' if by_fabric else 'system'}")
     for patch, point in placed:
         box = patch.get_window_extent()
