@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from dlrun.errors import UsageError
+from dlrun.errors import DlrunError, UsageError
 from dlrun.report.gather import Published, Point, Report, gather
 
 # dlrun.report.published (an experiment's references, through dlrun.reproduce) is imported by whoever
@@ -48,6 +48,12 @@ def write(report: Report, out: Path, store_path: Path) -> Path:
     """Write the page and its plots into `out` (see check_out), all or nothing."""
     from dlrun.report import page, plots
 
+    try:
+        import matplotlib  # noqa: F401
+        import pandas  # noqa: F401
+    except ImportError as exc:
+        raise DlrunError(f"dlrun report needs matplotlib and pandas ({exc}); install them with: "
+                         "pip install 'dlrun[report]'") from None
     out = check_out(out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
