@@ -7,10 +7,11 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # torch is pinned everywhere: a range that admits a newer release pulls several GB of CUDA wheels.
 TORCH_PIN := torch==2.13.0
-EXTRAS := torch,test,images,bench,export
-# Debian packages the tests use: real MPI, a real Slurm cluster, real container runtimes, linters, ssh-keygen.
+EXTRAS := torch,test,images,bench,export,report
+# Debian packages the tests use: real MPI, a real Slurm cluster, real container runtimes, linters, ssh-keygen,
+# a headless browser (and its font) that opens the reports.
 APT_PACKAGES := openmpi-bin libopenmpi-dev slurm-wlm munge charliecloud podman runc debootstrap shellcheck \
-	libtcmalloc-minimal4 libjemalloc2 squashfs-tools openssh-client
+	libtcmalloc-minimal4 libjemalloc2 squashfs-tools openssh-client chromium fonts-dejavu-core
 
 .PHONY: all setup sysdeps demo test bench lint clean
 

@@ -1,10 +1,13 @@
-"""Benchmark 7: `dlrun compare` and `dlrun results list` with filters over a store of 100,000 results.
+"""Benchmark 7: `dlrun compare`, `dlrun report` and `dlrun results list` with filters over a store of 100,000
+results.
 
 The store is filled through the store's own schema with rows shaped as `dlrun run` stores them: 5 workloads
 x 5 systems x 4 device counts x 2 images = 200 configurations of 500 repeats, each run with its
 comparability key (computed by `dlrun.results.key` once per configuration). Each command runs as a user
 runs it (a fresh `dlrun` process); the first call, which also counts the models' multiply-adds for the
 efficiency columns (PyTorch import, cached afterwards), is reported on its own and not in the median.
+`dlrun report` writes its page and two PNG plots into a folder of the temporary directory (`{out}`), replaced
+by each call.
 """
 from __future__ import annotations
 
@@ -34,6 +37,10 @@ COMMANDS = {
     "compare --by image (4,000 runs, Welch per row)":
         ["compare", "--workload", "resnet50", "--system", "dgx2", "--by", "image", "--baseline", "pytorch-a"],
     "compare, all 100,000 runs (statistics per configuration)": ["compare", "--json"],
+    "report --workload --image (10,000 runs: 5 systems x 4 device counts, page + 2 PNGs)":
+        ["report", "--workload", "resnet50", "--image", "pytorch-b", "--out", "{out}"],
+    "report --workload (20,000 runs, two images: not like-for-like)":
+        ["report", "--workload", "resnet50", "--out", "{out}"],
     "results list --workload --system --since (newest 50)":
         ["results", "list", "--workload", "resnet50", "--system", "dgx2", "--since", "2026-01-02"],
 }
@@ -118,7 +125,7 @@ def measure(threads: int, repeats: int, log, quick: bool = False) -> list[Row]:
         record["fill_s"] = fill_store(home / "results.sqlite", STORE_RUNS)
         env = bench_env(threads, DLRUN_HOME=str(home), XDG_CACHE_HOME=str(Path(tmp) / "cache"), DLRUN_SITE="bench")
         for name, args in COMMANDS.items():
-            argv = [DLRUN, *args]
+            argv = [DLRUN, *(arg.replace("{out}", str(Path(tmp) / "report")) for arg in args)]
             first, _ = timed(argv, env)  # fills the model-facts cache where efficiency columns need it
             samples = [timed(argv, env) for _ in range(n)]
             times, cpu = [w for w, _ in samples], [c for _, c in samples]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -14,7 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
+from browser import check_in_browser
 from conftest import run_cli
+from report_data import check_png, read
 
 from dlrun.catalog import load_catalog
 from dlrun.probe.host import probe_host
@@ -398,6 +401,28 @@ def test_smoke_scaling_runs_is_interrupted_and_resumes_without_rerunning(dlrun_h
     for column in ("95 % CI", "speedup", "scaling eff."):
         assert column in third.stdout
     assert len(_tagged_runs(dlrun_home)) == len(after)
+    _smoke_report(dlrun_home.parent, rows)
+
+
+def _smoke_report(tmp: Path, rows: dict) -> None:
+    """`dlrun report` of the resumed experiment: the speedup/efficiency table with intervals, the log-log
+    plot, and the page as headless Chromium renders it."""
+    out = tmp / "report"
+    made = run_cli("report", "--experiment", SMOKE, "--out", str(out))
+    assert made.returncode == 0, made.stdout + made.stderr
+    page = read(out)
+    points = {key: row for key, row in page.rows.items() if key.startswith("pt-")}
+    assert len(points) == 2 and "like-for-like" in page.ids and f"experiment-{SMOKE}" in page.ids
+    two = re.search(r'<tr id="pt-2"[^>]*>(.*?)</tr>', page.text, re.S).group(1)
+    cells = re.findall(r"<td>(.*?)</td>", two, re.S)
+    speedup, efficiency = (f"{rows[2]['speedup']:,.2f} [{rows[2]['speedup_low']:,.2f}, {rows[2]['speedup_high']:,.2f}]",
+                           f"{rows[2]['scaling_efficiency'] * 100:.1f} %")
+    assert speedup in cells and any(cell.startswith(efficiency + " [") for cell in cells), cells
+    assert {f"run-{run_id}" for row in rows.values() for run_id in row["runs"]} <= set(page.rows)
+    image = page.images[0]
+    assert image["src"] == "scaling.png"
+    check_png(out / "scaling.png", int(image["width"]), int(image["height"]))
+    check_in_browser(out, tmp, page)
 
 
 # ------------------------------------------------------------------------------------------ a batch system

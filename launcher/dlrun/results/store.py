@@ -228,6 +228,12 @@ class Store:
             rows = conn.execute(query, params).fetchall()
         return [dict(zip((*RUN_COLUMNS, "value", "unit"), row)) for row in rows]
 
+    def count_runs(self, filters: Filters | None = None) -> int:
+        """How many stored runs `filters` selects."""
+        clause, params = where(filters or Filters())
+        with self.reading() as conn:
+            return conn.execute(f"SELECT count(*) FROM runs r {clause}", params).fetchone()[0]
+
     def distinct(self, column: str) -> list[str]:
         """The values a runs column holds (for checking filter values); `column` is one of RUN_COLUMNS."""
         if column not in RUN_COLUMNS:

@@ -1,0 +1,108 @@
+"""`dlrun report`: stored runs as one self-contained HTML page with PNG plots, written into a folder.
+
+    dlrun report [RUN_ID ...] [--experiment E] [filters] --out DIR [--baseline SYSTEM] [--title TEXT]
+
+The filters are those of `dlrun results list`. The page holds throughput against devices on log-log axes
+with ideal scaling (Ren et al. Fig. 4), bars per fabric or system (Samsi et al. Fig. 4), the speedup and
+scaling-efficiency table with 95 % intervals (PRACE guide Tables 8 and 9), systems relative to a baseline
+(Ren et al. Table III), an experiment's published numbers beside the measured ones, and every run's
+provenance, linked from each point. Runs that are not like-for-like are reported with a box listing the
+differences.
+"""
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from dlrun.cli.filters import (ExperimentFilter, ImageFilter, SinceFilter, SiteFilter, StatusFilter, SystemFilter,
+                               WorkloadFilter)
+from dlrun.cli.output import console, handle_errors
+
+
+@handle_errors
+def report(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder to write index.html and its PNG plots into "
+                                      "(new, empty, or an earlier report, which is replaced).",
+                                      show_default=False)],
+    run_ids: Annotated[Optional[list[str]], typer.Argument(
+        help="Run ids (unique prefixes are enough); with filters, runs must match both.", show_default=False)] = None,
+    workload: WorkloadFilter = None, system: SystemFilter = None, image: ImageFilter = None,
+    status: StatusFilter = None, site: SiteFilter = None, experiment: ExperimentFilter = None,
+    since: SinceFilter = None,
+    baseline: Annotated[Optional[str], typer.Option(
+        "--baseline", help="The system the others are compared with (default: the first in order).",
+        show_default=False)] = None,
+    title: Annotated[Optional[str], typer.Option("--title", help="The page's title.", show_default=False)] = None,
+) -> None:
+    """Write an HTML report with plots of stored runs: scaling, systems and fabrics compared, published
+    numbers beside the measured ones, each point's runs and provenance a click away."""
+    from dlrun.cli.facts import efficiency_inputs
+    from dlrun.cli.filters import build_filters
+    from dlrun.cli.store import open_store
+    from dlrun.report import check_out, gather, write
+
+    check_out(out)
+    warm = _preload()
+    store = open_store()
+    specs = _experiments(store, experiment or [])
+    filters = build_filters(store, run_ids, workload=workload, system=system, image=image, status=status,
+                            site=site, experiment=experiment, since=since)
+    given = [("--workload", workload), ("--system", system), ("--image", image), ("--status", status),
+             ("--site", site), ("--experiment", experiment), ("--since", [since] if since else None)]
+    selection = shlex.join([*(run_ids or []), *(arg for name, values in given for value in values or []
+                                                for arg in (name, value))]) or "every stored run"
+    heading = title or ("dlrun report: " + (", ".join(spec.title for spec in specs) if specs
+                                          else ", ".join(workload or []) or "stored runs"))
+    result = gather(store, filters, title=heading, selection=selection, baseline=baseline, facts=efficiency_inputs)
+    if specs:
+        from dlrun.cli.options import load_catalog
+        from dlrun.report.published import add_published
+
+        catalog = load_catalog()
+        for spec in specs:
+            add_published(result, catalog, catalog.experiment(spec.id), store)
+    warm.join()
+    written = write(result, out, store.path)
+    flag = "" if result.like_for_like else f" (not like-for-like: {len(result.differences)} difference(s))"
+    console().print(f"wrote {written / 'index.html'}: {result.runs_total} run(s), {len(result.points)} point(s)"
+                    f"{flag}", highlight=False)
+
+
+def _preload():
+    """Import matplotlib and pandas on a second thread while the store is read: SQLite lets go of the
+    interpreter while it queries, so on a machine with a free core the imports cost no wall time."""
+    import threading
+
+    def imports() -> None:
+        try:
+            import matplotlib.backends.backend_agg  # noqa: F401
+            import matplotlib.figure  # noqa: F401
+            import pandas  # noqa: F401
+        except ImportError:
+            pass  # said where they are used
+
+    thread = threading.Thread(target=imports, name="dlrun-report-imports", daemon=True)
+    thread.start()
+    return thread
+
+
+def _experiments(store, names: list[str]) -> list:
+    """The catalog's experiments among `names`; a name that is neither in the catalog nor in the store is
+    a UsageError with the closest of both."""
+    if not names:
+        return []
+    from dlrun.cli.options import load_catalog
+    from dlrun.errors import UsageError, unknown_name
+
+    catalog = load_catalog()
+    known = set(catalog.experiments)
+    stored = {value for value in store.distinct("experiment") if value}
+    for name in names:
+        if name not in known and name not in stored:
+            raise unknown_name("experiment", name, known | stored)
+        if name not in stored:
+            raise UsageError(f"no stored run of experiment {name!r} to report; run it first: dlrun reproduce {name}")
+    return [catalog.experiments[name] for name in names if name in known]

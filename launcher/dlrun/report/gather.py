@@ -1,0 +1,190 @@
+"""What a report shows, as data: the selected runs grouped by comparability key (SQL, as `dlrun compare`
+reads them), set out by compare's own modes, with the provenance of every point.
+
+  scaling    one `compare` scaling table per system (throughput, 95 % CI, speedup and scaling efficiency
+             with their intervals over the fewest devices; PRACE guide Tables 8 and 9)
+  relative   with several systems: each relative to the baseline system (Ren et al. Table III)
+  fabrics    with several fabrics: each against the baseline fabric (Samsi et al.)
+  published  with an experiment from the catalog: its published numbers against the stored points
+  runs       the newest selected runs (id, site, image and digest, experiment point), the rows the
+             tables and plots link to
+
+Whatever differs between the runs beyond what a table compares is collected from compare's like-for-like
+guard: the report is written anyway and says it is not like-for-like.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Any
+
+from dlrun.errors import DlrunError, UsageError
+from dlrun.results.compare import EfficiencyInputs, FactsProvider
+from dlrun.results.compare import axes as modes
+from dlrun.results.compare.model import AXES, Comparison, sort_value
+from dlrun.results.compare.select import Group, load_groups
+from dlrun.results.key import NOT_APPLICABLE, UNKNOWN
+from dlrun.results.query import Filters
+from dlrun.results.store import Store
+
+#: The newest runs listed with their provenance (a table of 20,000 rows helps no reader).
+RUN_ROWS = 500
+#: Run ids written out per table row; the rest are counted.
+IDS_PER_ROW = 6
+
+
+@dataclass
+class Point:
+    """One measured point of a plot and a table row: a configuration's runs on one system."""
+
+    anchor: str
+    series: tuple            # (workload, model)
+    system: str
+    line: str                # the system, and the fabric where it has several: a line of the scaling plot
+    devices: Any
+    fabric: str
+    row: dict[str, Any]      # the compare row (mean, ci_low, ci_high, speedup ...)
+    sites: list[str]
+    images: list[str]
+    digests: list[str]
+    experiments: list[str] = field(default_factory=list)
+
+    @property
+    def run_ids(self) -> list[str]:
+        return self.row["runs"]
+
+    def provenance(self) -> str:
+        """One line for a tooltip: what the point is and where its runs come from."""
+        ids = self.run_ids
+        shown = ", ".join(ids[:IDS_PER_ROW]) + (f" and {len(ids) - IDS_PER_ROW} more" if len(ids) > IDS_PER_ROW else "")
+        return (f"{self.series[0]} ({self.series[1]}) on {self.line}, {self.devices} device(s): "
+                f"mean {self.row['mean']:.4g} of {self.row['n']} run(s); site {', '.join(self.sites) or 'unknown'}; "
+                f"image {', '.join(self.images) or 'unknown'} {', '.join(d[:19] for d in self.digests)}; runs {shown}")
+
+
+@dataclass
+class Published:
+    """A published number drawn beside the measured points, with its source."""
+
+    anchor: str
+    ref_id: str
+    series: tuple | None     # where it is drawn (None: listed only)
+    line: str | None
+    devices: Any
+    value: float | None
+    text: str                # the published value as printed (value or range, check, unit)
+    unit: str | None
+    verdict: str
+    measured: float | None
+    ci: tuple[float, float] | None
+    ratio: float | None
+    runs: int
+    points: list[str]
+    why: str
+    doc: str
+    where: str
+    quote: str
+
+    def provenance(self) -> str:
+        return f"published {self.text} ({self.doc}, {self.where}): \"{self.quote}\""
+
+
+@dataclass
+class Report:
+    title: str
+    selection: str
+    unit: str | None
+    points: list[Point]
+    scaling: list[tuple[str, Comparison]]     # (line: system, or system and fabric; its scaling table)
+    relative: Comparison | None
+    fabrics: list[tuple[str, Comparison]]     # (system, its fabrics against the baseline fabric)
+    differences: list[str]
+    notes: list[str]
+    runs: list[dict[str, Any]]
+    runs_total: int
+    published: list[Published] = field(default_factory=list)
+    findings: list[dict[str, str]] = field(default_factory=list)   # qualitative references: id, quote
+    experiments: list[Any] = field(default_factory=list)            # the catalog's ExperimentSpecs, if any
+
+    @property
+    def like_for_like(self) -> bool:
+        return not self.differences
+
+    def listed(self) -> set[str]:
+        return {run["id"] for run in self.runs}
+
+
+def gather(store: Store, filters: Filters, *, title: str, selection: str, baseline: str | None = None,
+           facts: FactsProvider | None = None) -> Report:
+    """The report of the runs `filters` selects; a UsageError when none match."""
+    total = store.count_runs(filters)
+    if not total:
+        raise UsageError(f"no stored run matches {selection or 'the selection'}; see dlrun results list")
+    runs = store.list_runs(RUN_ROWS, filters)
+    try:
+        groups = load_groups(store, filters, by_site=True)
+    except DlrunError:  # nothing successful with a result
+        raise UsageError(f"{total} stored run(s) match {selection or 'the selection'}, but none succeeded with "
+                         "a result to report; see dlrun results list") from None
+    inputs = facts([g.key for g in groups]) if facts else EfficiencyInputs()
+    inputs.matmul = functools.lru_cache(maxsize=None)(store.latest_matmul)  # one query per system, as compare
+    systems = sorted({str(g.key.get("system")) for g in groups})
+    differences: list[str] = []
+    notes: list[str] = []
+    points: list[Point] = []
+    scaling: list[tuple[str, Comparison]] = []
+    for system in systems:
+        mine = [g for g in groups if str(g.key.get("system")) == system]
+        for line, members in _lines(system, mine):
+            result = modes.scaling(members, AXES["devices"], None, inputs)
+            differences += [f"on {line}: {text}" for text in result.differences]
+            notes += result.notes
+            for row in result.rows:
+                points.append(_point(len(points), system, line, row, members))
+            scaling.append((line, result))
+    relative = None
+    if len(systems) > 1:
+        relative = modes.relative(groups, AXES["system"], baseline)
+        differences += [f"between systems: {line}" for line in relative.differences]
+        notes += relative.notes
+    elif baseline is not None:
+        raise UsageError(f"--baseline {baseline!r} picks the system the others are compared with; the selection "
+                         f"holds one system ({systems[0]})")
+    fabrics: list[tuple[str, Comparison]] = []
+    for system in systems:  # fabrics compared within a system (Samsi et al.: one cluster, two networks)
+        wired = [g for g in groups if str(g.key.get("system")) == system
+                 and g.key.get("fabric") not in (NOT_APPLICABLE, UNKNOWN, None)]
+        if len({g.key.get("fabric") for g in wired}) > 1:
+            result = modes.fabrics(wired, AXES["fabric"], None)
+            differences += [f"between fabrics on {system}: {line}" for line in result.differences]
+            notes += result.notes
+            fabrics.append((system, result))
+    units = {g.unit for g in groups}
+    return Report(title=title, selection=selection, unit=units.pop() if len(units) == 1 else None, points=points,
+                  scaling=scaling, relative=relative, fabrics=fabrics,
+                  differences=list(dict.fromkeys(differences)), notes=list(dict.fromkeys(notes)), runs=runs,
+                  runs_total=total)
+
+
+def _lines(system: str, groups: list[Group]) -> list[tuple[str, list[Group]]]:
+    """The lines of a system: one, or one per fabric where its runs used several (each with the one-node
+    runs, which use none, as their common start)."""
+    wired = sorted({str(g.key.get("fabric")) for g in groups} - {NOT_APPLICABLE, UNKNOWN, "None"})
+    if len(wired) < 2:
+        return [(system, groups)]
+    return [(f"{system} {fabric}", [g for g in groups if str(g.key.get("fabric")) in (fabric, NOT_APPLICABLE)])
+            for fabric in wired]
+
+
+def _point(index: int, system: str, line: str, row: dict[str, Any], groups: list[Group]) -> Point:
+    mine = [g for g in groups if g.key.get("workload") == row["workload"] and g.key.get("model") == row["model"]
+            and g.key.get("devices") == row["devices"]]
+    return Point(anchor=f"pt-{index + 1}", series=(row["workload"], row["model"]), system=system, line=line,
+                 devices=row["devices"], fabric="/".join(sorted({str(g.key.get("fabric")) for g in mine})), row=row,
+                 sites=sorted({g.site for g in mine if g.site}), images=sorted({i for g in mine for i in g.images}),
+                 digests=sorted({str(g.key.get("image_digest")) for g in mine}))
+
+
+def series_of(report: Report) -> list[tuple]:
+    """The (workload, model) series, in order."""
+    return sorted({p.series for p in report.points}, key=lambda s: [sort_value(v) for v in s])

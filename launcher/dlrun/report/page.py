@@ -1,0 +1,94 @@
+"""The report page: one HTML file with its style inline, no script and nothing fetched; the PNG plots sit
+beside it in the same folder and are referenced by relative name, each with an image map whose areas link
+every point to its table row and show its provenance on hover."""
+from __future__ import annotations
+
+import time
+from html import escape
+
+from dlrun import __version__
+from dlrun.report.gather import Report
+from dlrun.report.plots import Plot
+from dlrun.report.tables import fabrics_table, published_table, relative_table, runs_table, scaling_table
+
+STYLE = """
+body { font-family: "DejaVu Sans", sans-serif; margin: 1.5em; color: #222; max-width: 1400px; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 1.6em; border-bottom: 1px solid #ccc; }
+table { border-collapse: collapse; margin: 0.6em 0; font-size: 0.85em; }
+th, td { border: 1px solid #ccc; padding: 0.2em 0.5em; text-align: left; vertical-align: top; }
+th { background: #eee; } caption { text-align: left; font-style: italic; padding: 0.3em 0; }
+tr:target { background: #fff3b0; } tr:hover { background: #f3f7ff; }
+.mismatch { border: 2px solid #b00; background: #fff0f0; padding: 0.6em 1em; margin: 1em 0; }
+.mismatch h2 { color: #b00; border: none; margin: 0; }
+.like { border: 2px solid #070; background: #f0fff0; padding: 0.4em 1em; margin: 1em 0; }
+.notes { color: #555; font-size: 0.85em; } figure { margin: 1em 0; } figcaption { font-size: 0.85em; color: #555; }
+q { font-style: italic; }
+"""
+
+
+def _plot(plot: Plot) -> str:
+    name = f"map-{plot.file.removesuffix('.png')}"
+    areas = "\n".join(f'<area shape="{a.shape}" coords="{",".join(map(str, a.coords))}" href="{escape(a.href)}" '
+                      f'title="{escape(a.title)}" alt="{escape(a.title)}">' for a in plot.areas)
+    notes = "".join(f" {escape(n)}." for n in plot.notes)
+    return (f'<figure id="figure-{escape(name[4:])}"><img src="{escape(plot.file)}" width="{plot.width}" '
+            f'height="{plot.height}" alt="{escape(plot.alt)}" usemap="#{name}">\n<map name="{name}">\n{areas}\n</map>\n'
+            f'<figcaption>{escape(plot.title)}: click a point for its row (<a href="#{escape(plot.table)}">table'
+            f'</a>), hover it for its runs.{notes}</figcaption></figure>')
+
+
+def _mismatch(report: Report) -> str:
+    if report.like_for_like:
+        return ('<div class="like" id="like-for-like">Like-for-like: within each table the runs differ only in '
+                "what the table compares.</div>")
+    items = "".join(f"<li>{escape(line)}</li>" for line in report.differences)
+    return ('<div class="mismatch" id="not-like-for-like"><h2>Not like-for-like</h2><p>These runs differ in more '
+            "than what the tables compare; they are shown anyway, and a difference below may explain a "
+            f"difference in the numbers:</p><ul>{items}</ul></div>")
+
+
+def _experiments(report: Report) -> str:
+    out = []
+    for spec in report.experiments:
+        out += [f'<h2 id="experiment-{escape(spec.id)}">Experiment {escape(spec.id)}</h2>',
+                f"<p><b>{escape(spec.title)}</b>. {escape(spec.document.name)}: <i>{escape(spec.document.title)}</i>, "
+                f"{escape(spec.where)}.</p><p>{escape(spec.description)}</p>"]
+        if not spec.references:
+            out.append("<p>The experiment has no published numbers.</p>")
+    if report.published:
+        out.append(published_table(report))
+    elif report.experiments:
+        out.append("<p>No published number of the experiment reads a point of its systems.</p>")
+    if report.findings:
+        out.append("<p>Findings (qualitative references):</p><ul>" + "".join(
+            f'<li id="{escape(f["anchor"])}"><b>{escape(f["id"])}</b> ({escape(f["doc"])}, {escape(f["where"])}): '
+            f'<q>{escape(f["quote"])}</q></li>' for f in report.findings) + "</ul>")
+    return "\n".join(out)
+
+
+def render(report: Report, plots: list[Plot], store: str) -> str:
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    sections = [f"<h1>{escape(report.title)}</h1>",
+                f"<p>Selection: <code>{escape(report.selection or 'every stored run')}</code>; "
+                f"{report.runs_total} run(s) selected, {len({r for p in report.points for r in p.run_ids})} successful "
+                f"result(s) in {len(report.points)} point(s) on {len(report.scaling)} line(s).</p>",
+                _mismatch(report), _experiments(report), '<h2 id="plots">Plots</h2>',
+                *(_plot(plot) for plot in plots)]
+    if not plots:
+        sections.append("<p>Nothing to plot: no point has a device count and a positive mean.</p>")
+    sections += ['<h2 id="points">Scaling (PRACE guide Tables 8 and 9)</h2>', scaling_table(report)]
+    if report.relative is not None:
+        sections += ['<h2 id="relative-systems">Systems relative to the baseline (Ren et al. Table III)</h2>',
+                     relative_table(report)]
+    if report.fabrics:
+        sections += ['<h2 id="fabrics-against-baseline">Fabrics (Samsi et al.)</h2>', fabrics_table(report)]
+    if report.notes:
+        sections.append('<div class="notes"><p>Notes:</p><ul>'
+                        + "".join(f"<li>{escape(n)}</li>" for n in report.notes) + "</ul></div>")
+    sections += ['<h2 id="provenance">Runs</h2>', runs_table(report),
+                 f'<p class="notes">Written by dlrun {escape(__version__)} on {stamp} from the result store '
+                 f"{escape(store)}. The page and its plots are self-contained: nothing is fetched.</p>"]
+    body = "\n".join(s for s in sections if s)
+    return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+            f'<meta name="generator" content="dlrun {escape(__version__)} report">\n'
+            f"<title>{escape(report.title)}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n{body}\n</body>\n</html>\n")

@@ -1,0 +1,172 @@
+"""`dlrun report` as a user runs it, over a real store: the page's tables, links, image maps and provenance,
+the plots' pixels, the not-like-for-like box, an experiment's published numbers drawn beside the measured
+ones, and bad input refused in one line with nothing written."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import run_cli
+from report_data import check_png, fill, no_model_counts, read
+
+from dlrun.catalog import load_catalog
+from dlrun.paths import harness_hashes
+from dlrun.probe.host import probe_host
+from dlrun.reproduce import TaggedStore
+from dlrun.reproduce.work import plan_points
+from dlrun.results.store import Store
+
+
+def _report(*args: str, env: dict[str, str]) -> None:
+    proc = run_cli("report", *args, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "wrote " in proc.stdout
+
+
+def _linked(page) -> None:
+    """Every in-page link and image-map area lands on an element of the page."""
+    targets = [href[1:] for href in page.links + [a["href"] for a in page.areas] if href.startswith("#")]
+    assert targets and not [t for t in targets if t not in page.ids]
+
+
+def test_two_systems_two_fabrics_tables_plots_and_provenance(dlrun_home, tmp_path):
+    store = fill(dlrun_home)
+    env = no_model_counts(tmp_path / "cache")
+    out = tmp_path / "report"
+    _report("--out", str(out), "--baseline", "dgx2", env=env)
+    page = read(out)
+    assert {"scaling", "relative", "fabrics", "runs"} <= page.tables
+    _linked(page)
+    # not like-for-like: the two runs at batch 32 are shown, and the box says why
+    assert "not-like-for-like" in page.ids and "batch per device: 32 (2 runs), 64 (" in page.text
+    # every run is listed with its provenance, and every point links to its runs
+    runs = store.list_runs(None)
+    assert {f"run-{r['id']}" for r in runs} <= set(page.rows)
+    points = {k: v for k, v in page.rows.items() if k.startswith("pt-")}
+    assert len(points) == 20  # 2 systems x 2 fabric lines x 5 device counts
+    one = points["pt-1"]["title"]
+    assert "site site-b" in one and "pytorch-2.13 sha256:aaaaaaaaaaaa" in one and "runs 2026" in one
+    # Ren et al. Table III: dgx1v at 80 % of dgx2; Samsi et al.: tcp 15 % below ib on 16 devices
+    relative = page.text[page.text.index('id="relative"'):]
+    assert "80.0 % [" in relative and "dgx1v" in relative and "16 devices" in relative
+    assert "-15.0 % [" in page.text[page.text.index('id="fabrics"'):]
+    assert "scaling efficiency" in page.text and "speedup" in page.text
+    # the plots: their size as the page states it, not blank, every point clickable with its provenance
+    images = {img["src"]: img for img in page.images}
+    assert set(images) == {"scaling.png", "bars.png"}
+    for name, img in images.items():
+        check_png(out / name, int(img["width"]), int(img["height"]))
+    scaling_areas = [a for a in page.areas if a["shape"] == "circle"]
+    assert sorted(a["href"] for a in scaling_areas) == sorted(f"#{k}" for k in points)
+    for area in page.areas:
+        x0, y0, *rest = map(int, area["coords"].split(","))
+        img = images["scaling.png" if area["shape"] == "circle" else "bars.png"]
+        assert 0 <= x0 <= int(img["width"]) and 0 <= y0 <= int(img["height"]) and area["title"]
+
+    # a second report into the same folder replaces the first, whole; one system, one batch: like-for-like
+    _report("--system", "dgx1v", "--out", str(out), env=env)
+    page = read(out)
+    assert "like-for-like" in page.ids and "not-like-for-like" not in page.ids
+    assert "relative" not in page.tables and "fabrics" in page.tables
+    assert all("dgx1v" in row["title"] for key, row in page.rows.items() if key.startswith("pt-"))
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder left over
+
+
+def _one_line_error(proc, *needles: str) -> None:
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dlrun: error: "), proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def test_bad_input_is_one_line_and_writes_nothing(dlrun_home, tmp_path):
+    fill(dlrun_home)
+    env = no_model_counts(tmp_path / "cache")
+    out = tmp_path / "out"
+    _one_line_error(run_cli("report", "--experiment", "localhost_scaling_smok", "--out", str(out), env=env),
+                    "unknown experiment 'localhost_scaling_smok'", "did you mean 'localhost_scaling_smoke'")
+    _one_line_error(run_cli("report", "--experiment", "localhost_scaling_smoke", "--out", str(out), env=env),
+                    "no stored run of experiment 'localhost_scaling_smoke'", "dlrun reproduce localhost_scaling_smoke")
+    _one_line_error(run_cli("report", "--since", "2030-01-01", "--out", str(out), env=env),
+                    "no stored run matches --since 2030-01-01")
+    _one_line_error(run_cli("report", "--system", "dgx-2", "--out", str(out), env=env),
+                    "bad --system 'dgx-2'", "did you mean 'dgx2'")
+    _one_line_error(run_cli("report", "--baseline", "dgx3", "--out", str(out), env=env),
+                    "bad --baseline 'dgx3'", "did you mean 'dgx2'")
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("mine\n")
+    _one_line_error(run_cli("report", "--out", str(a_file), env=env), "is a file")
+    _one_line_error(run_cli("report", "--out", str(a_file / "report"), env=env), "cannot be written")
+    someone = tmp_path / "someone"
+    someone.mkdir()
+    (someone / "thesis.tex").write_text("keep me\n")
+    _one_line_error(run_cli("report", "--out", str(someone), env=env), "not a dlrun report")
+    assert [p.name for p in someone.iterdir()] == ["thesis.tex"]
+    assert not out.exists() and not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+EXPERIMENT = """\
+id: refs_report
+title: "published numbers drawn beside the measured ones"
+document: {name: "dlrun", title: "dlrun's test suite", authors: "the dlrun project"}
+where: "tests/test_report.py"
+description: "Two points with published throughputs, a derived speedup and a finding."
+measure: training
+device: cpu
+systems: [localhost]
+axes:
+  - name: model
+    values: [trivial]
+  - name: ranks_per_node
+    values: [1, 2]
+status: {kind: runnable}
+references:
+  - {id: one_rank, kind: quantitative, metric: throughput, conditions: {ranks_per_node: 1}, value: 100, unit: images/s,
+     tolerance: {relative: 0.1, why: "ten percent, for the test"}, source: {where: "Table 1", quote: "one rank: 100 img/s"}}
+  - {id: two_ranks, kind: quantitative, metric: throughput, conditions: {ranks_per_node: 2}, value: 190,
+     unit: images/sec, tolerance: {relative: 0.01, why: "one percent, for the test"}, source: {where: "Table 1", quote: "two: 190"}}
+  - {id: a_speedup, kind: quantitative, metric: throughput, conditions: {ranks_per_node: 2}, value: 1.9, unit: x,
+     derive: {op: speedup, baseline: {ranks_per_node: 1}}, tolerance: {relative: 0.1, why: "ten percent, for the test"},
+     source: {where: "Fig. 2", quote: "a speedup of 1.9"}}
+  - {id: it_scales, kind: qualitative, metric: throughput, source: {where: "Sec. 3", quote: "two ranks are faster"}}
+"""
+
+
+def _record(run_id: str, plan) -> dict:
+    return {"id": run_id, "created_at": f"2026-01-01T00:00:0{run_id[-1]}Z", "status": "ok",
+            "workload": plan.workload.name, "model": plan.workload.model, "image": plan.image.name,
+            "image_digest": plan.image.digest, "system": plan.system.name, "fabric": plan.fabric,
+            "nodes": plan.nodes, "ranks_per_node": plan.ranks_per_node, "world_size": plan.world_size,
+            "batch_size": plan.batch_size, "precision": plan.precision, "plan": plan.summary(),
+            "provenance": {"harness_sha256": harness_hashes(Path(plan.image.harness_dir), "pytorch")[0]}}
+
+
+def test_published_numbers_beside_the_measured_ones(dlrun_home, tmp_path, monkeypatch):
+    site = tmp_path / "site" / "experiments"
+    site.mkdir(parents=True)
+    (site / "refs.yaml").write_text(EXPERIMENT)
+    monkeypatch.setenv("DLRUN_PATH", str(tmp_path / "site"))
+    catalog = load_catalog(host=probe_host())
+    spec = catalog.experiment("refs_report")
+    store = Store(dlrun_home / "results.sqlite")
+    one, two = plan_points(catalog, spec, "localhost", where={}, repeats=None, local_image=None, store=store)
+    for run_id, work, value in (("r1", one, 95.0), ("r2", one, 105.0), ("r3", two, 150.0), ("r4", two, 160.0)):
+        result = {"metric": "throughput", "value": value, "unit": "images/sec", "model": work.plan.workload.model,
+                  "extra": {"framework": "pytorch", "framework_version": "2.13.0+cpu"}}
+        TaggedStore(store.path, spec.id, work.id).add_run(_record(run_id, work.plan), [result])
+    out = tmp_path / "report"
+    _report("--experiment", "refs_report", "--out", str(out), env=no_model_counts(tmp_path / "cache"))
+    page = read(out)
+    _linked(page)
+    assert "published" in page.tables and "experiment-refs_report" in page.ids
+    rows = {k: v for k, v in page.rows.items() if k.startswith("ref-")}
+    assert set(rows) == {"ref-refs_report-one_rank", "ref-refs_report-two_ranks", "ref-refs_report-a_speedup"}
+    assert rows["ref-refs_report-one_rank"]["title"] == 'published 100 images/s (dlrun, Table 1): "one rank: 100 img/s"'
+    table = page.text[page.text.index('id="published"'):page.text.index("</table>", page.text.index('id="published"'))]
+    assert "<q>one rank: 100 img/s</q>" in table and "within" in table and "outside" in table and "derived" in table
+    # the two published throughputs are drawn (open diamonds) and link to their rows; the speedup is listed only
+    drawn = sorted(a["href"] for a in page.areas if a["href"].startswith("#ref-"))
+    assert drawn == ["#ref-refs_report-one_rank", "#ref-refs_report-two_ranks"]
+    assert "ref-refs_report-it_scales" in page.ids and "two ranks are faster" in page.text
+    assert [a for a in page.areas if a["href"].startswith("#pt-")]  # beside the measured points
+    check_png(out / "scaling.png", *(int(page.images[0][k]) for k in ("width", "height")))
