@@ -68,10 +68,10 @@ def tf_cnn_benchmarks_command(plan: Plan) -> list[str]:
         argv.append(f"--all_reduce_spec={plan.all_reduce_spec}")
     if plan.variable_update == "horovod" and plan.world_size > 1 and gpu:
         argv.append("--horovod_device=gpu")
+    if plan.variable_update in ("parameter_server", "distributed_replicated") and layout != "per-rank":
+        # Han et al.: "GPU0 gathers gradients from other GPUs" (Sec. II); tf_cnn_benchmarks' default, written out.
+        argv.append(f"--local_parameter_device={'gpu' if gpu else 'cpu'}")
     if layout == "cluster":
-        if plan.variable_update in ("parameter_server", "distributed_replicated"):
-            # Han et al.: GPU0 gathers the node's gradients (Sec. II); tf_cnn_benchmarks' default, written out.
-            argv.append(f"--local_parameter_device={'gpu' if gpu else 'cpu'}")
         argv += ["--server_protocol=grpc",  # Han et al., Sec. IV-C2: gRPC over IP over InfiniBand
                  Expand("--worker_hosts=${DLRUN_TF_WORKER_HOSTS}")]
         if plan.parameter_servers:

@@ -106,16 +106,20 @@ def resolve_tf_options(image: Any, *, nodes: int, world: int, device: str, varia
         return {}
     no_horovod = horovod_absent(image)
     modes = variable_updates(image.framework_version)
+    runnable = [m for m in modes if m != "distributed_all_reduce" and not (m == "horovod" and no_horovod)]
     if variable_update is not None and variable_update not in modes:
-        raise unknown_name(f"--variable-update for tf_cnn_benchmarks of TensorFlow {image.framework_version}",
-                           variable_update, modes)
+        hint = closest(variable_update, modes)
+        raise UsageError(f"unknown --variable-update {variable_update!r}"
+                         + (f"; did you mean {hint!r}?" if hint else ";") + " valid for image "
+                         f"{image.name!r} (tf_cnn_benchmarks of TensorFlow {image.framework_version}): "
+                         + ", ".join(runnable))
     if variable_update == "horovod" and no_horovod:
         raise UsageError(f"--variable-update horovod needs Horovod, which image {image.name!r} does not have "
-                         f"({no_horovod}); valid: {', '.join(m for m in modes if m != 'horovod')}")
+                         f"({no_horovod}); valid: {', '.join(runnable)}")
     if variable_update == "distributed_all_reduce":
         raise UsageError("--variable-update distributed_all_reduce drives every worker from a controller process, "
                          "which dlrun does not start; valid: collective_all_reduce, horovod or parameter_server")
-    mode = variable_update or _default_mode(nodes, world, ps, no_horovod)
+    mode = variable_update or _default_mode(world, ps, no_horovod)
     if nodes > 1 and mode in ("replicated", "independent"):
         raise UsageError(f"--variable-update {mode} trains in one process on one node, but the plan has {nodes} "
                          f"nodes; valid: --nodes 1, or --variable-update "
@@ -130,7 +134,7 @@ def resolve_tf_options(image: Any, *, nodes: int, world: int, device: str, varia
                              f"or a multiple of {nodes}")
     servers = (ps or 1) if cluster and mode in PS_MODES else 0
     spec = _spec(mode, all_reduce_spec, image.framework_version, cluster and nodes > 1)
-    layout = data_format or ("NCHW" if device == "cuda" else "NHWC")
+    layout = (data_format or ("NCHW" if device == "cuda" else "NHWC")).upper()
     if layout not in DATA_FORMATS:
         raise unknown_name("--data-format", layout, DATA_FORMATS)
     if layout == "NCHW" and device != "cuda":
@@ -142,16 +146,15 @@ def resolve_tf_options(image: Any, *, nodes: int, world: int, device: str, varia
             "benchmark_args": list(benchmark_args or [])}
 
 
-def _default_mode(nodes: int, world: int, ps: int | None, no_horovod: str | None) -> str:
+def _default_mode(world: int, ps: int | None, no_horovod: str | None) -> str:
     """Horovod where the image has it and there is more than one rank (Samsi et al.), parameter servers
-    where it has not (Han et al.'s native distributed TensorFlow), one process for one rank."""
+    where it has not (Han et al.'s native distributed TensorFlow; on one node tf_cnn_benchmarks' local
+    parameter_server, GPU0 gathering the node's gradients as Han et al. describe), one process for one rank."""
     if ps:
         return "parameter_server"
     if world == 1:
         return "replicated"
-    if not no_horovod:
-        return "horovod"
-    return "parameter_server" if nodes > 1 else "replicated"
+    return "parameter_server" if no_horovod else "horovod"
 
 
 def _spec(mode: str, spec: str | None, version: str | None, multi_worker: bool) -> str | None:
