@@ -20,6 +20,8 @@ Fields (in the order they are printed):
   devices, nodes     devices that did the work, and the nodes they sat on
   system             the system profile
   fabric             the inter-node fabric; `n/a` on one node, where no traffic crosses it
+  benchmark          tf_cnn_benchmarks runs only (absent otherwise, so other keys are as before): its
+                     variable update, all-reduce spec, parameter servers, tensor layout and pass-through flags
 """
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ KEY_FIELDS: dict[str, str] = {
     "batch_per_device": "batch per device", "global_batch": "global batch", "data": "data",
     "data_format": "data format", "framework": "framework", "framework_version": "framework version",
     "image_digest": "image digest", "devices": "devices", "nodes": "nodes", "system": "system",
-    "fabric": "fabric",
+    "fabric": "fabric", "benchmark": "benchmark settings",
 }
 
 Key = dict[str, Any]
@@ -99,7 +101,10 @@ def key_from_run(run: Mapping[str, Any], results: Iterable[Mapping[str, Any]] = 
         if not total and isinstance(per_device, int) and isinstance(devices, int):
             total = per_device * devices
         key["global_batch"] = _count(total)
-        key["data"], key["data_format"] = _data(imported, fmt, workload, extra)
+        key["data"], key["data_format"] = _data(imported, fmt, workload, extra, plan, image)
+        benchmark = _tf_benchmark(fmt, plan, image)
+        if benchmark is not None:
+            key["benchmark"] = benchmark
         key["framework"] = _known(extra.get("framework") or image.get("framework")
                                   or _FRAMEWORK_OF_FORMAT.get(fmt or ""))
     else:
@@ -121,7 +126,7 @@ def key_from_run(run: Mapping[str, Any], results: Iterable[Mapping[str, Any]] = 
             key["framework"] = _known(result.get("framework"))
     key["framework_version"] = _framework_version(kind, fmt, result, extra, image)
     key["image_digest"] = _image_identity(run, image, provenance)
-    return {name: key[name] for name in KEY_FIELDS}
+    return {name: key[name] for name in KEY_FIELDS if name in key}
 
 
 def _training_precision(precision: Any, amp_dtype: Any) -> str:
@@ -132,8 +137,29 @@ def _training_precision(precision: Any, amp_dtype: Any) -> str:
     return str(precision)
 
 
-def _data(imported: bool, fmt: str | None, workload: Mapping[str, Any],
-          extra: Mapping[str, Any]) -> tuple[str, str]:
+def _tf_benchmark(fmt: str | None, plan: Mapping[str, Any], image: Mapping[str, Any]) -> str | None:
+    """What decides a tf_cnn_benchmarks run's value beyond the other fields (see dlrun.tfoptions)."""
+    if fmt == "tf_cnn_benchmarks":
+        return UNKNOWN  # an imported log: its flags are not all printed
+    if image.get("framework") != "tensorflow":
+        return None
+    if not plan.get("variable_update"):
+        return UNKNOWN  # recorded before dlrun stored these settings
+    parts = [str(plan["variable_update"])]
+    if plan.get("all_reduce_spec"):
+        parts.append(f"all_reduce_spec={plan['all_reduce_spec']}")
+    if plan.get("parameter_servers"):
+        parts.append(f"ps={plan['parameter_servers']}")
+    parts.append(f"data_format={plan.get('data_format')}")
+    return " ".join(parts + [str(arg) for arg in plan.get("benchmark_args") or []])
+
+
+def _data(imported: bool, fmt: str | None, workload: Mapping[str, Any], extra: Mapping[str, Any],
+          plan: Mapping[str, Any], image: Mapping[str, Any]) -> tuple[str, str]:
+    binds = plan.get("binds") if isinstance(plan.get("binds"), list) else []
+    if image.get("framework") == "tensorflow" and any(isinstance(b, dict) and b.get("target") == "/data"
+                                                      for b in binds):
+        return "real:imagenet", "tfrecord"  # --data: tf_cnn_benchmarks reads it as ImageNet TFRecord files
     if imported:
         # pytorch_synthetic_benchmark (the Horovod example) has no other mode; other logs do not say.
         return ("synthetic", NOT_APPLICABLE) if fmt == "horovod" else (UNKNOWN, UNKNOWN)
