@@ -96,6 +96,7 @@ BAD = [
     (dict(system="summitdev", variable_update="paramter_server"), "did you mean 'parameter_server'?"),
     (dict(system="summitdev", variable_update="collective_all_reduce"), "valid for image 'tf1.8-cuda9'"),
     (dict(system="txgaia", nodes=2, variable_update="distributed_all_reduce"), "controller process"),
+    (dict(system="txgaia", ranks_per_node=1, variable_update="collective_all_reduce"), "valid: 2 or more GPUs"),
     (dict(system="txgaia", nodes=2, variable_update="replicated"), "valid: --nodes 1"),
     (dict(system="txgaia", variable_update="replicated", all_reduce_spec="xrnig"), "did you mean 'xring'?"),
     (dict(system="txgaia", variable_update="replicated", all_reduce_spec="pscpu:32q:xring"), "limit '32q'"),

@@ -124,6 +124,10 @@ def resolve_tf_options(image: Any, *, nodes: int, world: int, device: str, varia
         raise UsageError(f"--variable-update {mode} trains in one process on one node, but the plan has {nodes} "
                          f"nodes; valid: --nodes 1, or --variable-update "
                          f"{', '.join(m for m in modes if m in CLUSTER_MODES or (m == 'horovod' and not no_horovod))}")
+    towers = world if device == "cuda" else nodes  # one per GPU; one CPU device per node's process
+    if mode == "collective_all_reduce" and towers < 2:
+        raise UsageError(f"--variable-update collective_all_reduce reduces between devices, and the plan has "
+                         f"{towers}; valid: 2 or more GPUs in all, or --nodes 2 or more on CPUs")
     cluster = mode in CLUSTER_MODES and (mode != "parameter_server" or nodes > 1 or bool(ps))
     if ps is not None:
         if mode not in PS_MODES:
