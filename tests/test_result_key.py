@@ -41,7 +41,7 @@ def test_an_imported_tf_cnn_benchmarks_log_says_what_it_cannot_tell():
     assert key["system"] == "dgx1v"
     assert keys.has_unknown(key) == ["model", "precision", "batch_per_device", "global_batch", "data",
                                      "data_format", "framework_version", "image_digest", "devices", "nodes",
-                                     "fabric", "benchmark"]
+                                     "fabric"]
 
 
 def test_an_imported_nccl_tests_log_is_a_communication_key():

@@ -20,8 +20,10 @@ Fields (in the order they are printed):
   devices, nodes     devices that did the work, and the nodes they sat on
   system             the system profile
   fabric             the inter-node fabric; `n/a` on one node, where no traffic crosses it
-  benchmark          tf_cnn_benchmarks runs only (absent otherwise, so other keys are as before): its
-                     variable update, all-reduce spec, parameter servers, tensor layout and pass-through flags
+
+A tf_cnn_benchmarks run's framework carries the settings that decide its value after a slash, as a collective's
+carries its backend: `tensorflow/parameter_server ps=4 data_format=NCHW` (variable update, all-reduce spec,
+parameter servers, tensor layout, pass-through flags; see dlrun.tfoptions).
 """
 from __future__ import annotations
 
@@ -39,7 +41,7 @@ KEY_FIELDS: dict[str, str] = {
     "batch_per_device": "batch per device", "global_batch": "global batch", "data": "data",
     "data_format": "data format", "framework": "framework", "framework_version": "framework version",
     "image_digest": "image digest", "devices": "devices", "nodes": "nodes", "system": "system",
-    "fabric": "fabric", "benchmark": "benchmark settings",
+    "fabric": "fabric",
 }
 
 Key = dict[str, Any]
@@ -102,11 +104,11 @@ def key_from_run(run: Mapping[str, Any], results: Iterable[Mapping[str, Any]] = 
             total = per_device * devices
         key["global_batch"] = _count(total)
         key["data"], key["data_format"] = _data(imported, fmt, workload, extra, plan, image)
-        benchmark = _tf_benchmark(fmt, plan, image)
-        if benchmark is not None:
-            key["benchmark"] = benchmark
         key["framework"] = _known(extra.get("framework") or image.get("framework")
                                   or _FRAMEWORK_OF_FORMAT.get(fmt or ""))
+        benchmark = _tf_benchmark(plan, image)
+        if benchmark is not None:
+            key["framework"] = f"{key['framework']}/{benchmark}"
     else:
         key["batch_per_device"] = key["global_batch"] = NOT_APPLICABLE
         key["data"] = key["data_format"] = NOT_APPLICABLE
@@ -126,7 +128,7 @@ def key_from_run(run: Mapping[str, Any], results: Iterable[Mapping[str, Any]] = 
             key["framework"] = _known(result.get("framework"))
     key["framework_version"] = _framework_version(kind, fmt, result, extra, image)
     key["image_digest"] = _image_identity(run, image, provenance)
-    return {name: key[name] for name in KEY_FIELDS if name in key}
+    return {name: key[name] for name in KEY_FIELDS}
 
 
 def _training_precision(precision: Any, amp_dtype: Any) -> str:
@@ -137,14 +139,10 @@ def _training_precision(precision: Any, amp_dtype: Any) -> str:
     return str(precision)
 
 
-def _tf_benchmark(fmt: str | None, plan: Mapping[str, Any], image: Mapping[str, Any]) -> str | None:
+def _tf_benchmark(plan: Mapping[str, Any], image: Mapping[str, Any]) -> str | None:
     """What decides a tf_cnn_benchmarks run's value beyond the other fields (see dlrun.tfoptions)."""
-    if fmt == "tf_cnn_benchmarks":
-        return UNKNOWN  # an imported log: its flags are not all printed
-    if image.get("framework") != "tensorflow":
-        return None
-    if not plan.get("variable_update"):
-        return UNKNOWN  # recorded before dlrun stored these settings
+    if image.get("framework") != "tensorflow" or not plan.get("variable_update"):
+        return None  # not tf_cnn_benchmarks, an imported log, or a run recorded before dlrun stored them
     parts = [str(plan["variable_update"])]
     if plan.get("all_reduce_spec"):
         parts.append(f"all_reduce_spec={plan['all_reduce_spec']}")
