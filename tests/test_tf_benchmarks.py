@@ -166,10 +166,10 @@ def _key(plan):
 
 def test_benchmark_settings_are_part_of_the_key(catalog, tmp_path):
     one, four = (_key(resolve_plan(catalog, "resnet50_v1", system="summitdev", nodes=16, ps=n)) for n in (1, 4))
-    assert one["framework"] == "tensorflow/parameter_server ps=1 data_format=NCHW" and four != one
+    assert one["framework"] == "tensorflow/parameter_server ps=1 layout=NCHW" and four != one
     real = _key(resolve_plan(catalog, "resnet50", system="txgaia", data_dir=str(tmp_path),
                              benchmark_args=["--optimizer=momentum"]))
-    assert real["framework"] == "tensorflow/horovod data_format=NCHW --optimizer=momentum"
+    assert real["framework"] == "tensorflow/horovod layout=NCHW --optimizer=momentum"
     assert (real["data"], real["data_format"]) == ("real:imagenet", "tfrecord")
     pytorch = _key(resolve_plan(catalog, "resnet50", system="dgx1v", image="pytorch1.0-nvcr18.11"))
     assert pytorch["framework"] == "pytorch"

@@ -22,7 +22,7 @@ Fields (in the order they are printed):
   fabric             the inter-node fabric; `n/a` on one node, where no traffic crosses it
 
 A tf_cnn_benchmarks run's framework carries the settings that decide its value after a slash, as a collective's
-carries its backend: `tensorflow/parameter_server ps=4 data_format=NCHW` (variable update, all-reduce spec,
+carries its backend: `tensorflow/parameter_server ps=4 layout=NCHW` (variable update, all-reduce spec,
 parameter servers, tensor layout, pass-through flags; see dlrun.tfoptions).
 """
 from __future__ import annotations
@@ -148,7 +148,7 @@ def _tf_benchmark(plan: Mapping[str, Any], image: Mapping[str, Any]) -> str | No
         parts.append(f"all_reduce_spec={plan['all_reduce_spec']}")
     if plan.get("parameter_servers"):
         parts.append(f"ps={plan['parameter_servers']}")
-    parts.append(f"data_format={plan.get('data_format')}")
+    parts.append(f"layout={plan.get('data_format')}")  # tensor layout, not the on-disk data format
     return " ".join(parts + [str(arg) for arg in plan.get("benchmark_args") or []])
 
 
