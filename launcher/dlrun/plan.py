@@ -13,6 +13,7 @@ from dlrun.errors import UsageError, unknown_name
 from dlrun.fabrics import FabricSettings, check_fabric_name, fabric_settings
 from dlrun.registry import LAUNCHERS, RUNTIMES, SCHEDULERS
 from dlrun.secrets import redact_env, secret_names
+from dlrun.tfoptions import resolve_tf_options
 
 #: Fills in what this site has of an image for one architecture (digest, root filesystem, SIF, squashfs).
 LocalImage = Callable[[ImageSpec, str], ImageSpec]
@@ -83,6 +84,12 @@ class Plan(BaseModel):
     scheduler_options: SchedulerOptions = SchedulerOptions()
     launcher_args: list[str] = []  # extra flags for the launcher (mpirun, srun, ...), passed as given
     secret_env: list[str] = []  # names in `env` the user marked secret (--secret-env); see dlrun.secrets
+    # tf_cnn_benchmarks only (dlrun.tfoptions): None / 0 / [] for the PyTorch harness.
+    variable_update: str | None = None
+    all_reduce_spec: str | None = None
+    parameter_servers: int = Field(default=0, ge=0)
+    data_format: Literal["NCHW", "NHWC"] | None = None
+    benchmark_args: list[str] = []
 
     @property
     def secret_names(self) -> set[str]:
@@ -153,6 +160,11 @@ def resolve_plan(
     exclusive: bool | None = None,
     launcher_args: list[str] | None = None,
     secret_env: list[str] | None = None,
+    variable_update: str | None = None,
+    all_reduce_spec: str | None = None,
+    ps: int | None = None,
+    data_format: str | None = None,
+    benchmark_args: list[str] | None = None,
     local_image: LocalImage | None = None,
 ) -> Plan:
     """The plan for `workload` with these overrides. `local_image` adds this site's copy of a container image
@@ -251,6 +263,9 @@ def resolve_plan(
     options = _scheduler_options(sys_.scheduler_options, partition=partition, account=account,
                                  time_limit=time_limit, exclusive=exclusive)
     devices = fabric_settings(fabric, sys_.fabric_config.get(fabric), device=device).devices
+    tf_options = resolve_tf_options(img, nodes=nodes, world=world, device=device, variable_update=variable_update,
+                                    all_reduce_spec=all_reduce_spec, ps=ps, data_format=data_format,
+                                    benchmark_args=benchmark_args)
 
     return Plan(
         workload=work,
@@ -276,6 +291,7 @@ def resolve_plan(
         scheduler_options=options,
         launcher_args=list(launcher_args or []),
         secret_env=sorted(set(secret_env or [])),
+        **tf_options,
     )
 
 

@@ -9,6 +9,9 @@ from dlrun.job import RankCommand, RenderedJob
 from dlrun.plan import Plan, fabric_for
 from dlrun.registry import LAUNCHERS, RUNTIMES, SCHEDULERS
 from dlrun.shell import Expand, SecretRef
+from dlrun.tfbench import TF_CNN_BENCHMARKS_DIR, tf_cnn_benchmarks_command, tf_layout, tf_node_launch
+
+__all__ = ["TF_CNN_BENCHMARKS_DIR", "render_job", "tf_cnn_benchmarks_command", "workload_command"]
 
 #: The entry file of the in-container harness, per framework (its siblings sit beside it).
 HARNESS = {"pytorch": "harness_pytorch.py"}
@@ -45,37 +48,6 @@ def harness_command(plan: Plan) -> list[str]:
     ] + (["--data-workers", str(data_workers)] if data_workers else []) + (
         ["--allocator", plan.allocator] if plan.allocator != "auto" else []) + (
         ["--timeout-s", str(collective_timeout_s(plan))] if collective_timeout_s(plan) else [])
-
-
-TF_CNN_BENCHMARKS_DIR = "/opt/tensorflow-benchmarks"  # where our TensorFlow images clone tensorflow/benchmarks
-
-
-def tf_cnn_benchmarks_command(plan: Plan) -> list[str]:
-    """TensorFlow images run tf_cnn_benchmarks (the benchmark code the seeds' TensorFlow numbers come from)."""
-    root = next((b.path for b in getattr(plan.image, "benchmarks", []) if b.name == "tf_cnn_benchmarks"),
-                TF_CNN_BENCHMARKS_DIR)
-    gpu = plan.device == "cuda"
-    argv = [
-        plan.image.python, f"{root}/scripts/tf_cnn_benchmarks/tf_cnn_benchmarks.py",
-        f"--model={plan.workload.tf_cnn_model}",
-        f"--batch_size={plan.batch_size}",
-        f"--num_batches={plan.steps}",
-        f"--num_warmup_batches={plan.warmup_steps}",
-        "--display_every=10",
-        f"--device={'gpu' if gpu else 'cpu'}",
-        f"--data_format={'NCHW' if gpu else 'NHWC'}",
-        "--num_gpus=1",  # one device per rank; ranks come from the launcher
-        f"--variable_update={'horovod' if plan.world_size > 1 else 'replicated'}",
-    ]
-    if plan.world_size > 1 and gpu:
-        argv.append("--horovod_device=gpu")
-    if plan.precision == "amp":
-        argv.append("--use_fp16=True")
-    if not gpu:
-        argv += [f"--num_intra_threads={plan.threads_per_rank}", "--num_inter_threads=1"]
-    if plan.workload.dataset == "imagenet":
-        argv += ["--data_name=imagenet", "--data_dir=/data"]
-    return argv
 
 
 def workload_command(plan: Plan) -> list[str]:
@@ -119,5 +91,8 @@ def render_job(plan: Plan) -> RenderedJob:
     rank = launcher.prepare(plan, rank)
     if not scheduler.runs_image:  # a Kubernetes pod is the container; no runtime wraps the command
         rank = runtime.wrap(plan, rank)
-    launch = launcher.wrap(plan, rank, scheduler)
+    if plan.image.framework == "tensorflow" and tf_layout(plan) != "per-rank":
+        launch = tf_node_launch(plan, rank, scheduler)  # one process per node (dlrun.tfbench)
+    else:
+        launch = launcher.wrap(plan, rank, scheduler)
     return scheduler.render(plan, launch)

@@ -18,7 +18,7 @@ from dlrun.catalog.experiments import AxisValue, Conditions, ExperimentSpec, Ref
 from dlrun.catalog.models import ImageSpec, SystemSpec, WorkloadSpec, peak_for
 
 #: Axes whose dlrun value becomes one of the point's own fields; the others go to `extra` (benchmark flags).
-FIELD_AXES = set(WORKLOAD_AXES) | set(COUNT_AXES) | {"fabric", "precision"}
+FIELD_AXES = set(WORKLOAD_AXES) | set(COUNT_AXES) | {"fabric", "precision", "allreduce_strategy"}
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,8 @@ class Point:
     warmup_steps: int | None = None
     repeats: int = 1
     data_workers: int | None = None
+    parameter_servers: int | None = None
+    allreduce_strategy: str | None = None  # tf_cnn_benchmarks VARIABLE_UPDATE[:ALL_REDUCE_SPEC]
     extra: dict[str, Scalar] = field(default_factory=dict)
     references: tuple[str, ...] = ()
     skip: str | None = None
@@ -52,7 +54,19 @@ class Point:
         return {"image": self.image, "system": self.system, "nodes": self.nodes,
                 "ranks_per_node": self.ranks_per_node, "batch_size": self.batch_per_device, "steps": self.steps,
                 "warmup_steps": self.warmup_steps, "precision": self.precision, "fabric": self.fabric,
-                "data_workers": self.data_workers}
+                "data_workers": self.data_workers, **self.benchmark_options()}
+
+    def benchmark_options(self) -> dict[str, Any]:
+        """tf_cnn_benchmarks' options of the point (only those its axes set)."""
+        options: dict[str, Any] = {}
+        if self.parameter_servers is not None:
+            options["ps"] = self.parameter_servers
+        if self.allreduce_strategy:
+            mode, _, spec = self.allreduce_strategy.partition(":")
+            options["variable_update"] = mode
+            if spec:
+                options["all_reduce_spec"] = spec
+        return options
 
     def as_dict(self) -> dict[str, Any]:
         return {"experiment": self.experiment, "index": self.index, "system": self.system,
@@ -61,7 +75,9 @@ class Point:
                 "ranks_per_node": self.ranks_per_node, "gpus": self.gpus, "fabric": self.fabric,
                 "precision": self.precision, "batch_per_device": self.batch_per_device,
                 "batch_from": self.batch_from, "steps": self.steps, "warmup_steps": self.warmup_steps,
-                "repeats": self.repeats, "data_workers": self.data_workers, "extra": dict(self.extra),
+                "repeats": self.repeats, "data_workers": self.data_workers,
+                "parameter_servers": self.parameter_servers, "allreduce_strategy": self.allreduce_strategy,
+                "extra": dict(self.extra),
                 "references": list(self.references), "skip": self.skip}
 
 
@@ -150,7 +166,10 @@ def _point(experiment: ExperimentSpec, status: Status, system: SystemSpec | None
     return Point(**base, image=image_name, nodes=nodes, ranks_per_node=ranks_per_node, gpus=gpus, fabric=fabric,
                  precision=precision, batch_per_device=batch if isinstance(batch, int) else None,
                  batch_from=batch_from, steps=chosen["steps"], warmup_steps=chosen["warmup_steps"],
-                 data_workers=int(data_workers) if data_workers is not None else None, skip=skip)
+                 data_workers=int(data_workers) if data_workers is not None else None,
+                 parameter_servers=int(dlrun["parameter_servers"]) if dlrun.get("parameter_servers") else None,
+                 allreduce_strategy=str(dlrun["allreduce_strategy"]) if dlrun.get("allreduce_strategy") else None,
+                 skip=skip)
 
 
 def _unrunnable(status: Status, values: Mapping[str, AxisValue], workload: str | None,

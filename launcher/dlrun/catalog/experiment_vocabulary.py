@@ -16,7 +16,8 @@ AXES: dict[str, str] = {
     "batch_per_node": "samples per node per step (divided over the node's ranks)",
     "data_workers": "data-loader processes per rank (Ren et al.'s j)",
     "parameter_servers": "parameter-server processes (TensorFlow's ps jobs)",
-    "allreduce_strategy": "benchmark flag choosing the all-reduce algorithm",
+    "allreduce_strategy": "tf_cnn_benchmarks --variable_update, and after a colon its --all_reduce_spec "
+                          "(e.g. horovod, collective_all_reduce:collective#2)",
     "parallelism": "how ranks share the model: ddp (DistributedDataParallel, one process per GPU) or "
                    "dataparallel (torch.nn.DataParallel, one process)",
     "framework": "training framework",

@@ -63,6 +63,19 @@ TimeOpt = Annotated[Optional[str], typer.Option("--time", help="Job time limit: 
 ExclusiveOpt = Annotated[Optional[bool], typer.Option("--exclusive/--shared", help="Whole nodes (batch jobs).")]
 LauncherArgOpt = Annotated[Optional[list[str]], typer.Option(
     "--launcher-arg", help="Extra launcher flag, passed as given (repeatable).")]
+VariableUpdateOpt = Annotated[Optional[str], typer.Option(
+    "--variable-update", help="tf_cnn_benchmarks: how gradients meet: parameter_server, distributed_replicated, "
+    "collective_all_reduce, horovod, replicated, independent (default: horovod where the image has it, else "
+    "parameter servers on several nodes).")]
+AllReduceSpecOpt = Annotated[Optional[str], typer.Option(
+    "--all-reduce-spec", help="tf_cnn_benchmarks --all_reduce_spec, e.g. xring, nccl/xring, pscpu:32k:xring, "
+    "collective#2.")]
+PsOpt = Annotated[Optional[int], typer.Option(
+    "--ps", help="tf_cnn_benchmarks parameter servers, spread over the nodes (default 1 in parameter-server mode).")]
+DataFormatOpt = Annotated[Optional[str], typer.Option(
+    "--data-format", help="tf_cnn_benchmarks tensor layout: NCHW (GPU default) or NHWC (CPU default).")]
+BenchmarkArgOpt = Annotated[Optional[list[str]], typer.Option(
+    "--benchmark-arg", help="Extra tf_cnn_benchmarks flag --FLAG[=VALUE], passed quoted (repeatable).")]
 SkipChecksOpt = Annotated[bool, typer.Option("--skip-checks", help="Run even if the pre-launch checks refuse.")]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v",
                                           help="Also print the raw DLRUN_RESULT line and every job line.")]
@@ -75,7 +88,10 @@ def _plan_options(workload: Workload, image: ImageOpt = None, system: SystemOpt 
                   data: DataOpt = None, bind: BindOpt = None, env: EnvOpt = None,
                   secret_env: SecretEnvOpt = None, data_workers: DataWorkersOpt = None, allocator: AllocatorOpt = "auto",
                   partition: PartitionOpt = None, account: AccountOpt = None, time: TimeOpt = None,
-                  exclusive: ExclusiveOpt = None, launcher_arg: LauncherArgOpt = None) -> None:
+                  exclusive: ExclusiveOpt = None, launcher_arg: LauncherArgOpt = None,
+                  variable_update: VariableUpdateOpt = None, all_reduce_spec: AllReduceSpecOpt = None,
+                  ps: PsOpt = None, data_format: DataFormatOpt = None,
+                  benchmark_arg: BenchmarkArgOpt = None) -> None:
     """The options every command that resolves a plan takes (`run`, `plan`): written once, here."""
 
 
@@ -90,7 +106,7 @@ def takes_plan_options(command: Callable[..., None]) -> Callable[..., None]:
 
 # `run` and `plan` take the same options; these are the ones whose CLI name differs from resolve_plan's.
 PLAN_NAMES = {"threads": "threads_per_rank", "data": "data_dir", "bind": "binds", "time": "time_limit",
-              "launcher_arg": "launcher_args"}
+              "launcher_arg": "launcher_args", "benchmark_arg": "benchmark_args"}
 NOT_PLAN: set[str] = set()
 
 

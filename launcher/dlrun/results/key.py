@@ -20,6 +20,10 @@ Fields (in the order they are printed):
   devices, nodes     devices that did the work, and the nodes they sat on
   system             the system profile
   fabric             the inter-node fabric; `n/a` on one node, where no traffic crosses it
+
+A tf_cnn_benchmarks run's framework carries the settings that decide its value after a slash, as a collective's
+carries its backend: `tensorflow/parameter_server ps=4 layout=NCHW` (variable update, all-reduce spec,
+parameter servers, tensor layout, pass-through flags; see dlrun.tfoptions).
 """
 from __future__ import annotations
 
@@ -99,9 +103,12 @@ def key_from_run(run: Mapping[str, Any], results: Iterable[Mapping[str, Any]] = 
         if not total and isinstance(per_device, int) and isinstance(devices, int):
             total = per_device * devices
         key["global_batch"] = _count(total)
-        key["data"], key["data_format"] = _data(imported, fmt, workload, extra)
+        key["data"], key["data_format"] = _data(imported, fmt, workload, extra, plan, image)
         key["framework"] = _known(extra.get("framework") or image.get("framework")
                                   or _FRAMEWORK_OF_FORMAT.get(fmt or ""))
+        benchmark = _tf_benchmark(plan, image)
+        if benchmark is not None:
+            key["framework"] = f"{key['framework']}/{benchmark}"
     else:
         key["batch_per_device"] = key["global_batch"] = NOT_APPLICABLE
         key["data"] = key["data_format"] = NOT_APPLICABLE
@@ -132,8 +139,25 @@ def _training_precision(precision: Any, amp_dtype: Any) -> str:
     return str(precision)
 
 
-def _data(imported: bool, fmt: str | None, workload: Mapping[str, Any],
-          extra: Mapping[str, Any]) -> tuple[str, str]:
+def _tf_benchmark(plan: Mapping[str, Any], image: Mapping[str, Any]) -> str | None:
+    """What decides a tf_cnn_benchmarks run's value beyond the other fields (see dlrun.tfoptions)."""
+    if image.get("framework") != "tensorflow" or not plan.get("variable_update"):
+        return None  # not tf_cnn_benchmarks, an imported log, or a run recorded before dlrun stored them
+    parts = [str(plan["variable_update"])]
+    if plan.get("all_reduce_spec"):
+        parts.append(f"all_reduce_spec={plan['all_reduce_spec']}")
+    if plan.get("parameter_servers"):
+        parts.append(f"ps={plan['parameter_servers']}")
+    parts.append(f"layout={plan.get('data_format')}")  # tensor layout, not the on-disk data format
+    return " ".join(parts + [str(arg) for arg in plan.get("benchmark_args") or []])
+
+
+def _data(imported: bool, fmt: str | None, workload: Mapping[str, Any], extra: Mapping[str, Any],
+          plan: Mapping[str, Any], image: Mapping[str, Any]) -> tuple[str, str]:
+    binds = plan.get("binds") if isinstance(plan.get("binds"), list) else []
+    if image.get("framework") == "tensorflow" and any(isinstance(b, dict) and b.get("target") == "/data"
+                                                      for b in binds):
+        return "real:imagenet", "tfrecord"  # --data: tf_cnn_benchmarks reads it as ImageNet TFRecord files
     if imported:
         # pytorch_synthetic_benchmark (the Horovod example) has no other mode; other logs do not say.
         return ("synthetic", NOT_APPLICABLE) if fmt == "horovod" else (UNKNOWN, UNKNOWN)

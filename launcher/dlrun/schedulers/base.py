@@ -80,6 +80,10 @@ class Scheduler:
         host of the allocation, the first line of `node_list_shell`."""
         return f"{self.node_list_shell()} | head -n 1"
 
+    def compute_hosts_shell(self, plan: Plan, launch: Launch) -> str:
+        """A shell command printing the hosts that run `launch`'s processes, one per line, in launch order."""
+        return self.node_list_shell()
+
     def per_node_launch(self, plan: Plan, rank: RankCommand) -> Launch:
         """Start one copy of `rank` on every node of the job (torchrun starts the node's ranks itself)."""
         raise UsageError(f"scheduler {self.name} cannot start one process per node; valid: --launcher mpirun")

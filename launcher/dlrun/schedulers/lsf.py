@@ -72,6 +72,11 @@ class LsfScheduler(Scheduler):
             return "awk 'NR == 1 { launch = $0; next } $0 != launch { print; exit }' \"${LSB_DJOB_HOSTFILE}\""
         return super().master_addr_shell(plan, launch)
 
+    def compute_hosts_shell(self, plan: Plan, launch: Launch) -> str:
+        if launch.whole_nodes:  # the launch node (the host file's first line) runs no process
+            return "awk 'NR == 1 { launch = $0; next } $0 != launch && !seen[$0]++' \"${LSB_DJOB_HOSTFILE}\""
+        return super().compute_hosts_shell(plan, launch)
+
     def render(self, plan: Plan, launch: Launch) -> RenderedJob:
         script = self.script(plan, launch, "LSF batch job", bsub_directives(plan, launch), exec_launch=False)
         return self.job(plan, launch, script, ["bsub"], submit_stdin="run.sh")
