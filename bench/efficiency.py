@@ -90,8 +90,10 @@ def measure(threads: int, repeats: int, log, quick: bool = False, before: bool =
         Row("2 efficiency", "ResNet-50 fp32 training FLOP rate / fp32 matmul", eff, goal=EFFICIENCY_GOAL,
             detail=f"median of per-round ratios; {fp32:.2f} img/s x {train_flop / 1e9:.1f} GFLOP = "
                    f"{fp32_gflops:.0f} GFLOP/s vs matmul "
-                   f"{ceiling:.0f} GFLOP/s (oneDNN; MKL torch.mm "
-                   f"{median([c['fp32_mm_gflops'] for c in ceilings]):.0f}); "
+                   f"{ceiling:.0f} GFLOP/s (the faster of MKL torch.mm "
+                   f"{median([c['fp32_mm_gflops'] for c in ceilings]):.0f} and oneDNN "
+                   f"{median([c.get('fp32_onednn_gflops', 0) for c in ceilings]):.0f}, ISA "
+                   f"{ceilings[-1].get('cpu_capability')}); "
                    f"{'NHWC' if cl else 'NCHW'}; fused SGD {results['fp32'][-1].get('fused_optimizer')}"),
         Row("2 efficiency", "ResNet-50 amp (bf16, NHWC) / fp32 throughput", amp_speedup, goal=AMP_GOAL,
             status="" if no_amp is None else "N/A",
