@@ -62,7 +62,8 @@ def measure(threads: int, repeats: int, log, quick: bool = False, before: bool =
                 detail=f"median of per-round ratios; {fp32:.3f} seq/s x {train_flop / 1e9:.0f} GFLOP = "
                        f"{fp32 * train_flop / 1e9:.0f} GFLOP/s vs matmul {ceiling:.0f} GFLOP/s (MKL torch.mm "
                        f"{median([c['fp32_mm_gflops'] for c in ceilings]):.0f}, oneDNN "
-                       f"{median([c.get('fp32_onednn_gflops', 0) for c in ceilings]):.0f}, ISA {ceilings[-1].get('cpu_capability')}); "
+                       f"{median([c.get('fp32_onednn_gflops', 0) for c in ceilings]):.0f}, ISA "
+                       f"{ceilings[-1].get('cpu_capability')}); "
                        f"batch {batch}; "
                        f"fused optimizer {results['fp32'][-1].get('fused_optimizer')}")]
     if no_amp is None:
