@@ -41,8 +41,9 @@ def bare_script(dry_run_script: str, args: list[str]) -> str:
 
 
 def measure(threads: int, repeats: int, log, quick: bool = False) -> list[Row]:
-    iters, warmup = (5, 1) if quick else (10, 2)
-    rounds = 2 if quick else max(2 * repeats, 6)
+    # Long timed spans and many rounds: on a shared 2-core machine single rounds differ by 0.3x to 4x.
+    iters, warmup = (5, 1) if quick else (30, 3)
+    rounds = 2 if quick else max(2 * repeats, 10)
     max_bytes = 4 << 20 if quick else MAX_BYTES
     alloc_name, alloc_lib = harness_allocator()
     with tempfile.TemporaryDirectory(prefix="dlrun-bench-coll-") as tmp:

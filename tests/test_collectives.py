@@ -158,6 +158,17 @@ def test_guard_refuses_nccl_tests_logs_whose_ranks_are_not_the_plans(fixed_home)
     assert _judge("a3mega_allreduce_2node.log", nodes=2)[:2] == ("ok", None)
 
 
+def test_guard_refuses_one_table_per_process(fixed_home):
+    """What N processes of a build without MPI=1 print: N complete one-process tests, one after another."""
+    plan = _nccl_plan("nccl_all_reduce_perf", "dgx-h100", ranks_per_node=2)
+    text = (LOGS / "pkb_allreduce_2node.log").read_text()
+    status, reason, result = decide_status(plan, "failed", None, 0, [text + "\n" + text], failure=lambda: "")
+    assert (status, result) == ("failed", None)
+    assert reason == ("the job exited 0 but nccl-tests printed 2 separate result tables (of [2] rank(s) each): its "
+                      "processes ran as separate tests, not as one MPI job (a build without MPI=1, or an MPI that "
+                      "does not match the launcher's); refused")
+
+
 def test_guard_stores_the_refused_run_as_failed(dlrun_home):
     """Through the recording path: the run is in the store, failed, with the reason, and no result row."""
     plan = _nccl_plan("nccl_all_reduce_perf", "dgx-h100", nodes=2)
