@@ -1,13 +1,13 @@
 """dlrun's collective benchmark vs the plainest torch.distributed loop, side by side in one process group.
 
 Run under mpirun (bench/collectives.py starts it with the mpirun line, environment and allocator dlrun
-generates for `dlrun run COLLECTIVE --ranks-per-node 2`). For each collective and size, rounds alternate
-(A B, B A, ...) between
-  * harness: the harness's own code, imported from the shipped file (`Collective` buffers and calls, `_time`:
-    warm-up, barrier, timed back-to-back calls), exactly what `--benchmark COLLECTIVE` times, and
-  * bare: what a user would write: buffers, warm-up, barrier, a timed loop of the torch.distributed call.
-Each side's time per call is the slowest rank's mean; busbw as nccl-tests defines it (both sides use the
-same sizes and factors). Rank 0 prints one JSON line with every round's busbw per size and side.
+generates for `dlrun run COLLECTIVE --ranks-per-node 2`). For each collective and size, in each round, calls
+alternate one by one (A B, B A, ...) between
+  * harness: the harness's own code, imported from the shipped file: `Collective` (its buffers, and `run`,
+    the one call its timed loop `_time` repeats back to back), and
+  * bare: what a user would write: buffers and the torch.distributed call.
+Each side's time per call is the slowest rank's mean over the round; busbw as nccl-tests defines it (both
+sides use the same sizes and factors). Rank 0 prints one JSON line with every round's busbw per size and side.
 """
 from __future__ import annotations
 
@@ -46,20 +46,25 @@ def bare_call(name: str, n: int, nbytes: int):
     return lambda: dist.all_to_all_single(out, inp)
 
 
-def bare_time(name: str, n: int, nbytes: int, iters: int, warmup: int) -> float:
-    call = bare_call(name, n, nbytes)
-    for _ in range(warmup):
-        call()
-    dist.barrier()
-    start = time.perf_counter()
-    for _ in range(iters):
-        call()
-    return (time.perf_counter() - start) / iters
-
-
-def harness_time(name: str, comm: Comm, nbytes: int, iters: int, warmup: int) -> float:
+def paired(name: str, comm: Comm, nbytes: int, pairs: int, warmup: int) -> dict[str, float]:
+    """Seconds per call of each side, the slowest rank's mean: the harness's `Collective.run` (the only
+    thing its timed loop repeats) and the bare call alternate call by call (harness first on even calls),
+    each call timed on its own, so that both meet the same machine load within milliseconds."""
     coll = harness.Collective(name, dist, comm.rank, comm.world_size, nbytes, torch.device("cpu"))
-    return harness._time(coll, iters, warmup, comm, torch.device("cpu"))
+    sides = {"harness": coll.run, "bare": bare_call(name, comm.world_size, nbytes)}
+    for _ in range(warmup):
+        for call in sides.values():
+            call()
+    comm.barrier()
+    spent = {"harness": 0.0, "bare": 0.0}
+    clock = time.perf_counter
+    for i in range(pairs):
+        for side in (("harness", "bare") if i % 2 == 0 else ("bare", "harness")):
+            call = sides[side]
+            start = clock()
+            call()
+            spent[side] += clock() - start
+    return {side: slowest(total / pairs) for side, total in spent.items()}
 
 
 def slowest(seconds: float) -> float:
@@ -91,12 +96,9 @@ def main() -> None:
         rows = []
         for nbytes in sizes:
             busbw: dict[str, list[float]] = {"harness": [], "bare": []}
-            for round_ in range(args.rounds):
-                order = ("harness", "bare") if round_ % 2 == 0 else ("bare", "harness")
-                for side in order:
-                    local = (harness_time(name, comm, nbytes, args.iters, args.warmup) if side == "harness"
-                             else bare_time(name, n, nbytes, args.iters, args.warmup))
-                    busbw[side].append(nbytes / slowest(local) / 1e9 * factor)
+            for _ in range(args.rounds):
+                for side, seconds in paired(name, comm, nbytes, args.iters, args.warmup).items():
+                    busbw[side].append(nbytes / seconds / 1e9 * factor)
             rows.append({"bytes": nbytes, "busbw_gbs": busbw})
         out["collectives"][name] = rows
     comm.destroy()

@@ -3,11 +3,11 @@
 One mpirun job (`bare_collectives.py`), started by the script dlrun generates for `dlrun run allreduce
 --ranks-per-node 2 --threads 1` with only the rank command swapped (same mpirun flags and environment) and
 under the allocator the harness runs with. In it, per collective (allreduce, broadcast, allgather,
-reducescatter, alltoall) and size (1 MiB to 16 MiB, x2), rounds alternate between the harness's own timed code
-(`Collective` + `_time` from the shipped harness file: what `--benchmark COLLECTIVE` times) and the plainest
-loop a user would write, both on the same process group: side by side within milliseconds, so that the load
-of a shared machine hits both alike (separate `dlrun run` jobs per round differed by 0.2x to 3.9x from round
-to round on a loaded 2-core machine, too much to judge a 5 % goal).
+reducescatter, alltoall) and size (1 MiB to 16 MiB, x2), the harness's own code (`Collective` from the
+shipped harness file: its buffers and the call its timed loop repeats) and the plainest torch.distributed call
+a user would write alternate call by call on the same process group, so that the load of a shared machine
+hits both alike. Tried first and dropped: separate `dlrun run` jobs per round (ratios 0.2x to 3.9x from round
+to round on a loaded 2-core machine), then alternating whole timed loops in one job (0.23x to 6.3x).
 
 Goal (the issue): dlrun's bus bandwidth >= 0.95x the bare loop's at every size >= 1 MiB, per collective;
 reported as the smallest, over the sizes, of the median per-round ratio.
@@ -41,9 +41,8 @@ def bare_script(dry_run_script: str, args: list[str]) -> str:
 
 
 def measure(threads: int, repeats: int, log, quick: bool = False) -> list[Row]:
-    # Long timed spans and many rounds: on a shared 2-core machine single rounds differ by 0.3x to 4x.
-    iters, warmup = (5, 1) if quick else (30, 3)
-    rounds = 2 if quick else max(2 * repeats, 10)
+    iters, warmup = (6, 1) if quick else (30, 3)  # iters: call pairs per round
+    rounds = 2 if quick else max(repeats, 5)
     max_bytes = 4 << 20 if quick else MAX_BYTES
     alloc_name, alloc_lib = harness_allocator()
     with tempfile.TemporaryDirectory(prefix="dlrun-bench-coll-") as tmp:
@@ -56,7 +55,7 @@ def measure(threads: int, repeats: int, log, quick: bool = False) -> list[Row]:
                                             "--max-bytes", str(max_bytes), "--iters", str(iters), "--warmup",
                                             str(warmup), "--rounds", str(rounds), "--threads", "1"]))
         log(f"[8] collectives, {RANKS} local ranks (gloo), {MIN_BYTES >> 20}..{max_bytes >> 20} MiB, {warmup}+{iters} "
-            f"iterations per size, {rounds} alternated rounds in one job: dlrun's harness vs a bare loop")
+            f"call pairs per size and round, {rounds} rounds in one job: dlrun's harness vs a bare loop, call by call")
         run_dir = home / "run"
         run_dir.mkdir()
         data, wall = run_json(["bash", str(script)], env={**env, **allocator_env(alloc_name, alloc_lib),
