@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -46,25 +47,27 @@ def bare_call(name: str, n: int, nbytes: int):
     return lambda: dist.all_to_all_single(out, inp)
 
 
-def paired(name: str, comm: Comm, nbytes: int, pairs: int, warmup: int) -> dict[str, float]:
-    """Seconds per call of each side, the slowest rank's mean: the harness's `Collective.run` (the only
-    thing its timed loop repeats) and the bare call alternate call by call (harness first on even calls),
-    each call timed on its own, so that both meet the same machine load within milliseconds."""
+def paired(name: str, comm: Comm, nbytes: int, pairs: int, warmup: int) -> dict[str, dict[str, float]]:
+    """Seconds per call of each side, as the mean (the harness's definition) and the median (robust to the
+    calls a loaded machine preempts), each the slowest rank's: the harness's `Collective.run` (the one call
+    its timed loop repeats) and the bare call alternate call by call (harness first on even calls), each call
+    timed on its own, so that both meet the same machine load within milliseconds."""
     coll = harness.Collective(name, dist, comm.rank, comm.world_size, nbytes, torch.device("cpu"))
     sides = {"harness": coll.run, "bare": bare_call(name, comm.world_size, nbytes)}
     for _ in range(warmup):
         for call in sides.values():
             call()
     comm.barrier()
-    spent = {"harness": 0.0, "bare": 0.0}
+    spent: dict[str, list[float]] = {"harness": [], "bare": []}
     clock = time.perf_counter
     for i in range(pairs):
         for side in (("harness", "bare") if i % 2 == 0 else ("bare", "harness")):
             call = sides[side]
             start = clock()
             call()
-            spent[side] += clock() - start
-    return {side: slowest(total / pairs) for side, total in spent.items()}
+            spent[side].append(clock() - start)
+    return {side: {"mean": slowest(sum(times) / pairs), "median": slowest(statistics.median(times))}
+            for side, times in spent.items()}
 
 
 def slowest(seconds: float) -> float:
@@ -96,10 +99,12 @@ def main() -> None:
         rows = []
         for nbytes in sizes:
             busbw: dict[str, list[float]] = {"harness": [], "bare": []}
+            robust: dict[str, list[float]] = {"harness": [], "bare": []}
             for _ in range(args.rounds):
                 for side, seconds in paired(name, comm, nbytes, args.iters, args.warmup).items():
-                    busbw[side].append(nbytes / seconds / 1e9 * factor)
-            rows.append({"bytes": nbytes, "busbw_gbs": busbw})
+                    busbw[side].append(nbytes / seconds["mean"] / 1e9 * factor)
+                    robust[side].append(nbytes / seconds["median"] / 1e9 * factor)
+            rows.append({"bytes": nbytes, "busbw_gbs": busbw, "busbw_median_call_gbs": robust})
         out["collectives"][name] = rows
     comm.destroy()
     if rank == 0:

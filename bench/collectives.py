@@ -10,7 +10,9 @@ hits both alike. Tried first and dropped: separate `dlrun run` jobs per round (r
 to round on a loaded 2-core machine), then alternating whole timed loops in one job (0.23x to 6.3x).
 
 Goal (the issue): dlrun's bus bandwidth >= 0.95x the bare loop's at every size >= 1 MiB, per collective;
-reported as the smallest, over the sizes, of the median per-round ratio.
+reported as the smallest, over the sizes, of the median per-round ratio, twice: with each side's mean time per
+call (the harness's definition of busbw) and with its median time per call (robust to the calls that the
+machine's other load preempts, which the mean over a round is not).
 """
 from __future__ import annotations
 
@@ -41,7 +43,7 @@ def bare_script(dry_run_script: str, args: list[str]) -> str:
 
 
 def measure(threads: int, repeats: int, log, quick: bool = False) -> list[Row]:
-    iters, warmup = (6, 1) if quick else (30, 3)  # iters: call pairs per round
+    iters, warmup = (6, 1) if quick else (40, 3)  # iters: call pairs per round
     rounds = 2 if quick else max(repeats, 5)
     max_bytes = 4 << 20 if quick else MAX_BYTES
     alloc_name, alloc_lib = harness_allocator()
@@ -63,19 +65,25 @@ def measure(threads: int, repeats: int, log, quick: bool = False) -> list[Row]:
     rows: list[Row] = []
     summary: dict = {}
     for name in COLLECTIVES:
-        ratios = {}
-        for row in data["collectives"][name]:
-            sides = row["busbw_gbs"]
-            ratios[row["bytes"]] = median([h / b for h, b in zip(sides["harness"], sides["bare"])])
-        worst = min(ratios, key=ratios.get)
-        sides = next(r["busbw_gbs"] for r in data["collectives"][name] if r["bytes"] == worst)
-        summary[name] = {"ratios_by_bytes": ratios, "worst_bytes": worst}
-        log(f"  {name}: " + ", ".join(f"{k / 2**20:g} MiB {v:.3f}x" for k, v in ratios.items()))
-        rows.append(Row("8 collectives", f"{name} busbw >= 1 MiB, {RANKS} ranks gloo: dlrun harness / bare loop "
-                                         f"(worst size, {worst / 2**20:g} MiB)", ratios[worst], goal=GOAL,
-                        detail=f"median of per-round ratios, min over sizes; at {worst / 2**20:g} MiB harness "
-                               f"{spread(sides['harness'])} vs bare {spread(sides['bare'])} GB/s; all sizes: "
-                               + ", ".join(f"{k / 2**20:g} MiB {v:.3f}x" for k, v in ratios.items())))
+        table = data["collectives"][name]
+        ratio = {key: {row["bytes"]: median([h / b for h, b in zip(row[key]["harness"], row[key]["bare"])])
+                       for row in table} for key in ("busbw_gbs", "busbw_median_call_gbs")}
+        pooled = median([h / b for row in table for h, b in zip(row["busbw_gbs"]["harness"],
+                                                                row["busbw_gbs"]["bare"])])
+        summary[name] = {"ratio_mean_call_by_bytes": ratio["busbw_gbs"],
+                         "ratio_median_call_by_bytes": ratio["busbw_median_call_gbs"], "pooled_mean_call": pooled}
+        for key, what in (("busbw_gbs", "mean call"), ("busbw_median_call_gbs", "median call")):
+            by_size = ratio[key]
+            worst = min(by_size, key=by_size.get)
+            sides = next(r[key] for r in table if r["bytes"] == worst)
+            log(f"  {name} ({what}): " + ", ".join(f"{k / 2**20:g} MiB {v:.3f}x" for k, v in by_size.items()))
+            rows.append(Row("8 collectives", f"{name} busbw >= 1 MiB ({what}), {RANKS} ranks gloo: dlrun harness "
+                                             f"/ bare loop (worst size, {worst / 2**20:g} MiB)", by_size[worst],
+                            goal=GOAL,
+                            detail=f"median of per-round ratios, min over sizes; at {worst / 2**20:g} MiB harness "
+                                   f"{spread(sides['harness'])} vs bare {spread(sides['bare'])} GB/s; all sizes: "
+                                   + ", ".join(f"{k / 2**20:g} MiB {v:.3f}x" for k, v in by_size.items())
+                                   + (f"; every round and size pooled {pooled:.3f}x" if key == "busbw_gbs" else "")))
     write_result("collectives", {"ranks": RANKS, "allocator": alloc_name, "wall_s": wall, "summary": summary,
                                  "raw": data})
     return rows

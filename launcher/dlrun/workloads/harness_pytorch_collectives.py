@@ -138,9 +138,8 @@ class Collective(object):
             self.call = lambda: dist.all_reduce(self.inp)
         elif benchmark == "broadcast":
             self.call = lambda: dist.broadcast(self.inp, 0)
-
-    def run(self):
-        self.call()
+        # what the timed loop calls: the collective itself, no method in between
+        self.run = self.call
 
     def _index(self, k):
         return torch.arange(k, dtype=torch.float32,
