@@ -8,6 +8,7 @@
 5 communication      dlrun's all-reduce busbw vs Open MPI's MPI_Allreduce (mpi4py), 2 local ranks
 6 GPU                bench/gpu.sh, on a GPU machine only
 7 compare            dlrun compare and results list with filters over a store of 100,000 results
+8 collectives        dlrun's five collectives vs a bare torch.distributed loop (gloo, 2 ranks), busbw >= 1 MiB
 
 Each benchmark writes bench/results/<name>.json; the table goes to stdout and to bench/results/summary.json.
 """
@@ -22,6 +23,7 @@ import traceback
 from rich.console import Console
 from rich.table import Table
 
+import collectives
 import comm
 import compare_store
 import containers
@@ -32,8 +34,8 @@ import overhead
 from common import Row, cpu_count, write_result
 
 BENCHMARKS = {"overhead": overhead, "efficiency": efficiency, "efficiency_bert": efficiency_bert,
-              "launcher": launcher_cost,
-              "containers": containers, "comm": comm, "compare": compare_store}
+              "launcher": launcher_cost, "containers": containers, "comm": comm, "compare": compare_store,
+              "collectives": collectives}
 
 
 def _versions() -> dict:

@@ -123,12 +123,30 @@ def test_allreduce_workloads(dlrun_home):
     assert shown["kind"] == "allreduce" and "model_facts" not in shown
 
 
+def test_collective_and_nccl_tests_workloads(dlrun_home):
+    catalog = load_catalog(host=probe_host())
+    for name in ("broadcast", "allgather", "reducescatter", "alltoall", "broadcast_1mb_1gb"):
+        work = catalog.workload(name)
+        assert work.kind == name.split("_")[0] and not work.trains and work.sources, name
+    assert catalog.workload("broadcast_1mb_1gb").sources[0].where == "Sec. IV-A, Fig. 2b"
+    tests = {name: w.nccl_test for name, w in catalog.workloads.items() if w.kind == "nccl-tests"}
+    assert tests == {f"nccl_{t}": t for t in ("all_reduce_perf", "all_gather_perf", "broadcast_perf",
+                                              "reduce_scatter_perf", "alltoall_perf")}
+    assert catalog.workload("alltoall").measures == "all-to-all"
+    assert catalog.workload("nccl_alltoall_perf").label == "alltoall_perf"
+
+
 @pytest.mark.parametrize("text, message", [
     ("- {name: w, description: d}\n", "a cnn-training workload needs `model`"),
     ("- {name: w, description: d, kind: bert-finetuning}\n", "a bert-finetuning workload needs `model`"),
     ("- {name: w, description: d, kind: allreduce, model: resnet18}\n", "kind allreduce trains no model"),
     ("- {name: w, description: d, kind: allreduce, min_bytes: 64, max_bytes: 8}\n",
      "min_bytes 64 exceeds max_bytes 8"),
+    ("- {name: w, description: d, kind: gather}\n", "Input should be 'cnn-training', 'bert-finetuning', 'allreduce'"),
+    ("- {name: w, description: d, kind: nccl-tests}\n", "a nccl-tests workload needs `nccl_test`"),
+    ("- {name: w, description: d, kind: broadcast, nccl_test: broadcast_perf}\n",
+     "kind broadcast runs no nccl-tests binary"),
+    ("- {name: w, description: d, kind: nccl-tests, nccl_test: 'x; rm -rf /'}\n", "String should match pattern"),
 ])
 def test_workload_kind_rules(tmp_path, text, message):
     bad = tmp_path / "w.yaml"

@@ -151,14 +151,13 @@ def test_table_ii_bert_ops_are_compared_not_judged(catalog):
 
 
 # ------------------------------------------------------------------------------------------- expansion
-def test_nccl_on_rtx_runs_allreduce_and_waits_for_broadcast(catalog):
+def test_nccl_on_rtx_runs_allreduce_and_broadcast(catalog):
     points = _points(catalog, "E001_nccl_bus_bandwidth", "rtx-ts4")
     assert [p.label() for p in points] == [f"collective={c} gpus={g}" for c in ("all-reduce", "broadcast")
                                           for g in (2, 4, 8)]  # 16 GPUs excluded: one 8-GPU server
-    runnable = [p for p in points if p.skip is None]
-    assert [(p.workload, p.nodes, p.ranks_per_node, p.gpus, p.steps) for p in runnable] == [
-        ("allreduce_1mb_1gb", 1, 2, 2, 500), ("allreduce_1mb_1gb", 1, 4, 4, 500), ("allreduce_1mb_1gb", 1, 8, 8, 500)]
-    assert points[3].skip.startswith("needs workload 'broadcast_1mb_1gb', which does not exist yet (NCCL broadcast")
+    assert all(p.skip is None for p in points)
+    assert [(p.workload, p.nodes, p.ranks_per_node, p.gpus, p.steps) for p in points] == [
+        (w, 1, g, g, 500) for w in ("allreduce_1mb_1gb", "broadcast_1mb_1gb") for g in (2, 4, 8)]
     assert points[0].references == ("rtx_pcie_throttled",)
 
 
@@ -263,9 +262,10 @@ def test_every_runnable_point_resolves_into_a_rendered_job(catalog):
                     job = render_job(resolve_plan(catalog, point.workload, **point.plan_options()))
                     assert job.script or job.argv
                     rendered += 1
-    # 221 before BERT, Ren et al.'s 38 BERT points, dlrun's own smoke experiment, Samsi et al.'s three all-reduce
-    # strategies (4 models x 2 fabrics x 3 x 9 GPU counts) and Han et al.'s parameter-server runs (3 x 5, 3 x 6)
-    assert rendered == 259 + 2 + 216 + 15 + 18
+    # 221 before BERT, Ren et al.'s 38 BERT points, dlrun's own smoke experiment, Ren et al.'s 18 broadcast points,
+    # Samsi et al.'s three all-reduce strategies (4 models x 2 fabrics x 3 x 9 GPU counts) and Han et al.'s
+    # parameter-server runs (3 x 5, 3 x 6)
+    assert rendered == 259 + 2 + 18 + 216 + 15 + 18
 
 
 # ------------------------------------------------------------------------------------------- list / show
@@ -275,10 +275,11 @@ def test_list_rows_and_show_data(catalog):
     table = list_table(rows)
     assert all(len(cells) == len(LIST_COLUMNS) for cells in table)
     nccl = next(cells for cells in table if cells[0] == "E001_nccl_bus_bandwidth")
-    assert nccl[4:7] == ["dgx2, aws-p3dn, dgx1v, ac922, rtx-ts4", "needs-workload broadcast_1mb_1gb", "6/5"]
+    # declared needs-workload broadcast_1mb_1gb; runnable now that the workload exists
+    assert nccl[4:7] == ["dgx2, aws-p3dn, dgx1v, ac922, rtx-ts4", "runnable", "6/5"]
     data = json.loads(json.dumps(experiment_data(catalog, "E001_nccl_bus_bandwidth")))
     assert set(data["points"]) == {"dgx2", "aws-p3dn", "dgx1v", "ac922", "rtx-ts4"}
-    assert data["status_now"]["kind"] == "needs-workload" and len(data["points"]["dgx1v"]) == 6
+    assert data["status_now"]["kind"] == "runnable" and len(data["points"]["dgx1v"]) == 6
     shown = dict(show_rows(catalog, "E001_mixed_precision_resnet50"))
     assert shown["axis precision"] == "FP16 -> amp, FP32 -> fp32"
     assert shown["points on dgx2"] == "15 (15 runnable, 0 skipped)"

@@ -34,6 +34,7 @@ alloc = load_harness("pytorch", "allocator")
 models = load_harness("pytorch", "models")
 process = load_harness("pytorch", "process")
 comm = load_harness("pytorch", "comm")
+collectives = load_harness("pytorch", "collectives")
 features = load_harness("pytorch", "features")
 train = load_harness("pytorch", "train")
 
@@ -874,16 +875,23 @@ def test_allocator_clash_with_user_preload_is_one_line():
 # ----------------------------------------------------------------------------- all-reduce benchmark
 
 def test_message_sizes_and_bus_bandwidth():
-    assert comm.message_sizes(8, 64) == [8, 16, 32, 64]
-    assert comm.message_sizes(1024, 1 << 20, 8) == [1024, 8192, 65536, 524288]
-    assert comm.message_sizes(10, 40) == [8, 20, 40]  # whole float32 elements
+    sizes = collectives.message_sizes
+    assert sizes(8, 64) == [8, 16, 32, 64]
+    assert sizes(1024, 1 << 20, 8) == [1024, 8192, 65536, 524288]
+    assert sizes(10, 40) == [8, 20, 40]  # whole float32 elements
+    # all-gather, reduce-scatter, all-to-all: whole blocks of one element per rank, repeats dropped
+    assert sizes(8, 64, 2, 3) == [12, 24, 60]
     for bad in ((2, 8, 2), (64, 8, 2), (8, 64, 1)):
         with pytest.raises(common.HarnessError, match=r"^message sizes: need 4 <= --min-bytes <= --max-bytes and "
                                                       r"--size-factor >= 2, got %d, %d, %d$" % bad):
-            comm.message_sizes(*bad)
-    algbw, busbw = comm.bus_bandwidth(1e9, 0.5, 2)
+            sizes(*bad)
+    algbw, busbw = collectives.bus_bandwidth(1e9, 0.5, 2)
     assert algbw == pytest.approx(2.0) and busbw == pytest.approx(2.0)  # 2 ranks: factor 2*(1)/2 = 1
-    assert comm.bus_bandwidth(1e9, 0.5, 8)[1] == pytest.approx(2.0 * 2 * 7 / 8)
+    assert collectives.bus_bandwidth(1e9, 0.5, 8)[1] == pytest.approx(2.0 * 2 * 7 / 8)
+    # nccl-tests' doc/PERFORMANCE.md factors
+    factors = {b: collectives.busbw_factor(b, 8) for b in collectives.BENCHMARKS}
+    assert factors == {"allreduce": 2 * 7 / 8, "broadcast": 1.0, "allgather": 7 / 8, "reducescatter": 7 / 8,
+                       "alltoall": 7 / 8}
 
 
 def test_allreduce_needs_two_ranks(capsys):
@@ -923,3 +931,21 @@ def test_two_rank_allreduce_wrong_values_exit_6():
     assert _error_lines(proc.stderr) == [
         "dlrun-harness: error: all-reduce returned wrong values: 8 elements over all ranks, "
         "at message sizes [8, 16, 32, 64] bytes"]
+
+
+@pytest.mark.integration
+def test_two_rank_alltoall_checks_every_block():
+    """Rank 0's first element goes to rank 0 only; the check finds it at each size, and a clean run has
+    nccl-tests' alltoall sizes (the buffer one rank sends) and per-peer counts."""
+    bad = _mpirun(["--benchmark", "alltoall", "--max-bytes", "64", "--steps", "1", "--warmup-steps", "0"],
+                  extra_env=["DLRUN_HARNESS_TEST_PERTURB_RANK=0"])
+    assert bad.returncode == common.EXIT_WRONG_RESULT, bad.stdout + bad.stderr
+    assert _error_lines(bad.stderr) == [
+        "dlrun-harness: error: alltoall returned wrong values: 4 elements over all ranks, "
+        "at message sizes [8, 16, 32, 64] bytes"]
+    good = _mpirun(["--benchmark", "alltoall", "--max-bytes", "64", "--steps", "1", "--warmup-steps", "0"])
+    assert good.returncode == 0, good.stdout + good.stderr
+    (res,) = _results(good.stdout)
+    assert res["collective"] == "alltoall" and res["api"] == "torch.distributed.all_to_all_single"
+    assert [(r["bytes"], r["count"], r["wrong"]) for r in res["sizes"]] == [(8, 1, 0), (16, 2, 0), (32, 4, 0),
+                                                                            (64, 8, 0)]

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dlrun.catalog import Catalog
 from dlrun.catalog.models import ImageSpec, SchedulerOptions, SystemSpec, WorkloadSpec
+from dlrun.catalog.stack import NcclTests
 from dlrun.errors import UsageError, unknown_name
 from dlrun.fabrics import FabricSettings, check_fabric_name, fabric_settings
 from dlrun.registry import LAUNCHERS, RUNTIMES, SCHEDULERS
@@ -17,6 +18,8 @@ from dlrun.tfoptions import resolve_tf_options
 
 #: Fills in what this site has of an image for one architecture (digest, root filesystem, SIF, squashfs).
 LocalImage = Callable[[ImageSpec, str], ImageSpec]
+#: Launchers that start the ranks of one MPI job (nccl-tests is built with MPI=1).
+NCCL_TESTS_LAUNCHERS = ("mpirun", "srun", "jsrun")
 
 Precision = Literal["fp32", "amp"]
 DATA_MOUNT = "/data"
@@ -191,7 +194,7 @@ def resolve_plan(
     if sys_.arch not in img.arch:
         raise UsageError(f"image {img.name!r} is built for {', '.join(img.arch)}, "
                          f"but system {sys_.name!r} is {sys_.arch}")
-    if img.framework == "tensorflow" and not work.tf_cnn_model:
+    if img.framework == "tensorflow" and not work.tf_cnn_model and work.kind != "nccl-tests":
         valid = sorted(w.name for w in catalog.workloads.values() if w.tf_cnn_model)
         raise UsageError(f"workload {work.name!r} has no tf_cnn_benchmarks model, which image {img.name!r} "
                          f"(TensorFlow) runs; valid workloads for it: {', '.join(valid)}")
@@ -215,7 +218,7 @@ def resolve_plan(
     world = nodes * ranks_per_node
     if not work.trains:
         if world < 2:
-            raise UsageError(f"workload {work.name!r} measures all-reduce between ranks and needs at least 2, got "
+            raise UsageError(f"workload {work.name!r} measures {work.measures} between ranks and needs at least 2, got "
                              f"{world} ({nodes} node(s) x {ranks_per_node}); valid: --ranks-per-node 2 or more, "
                              "or --nodes 2 or more")
         if batch_size is not None or global_batch_size is not None or precision != "fp32":
@@ -259,6 +262,8 @@ def resolve_plan(
     launcher = launcher or (sys_.launcher if world > 1 or scheduler != "local" else "none")
     runtime = runtime or ("host" if img.kind == "host" else sys_.runtime)
     _check_backend_names(scheduler=scheduler, launcher=launcher, runtime=runtime)
+    if work.kind == "nccl-tests":
+        _check_nccl_tests(catalog, work, img, sys_, launcher)
     fabric = _resolve_fabric(sys_, fabric)
     options = _scheduler_options(sys_.scheduler_options, partition=partition, account=account,
                                  time_limit=time_limit, exclusive=exclusive)
@@ -299,6 +304,22 @@ def _check_backend_names(**names: str) -> None:
     registries = {"scheduler": SCHEDULERS, "launcher": LAUNCHERS, "runtime": RUNTIMES}
     for kind, name in names.items():
         registries[kind].check(name)
+
+
+def _check_nccl_tests(catalog: Catalog, work: WorkloadSpec, img: ImageSpec, system: SystemSpec, launcher: str) -> None:
+    """nccl-tests runs from the image's own MPI=1 build, one process per GPU, started by an MPI-aware launcher
+    (started any other way, every process would be a one-rank test of its own)."""
+    if not isinstance(getattr(img, "nccl_tests", None), NcclTests):
+        having = sorted(name for name, spec in catalog.images.items()
+                        if isinstance(getattr(spec, "nccl_tests", None), NcclTests))
+        raise UsageError(f"image {img.name!r} has no nccl-tests, which workload {work.name!r} runs; valid images: "
+                         f"{', '.join(having) or 'none in this catalog'} (--image NAME)")
+    if not system.gpus_per_node:
+        raise UsageError(f"workload {work.name!r} runs nccl-tests, which needs GPUs, but system {system.name!r} has "
+                         "none; valid: a GPU system (--system NAME, see dlrun systems list)")
+    if launcher not in NCCL_TESTS_LAUNCHERS:
+        raise UsageError(f"workload {work.name!r} runs nccl-tests (an MPI program) and cannot be started by "
+                         f"launcher {launcher}; valid: {', '.join(NCCL_TESTS_LAUNCHERS)}")
 
 
 def _resolve_fabric(system: SystemSpec, fabric: str | None) -> str:

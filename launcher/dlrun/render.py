@@ -29,7 +29,7 @@ def harness_command(plan: Plan) -> list[str]:
     """The in-container command for one rank."""
     work = plan.workload
     if not work.trains:
-        what = ["--benchmark", "allreduce", "--min-bytes", str(work.min_bytes), "--max-bytes", str(work.max_bytes),
+        what = ["--benchmark", work.kind, "--min-bytes", str(work.min_bytes), "--max-bytes", str(work.max_bytes),
                 "--size-factor", str(work.size_factor)]
         precision: list[str] = []
         data_workers = 0  # nothing to load
@@ -50,8 +50,23 @@ def harness_command(plan: Plan) -> list[str]:
         ["--timeout-s", str(collective_timeout_s(plan))] if collective_timeout_s(plan) else [])
 
 
+def nccl_tests_command(plan: Plan) -> list[str]:
+    """The image's own nccl-tests binary (built with MPI=1 and copied to its `nccl_tests.path`), one process and
+    one GPU (-g 1) per rank, over the workload's message sizes; -c 1 checks every size's values (#wrong)."""
+    work = plan.workload
+    root = getattr(getattr(plan.image, "nccl_tests", None), "path", None)
+    if root is None:  # resolve_plan refuses such images; a hand-built plan gets the same answer here
+        raise UsageError(f"image {plan.image.name!r} has no nccl-tests, which workload {work.name!r} runs")
+    return [f"{root}/{work.nccl_test}", "-b", str(work.min_bytes), "-e", str(work.max_bytes),
+            "-f", str(work.size_factor), "-g", "1", "-t", "1", "-n", str(plan.steps), "-w", str(plan.warmup_steps),
+            "-c", "1"]
+
+
 def workload_command(plan: Plan) -> list[str]:
-    """One rank's command: the image's framework decides which benchmark code runs the workload."""
+    """One rank's command: nccl-tests workloads run the image's nccl-tests; otherwise the image's framework
+    decides which benchmark code runs the workload."""
+    if plan.workload.kind == "nccl-tests":
+        return nccl_tests_command(plan)
     if plan.image.framework == "tensorflow":
         return tf_cnn_benchmarks_command(plan)
     return harness_command(plan)

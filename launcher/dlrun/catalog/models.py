@@ -35,15 +35,23 @@ class PublishedValue(Strict):
 
 
 TRAINING_KINDS = ("cnn-training", "bert-finetuning")
+#: Collectives the harness measures over torch.distributed (`--benchmark KIND`), and what each is called in text.
+COLLECTIVE_KINDS = {"allreduce": "all-reduce", "broadcast": "broadcast", "allgather": "all-gather",
+                    "reducescatter": "reduce-scatter", "alltoall": "all-to-all"}
+WorkloadKind = Literal["cnn-training", "bert-finetuning", "allreduce", "broadcast", "allgather", "reducescatter",
+                       "alltoall", "nccl-tests"]
 
 
 class WorkloadSpec(Strict):
     name: str = Field(pattern=NAME_PATTERN)
     description: str
     # cnn-training, bert-finetuning: the harness trains `model` (a BERT model name carries its task and sequence
-    # length, e.g. bert_swag); allreduce: the harness measures all-reduce bus bandwidth over the run's process
-    # group (message sizes min_bytes, x size_factor, ..., max_bytes).
-    kind: Literal["cnn-training", "bert-finetuning", "allreduce"] = "cnn-training"
+    # length, e.g. bert_swag); allreduce, broadcast, allgather, reducescatter, alltoall: the harness measures that
+    # collective's bus bandwidth over the run's process group (message sizes min_bytes, x size_factor, ...,
+    # max_bytes); nccl-tests: the image's own nccl-tests binary `nccl_test` (e.g. all_reduce_perf), one process
+    # per GPU, over the same sizes.
+    kind: WorkloadKind = "cnn-training"
+    nccl_test: str | None = Field(default=None, pattern=r"^[a-z_]+_perf$")
     framework: Literal["pytorch", "tensorflow"] = "pytorch"
     # Model name in the in-container harness (tf_cnn_benchmarks naming: resnet50 is v1, resnet50_v1.5 is v1.5).
     model: str | None = None
@@ -70,14 +78,23 @@ class WorkloadSpec(Strict):
             raise ValueError(f"a {self.kind} workload needs `model` (the harness's model name)")
         if not self.trains and (self.model or self.tf_cnn_model):
             raise ValueError(f"kind {self.kind} trains no model: leave out `model` and `tf_cnn_model`")
+        if (self.kind == "nccl-tests") != bool(self.nccl_test):
+            raise ValueError("a nccl-tests workload needs `nccl_test` (the binary, e.g. all_reduce_perf)"
+                             if self.kind == "nccl-tests" else f"kind {self.kind} runs no nccl-tests binary: "
+                             "leave out `nccl_test`")
         if self.min_bytes > self.max_bytes:
             raise ValueError(f"min_bytes {self.min_bytes} exceeds max_bytes {self.max_bytes}")
         return self
 
     @property
     def label(self) -> str:
-        """The model, or what an allreduce workload measures."""
-        return self.model or self.kind
+        """The model, or what a communication workload measures."""
+        return self.model or self.nccl_test or self.kind
+
+    @property
+    def measures(self) -> str:
+        """What a communication workload measures, in words (all-reduce, all-to-all, all_gather_perf)."""
+        return COLLECTIVE_KINDS.get(self.kind) or self.nccl_test or self.kind
 
 
 PeakPrecision = Literal["fp64", "fp32", "tf32-tensor", "fp16", "fp16-tensor", "bf16-tensor"]

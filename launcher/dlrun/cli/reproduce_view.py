@@ -31,7 +31,7 @@ def work_row(work) -> list[Any]:
         return [_numbered(work), work.point.workload, work.facts["model"], work.facts["harness"], stored]
     plan = work.plan
     return [_numbered(work), plan.workload.name, plan.image.name, f"{plan.nodes} x {plan.ranks_per_node}",
-            plan.launcher, "-" if plan.workload.kind == "allreduce" else plan.batch_size, f"{plan.warmup_steps}+{plan.steps}",
+            plan.launcher, "-" if not plan.workload.trains else plan.batch_size, f"{plan.warmup_steps}+{plan.steps}",
             plan.precision, plan.fabric, stored]
 
 
@@ -141,7 +141,7 @@ class ReproduceDisplay:
             return lambda stream, line: self._line(step, None, stream, line)
         if self.current is not None:
             self.progress.remove_task(self.current)
-        total = work.plan.steps if work.plan is not None and work.plan.workload.kind != "allreduce" else None
+        total = work.plan.steps if work.plan is not None and work.plan.workload.trains else None
         self.current = self.progress.add_task(f"  point {step.point_index}/{step.points} "
                                               f"repeat {step.repeat}/{work.repeats}: starting", total=total, rate="")
         return lambda stream, line: self._line(step, total, stream, line)

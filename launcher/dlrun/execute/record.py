@@ -20,7 +20,7 @@ from dlrun.images.verify import image_provenance
 from dlrun.catalog.models import TRAINING_KINDS
 from dlrun.paths import harness_hashes, source_root
 from dlrun.plan import Plan
-from dlrun.results.parsers import ParseError, parse_text
+from dlrun.results.parsers import ParseError, ParsedResult, parse_all, parse_text
 from dlrun.results.site import local_site
 from dlrun.results.store import Store, StoreError
 
@@ -91,6 +91,44 @@ def parse_first(texts: list[str]) -> tuple[dict[str, Any] | None, Any, str | Non
     return None, None, error
 
 
+def parse_nccl_tests(texts: list[str]) -> tuple[dict[str, Any] | None, Any, str | None]:
+    """(result dict, parsed, error) of an nccl-tests run: exactly one test table in the first text that holds
+    any. Several tables mean the processes ran as separate tests, not as one MPI job: an error that says so."""
+    error = None
+    for text in texts:
+        try:
+            results = parse_all(text, "nccl-tests")
+        except ParseError as exc:
+            error = str(exc)
+            continue
+        if len(results) > 1:
+            ranks = sorted({result.num_devices for result in results}, key=str)
+            return None, None, (f"nccl-tests printed {len(results)} separate result tables (of {ranks} rank(s) "
+                                "each): its processes ran as separate tests, not as one MPI job (a build without "
+                                "MPI=1, or an MPI that does not match the launcher's); refused")
+        return results[0].to_dict(), results[0], None
+    return None, None, error
+
+
+def rank_count_refusal(parsed: ParsedResult, world_size: int, nodes: int, *, collective: bool) -> str | None:
+    """Why a result cannot be the plan's: its rank count differs from nodes x ranks per node, or (when the
+    log names its hosts) it ran on fewer hosts than the plan's nodes, the secretly single-node run. None when
+    it fits."""
+    what = f"the {parsed.collective or 'collective'} result" if collective else "the job"
+    devices = parsed.num_devices
+    if devices is None:
+        return (f"{what} does not say how many ranks took part, but the plan has {world_size}; refused "
+                "(a collective's bandwidth depends on its rank count)")
+    if devices != world_size:
+        return (f"{what} reported world size {devices}, but the plan has {world_size} ranks ({nodes} node(s)); "
+                "refused" + (": a collective over other ranks than planned measures another thing"
+                             if collective else ""))
+    if collective and parsed.hosts and len(parsed.hosts) != nodes:
+        return (f"{what} ran on {len(parsed.hosts)} host(s) ({', '.join(parsed.hosts)}), but the plan has "
+                f"{nodes} node(s); refused: the traffic never crossed the planned fabric")
+    return None
+
+
 def _iso(stamp: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(stamp))
 
@@ -142,12 +180,15 @@ def decide_status(plan: Plan, status: str, reason: str | None, exit_code: int | 
         return status, reason, None
     if exit_code != 0:
         return "failed", reason or failure(), None
-    result, parsed, error = parse_first(result_texts)
+    nccl_tests = plan.workload.kind == "nccl-tests"
+    result, parsed, error = (parse_nccl_tests if nccl_tests else parse_first)(result_texts)
     if result is None:
         return "failed", f"the job exited 0 but {error}", None
-    if parsed.num_devices != plan.world_size:
-        return "failed", (f"the job reported world size {parsed.num_devices}, but the plan has {plan.world_size} "
-                          "ranks"), result
+    refusal = rank_count_refusal(parsed, plan.world_size, plan.nodes, collective=not plan.workload.trains)
+    if refusal:
+        return "failed", refusal, result
+    if nccl_tests and parsed.problems:
+        return "failed", "nccl-tests: " + "; ".join(parsed.problems), result
     return "ok", None, result
 
 

@@ -17,7 +17,9 @@ from typing import Any
 
 from dlrun.execute.batch import batch_outcome
 from dlrun.execute.procs import end_processes, job_processes
-from dlrun.execute.record import STATUSES, parse_first, rank_log_texts, run_row, store_and_publish
+from dlrun.execute.record import (STATUSES, parse_first, rank_count_refusal, rank_log_texts, run_row,
+                                  store_and_publish)
+from dlrun.catalog.models import TRAINING_KINDS
 from dlrun.execute.rundir import LOCK_NAME, STAGING_PREFIX, RunDir, try_lock
 from dlrun.job import JobState
 from dlrun.registry import SCHEDULERS
@@ -98,7 +100,9 @@ def recover_run(run: RunDir, store: Store) -> str | None:
             state, reason = "lost", f"{dlrun} ended before the job started"
 
     result, parsed, _ = parse_first([text for text in texts if text])
-    if result is not None and parsed.num_devices == summary["world_size"] and state in ("lost", "ok"):
+    collective = (summary.get("workload") or {}).get("kind") not in TRAINING_KINDS
+    if (result is not None and state in ("lost", "ok") and parsed.ok and rank_count_refusal(
+            parsed, summary["world_size"], summary["nodes"], collective=collective) is None):
         state, reason = "ok", f"recovered from the job's logs after {dlrun} ended"
     finished = time.time()
     if state == "ok":

@@ -38,7 +38,7 @@ class SrunLauncher(Launcher):
                 f"--cpus-per-task={plan.threads_per_rank}", "--kill-on-bad-exit=1", "--export=ALL",
                 Expand("--output=${" + RUN_DIR_VAR + "}/logs/rank.%t/stdout"),
                 Expand("--error=${" + RUN_DIR_VAR + "}/logs/rank.%t/stderr")]
-        if plan.device == "cuda" and numa_map(plan):
+        if numa_map(plan) and gpu_affinity_argv(plan):
             argv.append("--cpu-bind=none")  # each rank binds itself to its GPU's NUMA node
         argv += list(rank.launcher_args) + list(plan.launcher_args)
         argv += gpu_affinity_argv(plan) + rank.argv

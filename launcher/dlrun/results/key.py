@@ -67,7 +67,8 @@ def run_kind(run: Mapping[str, Any], result: Mapping[str, Any]) -> str:
     workload = plan.get("workload") if isinstance(plan.get("workload"), dict) else {}
     if metric == "matmul" or run.get("workload") == "matmul":
         return "matmul"
-    if metric == "busbw" or workload.get("kind") == "allreduce" or plan.get("collective"):
+    if metric == "busbw" or workload.get("kind") not in (None, "cnn-training", "bert-finetuning") \
+            or plan.get("collective"):
         return "communication"
     return "training"
 
@@ -120,8 +121,9 @@ def key_from_run(run: Mapping[str, Any], results: Iterable[Mapping[str, Any]] = 
             key["precision"] = _known(_DTYPES.get(dtype, dtype))
             backend = extra.get("backend")
             framework = extra.get("framework") or image.get("framework")
+            # a dlrun run of the image's nccl-tests is nccl-tests, as an imported nccl-tests log is
             key["framework"] = (f"{framework}/{backend}" if framework and backend
-                                else _known(_FRAMEWORK_OF_FORMAT.get(fmt or "")))
+                                else _known(_FRAMEWORK_OF_FORMAT.get(fmt or result.get("kind") or "")))
         else:
             key["model"] = NOT_APPLICABLE
             key["precision"] = _training_precision(run.get("precision"), result.get("dtype"))
@@ -175,7 +177,7 @@ def _framework_version(kind: str, fmt: str | None, result: Mapping[str, Any], ex
     version = extra.get("framework_version") or image.get("framework_version")
     if fmt == "tf_cnn_benchmarks":
         version = extra.get("tensorflow")
-    elif fmt == "nccl-tests":
+    elif fmt == "nccl-tests" or result.get("kind") == "nccl-tests":
         version = extra.get("nccl_version")
     elif kind == "communication" and version and extra.get("nccl_version"):
         version = f"{version}+nccl{extra['nccl_version']}"

@@ -26,8 +26,9 @@ only, so that it is settled before torch is imported),
 releases), ``harness_pytorch_models.py`` (model definitions and what is
 counted on them), ``harness_pytorch_data.py`` (the data the steps consume),
 ``harness_pytorch_process.py`` (ranks, device, backend, versions),
-``harness_pytorch_comm.py`` (process group, collectives, the all-reduce
-benchmark) and ``harness_pytorch_train.py`` (the training benchmark).  Every
+``harness_pytorch_comm.py`` (process group, collectives),
+``harness_pytorch_collectives.py`` (the collective benchmarks) and
+``harness_pytorch_train.py`` (the training benchmark).  Every
 file needs only the standard library and torch, and each sibling can be
 imported on its own without side effects.
 
@@ -183,7 +184,7 @@ Errors are one stderr line starting with ``dlrun-harness: error:`` (an
 unexpected exception also prints its traceback before that line).  Exit
 codes: 0 ok; 1 unexpected failure; 2 bad option or unsupported feature;
 3 world size differs from --expected-world-size; 4 replicas diverged;
-6 all-reduce returned wrong values (--benchmark allreduce);
+6 a collective returned wrong values (--benchmark COLLECTIVE);
 5 non-finite loss (one process: checked at every displayed step; several:
 checked at the end, all ranks agreeing through an all-reduce).
 
@@ -204,6 +205,18 @@ busbw = algbw * 2 (n - 1) / n in GB/s (nccl-tests' definitions).  Rank 0
 prints an nccl-tests-like table and a DLRUN_RESULT with metric "busbw",
 value = busbw at the largest size, unit "GB/s", avg_busbw, and every size
 in "sizes" (bytes, count, time_us, algbw_gbs, busbw_gbs, wrong).
+
+Collective benchmarks (``--benchmark broadcast|allgather|reducescatter|
+alltoall``, and allreduce above; harness_pytorch_collectives.py): the same
+sweep, table and result for each collective, with nccl-tests' sizes and
+bus-bandwidth factors (all-reduce 2 (n - 1) / n; all-gather, reduce-scatter
+and all-to-all (n - 1) / n, their size being the whole buffer over all
+ranks; broadcast 1, root 0).  Every size is checked once on deterministic
+per-rank inputs against exact expected values.  The result adds
+"collective" (nccl-tests' name, e.g. all_gather), "api" (the
+torch.distributed function used, e.g. reduce_scatter_single), "busbw_factor",
+"size_is" and "root".  A collective this PyTorch or backend lacks fails with
+one line (exit 2).
 """
 
 
@@ -233,7 +246,8 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import traceback  # noqa: E402
 
-from harness_pytorch_comm import run_allreduce  # noqa: E402  (imports torch)
+from harness_pytorch_collectives import (BENCHMARKS,  # noqa: E402
+                                         run_collective)  # (imports torch)
 from harness_pytorch_common import (ERROR_PREFIX,  # noqa: E402
                                     EXIT_UNEXPECTED, EXIT_USAGE,
                                     HarnessError, error_line, out)
@@ -307,17 +321,18 @@ def build_parser():
                         "this PyTorch has one for the device, else its "
                         "default; on: fused or exit 2; off: PyTorch's "
                         "default step")
-    p.add_argument("--benchmark", choices=("train", "allreduce"),
+    p.add_argument("--benchmark", choices=("train",) + BENCHMARKS,
                    default="train",
-                   help="train (default) or allreduce: all-reduce bus "
-                        "bandwidth over message sizes, --steps timed and "
-                        "--warmup-steps untimed iterations per size")
+                   help="train (default), or a collective's bus bandwidth "
+                        "over message sizes (%s), --steps timed and "
+                        "--warmup-steps untimed iterations per size"
+                        % ", ".join(BENCHMARKS))
     p.add_argument("--min-bytes", type=_positive, default=8,
-                   help="allreduce: smallest message (default 8)")
+                   help="collectives: smallest message (default 8)")
     p.add_argument("--max-bytes", type=_positive, default=64 * 1024 * 1024,
-                   help="allreduce: largest message (default 64 MiB)")
+                   help="collectives: largest message (default 64 MiB)")
     p.add_argument("--size-factor", type=_positive, default=2,
-                   help="allreduce: size multiplier between messages "
+                   help="collectives: size multiplier between messages "
                         "(default 2)")
     p.add_argument("--allocator", choices=ALLOCATOR_CHOICES, default="auto",
                    help="memory allocator: auto (tcmalloc, else jemalloc, "
@@ -337,8 +352,8 @@ def main(argv=None):
         if args.describe:
             out(json.dumps(describe_model(args.model), sort_keys=True))
             return 0
-        if args.benchmark == "allreduce":
-            return run_allreduce(args)
+        if args.benchmark != "train":
+            return run_collective(args)
         return run_benchmark(args)
     except HarnessError as exc:
         error_line(exc.message)

@@ -1,23 +1,18 @@
 """dlrun PyTorch harness: communication - the process group's set-up and
-teardown, the few collectives the harness needs, DistributedDataParallel,
-and the all-reduce bus-bandwidth benchmark (``--benchmark allreduce``).
+teardown, the few collectives the harness needs and DistributedDataParallel
+(the collective benchmarks are in harness_pytorch_collectives.py).
 Standard library + torch; runs on Python >= 3.6 with PyTorch >= 1.0.
 """
 
 import datetime
 import gc
-import json
 import os
 import sys
-import time
 import traceback
 
 import torch
 
-from harness_pytorch_common import (EXIT_UNEXPECTED, EXIT_WRONG_RESULT,
-                                    PERTURB_ENV, RULE, HarnessError,
-                                    error_line, out)
-from harness_pytorch_process import run_fields, setup_process
+from harness_pytorch_common import EXIT_UNEXPECTED, HarnessError, error_line
 
 
 # --- Process group -----------------------------------------------------------
@@ -149,136 +144,3 @@ def _leave_now(exc_info):
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
-
-
-# --- All-reduce bus bandwidth ------------------------------------------------
-
-def message_sizes(min_bytes, max_bytes, factor=2):
-    """min_bytes, min_bytes*factor, ... up to max_bytes (as nccl-tests -b -e
-    -f), each rounded down to whole float32 elements (at least one)."""
-    if min_bytes < 4 or max_bytes < min_bytes or factor < 2:
-        raise HarnessError("message sizes: need 4 <= --min-bytes <= "
-                           "--max-bytes and --size-factor >= 2, got %d, %d, "
-                           "%d" % (min_bytes, max_bytes, factor))
-    sizes = []
-    size = min_bytes
-    while size <= max_bytes:
-        sizes.append(size // 4 * 4)
-        size *= factor
-    return sizes
-
-
-def bus_bandwidth(nbytes, seconds, world_size):
-    """(algbw, busbw) in GB/s, nccl-tests' definitions for all-reduce:
-    algbw = bytes / time; busbw = algbw * 2 (n - 1) / n, the rate each link
-    carries in a ring, comparable across rank counts and with the hardware."""
-    algbw = nbytes / seconds / 1e9
-    return algbw, algbw * 2.0 * (world_size - 1) / world_size
-
-
-def run_allreduce(args):
-    (rank, world_size, rank_source, device_type, device, device_name,
-     backend) = setup_process(args)
-    if world_size < 2:
-        raise HarnessError(
-            "--benchmark allreduce needs at least 2 ranks, found 1; start "
-            "it with 2 or more processes (e.g. mpirun -np 2, torchrun "
-            "--nproc-per-node 2)")
-    sizes = message_sizes(args.min_bytes, args.max_bytes, args.size_factor)
-    comm = Comm(rank, world_size, backend, device, args.timeout_s)
-    rows = in_process_group(comm, _allreduce_sweep, args, comm, device,
-                            sizes)
-    wrong = sum(r["wrong"] for r in rows)
-    if wrong:
-        bad = [r["bytes"] for r in rows if r["wrong"]]
-        if rank == 0:
-            error_line("all-reduce returned wrong values: %d elements over "
-                       "all ranks, at message sizes %s bytes"
-                       % (wrong, bad))
-        return EXIT_WRONG_RESULT
-    largest = rows[-1]
-    avg_busbw = sum(r["busbw_gbs"] for r in rows) / len(rows)
-    result = {
-        "benchmark": "allreduce",
-        "metric": "busbw",
-        "value": largest["busbw_gbs"],
-        "unit": "GB/s",
-        "formula": "busbw = bytes/time * 2*(world_size-1)/world_size at the "
-                   "largest message; time = max over ranks of the mean time "
-                   "of one all-reduce",
-        "time_reduction": "max_over_ranks",
-        "op": "sum",
-        "dtype": "float32",
-        "in_place": True,
-        "largest_bytes": largest["bytes"],
-        "avg_busbw": avg_busbw,
-        "sizes": rows,
-        "iterations": args.steps,
-        "warmup_iterations": args.warmup_steps,
-        "world_size": world_size,
-        "num_devices": world_size,
-        "rank_source": rank_source,
-        "device": device_type,
-        "device_name": device_name,
-        "backend": backend,
-        "threads": torch.get_num_threads(),
-    }
-    result.update(run_fields(device_type))
-    if rank == 0:
-        out("# Avg bus bandwidth    : %.4f" % avg_busbw)
-        out(RULE)
-        out("DLRUN_RESULT " + json.dumps(result, sort_keys=True))
-    return 0
-
-
-def _allreduce_sweep(args, comm, device, sizes):
-    """Time `--steps` in-place float32 sum all-reduces per message size after
-    `--warmup-steps` untimed ones, then check one all-reduce of known values
-    (rank r contributes r + 1 everywhere; every element must be
-    n (n + 1) / 2).  Timed buffers hold zeros, so repeated reduction never
-    overflows and the values cannot change the speed."""
-    dist, rank, world_size = comm.dist, comm.rank, comm.world_size
-    expected = world_size * (world_size + 1) / 2.0
-    if rank == 0:
-        out("PyTorch:     %s" % torch.__version__)
-        out("Benchmark:   all-reduce (sum, float32, in place), %d ranks, "
-            "backend %s" % (world_size, comm.backend))
-        out("Iterations:  %d timed, %d warm-up per size"
-            % (args.steps, args.warmup_steps))
-        out("#%12s %14s %8s %6s %12s %8s %8s %8s"
-            % ("size", "count", "type", "redop", "time", "algbw", "busbw",
-               "#wrong"))
-        out("#%12s %14s %8s %6s %12s %8s %8s %8s"
-            % ("(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", ""))
-    rows = []
-    for nbytes in sizes:
-        count = max(nbytes // 4, 1)
-        buf = torch.zeros(count, dtype=torch.float32, device=device)
-        for _ in range(args.warmup_steps):
-            dist.all_reduce(buf)
-        sync(device)
-        comm.barrier()
-        sync(device)
-        start = time.perf_counter()
-        for _ in range(args.steps):
-            dist.all_reduce(buf)
-        sync(device)
-        local = (time.perf_counter() - start) / args.steps
-        buf.fill_(rank + 1.0)
-        if os.environ.get(PERTURB_ENV) == str(rank):
-            buf[0] += 1.0  # test hook: a wrong contribution
-        dist.all_reduce(buf)
-        local_wrong = int((buf != expected).sum().item())
-        del buf
-        seconds = comm.all_reduce([local], "MAX")[0]
-        wrong = int(comm.all_reduce([float(local_wrong)], "SUM")[0])
-        algbw, busbw = bus_bandwidth(count * 4, seconds, world_size)
-        rows.append({"bytes": count * 4, "count": count,
-                     "time_us": seconds * 1e6, "algbw_gbs": algbw,
-                     "busbw_gbs": busbw, "wrong": wrong})
-        if rank == 0:
-            out(" %12d %14d %8s %6s %12.2f %8.3f %8.3f %8d"
-                % (count * 4, count, "float", "sum", seconds * 1e6, algbw,
-                   busbw, wrong))
-    comm.barrier()
-    return rows

@@ -34,6 +34,7 @@ def _result(rec: dict[str, Any]) -> ParsedResult:
         num_devices=rec.get("world_size"),
         num_ranks=rec.get("world_size"),
         gpus_per_rank=1 if rec.get("world_size") is not None else None,
-        collective="all_reduce" if rec.get("benchmark") == "allreduce" else None,
+        # nccl-tests' name of the collective (all_reduce, all_gather, ...); older results name only the benchmark
+        collective=rec.get("collective") or ("all_reduce" if rec.get("benchmark") == "allreduce" else None),
         extra=rec,
     )
