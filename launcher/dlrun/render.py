@@ -11,7 +11,7 @@ from dlrun.registry import LAUNCHERS, RUNTIMES, SCHEDULERS
 from dlrun.shell import Expand, SecretRef
 
 #: The entry file of the in-container harness, per framework (its siblings sit beside it).
-HARNESS = {"pytorch": "harness_pytorch.py"}
+HARNESS = {"pytorch": "harness_pytorch.py", "tensorflow": "harness_tensorflow.py"}
 #: PyTorch's own default collective timeout (gloo; NCCL before 2.2). A run's time limit shortens it, so that
 #: a stopped rank ends the job with the surviving ranks' timeout error; it never lengthens it.
 DEFAULT_COLLECTIVE_TIMEOUT_S = 1800
@@ -35,7 +35,8 @@ def harness_command(plan: Plan) -> list[str]:
         precision = ["--precision", plan.precision]
         data_workers = plan.data_workers
     return [
-        plan.image.python, f"{plan.image.harness_dir}/{HARNESS[work.framework]}", *what,
+        plan.image.python, f"{plan.image.harness_dir}/{HARNESS[plan.image.harness_framework or work.framework]}",
+        *what,
         "--steps", str(plan.steps),
         "--warmup-steps", str(plan.warmup_steps),
         *precision,
@@ -80,9 +81,12 @@ def tf_cnn_benchmarks_command(plan: Plan) -> list[str]:
 
 def workload_command(plan: Plan) -> list[str]:
     """One rank's command: the image's framework decides which benchmark code runs the workload."""
-    if plan.image.framework == "tensorflow":
+    if plan.image.harness_framework is None:
         return tf_cnn_benchmarks_command(plan)
-    return harness_command(plan)
+    argv = harness_command(plan)
+    if plan.image.harness_framework == "tensorflow" and plan.workload.dataset == "imagenet":
+        argv += ["--data-dir", "/data"]  # the bind of `--data DIR` (the host runtime maps it back)
+    return argv
 
 
 def rank_environment(plan: Plan) -> dict[str, str]:
