@@ -32,8 +32,7 @@ vgg16, inception3 (InceptionV3, no auxiliary head; >= 75x75).  Written here
 (compact Keras functional definitions): resnet18, resnet34 (basic blocks),
 resnet50_v1.5, resnet101_v1.5, resnet152_v1.5 (torchvision's ResNet:
 stride on the 3x3 convolution, convolutions without biases + batch norm),
-alexnet (torchvision's; its adaptive 6x6 average pooling is an identity at
-224x224 and an area resize at other sizes), lenet (tf_cnn_benchmarks' lenet
+alexnet (torchvision's, with its adaptive 6x6 average pooling), lenet (tf_cnn_benchmarks' lenet
 on 28x28x3, 1000 classes) and trivial (conv 8 3x3 + batch norm + global
 average pool + fc; smoke tests only).  Default input sizes: 224x224;
 inception3 299; lenet 28; trivial 32; ``--image-size`` overrides (keras

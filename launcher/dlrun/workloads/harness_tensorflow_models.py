@@ -115,8 +115,8 @@ def _lenet(x):
 
 
 def _alexnet(x):
-    """torchvision's AlexNet; its adaptive 6x6 average pooling is an
-    identity at 224x224 and an area resize at other sizes."""
+    """torchvision's AlexNet, with its adaptive 6x6 average pooling (an
+    identity at 224x224)."""
     import keras
     layers = keras.layers
     x = layers.ZeroPadding2D(2)(x)
@@ -128,12 +128,36 @@ def _alexnet(x):
         x = layers.Conv2D(filters, 3, padding="same", activation="relu")(x)
     x = layers.MaxPooling2D(3, strides=2)(x)
     if tuple(x.shape[1:3]) != (6, 6):
-        x = layers.Resizing(6, 6, interpolation="area")(x)
+        x = _AdaptiveAveragePooling(6)(x)
     x = layers.Flatten()(x)
     for _ in range(2):
         x = layers.Dropout(0.5)(x)
         x = layers.Dense(4096, activation="relu")(x)
     return x
+
+
+def _AdaptiveAveragePooling(size):
+    """PyTorch's AdaptiveAvgPool2d(size) (bin i spans rows
+    floor(i*H/size) .. ceil((i+1)*H/size)) as a Keras layer."""
+    import keras
+    import tensorflow as tf
+
+    class AdaptiveAveragePooling(keras.layers.Layer):
+        def call(self, x):
+            h, w = int(x.shape[1]), int(x.shape[2])
+            rows = []
+            for i in range(size):
+                r0, r1 = i * h // size, -(-(i + 1) * h // size)
+                cols = [tf.reduce_mean(x[:, r0:r1, j * w // size:
+                                         -(-(j + 1) * w // size), :],
+                                       axis=[1, 2])
+                        for j in range(size)]
+                rows.append(tf.stack(cols, axis=1))
+            return tf.stack(rows, axis=1)
+
+        def compute_output_shape(self, shape):
+            return (shape[0], size, size, shape[3])
+    return AdaptiveAveragePooling()
 
 
 def count_params(model):

@@ -116,10 +116,9 @@ def run_benchmark(args):
     comm, rank_source, device_type, device_name = setup_process(args)
     rank, world_size = comm.rank, comm.world_size
     import keras
-    amp_dtype = None
-    if args.precision in ("amp", "mixed_bfloat16"):
-        keras.mixed_precision.set_global_policy("mixed_bfloat16")
-        amp_dtype = "bfloat16"
+    amp_dtype = "bfloat16" if args.precision != "fp32" else None
+    keras.mixed_precision.set_global_policy("mixed_bfloat16" if amp_dtype
+                                            else "float32")
     image_size = args.image_size or default_image_size(args.model)
     lr = CNN_LR if args.lr is None else args.lr
     keras.utils.set_random_seed(args.seed)
@@ -152,7 +151,8 @@ def run_benchmark(args):
             return step(images, labels)
 
     if rank == 0:
-        _header(args, comm, device_type, image_size, data_what, args.gradient_averaging)
+        _header(args, comm, device_type, image_size, data_what,
+                args.gradient_averaging)
     for _ in range(args.warmup_steps):
         float(run_step())
     comm.barrier()
