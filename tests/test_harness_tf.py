@@ -4,6 +4,7 @@ and real 2-rank Horovod runs under mpirun whose replica check passes with Distri
 the run with Horovod's Keras DistributedOptimizer (which does not average gradients under Keras 3)."""
 from __future__ import annotations
 
+import ast
 import io
 import json
 import os
@@ -47,6 +48,22 @@ def test_model_names_agree_and_files_ship():
             "harness_tensorflow_process.py", "harness_tensorflow_train.py"} == set(names[1:])
     for name in names[1:]:
         assert "``%s``" % name in entry.__doc__, name
+
+
+def test_syntax_floor_python36_and_imports():
+    files = harness_files("tensorflow")
+    proc = subprocess.run([sys.executable, "-c", "import sys, vermin; sys.exit(vermin.main())", "-t=3.6-",
+                           "--no-tips", "--violations", *map(str, files)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    siblings = {p.stem for p in files}
+    for path in files:
+        roots = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                roots.update(a.name.split(".")[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                roots.add(node.module.split(".")[0])
+        assert not roots - set(sys.stdlib_module_names) - {"tensorflow", "keras", "numpy", "horovod"} - siblings
 
 
 def test_every_model_trains_a_step_on_cpu():
