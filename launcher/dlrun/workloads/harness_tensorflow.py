@@ -181,6 +181,12 @@ def build_parser():
                    choices=("auto", "folder", "tfrecord"))
     p.add_argument("--data-workers", type=_non_negative, default=0,
                    help="tf.data map parallelism (0: AUTOTUNE)")
+    p.add_argument("--parameter-servers", type=_non_negative, default=0,
+                   help="N > 0: ParameterServerStrategy with N parameter "
+                        "servers and --ps-workers workers, all started on "
+                        "this machine by this one process")
+    p.add_argument("--ps-workers", type=_positive, default=2,
+                   help="workers with --parameter-servers (default 2)")
     p.add_argument("--timeout-s", type=_positive, default=None,
                    help="accepted for the launcher's sake; Horovod's own "
                         "timeouts apply")
@@ -188,6 +194,9 @@ def build_parser():
 
 
 def main(argv=None):
+    if os.environ.get("DLRUN_HARNESS_PS_SERVER"):  # started by --parameter-servers
+        from harness_tensorflow_ps import serve_forever
+        return serve_forever()
     args = build_parser().parse_args(argv)
     try:
         try:
@@ -210,4 +219,11 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    CODE = main()
+    PS = sys.modules.get("harness_tensorflow_ps")
+    if PS is not None and PS.CLUSTERS_STARTED:
+        # Skip TensorFlow's teardown: it would call the servers just stopped.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(CODE)
+    sys.exit(CODE)

@@ -18,10 +18,10 @@ TFRECORD_PATTERN = "train-*-of-*"
 def synthetic_batch(batch, size, num_classes, seed):
     """(images, labels): one random batch, made once and kept on the device,
     as tf_cnn_benchmarks' synthetic data."""
-    gen = tf.random.Generator.from_seed(seed)
-    images = gen.uniform((batch, size, size, 3), dtype=tf.float32)
-    labels = gen.uniform((batch,), maxval=num_classes, dtype=tf.int32)
-    return tf.identity(images), tf.identity(labels)
+    images = tf.random.stateless_uniform((batch, size, size, 3), (seed, 0))
+    labels = tf.random.stateless_uniform((batch,), (seed, 1),
+                                         maxval=num_classes, dtype=tf.int32)
+    return images, labels
 
 
 def _root(data_dir):

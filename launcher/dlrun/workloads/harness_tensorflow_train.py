@@ -20,6 +20,7 @@ from harness_tensorflow_data import real_dataset, synthetic_batch
 from harness_tensorflow_models import (build_model, count_params,
                                        default_image_size, model_source)
 from harness_tensorflow_process import run_fields, setup_process
+from harness_tensorflow_ps import run_ps
 
 CNN_LR = 0.01
 
@@ -92,7 +93,7 @@ def _optimizer(args, lr, comm):
     return opt
 
 
-def _header(args, comm, device_type, image_size, data_what, averaging):
+def _header(args, comm, device_type, image_size, data_what, variables):
     out("TensorFlow:  %s" % tf.__version__)
     out("Model:       %s" % args.model)
     out("Dataset:     imagenet (%s)" % data_what)
@@ -106,10 +107,12 @@ def _header(args, comm, device_type, image_size, data_what, averaging):
     out("Data format: NHWC")
     out("Precision:   %s" % args.precision)
     out("Optimizer:   sgd")
-    out("Variables:   %s" % ("horovod (%s)" % averaging
-                             if comm.world_size > 1 else "replicated"))
-    out("==========")
-    out("Running warm up")
+    if variables:
+        out("Variables:   %s" % variables)
+        out("==========")
+        out("Running warm up")
+    else:
+        out("==========")
 
 
 def run_benchmark(args):
@@ -122,6 +125,10 @@ def run_benchmark(args):
     image_size = args.image_size or default_image_size(args.model)
     lr = CNN_LR if args.lr is None else args.lr
     keras.utils.set_random_seed(args.seed)
+    base = _base_result(args, image_size, lr, amp_dtype, device_type,
+                        device_name, rank_source)
+    if args.parameter_servers:
+        return _run_parameter_servers(args, comm, image_size, lr, base)
     model = build_model(args.model, image_size)
     params = count_params(model)
     optimizer = _optimizer(args, lr, comm)
@@ -152,7 +159,8 @@ def run_benchmark(args):
 
     if rank == 0:
         _header(args, comm, device_type, image_size, data_what,
-                args.gradient_averaging)
+                "horovod (%s)" % args.gradient_averaging
+                if world_size > 1 else "replicated")
     for _ in range(args.warmup_steps):
         float(run_step())
     comm.barrier()
@@ -203,38 +211,74 @@ def run_benchmark(args):
     gathered = comm.all_gather([per_step * args.steps / wall, wall])
     max_wall = max(g[1] for g in gathered)
     total = world_size * per_step * args.steps / max_wall
-    result = {
-        "metric": "throughput", "value": total, "unit": "images/sec",
-        "formula": "world_size*batch_size_per_rank*timed_steps/wall_time_s",
-        "wall_time_reduction": "max_over_ranks",
+    result = dict(base)
+    result.update({
+        "value": total,
         "per_rank_images_per_sec": [g[0] for g in gathered],
         "per_rank_wall_time_s": [g[1] for g in gathered],
         "wall_time_s": max_wall, "world_size": world_size,
-        "rank_source": rank_source, "num_devices": world_size,
-        "model": args.model, "model_source": model_source(args.model),
-        "params": params, "batch_size_per_rank": args.batch_size,
+        "num_devices": world_size, "params": params,
         "global_batch_size": args.batch_size * world_size,
-        "timed_steps": args.steps, "warmup_steps": args.warmup_steps,
-        "precision": "amp" if amp_dtype else "fp32", "amp_dtype": amp_dtype,
-        "compiled": False,  # tf.function graphs, no XLA
-        "device": device_type, "device_name": device_name,
-        "threads": args.threads or tf.config.threading
-        .get_intra_op_parallelism_threads() or os.cpu_count(),
         "backend": "horovod" if world_size > 1 else "none",
         "gradient_averaging": (args.gradient_averaging if world_size > 1
                                else "none"),
-        "seed": args.seed, "data_workers": args.data_workers,
-        "data": data_what, "final_loss": loss,
-        "image_size": [image_size, image_size], "num_classes": NUM_CLASSES,
-        "channels_last": True, "data_format": "NHWC",
-        "optimizer": "sgd", "lr": lr, "momentum": args.momentum,
-    }
+        "data": data_what, "final_loss": loss})
     result.update(run_fields(device_type, comm))
     if rank == 0:
         out(RULE)
         out("total images/sec: %.2f" % total)
         out(RULE)
         out("DLRUN_RESULT " + json.dumps(result, sort_keys=True))
+    return 0
+
+
+def _base_result(args, image_size, lr, amp_dtype, device_type, device_name,
+                 rank_source):
+    """The result fields every way of training fills the same way."""
+    return {
+        "metric": "throughput", "unit": "images/sec",
+        "formula": "world_size*batch_size_per_rank*timed_steps/wall_time_s",
+        "wall_time_reduction": "max_over_ranks", "rank_source": rank_source,
+        "model": args.model, "model_source": model_source(args.model),
+        "batch_size_per_rank": args.batch_size,
+        "timed_steps": args.steps, "warmup_steps": args.warmup_steps,
+        "precision": "amp" if amp_dtype else "fp32", "amp_dtype": amp_dtype,
+        "compiled": False,  # tf.function graphs, no XLA
+        "device": device_type, "device_name": device_name,
+        "threads": args.threads or tf.config.threading
+        .get_intra_op_parallelism_threads() or os.cpu_count(),
+        "seed": args.seed, "data_workers": args.data_workers,
+        "image_size": [image_size, image_size], "num_classes": NUM_CLASSES,
+        "channels_last": True, "data_format": "NHWC",
+        "optimizer": "sgd", "lr": lr, "momentum": args.momentum,
+    }
+
+
+def _run_parameter_servers(args, comm, image_size, lr, base):
+    """--parameter-servers: one process that starts its own local cluster."""
+    if comm.world_size > 1:
+        raise HarnessError("--parameter-servers starts its own local cluster; "
+                           "valid: one process (no mpirun/srun)")
+    if args.data_dir:
+        raise HarnessError("--parameter-servers trains on synthetic data "
+                           "only; valid: leave out --data-dir")
+
+    def build():
+        model = build_model(args.model, image_size)
+        optimizer = _optimizer(args, lr, comm)
+        optimizer.build(model.trainable_variables)
+        return model, optimizer, count_params(model)
+
+    def batch():
+        return synthetic_batch(args.batch_size, image_size, NUM_CLASSES,
+                               args.seed)
+    _header(args, comm, "cpu", image_size, "synthetic", None)
+    entry = os.path.join(os.path.dirname(os.path.realpath(__file__)),
+                         "harness_tensorflow.py")
+    result = dict(base)
+    result.update(run_ps(args, build, batch, entry))
+    result.update(run_fields("cpu", comm))
+    out("DLRUN_RESULT " + json.dumps(result, sort_keys=True))
     return 0
 
 
