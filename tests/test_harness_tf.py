@@ -190,3 +190,17 @@ def test_keras_distributed_optimizer_does_not_average_and_the_check_fails_the_ru
     assert proc.returncode == 4, proc.stdout + proc.stderr
     assert "DLRUN_RESULT" not in proc.stdout
     assert "dlrun-harness: error: replicas diverged" in proc.stderr
+
+
+@pytest.mark.integration
+def test_parameter_servers_one_ps_two_workers_on_localhost():
+    """TF 2 ParameterServerStrategy: the harness starts 1 parameter server and 2 workers (gRPC, localhost)."""
+    proc = subprocess.run([sys.executable, str(ENTRY), "--model", "trivial", "--batch-size", "4", "--steps", "6",
+                           "--warmup-steps", "2", "--parameter-servers", "1", "--ps-workers", "2"],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    result = _result(proc.stdout)
+    assert result["variable_update"] == "parameter_server" and result["parameter_servers"] == 1
+    assert result["world_size"] == 2 and len(result["cluster"]["worker"]) == 2 and len(result["cluster"]["ps"]) == 1
+    assert result["variable_devices"] and all(d.startswith("/job:ps/") for d in result["variable_devices"])
+    assert np.isfinite(result["final_loss"]) and result["value"] > 0
