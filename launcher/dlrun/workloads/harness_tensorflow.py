@@ -14,8 +14,9 @@ Shipped together in one directory; the entry puts its own directory on
 output; standard library only), ``harness_tensorflow_models.py`` (the
 models), ``harness_tensorflow_data.py`` (synthetic batch, tf.data
 pipelines), ``harness_tensorflow_process.py`` (ranks, Horovod, threads,
-device, versions) and ``harness_tensorflow_train.py`` (the training loop,
-timing, replica check, result).  None imports anything of dlrun.
+device, versions), ``harness_tensorflow_train.py`` (the training loop,
+timing, replica check, result) and ``harness_tensorflow_ps.py`` (parameter
+servers on this machine).  None imports anything of dlrun.
 
 Usage
 -----
@@ -69,6 +70,19 @@ from rank 0 before the first step, then gradients averaged with
 ``horovod.tensorflow.keras.DistributedOptimizer`` instead, which under
 Keras 3 runs but does not average: it exists so that the replica check can
 be shown to catch it.
+
+Parameter servers (``--parameter-servers N``, ``--ps-workers W``, default 2;
+one process, synthetic data): the harness is the chief of a local cluster it
+starts itself - N parameter servers and W workers, each this file re-run as
+a ``tf.distribute.Server`` (gRPC, free 127.0.0.1 ports, TF_CONFIG) - and
+trains with ``tf.distribute.ParameterServerStrategy`` and a
+``ClusterCoordinator``: the variables live on the parameter servers, each
+scheduled step runs on some worker and updates them asynchronously.  Rate
+= batch * timed steps / the coordinator's wall time from the first timed
+schedule to the join; the result has variable_update
+"parameter_server", parameter_servers, cluster, variable_devices,
+world_size W and backend "grpc" (no replica check: one copy of the
+variables).  ``harness_tensorflow_ps.py`` holds it.
 
 Timing as in ``harness_pytorch.py``: warm-up steps excluded, a barrier
 before the timed loop, each timed step waits for its loss; a rank's rate =
