@@ -70,6 +70,9 @@ def make_step(model, optimizer, comm, averaging):
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     hvd = comm.hvd
     variables = model.trainable_variables
+    # Horovod's tape keys gradients by tf.Variable.ref(): give it the
+    # tf.Variables behind Keras 3's variables (the same storage).
+    sources = [tf_variable(v) for v in variables]
 
     @tf.function
     def step(images, labels):
@@ -78,10 +81,23 @@ def make_step(model, optimizer, comm, averaging):
             loss = loss_fn(labels, tf.cast(logits, tf.float32))
         if hvd is not None and averaging == "tape":
             tape = hvd.DistributedGradientTape(tape)
-        grads = tape.gradient(loss, variables)
+        grads = tape.gradient(loss, sources)
         optimizer.apply_gradients(zip(grads, variables))
         return loss
     return step
+
+
+def tf_variable(variable):
+    """The tf.Variable behind a Keras 3 variable (itself for Keras 2)."""
+    inner = getattr(variable, "value", variable)
+    return inner if hasattr(inner, "ref") else variable
+
+
+def optimizer_variables(optimizer):
+    """The optimizer's variables: a list in Keras 3, where Horovod's Keras
+    wrapper turns ``variables`` into a method that fails when called."""
+    found = getattr(optimizer, "_variables", None)
+    return list(found) if found is not None else list(optimizer.variables)
 
 
 def _optimizer(args, lr, comm):
@@ -134,9 +150,10 @@ def run_benchmark(args):
     optimizer = _optimizer(args, lr, comm)
     optimizer.build(model.trainable_variables)
     if comm.hvd is not None:  # every rank starts from rank 0's state
-        comm.hvd.broadcast_variables([v.value for v in model.variables], 0)
-        comm.hvd.broadcast_variables([v.value for v in optimizer.variables],
-                                     0)
+        comm.hvd.broadcast_variables([tf_variable(v)
+                                      for v in model.variables], 0)
+        comm.hvd.broadcast_variables([tf_variable(v) for v in
+                                      optimizer_variables(optimizer)], 0)
     step = make_step(model, optimizer, comm, args.gradient_averaging)
 
     if args.data_dir:
