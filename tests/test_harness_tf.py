@@ -171,6 +171,9 @@ def test_dlrun_run_host_tf_stores_the_pytorch_contract(dlrun_home):
     # The host-tf run hashed the TensorFlow harness files it ran.
     assert sorted(shown["tensorflow"]["provenance"]["harness_files_sha256"]) == sorted(
         p.name for p in harness_files("tensorflow"))
+    # `--data DIR` reaches the TF 2 harness as its real-data directory (on the host: DIR itself).
+    dry = run_cli("run", "trivial", "--image", "host-tf", "--data", str(dlrun_home.parent), "--dry-run")
+    assert dry.returncode == 0 and f"--data-dir {dlrun_home.parent}" in dry.stdout, dry.stdout + dry.stderr
     # Workloads the TF 2 harness has no model for are refused in one line.
     bad = run_cli("plan", "bert_swag", "--image", "host-tf")
     assert bad.returncode == 2 and "no model in dlrun's TensorFlow 2 harness" in bad.stderr

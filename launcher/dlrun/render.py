@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dlrun.errors import UsageError
 from dlrun.job import RankCommand, RenderedJob
-from dlrun.plan import Plan, fabric_for
+from dlrun.plan import DATA_MOUNT, Plan, fabric_for
 from dlrun.registry import LAUNCHERS, RUNTIMES, SCHEDULERS
 from dlrun.shell import Expand, SecretRef
 
@@ -84,8 +84,8 @@ def workload_command(plan: Plan) -> list[str]:
     if plan.image.harness_framework is None:
         return tf_cnn_benchmarks_command(plan)
     argv = harness_command(plan)
-    if plan.image.harness_framework == "tensorflow" and plan.workload.dataset == "imagenet":
-        argv += ["--data-dir", "/data"]  # the bind of `--data DIR` (the host runtime maps it back)
+    if plan.image.harness_framework == "tensorflow" and any(b.target == DATA_MOUNT for b in plan.binds):
+        argv += ["--data-dir", DATA_MOUNT]  # `--data DIR`, bound there (the host runtime maps it back to DIR)
     return argv
 
 
