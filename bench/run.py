@@ -9,6 +9,7 @@
 6 GPU                bench/gpu.sh, on a GPU machine only
 7 compare            dlrun compare and results list with filters over a store of 100,000 results
 8 collectives        dlrun's five collectives vs a bare torch.distributed loop (gloo, 2 ranks), busbw >= 1 MiB
+9 tf                 dlrun run --image host-tf (TensorFlow 2 harness) vs a bare Keras loop (ResNet-50)
 
 Each benchmark writes bench/results/<name>.json; the table goes to stdout and to bench/results/summary.json.
 """
@@ -31,11 +32,12 @@ import efficiency
 import efficiency_bert
 import launcher_cost
 import overhead
+import tf_overhead
 from common import Row, cpu_count, write_result
 
 BENCHMARKS = {"overhead": overhead, "efficiency": efficiency, "efficiency_bert": efficiency_bert,
               "launcher": launcher_cost, "containers": containers, "comm": comm, "compare": compare_store,
-              "collectives": collectives}
+              "collectives": collectives, "tf": tf_overhead}
 
 
 def _versions() -> dict:

@@ -8,7 +8,7 @@ from typing import Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dlrun.catalog import Catalog
-from dlrun.catalog.models import ImageSpec, SchedulerOptions, SystemSpec, WorkloadSpec
+from dlrun.catalog.models import TF2_HARNESS_MODELS, ImageSpec, SchedulerOptions, SystemSpec, WorkloadSpec
 from dlrun.catalog.stack import NcclTests
 from dlrun.errors import UsageError, unknown_name
 from dlrun.fabrics import FabricSettings, check_fabric_name, fabric_settings
@@ -194,13 +194,18 @@ def resolve_plan(
     if sys_.arch not in img.arch:
         raise UsageError(f"image {img.name!r} is built for {', '.join(img.arch)}, "
                          f"but system {sys_.name!r} is {sys_.arch}")
-    if img.framework == "tensorflow" and not work.tf_cnn_model and work.kind != "nccl-tests":
+    tf_cnn = img.framework == "tensorflow" and img.harness_framework is None
+    if tf_cnn and not work.tf_cnn_model and work.kind != "nccl-tests":
         valid = sorted(w.name for w in catalog.workloads.values() if w.tf_cnn_model)
         raise UsageError(f"workload {work.name!r} has no tf_cnn_benchmarks model, which image {img.name!r} "
                          f"(TensorFlow) runs; valid workloads for it: {', '.join(valid)}")
+    if img.harness_framework == "tensorflow" and not (work.trains and work.model in TF2_HARNESS_MODELS):
+        valid = sorted(w.name for w in catalog.workloads.values() if w.trains and w.model in TF2_HARNESS_MODELS)
+        raise UsageError(f"workload {work.name!r} has no model in dlrun's TensorFlow 2 harness, which image "
+                         f"{img.name!r} runs; valid workloads for it: {', '.join(valid)}")
     if img.framework == "tensorflow" and allocator != "auto":
         raise UsageError(f"--allocator {allocator} applies to dlrun's PyTorch harness, but image {img.name!r} runs "
-                         "tf_cnn_benchmarks (TensorFlow); valid for it: auto")
+                         "TensorFlow; valid for it: auto")
     if img.framework not in ("pytorch", "tensorflow"):
         raise UsageError(f"image {img.name!r} has framework {img.framework!r}, which no dlrun workload command "
                          "runs; valid: pytorch, tensorflow")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dlrun.errors import UsageError
 from dlrun.job import RankCommand, RenderedJob
-from dlrun.plan import Plan, fabric_for
+from dlrun.plan import DATA_MOUNT, Plan, fabric_for
 from dlrun.registry import LAUNCHERS, RUNTIMES, SCHEDULERS
 from dlrun.shell import Expand, SecretRef
 from dlrun.tfbench import TF_CNN_BENCHMARKS_DIR, tf_cnn_benchmarks_command, tf_layout, tf_node_launch
@@ -14,7 +14,7 @@ from dlrun.tfbench import TF_CNN_BENCHMARKS_DIR, tf_cnn_benchmarks_command, tf_l
 __all__ = ["TF_CNN_BENCHMARKS_DIR", "render_job", "tf_cnn_benchmarks_command", "workload_command"]
 
 #: The entry file of the in-container harness, per framework (its siblings sit beside it).
-HARNESS = {"pytorch": "harness_pytorch.py"}
+HARNESS = {"pytorch": "harness_pytorch.py", "tensorflow": "harness_tensorflow.py"}
 #: PyTorch's own default collective timeout (gloo; NCCL before 2.2). A run's time limit shortens it, so that
 #: a stopped rank ends the job with the surviving ranks' timeout error; it never lengthens it.
 DEFAULT_COLLECTIVE_TIMEOUT_S = 1800
@@ -38,7 +38,8 @@ def harness_command(plan: Plan) -> list[str]:
         precision = ["--precision", plan.precision]
         data_workers = plan.data_workers
     return [
-        plan.image.python, f"{plan.image.harness_dir}/{HARNESS[work.framework]}", *what,
+        plan.image.python, f"{plan.image.harness_dir}/{HARNESS[plan.image.harness_framework or work.framework]}",
+        *what,
         "--steps", str(plan.steps),
         "--warmup-steps", str(plan.warmup_steps),
         *precision,
@@ -67,9 +68,12 @@ def workload_command(plan: Plan) -> list[str]:
     decides which benchmark code runs the workload."""
     if plan.workload.kind == "nccl-tests":
         return nccl_tests_command(plan)
-    if plan.image.framework == "tensorflow":
+    if plan.image.harness_framework is None:
         return tf_cnn_benchmarks_command(plan)
-    return harness_command(plan)
+    argv = harness_command(plan)
+    if plan.image.harness_framework == "tensorflow" and any(b.target == DATA_MOUNT for b in plan.binds):
+        argv += ["--data-dir", DATA_MOUNT]  # `--data DIR`, bound there (the host runtime maps it back to DIR)
+    return argv
 
 
 def rank_environment(plan: Plan) -> dict[str, str]:
@@ -106,7 +110,7 @@ def render_job(plan: Plan) -> RenderedJob:
     rank = launcher.prepare(plan, rank)
     if not scheduler.runs_image:  # a Kubernetes pod is the container; no runtime wraps the command
         rank = runtime.wrap(plan, rank)
-    if plan.image.framework == "tensorflow" and tf_layout(plan) != "per-rank":
+    if plan.image.harness_framework is None and tf_layout(plan) != "per-rank":
         launch = tf_node_launch(plan, rank, scheduler)  # one process per node (dlrun.tfbench)
     else:
         launch = launcher.wrap(plan, rank, scheduler)

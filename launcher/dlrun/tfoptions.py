@@ -98,10 +98,11 @@ def resolve_tf_options(image: Any, *, nodes: int, world: int, device: str, varia
     given = [name for name, value in (("--variable-update", variable_update), ("--all-reduce-spec", all_reduce_spec),
                                       ("--ps", ps), ("--data-format", data_format),
                                       ("--benchmark-arg", benchmark_args)) if value]
-    if image.framework != "tensorflow":
+    harness = getattr(image, "harness_framework", image.framework)
+    if image.framework != "tensorflow" or harness is not None:
         if given:
             raise UsageError(f"{given[0]} is a tf_cnn_benchmarks option, but image {image.name!r} runs dlrun's "
-                             f"{image.framework} harness; valid: an image that runs TensorFlow (e.g. --image "
+                             f"{harness or image.framework} harness; valid: an image that runs TensorFlow (e.g. --image "
                              "tf1.14-nccl), or leave it out")
         return {}
     no_horovod = horovod_absent(image)

@@ -250,7 +250,7 @@ def _image_problem(name: str, system: SystemSpec, workload: WorkloadSpec | None,
         return None
     if system.arch not in image.arch:
         return f"image {name!r} is built for {', '.join(image.arch)}, not {system.arch} (system {system.name!r})"
-    if image.framework == "tensorflow" and workload is not None and not workload.tf_cnn_model:
+    if image.harness_framework is None and workload is not None and not workload.tf_cnn_model:
         return f"image {name!r} runs tf_cnn_benchmarks, which has no model for workload {workload.name!r}"
     return None
 

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ValidationError
 
 from dlrun.catalog.experiment_checks import experiment_problems
 from dlrun.catalog.experiments import ExperimentSpec
-from dlrun.catalog.localhost import host_image, localhost_system
+from dlrun.catalog.localhost import host_image, host_tf_image, localhost_system
 from dlrun.catalog.models import ImageSpec, SystemSpec, WorkloadSpec
 from dlrun.catalog.stack import PinnedImageSpec
 from dlrun.errors import DlrunError, unknown_name
@@ -221,9 +221,9 @@ def load_experiments(catalog: Catalog, files: list[Path]) -> dict[str, Experimen
 
 
 def load_catalog(host: HostFacts | None = None) -> Catalog:
-    """Every catalog entry on the search path; with `host`, also system `localhost` and image `host` made
-    from those facts (a file may override either by name)."""
-    images = {"host": host_image(host)} if host else {}
+    """Every catalog entry on the search path; with `host`, also system `localhost` and images `host` and
+    `host-tf` made from those facts (a file may override any of them by name)."""
+    images = {"host": host_image(host), "host-tf": host_tf_image(host)} if host else {}
     images.update(_collect_images(_files("images")))
     systems = {"localhost": localhost_system(host)} if host else {}
     systems.update(_collect(SystemSpec, _files("systems")))

@@ -1,4 +1,5 @@
-"""The built-ins made from a probed host rather than written in YAML: system `localhost` and image `host`.
+"""The built-ins made from a probed host rather than written in YAML: system `localhost` and images `host`
+(PyTorch) and `host-tf` (TensorFlow 2).
 Pure functions of `HostFacts` (dlrun.probe.host), so tests can describe any machine."""
 from __future__ import annotations
 
@@ -61,6 +62,21 @@ def host_image(facts: HostFacts) -> ImageSpec:
         kind="host",
         arch=[_arch(facts)],  # type: ignore[list-item]
         framework="pytorch",
+        python=facts.python,
+        harness_dir=str(HARNESS_DIR),
+    )
+
+
+def host_tf_image(facts: HostFacts) -> ImageSpec:
+    """No container, TensorFlow 2: dlrun's TensorFlow harness with this Python (needs the `tf` extra)."""
+    return ImageSpec(
+        name="host-tf",
+        description="No container: the local Python interpreter and its installed TensorFlow 2 (Keras 3), "
+                    "dlrun's TensorFlow harness",
+        kind="host",
+        arch=[_arch(facts)],  # type: ignore[list-item]
+        framework="tensorflow",
+        runs="dlrun-harness",
         python=facts.python,
         harness_dir=str(HARNESS_DIR),
     )

@@ -265,6 +265,11 @@ class SystemSpec(Strict):
         return value
 
 
+#: The models of dlrun's TensorFlow 2 harness (harness_tensorflow.py's MODEL_NAMES; a test keeps them equal).
+TF2_HARNESS_MODELS = ("alexnet", "inception3", "lenet", "resnet101", "resnet101_v1.5", "resnet152", "resnet152_v1.5",
+                      "resnet18", "resnet34", "resnet50", "resnet50_v1.5", "trivial", "vgg16")
+
+
 class ImageSpec(Strict):
     """What the launcher needs of an image. The full pinned stack lives in containers/<tag>/image.yaml
     (dlrun.catalog.stack.PinnedImageSpec, a subclass)."""
@@ -275,6 +280,9 @@ class ImageSpec(Strict):
     arch: list[Arch] = ["x86_64"]
     framework: str = "pytorch"
     framework_version: str | None = None
+    # The benchmark code its training workloads run: dlrun's harness for the framework, or tf_cnn_benchmarks.
+    # Default: dlrun's harness for pytorch, tf_cnn_benchmarks for tensorflow (the TF 1.x images).
+    runs: Literal["dlrun-harness", "tf_cnn_benchmarks"] | None = None
     # Interpreter and harness location inside the image; for `host` they are resolved on this machine.
     python: str = "python3"
     harness_dir: str = "/opt/dlrun"
@@ -288,3 +296,10 @@ class ImageSpec(Strict):
     sif: str | None = None          # Singularity/Apptainer image file
     squashfs: str | None = None     # enroot's squashfs file, when the lock records one (pyxis runs it)
     sources: list[Source] = []
+
+    @property
+    def harness_framework(self) -> str | None:
+        """The framework of the dlrun harness this image runs (`harness_<framework>.py`), or None where it runs
+        tf_cnn_benchmarks."""
+        runs = self.runs or ("tf_cnn_benchmarks" if self.framework == "tensorflow" else "dlrun-harness")
+        return None if runs == "tf_cnn_benchmarks" else self.framework

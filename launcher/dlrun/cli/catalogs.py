@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from dlrun.catalog.models import TF2_HARNESS_MODELS, WorkloadSpec
 from dlrun.cli.options import JsonOpt, load_catalog
 from dlrun.cli.output import fields_table, handle_errors, print_json, table
 
@@ -22,8 +23,14 @@ def workloads_list(as_json: JsonOpt = False) -> None:
         print_json([w.model_dump(mode="json") for w in workloads.values()])
         return
     table("workloads", ["name", "model", "framework", "batch", "description"],
-          [[w.name, w.label, w.framework, w.default_batch_size if w.trains else "-", w.description]
+          [[w.name, w.label, _frameworks(w), w.default_batch_size if w.trains else "-", w.description]
            for w in workloads.values()])
+
+
+def _frameworks(workload: WorkloadSpec) -> str:
+    """The workload's framework, plus TensorFlow 2 where dlrun's TF harness has its model (image host-tf)."""
+    return workload.framework + (", tensorflow 2" if workload.trains and workload.model in TF2_HARNESS_MODELS
+                                 else "")
 
 
 @workloads_app.command("show")
@@ -54,7 +61,7 @@ def workloads_show(name: Annotated[str, typer.Argument(help="Workload name.")], 
              else f"{facts.get('seq_length')} tokens" + (f", {facts['sequences_per_instance']} sequences per instance"
                                                           if facts.get("sequences_per_instance", 1) > 1 else ""))
     rows = [["name", workload.name], ["description", workload.description], ["model", workload.model],
-            ["framework", workload.framework], ["default batch / steps / warm-up",
+            ["framework", _frameworks(workload)], ["default batch / steps / warm-up",
              f"{workload.default_batch_size} / {workload.default_steps} / {workload.default_warmup_steps}"],
             ["parameters", f"{facts['params'] / 1e6:.2f} M"],
             [f"forward multiply-adds / {per}", f"{facts['forward_macs'] / 1e9:.3f} G"],

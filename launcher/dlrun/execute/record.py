@@ -56,7 +56,8 @@ def _git_commit() -> str | None:
 def provenance(plan: Plan) -> dict[str, Any]:
     # A container's harness files are hashed when its image is built (the image lock); the host runs them
     # from this machine, so they are hashed here.
-    digest, per_file = (harness_hashes(Path(plan.image.harness_dir), plan.workload.framework)
+    framework = plan.image.harness_framework or plan.workload.framework
+    digest, per_file = (harness_hashes(Path(plan.image.harness_dir), framework)
                         if plan.image.kind == "host" else (None, None))
     return {
         "dlrun_git_commit": _git_commit(),

@@ -54,7 +54,9 @@ def planned_key(plan: Plan) -> Key:
               "system": plan.system.name, "fabric": plan.fabric, "nodes": plan.nodes, "world_size": plan.world_size,
               "batch_size": plan.batch_size if plan.workload.trains else None, "precision": plan.precision,
               "origin": "local", "plan": plan.summary(),
-              "provenance": {"harness_sha256": _harness_digest(plan.image.harness_dir, plan.workload.framework)
+              "provenance": {"harness_sha256": _harness_digest(plan.image.harness_dir,
+                                                                    plan.image.harness_framework
+                                                                    or plan.workload.framework)
                              if host else None}}
     return key_from_run(record, [])
 

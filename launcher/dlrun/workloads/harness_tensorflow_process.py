@@ -1,0 +1,162 @@
+"""dlrun TensorFlow 2 harness: the process - its rank and world size from the
+launcher's environment, Horovod, threads, device, and the result fields that
+say what it ran on.  Standard library + TensorFlow (+ Horovod with more than
+one process); runs on Python >= 3.6.
+"""
+
+import os
+import platform
+
+import tensorflow as tf
+
+from harness_tensorflow_common import (EXIT_WORLD_SIZE, HARNESS_VERSION,
+                                       HarnessError)
+
+# (source, rank variable, size variable), first match wins.
+_RANK_SOURCES = (
+    ("openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+    ("horovod", "HOROVOD_RANK", "HOROVOD_SIZE"),
+    ("pmix", "PMIX_RANK", "SLURM_NTASKS"),
+    ("slurm", "SLURM_PROCID", "SLURM_NTASKS"),
+)
+
+
+def detect_rank_env(environ=None):
+    """(rank, world_size, source) from the launcher's environment: Open MPI,
+    horovodrun (gloo), PMIx, Slurm, else one process."""
+    env = os.environ if environ is None else environ
+    for source, rank_key, size_key in _RANK_SOURCES:
+        if rank_key in env and size_key in env:
+            try:
+                rank, size = int(env[rank_key]), int(env[size_key])
+            except ValueError:
+                raise HarnessError("bad %s=%r / %s=%r in the environment"
+                                   % (rank_key, env[rank_key], size_key,
+                                      env[size_key]))
+            if size < 1 or rank < 0 or rank >= size:
+                raise HarnessError("inconsistent rank %d / world size %d (%s)"
+                                   % (rank, size, source))
+            return rank, size, source
+    return 0, 1, "single"
+
+
+class Comm(object):
+    """The collectives the harness needs: Horovod's with several processes,
+    trivial ones for one."""
+
+    def __init__(self, hvd):
+        self.hvd = hvd
+        self.rank = hvd.rank() if hvd else 0
+        self.world_size = hvd.size() if hvd else 1
+        self.local_rank = hvd.local_rank() if hvd else 0
+
+    def all_gather(self, values):
+        """Every rank's list of floats, in rank order."""
+        row = tf.constant([[float(v) for v in values]], dtype=tf.float64)
+        if self.hvd is None:
+            return row.numpy().tolist()
+        return self.hvd.allgather(row).numpy().tolist()
+
+    def barrier(self):
+        if self.hvd is not None:
+            self.hvd.allreduce(tf.constant(0.0), op=self.hvd.Sum).numpy()
+
+
+def setup_process(args):
+    """Check the world size, start Horovod where there are several
+    processes, settle threads and the device.  Returns (comm, rank_source,
+    device_type, device_name)."""
+    rank, world_size, source = detect_rank_env()
+    if (args.expected_world_size is not None
+            and args.expected_world_size != world_size):
+        raise HarnessError(
+            "expected world size %d but found %d (rank %d, rank source: "
+            "%s); check the launcher's process count"
+            % (args.expected_world_size, world_size, rank, source),
+            EXIT_WORLD_SIZE)
+    if args.threads:
+        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+    if args.inter_threads:
+        tf.config.threading.set_inter_op_parallelism_threads(
+            args.inter_threads)
+    hvd = None
+    if world_size > 1:
+        try:
+            import horovod.tensorflow as hvd
+        except ImportError as exc:
+            raise HarnessError("%d processes need Horovod with TensorFlow "
+                               "support (import horovod.tensorflow failed: "
+                               "%s); valid: one process, or install horovod "
+                               "built with HOROVOD_WITH_TENSORFLOW=1"
+                               % (world_size, exc))
+        hvd.init()
+        if hvd.size() != world_size:
+            raise HarnessError("Horovod sees %d processes, the launcher %d "
+                               "(%s)" % (hvd.size(), world_size, source),
+                               EXIT_WORLD_SIZE)
+    comm = Comm(hvd)
+    gpus = tf.config.list_physical_devices("GPU")
+    if args.device == "cuda" and not gpus:
+        raise HarnessError("--device cuda: TensorFlow sees no GPU (this "
+                           "TensorFlow %s); valid: --device cpu"
+                           % tf.__version__)
+    if args.device == "cpu" or not gpus:
+        if gpus:
+            tf.config.set_visible_devices([], "GPU")
+        return comm, source, "cpu", _cpu_name()
+    gpu = gpus[comm.local_rank % len(gpus)]
+    tf.config.set_visible_devices([gpu], "GPU")
+    tf.config.experimental.set_memory_growth(gpu, True)
+    details = tf.config.experimental.get_device_details(gpu)
+    return comm, source, "cuda", details.get("device_name", gpu.name)
+
+
+def _cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except (IOError, OSError):
+        pass
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def run_fields(device_type, comm):
+    """Result fields every run shares: versions, allocator, status."""
+    build = tf.sysconfig.get_build_info()
+    fields = {
+        "allocator": "system",  # TensorFlow's own CPU allocator
+        "allocator_library": None,
+        "harness_version": HARNESS_VERSION,
+        "status": "ok",
+        "framework": "tensorflow",
+        "framework_version": str(tf.__version__),
+        "python_version": platform.python_version(),
+        "keras_version": _keras_version(),
+        # TensorFlow >= 2.9 uses oneDNN on x86 Linux unless told not to.
+        "mkldnn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1") != "0",
+    }
+    if build.get("cuda_version"):
+        fields["cuda_version"] = str(build["cuda_version"])
+    if device_type == "cuda" and build.get("cudnn_version"):
+        fields["cudnn_version"] = str(build["cudnn_version"])
+    if comm.hvd is not None:
+        fields["horovod_version"] = _horovod_version()
+    return fields
+
+
+def _keras_version():
+    try:
+        import keras
+        return str(keras.__version__)
+    except ImportError:
+        return None
+
+
+def _horovod_version():
+    try:
+        import horovod
+        return str(horovod.__version__)
+    except (ImportError, AttributeError):
+        return None

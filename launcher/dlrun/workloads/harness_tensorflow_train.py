@@ -1,0 +1,311 @@
+"""dlrun TensorFlow 2 harness: the training benchmark - the custom training
+loop (tf.function + GradientTape; Horovod's DistributedGradientTape with
+several processes), its step rows and the replica check.  Standard library +
+TensorFlow; runs on Python >= 3.6.  What it measures is described in
+``harness_tensorflow.py``'s notes.
+"""
+
+import json
+import math
+import os
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from harness_tensorflow_common import (EXIT_DIVERGED, EXIT_NONFINITE,
+                                       NUM_CLASSES, PERTURB_ENV,
+                                       REPLICA_RTOL, RULE, HarnessError, out)
+from harness_tensorflow_data import real_dataset, synthetic_batch
+from harness_tensorflow_models import (build_model, count_params,
+                                       default_image_size, model_source)
+from harness_tensorflow_process import run_fields, setup_process
+from harness_tensorflow_ps import run_ps
+
+CNN_LR = 0.01
+
+
+def perf_stats(batch, step_times):
+    """tf_cnn_benchmarks statistics: (mean rate, standard error, jitter)."""
+    times = [t for t in step_times if t > 0]
+    if not times:
+        return 0.0, 0.0, 0.0
+    speeds = [batch / t for t in times]
+    n = len(speeds)
+    mean = batch * n / sum(times)
+    avg = sum(speeds) / n
+    std = math.sqrt(sum((s - avg) ** 2 for s in speeds) / n)
+    med = float(np.median(speeds))
+    jitter = 1.4826 * float(np.median([abs(s - med) for s in speeds]))
+    return mean, std / math.sqrt(n), jitter
+
+
+def param_checksum(variables):
+    """(sum, sum of absolute values) of the variables, in float64."""
+    total = total_abs = 0.0
+    for v in variables:
+        d = np.asarray(v.numpy(), dtype=np.float64)
+        total += float(d.sum())
+        total_abs += float(np.abs(d).sum())
+    return [total, total_abs]
+
+
+def replicas_agree(rows, rtol=REPLICA_RTOL):
+    """Whether every rank's checksum row equals every other's, to ``rtol``
+    of the absolute-value sum."""
+    cmax = [max(col) for col in zip(*rows)]
+    cmin = [min(col) for col in zip(*rows)]
+    scale = max(abs(cmax[1]), abs(cmin[1]), 1e-30)
+    return all(abs(a - b) <= rtol * scale for a, b in zip(cmax, cmin)), \
+        cmax, cmin
+
+
+def make_step(model, optimizer, comm, averaging):
+    """The compiled training step.  ``averaging`` "tape" averages gradients
+    with hvd.DistributedGradientTape; "keras-optimizer" wraps the optimizer
+    in horovod.tensorflow.keras.DistributedOptimizer instead (the path that
+    does not average under Keras 3: kept so that tests can prove the replica
+    check catches it)."""
+    import keras
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    hvd = comm.hvd
+    variables = model.trainable_variables
+    # Horovod's tape keys gradients by tf.Variable.ref(): give it the
+    # tf.Variables behind Keras 3's variables (the same storage).
+    sources = [tf_variable(v) for v in variables]
+
+    @tf.function
+    def step(images, labels):
+        with tf.GradientTape() as tape:
+            logits = model(images, training=True)
+            loss = loss_fn(labels, tf.cast(logits, tf.float32))
+        if hvd is not None and averaging == "tape":
+            tape = hvd.DistributedGradientTape(tape)
+        grads = tape.gradient(loss, sources)
+        optimizer.apply_gradients(zip(grads, variables))
+        return loss
+    return step
+
+
+def tf_variable(variable):
+    """The tf.Variable behind a Keras 3 variable (itself for Keras 2)."""
+    inner = getattr(variable, "value", variable)
+    return inner if hasattr(inner, "ref") else variable
+
+
+def optimizer_variables(optimizer):
+    """The optimizer's variables: a list in Keras 3, where Horovod's Keras
+    wrapper turns ``variables`` into a method that fails when called."""
+    found = getattr(optimizer, "_variables", None)
+    return list(found) if found is not None else list(optimizer.variables)
+
+
+def _optimizer(args, lr, comm):
+    import keras
+    opt = keras.optimizers.SGD(learning_rate=lr, momentum=args.momentum)
+    if comm.hvd is not None and args.gradient_averaging == "keras-optimizer":
+        import horovod.tensorflow.keras as hvd_keras
+        opt = hvd_keras.DistributedOptimizer(opt)
+    return opt
+
+
+def _header(args, comm, device_type, image_size, data_what, variables):
+    out("TensorFlow:  %s" % tf.__version__)
+    out("Model:       %s" % args.model)
+    out("Dataset:     imagenet (%s)" % data_what)
+    out("Mode:        training")
+    out("Batch size:  %d global" % (args.batch_size * comm.world_size))
+    out("             %d per device" % args.batch_size)
+    out("Image size:  %dx%d" % (image_size, image_size))
+    out("Num batches: %d" % args.steps)
+    kind = "gpu" if device_type == "cuda" else "cpu"
+    out("Devices:     %s" % (["/%s:0" % kind] * comm.world_size))
+    out("Data format: NHWC")
+    out("Precision:   %s" % args.precision)
+    out("Optimizer:   sgd")
+    if variables:
+        out("Variables:   %s" % variables)
+        out("==========")
+        out("Running warm up")
+    else:
+        out("==========")
+
+
+def run_benchmark(args):
+    comm, rank_source, device_type, device_name = setup_process(args)
+    rank, world_size = comm.rank, comm.world_size
+    import keras
+    amp_dtype = "bfloat16" if args.precision != "fp32" else None
+    keras.mixed_precision.set_global_policy("mixed_bfloat16" if amp_dtype
+                                            else "float32")
+    image_size = args.image_size or default_image_size(args.model)
+    lr = CNN_LR if args.lr is None else args.lr
+    keras.utils.set_random_seed(args.seed)
+    base = _base_result(args, image_size, lr, amp_dtype, device_type,
+                        device_name, rank_source)
+    if args.parameter_servers:
+        return _run_parameter_servers(args, comm, image_size, lr, base)
+    model = build_model(args.model, image_size)
+    params = count_params(model)
+    optimizer = _optimizer(args, lr, comm)
+    optimizer.build(model.trainable_variables)
+    if comm.hvd is not None:  # every rank starts from rank 0's state
+        comm.hvd.broadcast_variables([tf_variable(v)
+                                      for v in model.variables], 0)
+        comm.hvd.broadcast_variables([tf_variable(v) for v in
+                                      optimizer_variables(optimizer)], 0)
+    step = make_step(model, optimizer, comm, args.gradient_averaging)
+
+    if args.data_dir:
+        dataset, data_what = real_dataset(
+            args.data_dir, args.data_format, args.batch_size, image_size,
+            NUM_CLASSES, rank, world_size, args.data_workers,
+            args.seed + rank)
+        batches = iter(dataset)
+
+        def run_step():
+            images, labels = next(batches)
+            return step(images, labels)
+    else:
+        images, labels = synthetic_batch(args.batch_size, image_size,
+                                         NUM_CLASSES, args.seed + rank)
+        data_what = "synthetic"
+
+        def run_step():
+            return step(images, labels)
+
+    if rank == 0:
+        _header(args, comm, device_type, image_size, data_what,
+                "horovod (%s)" % args.gradient_averaging
+                if world_size > 1 else "replicated")
+    for _ in range(args.warmup_steps):
+        float(run_step())
+    comm.barrier()
+    if rank == 0:
+        out("Done warm up")
+        out("Step\tImg/sec\ttotal_loss")
+
+    per_step = args.batch_size
+    step_times = []
+    loss = None
+    start = last = time.perf_counter()
+    for i in range(args.steps):
+        loss = float(run_step())  # waits for the step: per-step times real
+        now = time.perf_counter()
+        step_times.append(now - last)
+        n = i + 1
+        if n == 1 or n % args.display_every == 0:
+            if rank == 0:
+                rate, err, jitter = perf_stats(world_size * per_step,
+                                               step_times)
+                out("%d\timages/sec: %.1f +/- %.1f (jitter = %.1f)\t%.3f"
+                    % (n, rate, err, jitter, loss))
+            if world_size == 1 and not _finite(loss):
+                raise HarnessError("loss is not finite (%r) at step %d"
+                                   % (loss, n), EXIT_NONFINITE)
+            last = time.perf_counter()
+        else:
+            last = now
+    wall = time.perf_counter() - start
+
+    bad = max(row[0] for row in comm.all_gather([0.0 if _finite(loss)
+                                                 else 1.0]))
+    if bad:
+        raise HarnessError("loss is not finite (rank 0: %r) after %d steps"
+                           % (loss, args.steps), EXIT_NONFINITE)
+    if world_size > 1:
+        _maybe_perturb(model, rank)
+        rows = comm.all_gather(param_checksum(model.trainable_variables))
+        agree, cmax, cmin = replicas_agree(rows)
+        if not agree:
+            raise HarnessError(
+                "replicas diverged: parameter checksums (sum, abs sum) differ "
+                "across %d ranks: max %r, min %r (relative tolerance %g; "
+                "gradient averaging: %s)" % (world_size, cmax, cmin,
+                                             REPLICA_RTOL,
+                                             args.gradient_averaging),
+                EXIT_DIVERGED)
+    gathered = comm.all_gather([per_step * args.steps / wall, wall])
+    max_wall = max(g[1] for g in gathered)
+    total = world_size * per_step * args.steps / max_wall
+    result = dict(base)
+    result.update({
+        "value": total,
+        "per_rank_images_per_sec": [g[0] for g in gathered],
+        "per_rank_wall_time_s": [g[1] for g in gathered],
+        "wall_time_s": max_wall, "world_size": world_size,
+        "num_devices": world_size, "params": params,
+        "global_batch_size": args.batch_size * world_size,
+        "backend": "horovod" if world_size > 1 else "none",
+        "gradient_averaging": (args.gradient_averaging if world_size > 1
+                               else "none"),
+        "data": data_what, "final_loss": loss})
+    result.update(run_fields(device_type, comm))
+    if rank == 0:
+        out(RULE)
+        out("total images/sec: %.2f" % total)
+        out(RULE)
+        out("DLRUN_RESULT " + json.dumps(result, sort_keys=True))
+    return 0
+
+
+def _base_result(args, image_size, lr, amp_dtype, device_type, device_name,
+                 rank_source):
+    """The result fields every way of training fills the same way."""
+    return {
+        "metric": "throughput", "unit": "images/sec",
+        "formula": "world_size*batch_size_per_rank*timed_steps/wall_time_s",
+        "wall_time_reduction": "max_over_ranks", "rank_source": rank_source,
+        "model": args.model, "model_source": model_source(args.model),
+        "batch_size_per_rank": args.batch_size,
+        "timed_steps": args.steps, "warmup_steps": args.warmup_steps,
+        "precision": "amp" if amp_dtype else "fp32", "amp_dtype": amp_dtype,
+        "compiled": False,  # tf.function graphs, no XLA
+        "device": device_type, "device_name": device_name,
+        "threads": args.threads or tf.config.threading
+        .get_intra_op_parallelism_threads() or os.cpu_count(),
+        "seed": args.seed, "data_workers": args.data_workers,
+        "image_size": [image_size, image_size], "num_classes": NUM_CLASSES,
+        "channels_last": True, "data_format": "NHWC",
+        "optimizer": "sgd", "lr": lr, "momentum": args.momentum,
+    }
+
+
+def _run_parameter_servers(args, comm, image_size, lr, base):
+    """--parameter-servers: one process that starts its own local cluster."""
+    if comm.world_size > 1:
+        raise HarnessError("--parameter-servers starts its own local cluster; "
+                           "valid: one process (no mpirun/srun)")
+    if args.data_dir:
+        raise HarnessError("--parameter-servers trains on synthetic data "
+                           "only; valid: leave out --data-dir")
+
+    def build():
+        model = build_model(args.model, image_size)
+        optimizer = _optimizer(args, lr, comm)
+        optimizer.build(model.trainable_variables)
+        return model, optimizer, count_params(model)
+
+    def batch():
+        return synthetic_batch(args.batch_size, image_size, NUM_CLASSES,
+                               args.seed)
+    _header(args, comm, "cpu", image_size, "synthetic", None)
+    entry = os.path.join(os.path.dirname(os.path.realpath(__file__)),
+                         "harness_tensorflow.py")
+    result = dict(base)
+    result.update(run_ps(args, build, batch, entry))
+    result.update(run_fields("cpu", comm))
+    out("DLRUN_RESULT " + json.dumps(result, sort_keys=True))
+    return 0
+
+
+def _maybe_perturb(model, rank):
+    """The documented test hook (see the entry file's notes)."""
+    value = os.environ.get(PERTURB_ENV)
+    if value is not None and value.strip() == str(rank):
+        first = model.trainable_variables[0]
+        first.assign(first + tf.ones_like(first))
+
+
+def _finite(value):
+    return not (math.isnan(value) or math.isinf(value))
