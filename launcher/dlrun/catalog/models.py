@@ -220,6 +220,8 @@ class SystemSpec(Strict):
     launcher: str = "mpirun"
     runtime: str = "host"
     default_image: str = "host"
+    # How the PyTorch harness distributes training unless --dist says: DistributedDataParallel or Horovod.
+    dist: Literal["ddp", "horovod"] = "ddp"
     # Per-rank (per-GPU) batch sizes by workload name, as the source used them.
     batch_sizes: dict[str, int] = {}
     # Per-rank batch for workloads not in batch_sizes; None falls back to the workload's default.
@@ -270,4 +272,10 @@ class ImageSpec(Strict):
     rootfs: str | None = None       # unpacked root filesystem (charliecloud)
     sif: str | None = None          # Singularity/Apptainer image file
     squashfs: str | None = None     # enroot's squashfs file, when the lock records one (pyxis runs it)
+    # Horovod for PyTorch in the image (`--dist horovod`); pinned images say it in their `horovod:` entry.
+    horovod_version: str | None = None
     sources: list[Source] = []
+
+    def horovod_release(self) -> str | None:
+        """The image's Horovod version; None when it has none."""
+        return self.horovod_version
