@@ -170,7 +170,8 @@ def test_horovodrun_exact():
     assert line == (
         "horovodrun -np 4 -H \"${DLRUN_HOSTS}\" --mpi --mpi-args '--bind-to none --map-by slot -mca pml ob1 "
         "-mca btl ^openib -mca btl_tcp_if_include eth0' --output-filename \"${DLRUN_RUN_DIR}/logs\" "
-        f"--network-interface eth0 {AFFINITY} {HARNESS}")
+        f"--network-interface eth0 {AFFINITY} "
+        + HARNESS.replace("--expected-world-size 4", "--expected-world-size 4 --dist horovod"))
 
 
 def test_launcher_scheduler_mismatches_are_usage_errors():
