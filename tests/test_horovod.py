@@ -60,12 +60,16 @@ def test_prace_trains_with_horovod_by_default_golden(fixed_home):
     assert _prace_plan(launcher="horovodrun").dist == "horovod"
 
 
+def _plan_json(*args: str) -> dict:
+    return json.loads(run_cli("plan", *args, check=True).stdout)
+
+
 def test_dist_in_plan_json_and_defaults(dlrun_home):
-    assert cli_json("plan", "trivial", "--ranks-per-node", "2")["dist"] == "ddp"
-    assert cli_json("plan", "trivial", "--image", "pytorch1.0-horovod", "--dist", "horovod")["dist"] == "horovod"
-    assert cli_json("plan", "resnet50", "--system", "prace-1080ti")["dist"] == "horovod"
-    assert cli_json("plan", "allreduce", "--system", "prace-1080ti")["dist"] == "ddp"  # the default trains only
-    assert cli_json("plan", "resnet50", "--image", "tf1.14-nccl", "--system", "txgaia")["dist"] is None
+    assert _plan_json("trivial", "--ranks-per-node", "2")["dist"] == "ddp"
+    assert _plan_json("trivial", "--image", "pytorch1.0-horovod", "--dist", "horovod")["dist"] == "horovod"
+    assert _plan_json("resnet50", "--system", "prace-1080ti")["dist"] == "horovod"
+    assert _plan_json("allreduce", "--system", "prace-1080ti", "--nodes", "2")["dist"] == "ddp"  # trains only
+    assert _plan_json("resnet50", "--image", "tf1.14-nccl", "--system", "txgaia")["dist"] is None
 
 
 BAD = [
