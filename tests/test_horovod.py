@@ -110,13 +110,17 @@ def test_two_rank_horovod_runs_match_the_ddp_contract(dlrun_home):
     """One DDP run and two Horovod runs (mpirun, horovodrun) of the trivial model on the host's Python (which
     has Horovod: make horovod): each is stored, and the results carry the same fields."""
     assert probe_host().horovod, "Horovod is not installed in this Python; run `make horovod`"
+    path = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}  # horovodrun
     for extra in ([], ["--dist", "horovod"], ["--launcher", "horovodrun"]):
-        proc = run_cli("run", "trivial", *TINY, *extra)
+        proc = run_cli("run", "trivial", *TINY, *extra, env=path)
         assert proc.returncode == 0, f"{extra}: {proc.stdout[-3000:]}{proc.stderr[-3000:]}"
         assert "total images/sec:" in proc.stdout
     runs = {run["launcher"] + "/" + str(i): run for i, run in enumerate(reversed(cli_json("results", "list")))}
     assert [key.split("/")[0] for key in runs] == ["mpirun", "mpirun", "horovodrun"]
     ddp, hvd_mpirun, hvd_horovodrun = (_stored_result(run["id"]) for run in runs.values())
+    keys = [cli_json("results", "show", run["id"])["key"] for run in runs.values()]
+    assert keys[0]["framework"] == "pytorch" and keys[1]["framework"] == keys[2]["framework"] == "pytorch/horovod"
+    assert keys[1]["framework_version"].endswith("+horovod" + probe_host().horovod)
     assert ddp["dist"] == "ddp" and ddp["horovod_version"] is None and ddp["rank_source"] == "openmpi"
     for result in (hvd_mpirun, hvd_horovodrun):
         assert result["dist"] == "horovod" and result["horovod_version"] == probe_host().horovod
