@@ -71,7 +71,7 @@ fi
 
 "$PY" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "$DIR"/horovod-*.whl
 # Horovod's own run-time dependencies (horovodrun), with torch held where PIP_CONSTRAINT pins it.
-"$PY" -m pip install -q --disable-pip-version-check cloudpickle psutil pyyaml packaging
+"$PY" -m pip install -q --disable-pip-version-check cloudpickle psutil pyyaml packaging cffi
 touch "$("$PY" -c 'import sys; print(sys.prefix)')/.horovod-$KEY"
 "$PY" -c "$want"
 echo "horovod $VERSION installed ($KEY)"

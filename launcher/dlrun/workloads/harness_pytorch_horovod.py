@@ -149,6 +149,12 @@ class HorovodComm(object):
         wrapped to average gradients, its state broadcast; a gradient scaler
         made to average before it unscales."""
         hvd = self.hvd
+        contiguous = getattr(torch, "contiguous_format", None)
+        if contiguous is not None:
+            # Horovod's collectives take contiguous tensors only: the
+            # parameters (so their gradients) go back to the default layout;
+            # inputs and activations stay channels-last where it is chosen.
+            model.to(memory_format=contiguous)
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         if os.environ.get(NO_WRAP_ENV) != "1":
             named = [(n, p) for n, p in model.named_parameters()
