@@ -18,25 +18,32 @@ PY=${1:-.venv/bin/python}
 VERSION=${HOROVOD_VERSION:-0.28.1}
 CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/dlrun/wheels
 
-# torch version, TensorFlow version or "none", Python tag: what the compiled extensions are bound to.
-read -r PYTAG TORCH_V TF_V < <("$PY" - <<'PYEOF'
+# torch version, TensorFlow version or "none", Python tag: what the compiled extensions are bound to. Read from
+# the installed metadata (importing TensorFlow takes longer than installing a cached wheel).
+read -r PYTAG TORCH_V TF_V HVD_V PREFIX < <("$PY" - <<'PYEOF'
 import sys
-import torch
-try:
-    import tensorflow as tf
-    tf_v = tf.__version__
-except Exception:
-    tf_v = "none"
-print("py%d%d" % sys.version_info[:2], torch.__version__, tf_v)
+from importlib.metadata import PackageNotFoundError, version
+
+def installed(*names):
+    for name in names:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            pass
+    return "none"
+
+print("py%d%d" % sys.version_info[:2], installed("torch"), installed("tensorflow", "tensorflow-cpu"),
+      installed("horovod"), sys.prefix)
 PYEOF
 )
+[ "$TORCH_V" != none ] || { echo "build-horovod: torch is not installed in $PY" >&2; exit 2; }
 KEY="horovod-$VERSION-$PYTAG-torch$TORCH_V-tf$TF_V"
 DIR="$CACHE/$KEY"
+MARK="$PREFIX/.dlrun-$KEY"  # written after this script installed and imported exactly this build
 
-# Installed already, with an extension per framework present?
 want="import horovod, horovod.torch; assert horovod.__version__ == '$VERSION'"
 [ "$TF_V" != none ] && want="$want; import horovod.tensorflow"
-if "$PY" -c "$want" >/dev/null 2>&1 && [ -e "$("$PY" -c 'import sys; print(sys.prefix)')/.horovod-$KEY" ]; then
+if [ "$HVD_V" = "$VERSION" ] && [ -e "$MARK" ]; then
   echo "horovod $VERSION ($KEY) is installed"
   exit 0
 fi
@@ -72,6 +79,6 @@ fi
 "$PY" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "$DIR"/horovod-*.whl
 # Horovod's own run-time dependencies (horovodrun), with torch held where PIP_CONSTRAINT pins it.
 "$PY" -m pip install -q --disable-pip-version-check cloudpickle psutil pyyaml packaging cffi
-touch "$("$PY" -c 'import sys; print(sys.prefix)')/.horovod-$KEY"
+touch "$MARK"
 "$PY" -c "$want"
 echo "horovod $VERSION installed ($KEY)"
