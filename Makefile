@@ -11,7 +11,7 @@ EXTRAS := torch,test,images,bench,export
 # Debian packages the tests use: real MPI, a real Slurm cluster, real container runtimes, linters, ssh-keygen.
 APT_PACKAGES := openmpi-bin libopenmpi-dev slurm-wlm munge charliecloud podman runc debootstrap shellcheck \
 	libtcmalloc-minimal4 libjemalloc2 squashfs-tools openssh-client cmake g++
-# Horovod is built from its source release against the venv's torch (and TensorFlow when it imports), cached
+# Horovod is built from its source release against the venv's torch (and TensorFlow when installed), cached
 # under $XDG_CACHE_HOME/dlrun/wheels: minutes the first time, seconds after (scripts/build-horovod.sh).
 HOROVOD_VERSION := 0.28.1
 
