@@ -11,9 +11,12 @@ EXTRAS := torch,tf,test,images,bench,export,report
 # Debian packages the tests use: real MPI, a real Slurm cluster, real container runtimes, linters, ssh-keygen,
 # a headless browser (and its font) that opens the reports.
 APT_PACKAGES := openmpi-bin libopenmpi-dev slurm-wlm munge charliecloud podman runc debootstrap shellcheck \
-	libtcmalloc-minimal4 libjemalloc2 squashfs-tools openssh-client chromium fonts-dejavu-core
+	libtcmalloc-minimal4 libjemalloc2 squashfs-tools openssh-client chromium fonts-dejavu-core cmake g++
+# Horovod is built from its source release against the venv's torch (and TensorFlow when installed), cached
+# under $XDG_CACHE_HOME/dlrun/wheels: minutes the first time, seconds after (scripts/build-horovod.sh).
+HOROVOD_VERSION := 0.28.1
 
-.PHONY: all setup sysdeps demo test bench lint clean
+.PHONY: all setup sysdeps horovod demo test bench lint clean
 
 all: test
 
@@ -43,12 +46,16 @@ sysdeps:
 	  fi; \
 	fi
 
+# After setup (the extras, TensorFlow among them) and sysdeps (cmake, g++, libopenmpi-dev).
+horovod: setup sysdeps
+	HOROVOD_VERSION=$(HOROVOD_VERSION) PIP_CONSTRAINT=$(VENV)/constraints.txt scripts/build-horovod.sh $(BIN)/python
+
 # The demo wants only tcmalloc (the harness's allocator; without it the harness falls back to glibc-tuned).
 demo: setup
 	-@$(MAKE) --no-print-directory sysdeps APT_PACKAGES=libtcmalloc-minimal4
 	$(BIN)/dlrun run resnet50
 
-test: setup sysdeps
+test: setup sysdeps horovod
 	$(BIN)/python -m pytest -q tests
 
 bench: setup sysdeps

@@ -54,7 +54,8 @@ MATRIX_SYSTEM = SystemSpec(
 )
 MATRIX_IMAGE = ImageSpec(name="matrix-image", description="rendering tests", kind="container", arch=["x86_64"],
                          framework="pytorch", framework_version="2.6.0", python="python3",
-                         harness_dir="/opt/dlrun", uri="registry.example.org/dlrun/matrix")
+                         harness_dir="/opt/dlrun", uri="registry.example.org/dlrun/matrix",
+                         horovod_version="0.28.1")  # so that --launcher horovodrun renders in every runtime
 
 
 @functools.lru_cache(maxsize=1)

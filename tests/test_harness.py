@@ -528,7 +528,10 @@ def test_harness_imports_only_stdlib_torch_and_its_siblings(path):
     siblings = {p.stem for p in HARNESS_FILES}
     roots = _imported_roots(path)
     assert "dlrun" not in roots
-    assert not roots - set(sys.stdlib_module_names) - {"torch"} - siblings, roots
+    # Horovod only in the file that imports it for --dist horovod (inside a function: importing the file
+    # does not need it, see test_each_sibling_imports_alone_without_side_effects).
+    optional = {"horovod"} if path.name == "harness_pytorch_horovod.py" else set()
+    assert not roots - set(sys.stdlib_module_names) - {"torch"} - optional - siblings, roots
 
 
 def test_harness_files_are_the_entry_and_every_sibling():

@@ -98,7 +98,10 @@ def test_summitdev_ip_over_ib(dlrun_home):
     text = _dry_run("resnet50", "--system", "summitdev", "--nodes", "2")
     assert "export NCCL_SOCKET_IFNAME=ib0" in text and "export NCCL_IB_DISABLE=1" in text
     assert "--batch_size=32" in text  # 128 images per node over 4 GPUs (tf_cnn_benchmarks' flag)
-    assert "jsrun --nrs 8" in text
+    # Han et al.'s parameter-server mode: one tf_cnn_benchmarks worker per node over its 4 GPUs (jsrun resource
+    # set per host), parameter servers beside it, hosts from the allocation
+    assert "jsrun --nrs 2 --rs_per_host 1" in text
+    assert "--num_gpus=4 --variable_update=parameter_server" in text and "horovod" not in text
 
 
 def test_prace_pbs_mpiexec(dlrun_home):

@@ -56,6 +56,8 @@ def parse_env(spec: str) -> tuple[str, str]:
 
 Allocator = Literal["auto", "tcmalloc", "jemalloc", "glibc-tuned", "system"]
 ALLOCATORS = get_args(Allocator)
+Dist = Literal["ddp", "horovod"]
+DISTS = get_args(Dist)
 
 
 class Plan(BaseModel):
@@ -84,6 +86,8 @@ class Plan(BaseModel):
     devices: list[str] = []  # host device paths to pass into containers (fabric devices, /dev/infiniband/...)
     data_workers: int = Field(default=0, ge=0)  # data-loader workers per rank (Ren et al.'s j)
     allocator: Allocator = "auto"  # the PyTorch harness's malloc (see harness_pytorch.py)
+    # The PyTorch harness's distribution layer (--dist); None where the image runs tf_cnn_benchmarks.
+    dist: Dist | None = "ddp"
     scheduler_options: SchedulerOptions = SchedulerOptions()
     launcher_args: list[str] = []  # extra flags for the launcher (mpirun, srun, ...), passed as given
     secret_env: list[str] = []  # names in `env` the user marked secret (--secret-env); see dlrun.secrets
@@ -157,6 +161,7 @@ def resolve_plan(
     env: list[str] | None = None,
     data_workers: int | None = None,
     allocator: str = "auto",
+    dist: str | None = None,
     partition: str | None = None,
     account: str | None = None,
     time_limit: str | None = None,
@@ -182,6 +187,8 @@ def resolve_plan(
         raise UsageError(f"unknown precision {precision!r}; valid: fp32, amp")
     if allocator not in ALLOCATORS:
         raise unknown_name("allocator", allocator, ALLOCATORS)
+    if dist is not None and dist not in DISTS:
+        raise unknown_name("--dist", dist, DISTS)
 
     work: WorkloadSpec = catalog.workload(workload)
     sys_: SystemSpec = catalog.system(system)
@@ -269,6 +276,7 @@ def resolve_plan(
     _check_backend_names(scheduler=scheduler, launcher=launcher, runtime=runtime)
     if work.kind == "nccl-tests":
         _check_nccl_tests(catalog, work, img, sys_, launcher)
+    dist = _resolve_dist(catalog, dist, work, img, sys_, launcher)
     fabric = _resolve_fabric(sys_, fabric)
     options = _scheduler_options(sys_.scheduler_options, partition=partition, account=account,
                                  time_limit=time_limit, exclusive=exclusive)
@@ -298,11 +306,42 @@ def resolve_plan(
         devices=devices,
         data_workers=sys_.data_loader_workers if data_workers is None else data_workers,
         allocator=allocator,  # type: ignore[arg-type]
+        dist=dist,  # type: ignore[arg-type]
         scheduler_options=options,
         launcher_args=list(launcher_args or []),
         secret_env=sorted(set(secret_env or [])),
         **tf_options,
     )
+
+
+def _resolve_dist(catalog: Catalog, dist: str | None, work: WorkloadSpec, img: ImageSpec, system: SystemSpec,
+                  launcher: str) -> str | None:
+    """--dist, else Horovod under horovodrun, else the system's default (training only); an image without
+    Horovod cannot run it. None for TensorFlow images: tf_cnn_benchmarks distributes by itself."""
+    if img.framework != "pytorch":
+        if dist is not None:
+            raise UsageError(f"--dist {dist} applies to dlrun's PyTorch harness, but image {img.name!r} runs "
+                             "tf_cnn_benchmarks (TensorFlow), which distributes by itself; valid: no --dist")
+        return None
+    if launcher == "horovodrun":
+        if dist == "ddp":
+            raise UsageError("--launcher horovodrun starts Horovod ranks, but --dist ddp asks for "
+                             "DistributedDataParallel; valid: --dist horovod, or --launcher mpirun")
+        dist = "horovod"
+    if not work.trains:
+        if dist == "horovod":
+            raise UsageError(f"--dist horovod (or --launcher horovodrun) applies to training, but workload "
+                             f"{work.name!r} measures all-reduce over a torch.distributed process group; "
+                             "valid: --dist ddp with --launcher mpirun")
+        return "ddp"
+    chosen = dist or system.dist
+    if chosen == "horovod" and img.horovod_release() is None:
+        have = sorted(name for name, other in catalog.images.items()
+                      if other.framework == "pytorch" and other.horovod_release() and system.arch in other.arch)
+        why = ("--dist horovod" if dist else f"system {system.name!r} trains with Horovod by default (dist: horovod)")
+        images = " or ".join(f"--image {name}" for name in have) or "an image with Horovod"
+        raise UsageError(f"{why}, but image {img.name!r} has no Horovod; valid: {images}, or --dist ddp")
+    return chosen
 
 
 def _check_backend_names(**names: str) -> None:

@@ -46,7 +46,7 @@ def harness_command(plan: Plan) -> list[str]:
         "--device", plan.device,
         "--threads", str(plan.threads_per_rank),
         "--expected-world-size", str(plan.world_size),
-    ] + (["--data-workers", str(data_workers)] if data_workers else []) + (
+    ] + (["--dist", "horovod"] if plan.dist == "horovod" else []) + (["--data-workers", str(data_workers)] if data_workers else []) + (
         ["--allocator", plan.allocator] if plan.allocator != "auto" else []) + (
         ["--timeout-s", str(collective_timeout_s(plan))] if collective_timeout_s(plan) else [])
 

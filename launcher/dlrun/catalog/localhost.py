@@ -64,6 +64,7 @@ def host_image(facts: HostFacts) -> ImageSpec:
         framework="pytorch",
         python=facts.python,
         harness_dir=str(HARNESS_DIR),
+        horovod_version=facts.horovod,
     )
 
 

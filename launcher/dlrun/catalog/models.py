@@ -237,6 +237,8 @@ class SystemSpec(Strict):
     launcher: str = "mpirun"
     runtime: str = "host"
     default_image: str = "host"
+    # How the PyTorch harness distributes training unless --dist says: DistributedDataParallel or Horovod.
+    dist: Literal["ddp", "horovod"] = "ddp"
     # Per-rank (per-GPU) batch sizes by workload name, as the source used them.
     batch_sizes: dict[str, int] = {}
     # Per-rank batch for workloads not in batch_sizes; None falls back to the workload's default.
@@ -295,6 +297,8 @@ class ImageSpec(Strict):
     rootfs: str | None = None       # unpacked root filesystem (charliecloud)
     sif: str | None = None          # Singularity/Apptainer image file
     squashfs: str | None = None     # enroot's squashfs file, when the lock records one (pyxis runs it)
+    # Horovod for PyTorch in the image (`--dist horovod`); pinned images say it in their `horovod:` entry.
+    horovod_version: str | None = None
     sources: list[Source] = []
 
     @property
@@ -303,3 +307,7 @@ class ImageSpec(Strict):
         tf_cnn_benchmarks."""
         runs = self.runs or ("tf_cnn_benchmarks" if self.framework == "tensorflow" else "dlrun-harness")
         return None if runs == "tf_cnn_benchmarks" else self.framework
+
+    def horovod_release(self) -> str | None:
+        """The image's Horovod version; None when it has none."""
+        return self.horovod_version

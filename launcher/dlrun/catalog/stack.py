@@ -312,6 +312,9 @@ class PinnedImageSpec(ImageSpec):
     def _exact_version(cls, value: str) -> str:
         return check_version(value)
 
+    def horovod_release(self) -> str | None:
+        return self.horovod.version if isinstance(self.horovod, HorovodSpec) else None
+
     @model_validator(mode="after")
     def _consistent(self):
         if set(self.base) != set(self.arch):
@@ -322,6 +325,8 @@ class PinnedImageSpec(ImageSpec):
             raise ValueError(f"packages_by_arch: {', '.join(sorted(extra))} is not in arch ({', '.join(self.arch)})")
         if self.debootstrap is not None and self.os.distro != "debian":
             raise ValueError("debootstrap: only a Debian image can be bootstrapped from a Debian mirror")
+        if self.horovod_version is not None:
+            raise ValueError("horovod_version: a pinned image states its Horovod in `horovod:` (version, build_env)")
         if isinstance(self.horovod, HorovodSpec) and isinstance(self.mpi, NotUsed):
             raise ValueError("horovod: Horovod is built with MPI here; the stack has mpi: not_used")
         if isinstance(self.nccl_tests, NcclTests) and (isinstance(self.mpi, NotUsed) or isinstance(self.nccl, NotUsed)):

@@ -57,6 +57,10 @@ DataWorkersOpt = Annotated[Optional[int], typer.Option("--data-workers",
 AllocatorOpt = Annotated[str, typer.Option(
     "--allocator", help="Memory allocator of the PyTorch harness: auto (tcmalloc, else jemalloc, else glibc-tuned), "
     "tcmalloc, jemalloc, glibc-tuned or system.")]
+DistOpt = Annotated[Optional[str], typer.Option(
+    "--dist", help="How the PyTorch harness distributes training: ddp (DistributedDataParallel) or horovod "
+    "(Horovod's DistributedOptimizer; needs an image with Horovod). Default: the system's (ddp for most; "
+    "horovod under --launcher horovodrun).")]
 PartitionOpt = Annotated[Optional[str], typer.Option("--partition", help="Batch partition/queue.")]
 AccountOpt = Annotated[Optional[str], typer.Option("--account", help="Batch account/project.")]
 TimeOpt = Annotated[Optional[str], typer.Option("--time", help="Job time limit: MINUTES, HH:MM:SS or D-HH:MM:SS.")]
@@ -87,7 +91,7 @@ def _plan_options(workload: Workload, image: ImageOpt = None, system: SystemOpt 
                   runtime: RuntimeOpt = None, scheduler: SchedulerOpt = None, fabric: FabricOpt = None,
                   data: DataOpt = None, bind: BindOpt = None, env: EnvOpt = None,
                   secret_env: SecretEnvOpt = None, data_workers: DataWorkersOpt = None, allocator: AllocatorOpt = "auto",
-                  partition: PartitionOpt = None, account: AccountOpt = None, time: TimeOpt = None,
+                  dist: DistOpt = None, partition: PartitionOpt = None, account: AccountOpt = None, time: TimeOpt = None,
                   exclusive: ExclusiveOpt = None, launcher_arg: LauncherArgOpt = None,
                   variable_update: VariableUpdateOpt = None, all_reduce_spec: AllReduceSpecOpt = None,
                   ps: PsOpt = None, data_format: DataFormatOpt = None,

@@ -1,9 +1,13 @@
 """`horovodrun` in MPI mode: it builds and runs the mpirun command itself and forwards the environment
-(`-x` for every exported variable); dlrun passes the fabric's MCA settings through `--mpi-args`."""
+(`-x` for every exported variable); dlrun passes the fabric's MCA settings through `--mpi-args`, less the two
+horovodrun always gives OpenMPI itself (`-mca pml ob1 -mca btl ^openib`, and btl_tcp_if_include from its
+`--network-interface` or the interfaces it finds; mpirun refuses a parameter given twice). A fabric that needs another pml (UCX, PSM2) cannot run under horovodrun: `--launcher mpirun`
+starts the same Horovod ranks with the fabric's settings."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from dlrun.errors import UsageError
 from dlrun.job import RUN_DIR_VAR, Launch, RankCommand
 from dlrun.launchers.base import Launcher, gpu_affinity_argv, require_no_launcher_args
 from dlrun.launchers.mpirun import OMPI_RANK_ENV, OMPI_RANK_PREFIXES, ROOT_OK, mpirun_hosts
@@ -15,24 +19,41 @@ if TYPE_CHECKING:
     from dlrun.schedulers.base import Scheduler
 
 
+# What horovodrun puts on OpenMPI's mpirun command line itself (horovod.runner.mpi_run, 0.16 to 0.28), and
+# the TCP interface it picks itself (from --network-interface, else the interfaces common to the hosts).
+HOROVODRUN_MCA = {"pml": "ob1", "btl": "^openib"}
+HOROVODRUN_OWN_MCA = {*HOROVODRUN_MCA, "btl_tcp_if_include", "btl_tcp_if_exclude"}
+
+
 @LAUNCHERS.register("horovodrun")
 class HorovodrunLauncher(Launcher):
-    tool = Tool("horovodrun", "Horovod (pip install horovod)")
+    tool = Tool("horovodrun", "Horovod (make horovod, or an image with Horovod)")
     rank_env_names = OMPI_RANK_ENV
     rank_env_prefixes = OMPI_RANK_PREFIXES
+
+    def check(self, plan: Plan, scheduler: "Scheduler") -> None:
+        super().check(plan, scheduler)
+        mca = fabric_for(plan).mca
+        clash = [f"{key} {mca[key]}" for key, value in HOROVODRUN_MCA.items() if mca.get(key, value) != value]
+        if clash:
+            raise UsageError(f"launcher horovodrun always runs OpenMPI with -mca pml ob1 -mca btl ^openib, but "
+                             f"fabric {plan.fabric} needs -mca {', '.join(clash)}; valid: --launcher mpirun "
+                             "(Horovod ranks too), or --fabric tcp")
 
     def wrap(self, plan: Plan, rank: RankCommand, scheduler: "Scheduler") -> Launch:
         require_no_launcher_args(self.name, rank)
         hosts, setup = mpirun_hosts(scheduler, plan.ranks_per_node)
         mca = fabric_for(plan).mca
         # dlrun's own words only: horovodrun pastes this string into the mpirun command line it runs.
-        mpi_args = " ".join(["--bind-to none --map-by slot", *(f"-mca {k} {v}" for k, v in mca.items())])
+        mpi_args = " ".join(["--bind-to none --map-by slot",
+                             *(f"-mca {k} {v}" for k, v in mca.items() if k not in HOROVODRUN_OWN_MCA)])
         argv = ["horovodrun", "-np", str(plan.world_size)]
         if hosts:
             argv += ["-H", hosts]
         argv += ["--mpi", "--mpi-args", mpi_args, "--output-filename", Expand("${" + RUN_DIR_VAR + "}/logs")]
         tcp = plan.system.fabric_config.get("tcp")
-        if plan.fabric == "tcp" and tcp and tcp.interfaces:
+        # On one node horovodrun wants the interface that holds 127.0.0.1 and refuses any other it is given.
+        if plan.fabric == "tcp" and tcp and tcp.interfaces and plan.nodes > 1:
             argv += ["--network-interface", ",".join(tcp.interfaces)]
         argv += list(plan.launcher_args) + gpu_affinity_argv(plan) + rank.argv
         return Launch(argv=argv, env={**rank.env, **ROOT_OK}, rank_log_pattern="logs/1/rank.{rank}/stdout",

@@ -26,9 +26,10 @@ def image_mpi(image: Any) -> MpiInfo | None | str:
 
 def uses_image_mpi(plan: Any) -> bool:
     """Whether the ranks load the image's MPI library. The PyTorch harness does not: it reads its rank from
-    the launcher's environment and communicates over gloo/NCCL. Horovod (horovodrun, and the TensorFlow
-    stacks built on Horovod) does."""
-    return plan.launcher == "horovodrun" or plan.image.framework != "pytorch" or plan.workload.framework != "pytorch"
+    the launcher's environment and communicates over gloo/NCCL. Horovod (horovodrun, --dist horovod, and the
+    TensorFlow stacks built on Horovod) does."""
+    return (plan.launcher == "horovodrun" or getattr(plan, "dist", None) == "horovod"
+            or plan.image.framework != "pytorch" or plan.workload.framework != "pytorch")
 
 
 def check_mpi_compat(host: MpiInfo | None, container: MpiInfo | None | str, *, launcher: str,

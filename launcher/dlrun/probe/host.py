@@ -36,6 +36,7 @@ class HostFacts:
     gpus: tuple[dict[str, Any], ...]
     fabrics: dict[str, Any]
     python: str
+    horovod: str | None = None  # the version of Horovod this Python imports, if any
 
 
 @functools.lru_cache(maxsize=1)
@@ -43,7 +44,8 @@ def probe_host() -> HostFacts:
     """This machine's facts, probed once per process."""
     return HostFacts(hostname=platform.node(), arch=machine_arch(), usable_cpus=usable_cpus(),
                      cpu_model=cpu_model(), numa_nodes=max(len(numa_nodes()), 1), memory_gb=memory_gb() or 1.0,
-                     gpus=gpus(), fabrics=detect_fabrics("/"), python=sys.executable)
+                     gpus=gpus(), fabrics=detect_fabrics("/"), python=sys.executable,
+                     horovod=_dist_version("horovod"))
 
 
 def scheduler_inventory(commands: Mapping[str, str]) -> dict[str, Any]:
@@ -56,13 +58,17 @@ def scheduler_inventory(commands: Mapping[str, str]) -> dict[str, Any]:
             "in_pbs_job": os.environ.get("PBS_JOBID")}
 
 
-def _torch_version() -> str | None:
+def _dist_version(name: str) -> str | None:
     try:
         from importlib.metadata import version as dist_version
 
-        return dist_version("torch")
+        return dist_version(name)
     except Exception:  # noqa: BLE001 - not installed is a normal answer here
         return None
+
+
+def _torch_version() -> str | None:
+    return _dist_version("torch")
 
 
 def node_inventory(*, runtimes: Mapping[str, str], schedulers: Mapping[str, str],

@@ -13,8 +13,9 @@ Fields (in the order they are printed):
   batch_per_device   samples per device per step (`n/a` for communication)
   global_batch       samples per step over all devices
   data               synthetic, or real:<dataset>; data_format: the on-disk format of real data
-  framework          pytorch, tensorflow; for collectives the library and backend (pytorch/gloo, nccl-tests)
-  framework_version  the version the run reported (else the image's pinned one)
+  framework          pytorch, tensorflow, pytorch/horovod (the harness with --dist horovod); for collectives
+                     the library and backend (pytorch/gloo, nccl-tests)
+  framework_version  the version the run reported (else the image's pinned one), +horovod<version> with Horovod
   image_digest       the image's content digest; for the `host` image (no container) the sha256 of the
                      harness file stands in (`host:harness-<16 hex digits>`), next to the framework version
   devices, nodes     devices that did the work, and the nodes they sat on
@@ -110,6 +111,8 @@ def key_from_run(run: Mapping[str, Any], results: Iterable[Mapping[str, Any]] = 
         benchmark = _tf_benchmark(plan, image)
         if benchmark is not None:
             key["framework"] = f"{key['framework']}/{benchmark}"
+        if extra.get("dist") == "horovod":  # Horovod averages gradients its own way: not DDP's like-for-like
+            key["framework"] = f"{key['framework']}/horovod"
     else:
         key["batch_per_device"] = key["global_batch"] = NOT_APPLICABLE
         key["data"] = key["data_format"] = NOT_APPLICABLE
@@ -129,6 +132,8 @@ def key_from_run(run: Mapping[str, Any], results: Iterable[Mapping[str, Any]] = 
             key["precision"] = _training_precision(run.get("precision"), result.get("dtype"))
             key["framework"] = _known(result.get("framework"))
     key["framework_version"] = _framework_version(kind, fmt, result, extra, image)
+    if kind == "training" and extra.get("dist") == "horovod" and extra.get("horovod_version"):
+        key["framework_version"] = f"{key['framework_version']}+horovod{extra['horovod_version']}"
     key["image_digest"] = _image_identity(run, image, provenance)
     return {name: key[name] for name in KEY_FIELDS}
 

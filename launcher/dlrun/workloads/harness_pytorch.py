@@ -27,7 +27,8 @@ releases), ``harness_pytorch_models.py`` (model definitions and what is
 counted on them), ``harness_pytorch_data.py`` (the data the steps consume),
 ``harness_pytorch_process.py`` (ranks, device, backend, versions),
 ``harness_pytorch_comm.py`` (process group, collectives),
-``harness_pytorch_collectives.py`` (the collective benchmarks) and
+``harness_pytorch_collectives.py`` (the collective benchmarks),
+``harness_pytorch_horovod.py`` (``--dist``: DDP or Horovod) and
 ``harness_pytorch_train.py`` (the training benchmark).  Every
 file needs only the standard library and torch, and each sibling can be
 imported on its own without side effects.
@@ -41,7 +42,8 @@ Usage
 Options (see ``--help``): --model, --describe, --batch-size (per rank,
 default 32), --steps (timed steps, default 100), --warmup-steps (default 10),
 --precision fp32|amp, --channels-last auto|on|off, --device auto|cpu|cuda,
---threads N, --expected-world-size N, --backend auto|gloo|nccl|mpi, --seed,
+--threads N, --expected-world-size N, --backend auto|gloo|nccl|mpi,
+--dist ddp|horovod, --seed,
 --display-every N (default 10), --lr (default 0.01 for the CNNs, 5e-5 for
 BERT), --momentum (default 0.9; SGD only), --data-workers J, --compile,
 --fused-optimizer auto|on|off, --allocator; BERT only: --seq-length N
@@ -142,6 +144,17 @@ process the process group is initialised with
 29500; the mpi backend needs no rendezvous) and the model is wrapped in
 DistributedDataParallel.  Backend auto is nccl on CUDA and gloo on CPU.
 
+``--dist horovod`` (training only) uses Horovod instead of a process group:
+``hvd.init()`` gives rank, world size and local rank (rank_source
+"horovod"); rank 0's parameters and optimizer state are broadcast and the
+optimizer is wrapped in ``hvd.DistributedOptimizer``, which averages the
+gradients; the harness's own collectives (timing, replica check) use
+Horovod's allgather/allreduce.  ``backend`` is then what Horovod
+communicates with (nccl, gloo or mpi).  The output contract is the same;
+results record ``dist`` ("ddp" or "horovod") and ``horovod_version`` (null
+under ddp).  Horovod is imported only for --dist horovod; without it the
+harness exits 2.
+
 Timing: warm-up steps are excluded.  Before the timed loop every rank waits at
 a barrier and synchronises its device; every timed step ends with a device
 synchronisation (as tf_cnn_benchmarks' per-step session.run), so per-step
@@ -168,7 +181,7 @@ num_classes, num_devices, optimizer, params, per_rank_images_per_sec,
 per_rank_wall_time_s, precision, python_version, rank_source, seed,
 status ("ok"), threads, timed_steps, unit ("images/sec"), value,
 wall_time_reduction ("max_over_ranks"), wall_time_s, warmup_steps,
-world_size.  ``backend`` is "none" for a single process (no process group).
+world_size, dist, horovod_version.  ``backend`` is "none" for a single process (no process group).
 BERT results have unit "sequences/sec", per_rank_sequences_per_sec,
 instances_per_sec (SWAG examples or SQuAD windows per second),
 sequences_per_instance, task ("swag" or "squad"), seq_length, num_layers and
@@ -192,7 +205,9 @@ Test hook: if DLRUN_HARNESS_TEST_PERTURB_RANK=R is set, rank R adds 1.0 to
 its first parameter tensor after training, before the replica check (with
 --benchmark allreduce: adds 1.0 to the first element it contributes to each
 checked all-reduce), so that tests can prove the checks fire.  It has no
-other effect.
+other effect.  With --dist horovod, DLRUN_HARNESS_TEST_HOROVOD_NO_WRAP=1
+leaves the optimizer unwrapped (no gradient averaging), so that tests can
+prove the replica check catches ranks that do not average.
 
 All-reduce benchmark (``--benchmark allreduce``, at least 2 ranks): for each
 message size from --min-bytes to --max-bytes (x --size-factor; float32
@@ -251,6 +266,7 @@ from harness_pytorch_collectives import (BENCHMARKS,  # noqa: E402
 from harness_pytorch_common import (ERROR_PREFIX,  # noqa: E402
                                     EXIT_UNEXPECTED, EXIT_USAGE,
                                     HarnessError, error_line, out)
+from harness_pytorch_horovod import DIST_CHOICES  # noqa: E402
 from harness_pytorch_models import MODEL_NAMES, describe_model  # noqa: E402
 from harness_pytorch_train import run_benchmark  # noqa: E402
 
@@ -300,6 +316,10 @@ def build_parser():
     p.add_argument("--expected-world-size", type=_positive, default=None)
     p.add_argument("--backend", choices=("auto", "gloo", "nccl", "mpi"),
                    default="auto")
+    p.add_argument("--dist", choices=DIST_CHOICES, default="ddp",
+                   help="distribution layer: ddp (DistributedDataParallel, "
+                        "default) or horovod (Horovod's "
+                        "DistributedOptimizer; training only)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--display-every", type=_positive, default=10)
     p.add_argument("--lr", type=float, default=None,
@@ -353,6 +373,10 @@ def main(argv=None):
             out(json.dumps(describe_model(args.model), sort_keys=True))
             return 0
         if args.benchmark != "train":
+            if args.dist != "ddp":
+                raise HarnessError("--dist %s applies to training; the "
+                                   "collective benchmarks use the process "
+                                   "group; valid: --dist ddp" % args.dist)
             return run_collective(args)
         return run_benchmark(args)
     except HarnessError as exc:

@@ -89,6 +89,16 @@ class Comm(object):
             self.dist.destroy_process_group()
             self.dist = None
 
+    # --dist ddp; harness_pytorch_horovod.HorovodComm has the same three.
+    def fields(self):
+        return {"dist": "ddp", "horovod_version": None}
+
+    def wrap_model(self, model, device):
+        return wrap_ddp(model, device)
+
+    def wrap_optimizer(self, optimizer, model, scaler=None):
+        return optimizer, scaler  # DDP averages in the model's backward
+
 
 def wrap_ddp(model, device):
     ddp = torch.nn.parallel.DistributedDataParallel

@@ -138,10 +138,13 @@ def run_fields(device_type):
     return fields
 
 
-def setup_process(args):
+def setup_process(args, ranks=None):
     """What every benchmark does first: check the world size, settle the
-    allocator and threads, pick the device and the backend."""
-    rank, world_size, local_rank, rank_source = detect_rank_env()
+    allocator and threads, pick the device and the backend.  ``ranks``:
+    (rank, world size, local rank, source) where a distribution layer
+    (Horovod) says them; otherwise they come from the environment."""
+    rank, world_size, local_rank, rank_source = (
+        ranks if ranks is not None else detect_rank_env())
     if (args.expected_world_size is not None
             and args.expected_world_size != world_size):
         raise HarnessError(

@@ -18,7 +18,7 @@ from harness_pytorch_common import (EXIT_DIVERGED, EXIT_NONFINITE,
                                     NUM_CLASSES, PERTURB_ENV, REPLICA_RTOL,
                                     RULE, HarnessError, NullContext,
                                     error_line, out)
-from harness_pytorch_comm import Comm, in_process_group, sync, wrap_ddp
+from harness_pytorch_comm import in_process_group, sync
 from harness_pytorch_data import synthetic_images, synthetic_tokens
 from harness_pytorch_features import (make_adamw, make_grad_scaler,
                                       make_optimizer, maybe_compile,
@@ -27,7 +27,8 @@ from harness_pytorch_features import (make_adamw, make_grad_scaler,
 from harness_pytorch_models import (BERT_BASE, bert_task, build_model,
                                     count_params, default_image_size,
                                     is_bert)
-from harness_pytorch_process import run_fields, setup_process
+from harness_pytorch_horovod import setup_dist
+from harness_pytorch_process import run_fields
 
 # Defaults where --lr is not given: SGD for the CNNs; AdamW for BERT at the
 # fine-tuning rate of the BERT code Ren et al. used (run_swag / run_squad).
@@ -178,7 +179,7 @@ class _Task(object):
 
 def run_benchmark(args):
     (rank, world_size, rank_source, device_type, device, device_name,
-     backend) = setup_process(args)
+     backend), comm = setup_dist(args)
 
     if args.precision == "amp":
         autocast, amp_dtype, needs_scaler = resolve_amp(device_type)
@@ -186,7 +187,6 @@ def run_benchmark(args):
         autocast, amp_dtype, needs_scaler = NullContext, None, False
     task = _Task(args, device_type)
 
-    comm = Comm(rank, world_size, backend, device, args.timeout_s)
     outcome = in_process_group(comm, _train, args, task, comm, device,
                                autocast, needs_scaler)
     if outcome["error"] is not None:
@@ -227,6 +227,7 @@ def run_benchmark(args):
     }
     result.update(task.result_fields(args, timing, outcome["optimizer"]))
     result.update(run_fields(device_type))
+    result.update(comm.fields())
     if rank == 0:
         out(RULE)
         out("total %s: %.2f" % (task.unit, total))
@@ -256,7 +257,8 @@ def _header(args, task, world_size, devices, optimizer):
     library = ALLOCATOR["library"]
     out("Allocator:   %s%s" % (ALLOCATOR["name"],
                                " (%s)" % library if library else ""))
-    out("Variables:   %s" % ("ddp" if world_size > 1 else "replicated"))
+    out("Variables:   %s" % (getattr(args, "dist", "ddp") if world_size > 1
+                               else "replicated"))
     out("==========")
     out("Running warm up")
 
@@ -274,10 +276,11 @@ def _train(args, task, comm, device, autocast, needs_scaler):
         model = model.to(memory_format=torch.channels_last)
     raw_model = model
     if world_size > 1:
-        model = wrap_ddp(model, device)
+        model = comm.wrap_model(model, device)
     model, compiled = maybe_compile(model, args.compile)
     optimizer, optimizer_name, fused = task.optimizer(raw_model, args)
     scaler = make_grad_scaler() if needs_scaler else None
+    optimizer, scaler = comm.wrap_optimizer(optimizer, raw_model, scaler)
     criterion = task.criterion(device)
 
     inputs, targets = task.batch(args, rank)
