@@ -213,6 +213,12 @@ with open(os.path.join(os.environ["STUB_RECORD"], "%s.%s.json" % (role, task)), 
     json.dump({{"args": args, "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"), "pid": os.getpid()}}, f)
 if role == "ps":
     time.sleep(300)  # a tf_cnn_benchmarks parameter server never exits by itself
+# a real worker trains only once it reaches every parameter server: wait until they have started (at most 20 s)
+ps_hosts = next((a.split("=", 1)[1] for a in args if a.startswith("--ps_hosts=")), "")
+for _ in range(200):
+    if len([n for n in os.listdir(os.environ["STUB_RECORD"]) if n.startswith("ps.")]) >= len(ps_hosts.split(",")) - (not ps_hosts):
+        break
+    time.sleep(0.1)
 time.sleep(float(os.environ.get("STUB_WORKER_S", "0")))
 sys.exit(int(os.environ.get("STUB_RC", "0")))
 """
