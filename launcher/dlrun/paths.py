@@ -105,8 +105,17 @@ def cache_home() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dlrun"
 
 
+#: A run directory is created as `runs/.staging-<id>` and renamed to `runs/<id>` once stored.
+STAGING_PREFIX = ".staging-"
+
+
 def runs_dir() -> Path:
     return dlrun_home() / "runs"
+
+
+def staging_dirs(runs_root: Path) -> list[Path]:
+    """Run directories not yet published (running, or left by a dlrun that died)."""
+    return sorted(runs_root.glob(STAGING_PREFIX + "*")) if runs_root.is_dir() else []
 
 
 def store_path() -> Path:

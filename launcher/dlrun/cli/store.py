@@ -6,11 +6,13 @@ from dlrun.cli.output import warn
 
 
 def open_store():
-    from dlrun.execute.recovery import recover_runs
-    from dlrun.paths import runs_dir, store_path
+    from dlrun.paths import runs_dir, staging_dirs, store_path
     from dlrun.results.store import Store
 
     store = Store(store_path())
-    for note in recover_runs(runs_dir(), store):
-        warn(note)
+    if staging_dirs(runs_dir()):  # the executor (and what it imports) is loaded only when there is work for it
+        from dlrun.execute.recovery import recover_runs
+
+        for note in recover_runs(runs_dir(), store):
+            warn(note)
     return store

@@ -17,8 +17,8 @@ from typing import Any
 
 from dlrun.errors import DlrunError
 from dlrun.files import write_atomic, write_json
+from dlrun.paths import STAGING_PREFIX
 
-STAGING_PREFIX = ".staging-"
 LOCK_NAME = ".dlrun.lock"
 
 
