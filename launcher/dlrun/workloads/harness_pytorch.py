@@ -24,7 +24,7 @@ caller's working directory does not matter):
 only, so that it is settled before torch is imported),
 ``harness_pytorch_features.py`` (checks for features of newer PyTorch
 releases), ``harness_pytorch_models.py`` (model definitions and what is
-counted on them), ``harness_pytorch_data.py`` (the data the steps consume),
+counted on them), ``harness_pytorch_data.py`` (the data the steps consume), ``harness_pytorch_dataset.py`` and ``harness_pytorch_tfrecord.py`` (real data),
 ``harness_pytorch_process.py`` (ranks, device, backend, versions),
 ``harness_pytorch_comm.py`` (process group, collectives, the all-reduce
 benchmark) and ``harness_pytorch_train.py`` (the training benchmark).  Every
@@ -42,7 +42,7 @@ default 32), --steps (timed steps, default 100), --warmup-steps (default 10),
 --precision fp32|amp, --channels-last auto|on|off, --device auto|cpu|cuda,
 --threads N, --expected-world-size N, --backend auto|gloo|nccl|mpi, --seed,
 --display-every N (default 10), --lr (default 0.01 for the CNNs, 5e-5 for
-BERT), --momentum (default 0.9; SGD only), --data-workers J, --compile,
+BERT), --momentum (default 0.9; SGD only), --data-dir DIR, --data-workers J, --compile,
 --allocator; BERT only: --seq-length N (default: the task's maximum),
 --num-layers N (default 12; fewer for quick runs).
 
@@ -88,7 +88,15 @@ Training benchmark
 A fixed random batch of images and integer labels is generated once per rank
 (seeded with --seed + rank) and kept on the device, as tf_cnn_benchmarks'
 synthetic data; nothing is generated on the critical path, so --data-workers
-is accepted (and recorded) but has nothing to do.  Loss is cross entropy,
+is accepted (and recorded) but has nothing to do.  With ``--data-dir DIR``
+the image models train on real ImageNet data instead - TFRecord shards or a
+JPEG ImageFolder tree, decoded and augmented in --data-workers DataLoader
+processes (default 4) - and the result adds data_source ("jpeg" or
+"tfrecord"; "synthetic" otherwise), data_path, data_images and
+images_decoded; see ``harness_pytorch_dataset.py`` (and
+``harness_pytorch_tfrecord.py``, which reads TFRecords without TensorFlow).
+A directory that is not such a dataset is an error (exit 2), never a
+fallback to synthetic data.  Loss is cross entropy,
 the optimizer SGD with momentum.  BERT: random token ids (token type 0 for
 the first half of a sequence, 1 for the rest, no padding), the right ending
 (SWAG) or the answer's start and end token (SQuAD) as targets, loss cross
@@ -232,6 +240,9 @@ from harness_pytorch_models import MODEL_NAMES, describe_model  # noqa: E402
 from harness_pytorch_train import run_benchmark  # noqa: E402
 
 
+DEFAULT_DATA_WORKERS = 4  # Ren et al.'s j (Sec. IV)
+
+
 class _ArgumentParser(argparse.ArgumentParser):
     def error(self, message):
         sys.stderr.write(ERROR_PREFIX + message + "\n")
@@ -288,8 +299,14 @@ def build_parser():
                         "maximum, 80 for SWAG, 384 for SQuAD)")
     p.add_argument("--num-layers", type=_positive, default=None,
                    help="BERT: transformer layers (default 12, BERT-base)")
-    p.add_argument("--data-workers", type=_non_negative, default=0,
-                   help="recorded only: synthetic data needs no loaders")
+    p.add_argument("--data-dir", default=None,
+                   help="train the image models on this ImageNet directory "
+                        "(TFRecord shards or a JPEG ImageFolder tree) "
+                        "instead of synthetic data")
+    p.add_argument("--data-workers", type=_non_negative, default=None,
+                   help="DataLoader worker processes per rank decoding "
+                        "--data-dir (default 4; 0 decodes in the training "
+                        "process); recorded only for synthetic data")
     p.add_argument("--compile", action="store_true",
                    help="use torch.compile where available")
     p.add_argument("--benchmark", choices=("train", "allreduce"),
@@ -318,6 +335,14 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    if args.data_workers is None:
+        args.data_workers = DEFAULT_DATA_WORKERS if args.data_dir else 0
+    if args.data_dir is not None and (args.model.startswith("bert")
+                                      or args.benchmark != "train"):
+        error_line("--data-dir: %s reads no images; valid: an image model"
+                   % (args.model if args.benchmark == "train"
+                      else "--benchmark allreduce"))
+        return EXIT_USAGE
     try:
         if args.describe:
             out(json.dumps(describe_model(args.model), sort_keys=True))

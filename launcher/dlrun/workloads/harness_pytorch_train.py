@@ -19,7 +19,8 @@ from harness_pytorch_common import (EXIT_DIVERGED, EXIT_NONFINITE,
                                     RULE, HarnessError, NullContext,
                                     error_line, out)
 from harness_pytorch_comm import Comm, in_process_group, sync, wrap_ddp
-from harness_pytorch_data import synthetic_images, synthetic_tokens
+from harness_pytorch_data import (FixedBatches, synthetic_images,
+                                  synthetic_tokens)
 from harness_pytorch_features import (make_adamw, make_grad_scaler,
                                       maybe_compile, mkldnn_available,
                                       resolve_amp, resolve_channels_last)
@@ -121,6 +122,18 @@ class _Task(object):
         self.channels_last = resolve_channels_last(
             args.channels_last, args.precision, device_type)
 
+    def batches(self, args, rank, world_size, device):
+        """What the steps consume: the data under --data-dir, or one
+        synthetic batch on the device."""
+        if args.data_dir is not None:
+            from harness_pytorch_dataset import RealBatches  # needs Pillow
+            return RealBatches(args.data_dir, args.batch_size,
+                               default_image_size(args.model),
+                               args.data_workers, rank, world_size,
+                               args.seed, device, self.channels_last)
+        inputs, targets = self.batch(args, rank)
+        return FixedBatches(inputs, targets, device, self.channels_last)
+
     def batch(self, args, rank):
         """(inputs, targets): one synthetic batch on the CPU."""
         seed = args.seed + rank
@@ -221,6 +234,7 @@ def run_benchmark(args):
         "final_loss": outcome["final_loss"],
     }
     result.update(task.result_fields(args, timing, outcome["optimizer"]))
+    result.update(outcome["data"])
     result.update(run_fields(device_type))
     if rank == 0:
         out(RULE)
@@ -233,7 +247,7 @@ def run_benchmark(args):
 def _header(args, task, world_size, devices, optimizer):
     out("PyTorch:     %s" % torch.__version__)
     out("Model:       %s" % args.model)
-    out("Dataset:     %s (synthetic)" % task.dataset)
+    out("Dataset:     %s (%s)" % (task.dataset, task.data_label))
     out("Mode:        training")
     out("Batch size:  %d global" % (args.batch_size * world_size))
     out("             %d per device" % args.batch_size)
@@ -275,15 +289,12 @@ def _train(args, task, comm, device, autocast, needs_scaler):
     scaler = make_grad_scaler() if needs_scaler else None
     criterion = task.criterion(device)
 
-    inputs, targets = task.batch(args, rank)
-    inputs = [x.to(device) for x in inputs]
-    targets = [y.to(device) for y in targets]
-    if channels_last:
-        inputs = [x.contiguous(memory_format=torch.channels_last)
-                  for x in inputs]
+    source = task.batches(args, rank, world_size, device)
+    task.data_label = source.label()
     model.train()
 
     def step():
+        inputs, targets = source.next()
         optimizer.zero_grad()
         with autocast():
             loss = criterion(model(*inputs), targets)
@@ -343,7 +354,9 @@ def _train(args, task, comm, device, autocast, needs_scaler):
     final_loss = float(loss)
 
     outcome = {"error": None, "params": params, "compiled": compiled,
-               "final_loss": final_loss, "optimizer": optimizer_name}
+               "final_loss": final_loss, "optimizer": optimizer_name,
+               "data": source.fields()}
+    source.close()
     # Collective checks: every rank reaches the same verdict.
     bad_loss = comm.all_reduce([0.0 if _finite(final_loss) else 1.0],
                                "MAX")[0]
@@ -375,7 +388,7 @@ def _train(args, task, comm, device, autocast, needs_scaler):
     # Clean teardown: no rank may destroy the process group while a DDP
     # model is alive anywhere, so meet first, then drop every reference.
     comm.barrier()
-    del model, raw_model, optimizer, scaler, step, inputs, targets, loss
+    del model, raw_model, optimizer, scaler, step, source, loss
     gc.collect()
     return outcome
 
