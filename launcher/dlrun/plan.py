@@ -13,6 +13,7 @@ from dlrun.errors import UsageError, unknown_name
 from dlrun.fabrics import FabricSettings, check_fabric_name, fabric_settings
 from dlrun.registry import LAUNCHERS, RUNTIMES, SCHEDULERS
 from dlrun.secrets import redact_env, secret_names
+from dlrun.staging import staged_path
 
 #: Fills in what this site has of an image for one architecture (digest, root filesystem, SIF, squashfs).
 LocalImage = Callable[[ImageSpec, str], ImageSpec]
@@ -79,6 +80,7 @@ class Plan(BaseModel):
     binds: list[Bind] = []
     devices: list[str] = []  # host device paths to pass into containers (fabric devices, /dev/infiniband/...)
     data_workers: int = Field(default=0, ge=0)  # data-loader workers per rank (Ren et al.'s j)
+    stage_data: str | None = None  # --stage-data: this dataset is copied to each node first (dlrun.staging)
     allocator: Allocator = "auto"  # the PyTorch harness's malloc (see harness_pytorch.py)
     scheduler_options: SchedulerOptions = SchedulerOptions()
     launcher_args: list[str] = []  # extra flags for the launcher (mpirun, srun, ...), passed as given
@@ -146,6 +148,7 @@ def resolve_plan(
     binds: list[str] | None = None,
     env: list[str] | None = None,
     data_workers: int | None = None,
+    stage_data: bool = False,
     allocator: str = "auto",
     partition: str | None = None,
     account: str | None = None,
@@ -234,7 +237,10 @@ def resolve_plan(
     if data_dir is not None:
         if not Path(data_dir).is_dir():
             raise UsageError(f"--data {data_dir!r} is not a directory; valid: an existing dataset directory")
-        bind_list.append(Bind(source=str(Path(data_dir).resolve()), target=DATA_MOUNT, read_only=True))
+        source = str(Path(data_dir).resolve())
+        bind_list.append(Bind(source=staged_path(source) if stage_data else source, target=DATA_MOUNT))
+    elif stage_data:
+        raise UsageError("--stage-data copies the --data directory to each node; valid: --stage-data with --data DIR")
     env_map = dict(parse_env(spec) for spec in env or [])
     unset = [name for name in secret_env or [] if name not in env_map]
     if unset:
@@ -272,6 +278,7 @@ def resolve_plan(
         env=env_map,
         devices=devices,
         data_workers=sys_.data_loader_workers if data_workers is None else data_workers,
+        stage_data=str(Path(data_dir).resolve()) if stage_data and data_dir is not None else None,
         allocator=allocator,  # type: ignore[arg-type]
         scheduler_options=options,
         launcher_args=list(launcher_args or []),

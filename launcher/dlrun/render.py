@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dlrun.errors import UsageError
 from dlrun.job import RankCommand, RenderedJob
-from dlrun.plan import Plan, fabric_for
+from dlrun.plan import DATA_MOUNT, Plan, fabric_for
 from dlrun.registry import LAUNCHERS, RUNTIMES, SCHEDULERS
 from dlrun.shell import Expand, SecretRef
 
@@ -32,6 +32,8 @@ def harness_command(plan: Plan) -> list[str]:
         data_workers = 0  # nothing to load
     else:
         what = ["--model", str(work.model), "--batch-size", str(plan.batch_size)]
+        if any(bind.target == DATA_MOUNT for bind in plan.binds):  # --data DIR: train on it, not synthetic
+            what += ["--data-dir", DATA_MOUNT]
         precision = ["--precision", plan.precision]
         data_workers = plan.data_workers
     return [
