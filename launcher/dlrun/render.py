@@ -4,11 +4,14 @@ Pure functions of the plan: no I/O, no global state, so `--dry-run` shows precis
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from dlrun.errors import UsageError
 from dlrun.job import RankCommand, RenderedJob
 from dlrun.plan import DATA_MOUNT, Plan, fabric_for
 from dlrun.registry import LAUNCHERS, RUNTIMES, SCHEDULERS
 from dlrun.shell import Expand, SecretRef
+from dlrun.staging import stage_argv
 
 #: The entry file of the in-container harness, per framework (its siblings sit beside it).
 HARNESS = {"pytorch": "harness_pytorch.py"}
@@ -122,4 +125,12 @@ def render_job(plan: Plan) -> RenderedJob:
     if not scheduler.runs_image:  # a Kubernetes pod is the container; no runtime wraps the command
         rank = runtime.wrap(plan, rank)
     launch = launcher.wrap(plan, rank, scheduler)
+    if plan.stage_data:  # --stage-data: each node copies the dataset before the launch
+        if scheduler.runs_image:
+            raise UsageError(f"--stage-data with scheduler {plan.scheduler}: its pods start the image themselves "
+                             "and run no step before it; valid: a scheduler that runs a job script (local, "
+                             "slurm, pbs, lsf)")
+        dest = next(b.source for b in plan.binds if b.target == DATA_MOUNT)
+        launch = replace(launch, setup=[*scheduler.once_per_node(plan, stage_argv(plan.stage_data, dest)),
+                                        *launch.setup])
     return scheduler.render(plan, launch)
