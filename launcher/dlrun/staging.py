@@ -1,7 +1,7 @@
 """`--stage-data`: the dataset copied to node-local storage before the ranks start, once per node.
 
-The copy lives at `/tmp/dlrun-stage-<key>` on every node of the job, where the key is a digest of the user id
-and the dataset's path, so that the path is known when the job is rendered (the /data bind points at it) and
+The copy lives at `/tmp/dlrun-stage-<key>` on every node of the job, where the key is a digest of the dataset's
+path (a copy another user made there is refused, not used), so that the path is known when the job is rendered (the /data bind points at it) and
 runs of the same dataset on a node share one copy. The copy is made by `STAGE_SCRIPT`, which every scheduler
 runs once per node before the launch (local: in the script; Slurm: an `srun --ntasks-per-node=1` step; PBS:
 `pbsdsh -u`; LSF: `blaunch` on each host). It holds a lock while it works, so that concurrent runs on a node
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,10 @@ STAGE_SCRIPT = r"""set -euo pipefail
 src=$1 dest=$2 out=$3
 host=$(hostname)
 mkdir -p "$out" "$(dirname "$dest")"
+if [ -e "$dest.lock" ] && [ ! -O "$dest.lock" ]; then
+  echo "dlrun: $dest.lock belongs to another user; remove it or stage elsewhere" >&2
+  exit 1
+fi
 exec 9>"$dest.lock"
 flock 9
 start=$(date +%s.%N)
@@ -52,7 +55,7 @@ echo "dlrun: staged $bytes bytes ($files files) on $host in $seconds s (reused: 
 
 def staged_path(source: str) -> str:
     """Where a node keeps its copy of the dataset at `source` (an absolute path)."""
-    key = hashlib.sha256(f"{os.getuid()}:{source}".encode()).hexdigest()[:16]
+    key = hashlib.sha256(source.encode()).hexdigest()[:16]
     return f"{STAGE_ROOT}/dlrun-stage-{key}"
 
 
