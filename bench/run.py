@@ -7,6 +7,7 @@
 5 communication      dlrun's all-reduce busbw vs Open MPI's MPI_Allreduce (mpi4py), 2 local ranks
 6 GPU                bench/gpu.sh, on a GPU machine only
 7 compare            dlrun compare and results list with filters over a store of 100,000 results
+8 real data          ResNet-50 from a JPEG ImageFolder / TFRecord shards (2 data workers) vs synthetic data
 
 Each benchmark writes bench/results/<name>.json; the table goes to stdout and to bench/results/summary.json.
 """
@@ -27,10 +28,12 @@ import containers
 import efficiency
 import launcher_cost
 import overhead
+import realdata
 from common import Row, cpu_count, write_result
 
 BENCHMARKS = {"overhead": overhead, "efficiency": efficiency, "launcher": launcher_cost,
-              "containers": containers, "comm": comm, "compare": compare_store}
+              "containers": containers, "comm": comm, "compare": compare_store,
+              "realdata": realdata}
 
 
 def _versions() -> dict:
