@@ -212,3 +212,11 @@ def test_stage_data_needs_data_and_a_scheduler_that_reaches_every_node(tmp_path)
         plan = matrix_plan("singularity", launcher, "ib", scheduler=scheduler, data_dir=str(tmp_path),
                            stage_data=True)
         assert step in render_job(plan).script
+
+
+def test_bad_data_options_exit_2_with_one_line(dlrun_home, tmp_path):
+    os.mkfifo(tmp_path / "fifo")
+    for args, message in ((["--stage-data"], "valid: --stage-data with --data DIR"),
+                          (["--data", str(tmp_path / "fifo")], "is not a directory")):
+        proc = run_cli("run", "trivial", "--dry-run", *args)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and message in proc.stderr, proc.stderr
