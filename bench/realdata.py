@@ -20,8 +20,8 @@ from pathlib import Path
 from common import HARNESS, PYTHON, Row, alternate, bench_env, median, run_json, spread, write_result
 
 GOAL = 0.95
-MODEL, BATCH, STEPS, WARMUP, WORKERS = "resnet50_v1.5", 16, 10, 2, 2
-IMAGES, SIZE = 320, 256  # more than warm-up + timed steps + the workers' prefetch take
+MODEL, BATCH, STEPS, WARMUP, WORKERS = "resnet50_v1.5", 8, 8, 2, 2
+IMAGES, SIZE = 160, 256  # more than warm-up + timed steps + the workers' prefetch take
 
 
 def _synth(root: Path, fmt: str, threads: int) -> Path:
