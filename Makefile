@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # torch is pinned everywhere: a range that admits a newer release pulls several GB of CUDA wheels.
 TORCH_PIN := torch==2.13.0
-EXTRAS := torch,tf,test,images,bench,export,report
+EXTRAS := torch,tf,test,images,bench,export,report,data
 # Debian packages the tests use: real MPI, a real Slurm cluster, real container runtimes, linters, ssh-keygen,
 # a headless browser (and its font) that opens the reports.
 APT_PACKAGES := openmpi-bin libopenmpi-dev slurm-wlm munge charliecloud podman runc debootstrap shellcheck \

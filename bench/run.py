@@ -10,6 +10,7 @@
 7 compare            dlrun compare and results list with filters over a store of 100,000 results
 8 collectives        dlrun's five collectives vs a bare torch.distributed loop (gloo, 2 ranks), busbw >= 1 MiB
 9 tf                 dlrun run --image host-tf (TensorFlow 2 harness) vs a bare Keras loop (ResNet-50)
+10 realdata           ResNet-50 from a JPEG ImageFolder / TFRecord shards (2 data workers) vs synthetic data
 
 Each benchmark writes bench/results/<name>.json; the table goes to stdout and to bench/results/summary.json.
 """
@@ -32,12 +33,14 @@ import efficiency
 import efficiency_bert
 import launcher_cost
 import overhead
+import realdata
 import tf_overhead
 from common import Row, cpu_count, write_result
 
 BENCHMARKS = {"overhead": overhead, "efficiency": efficiency, "efficiency_bert": efficiency_bert,
               "launcher": launcher_cost, "containers": containers, "comm": comm, "compare": compare_store,
-              "collectives": collectives, "tf": tf_overhead}
+              "collectives": collectives, "tf": tf_overhead,
+              "realdata": realdata}
 
 
 def _versions() -> dict:

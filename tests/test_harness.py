@@ -529,8 +529,11 @@ def test_harness_imports_only_stdlib_torch_and_its_siblings(path):
     roots = _imported_roots(path)
     assert "dlrun" not in roots
     # Horovod only in the file that imports it for --dist horovod (inside a function: importing the file
-    # does not need it, see test_each_sibling_imports_alone_without_side_effects).
-    optional = {"horovod"} if path.name == "harness_pytorch_horovod.py" else set()
+    # does not need it, see test_each_sibling_imports_alone_without_side_effects). Reading real data
+    # (--data-dir) decodes with Pillow and checks TFRecords with the crc32c package where it is installed:
+    # both imported only when data is read, and the harness says so where Pillow is missing.
+    optional = ({"horovod"} if path.name == "harness_pytorch_horovod.py" else
+                {"PIL", "crc32c"} if path.stem in ("harness_pytorch_dataset", "harness_pytorch_tfrecord") else set())
     assert not roots - set(sys.stdlib_module_names) - {"torch"} - optional - siblings, roots
 
 
@@ -580,7 +583,7 @@ def default_threads():
 @pytest.mark.parametrize("path", HARNESS_FILES[1:], ids=[p.name for p in HARNESS_FILES[1:]])
 def test_each_sibling_imports_alone_without_side_effects(path, default_threads):
     """A fresh interpreter (-I: no cwd, no user site) imports the sibling by itself: it leaves sys.path,
-    the environment (no re-exec, no LD_PRELOAD) and torch's threads as they were, and the two standard
+    the environment (no re-exec, no LD_PRELOAD) and torch's threads as they were, and the three standard
     library parts do not even import torch."""
     proc = subprocess.run([sys.executable, "-I", "-c", _IMPORT_ALONE, str(HARNESS_DIR), path.stem],
                           capture_output=True, text=True, timeout=120, env=_unthreaded_env())
@@ -588,7 +591,7 @@ def test_each_sibling_imports_alone_without_side_effects(path, default_threads):
     seen = json.loads(proc.stdout)
     assert seen["path"] and seen["env"] and seen["dlrun"] == []
     assert seen["threads"] == default_threads
-    stdlib_only = path.stem in ("harness_pytorch_common", "harness_pytorch_allocator")
+    stdlib_only = path.stem in ("harness_pytorch_common", "harness_pytorch_allocator", "harness_pytorch_tfrecord")
     assert seen["torch_loaded"] is not stdlib_only
 
 
@@ -609,8 +612,11 @@ def test_every_image_ships_the_harness_files_of_its_framework():
 
     specs = {name: sf.spec for name, sf in spec_files().items()}
     assert {"cpu-reference", "pytorch1.0-nvcr18.11", "tf1.14-nccl"} <= set(specs)
+    runs_tf_cnn = {"tf1.14-nccl", "tf1.8-cuda9"}  # TensorFlow 1.x images run tf_cnn_benchmarks, no dlrun harness
+    assert runs_tf_cnn <= set(specs)
     for name, spec in specs.items():
-        assert spec.harness.files == [p.name for p in harness_files(spec.framework)], name
+        expected = [] if name in runs_tf_cnn else [p.name for p in harness_files(spec.framework)]
+        assert spec.harness.files == expected, name
 
 
 def test_harness_digest_covers_every_file(tmp_path):

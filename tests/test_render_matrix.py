@@ -36,6 +36,8 @@ SIF = f"{FIXED_HOME}/images/matrix-image/x86_64/matrix-image.sif"
 HARNESS = ("python3 /opt/dlrun/harness_pytorch.py --model trivial --batch-size 8 --steps 3 --warmup-steps 1 "
            "--precision fp32 --device cuda --threads 8 --expected-world-size 4 --data-workers 4 "
            "--timeout-s 1200")  # the collective timeout is the plan's time limit, 00:20:00
+# A dataset bound at /data (--data DIR is that bind) is what the harness trains on.
+HARNESS_DATA = HARNESS.replace("--batch-size 8 ", "--batch-size 8 --data-dir /data ")
 
 
 @pytest.fixture(autouse=True)
@@ -77,7 +79,7 @@ def test_singularity_and_apptainer_exact(name, prefix):
         '--env "MASTER_ADDR=${DLRUN_MASTER_ADDR}" --env "MASTER_PORT=${DLRUN_MASTER_PORT:-29500}" '
         "--env NCCL_DEBUG=INFO --env NCCL_IB_DISABLE=0 --env NCCL_IB_HCA=mlx5_0:1 --env NCCL_SOCKET_IFNAME=ib0 "
         "--env OMP_NUM_THREADS=8 --env PYTHONUNBUFFERED=1 --env UCX_NET_DEVICES=mlx5_0:1 "
-        f"{SIF} {HARNESS}")
+        f"{SIF} {HARNESS_DATA}")
     # Values that --env's comma-separated syntax cannot carry go through the prefixed variables.
     assert wrapped.env[f"{prefix}NCCL_DEBUG_SUBSYS"] == "INIT,NET"
     assert wrapped.env[f"{prefix}UCX_TLS"] == "rc,sm,self,cuda_copy,cuda_ipc"
@@ -93,7 +95,7 @@ def test_singularity_refuses_binds_it_cannot_express():
 def test_enroot_through_pyxis_exact():
     plan = matrix_plan("enroot", "srun", "ib", binds=["/scratch/imagenet:/data:ro"])
     wrapped = RUNTIMES.get("enroot").wrap(plan, _rank(plan))
-    assert join(wrapped.argv) == HARNESS  # pyxis starts the rank inside the container itself
+    assert join(wrapped.argv) == HARNESS_DATA  # pyxis starts the rank inside the container itself
     assert join(list(wrapped.launcher_args)) == (
         "'--container-image=registry.example.org#dlrun/matrix:x86_64' "
         '"--container-mounts=${DLRUN_RUN_DIR}:${DLRUN_RUN_DIR}",/scratch/imagenet:/data:ro,'

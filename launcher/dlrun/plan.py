@@ -14,6 +14,7 @@ from dlrun.errors import UsageError, unknown_name
 from dlrun.fabrics import FabricSettings, check_fabric_name, fabric_settings
 from dlrun.registry import LAUNCHERS, RUNTIMES, SCHEDULERS
 from dlrun.secrets import redact_env, secret_names
+from dlrun.staging import staged_path
 from dlrun.tfoptions import resolve_tf_options
 
 #: Fills in what this site has of an image for one architecture (digest, root filesystem, SIF, squashfs).
@@ -85,6 +86,7 @@ class Plan(BaseModel):
     binds: list[Bind] = []
     devices: list[str] = []  # host device paths to pass into containers (fabric devices, /dev/infiniband/...)
     data_workers: int = Field(default=0, ge=0)  # data-loader workers per rank (Ren et al.'s j)
+    stage_data: str | None = None  # --stage-data: this dataset is copied to each node first (dlrun.staging)
     allocator: Allocator = "auto"  # the PyTorch harness's malloc (see harness_pytorch.py)
     # The PyTorch harness's distribution layer (--dist); None where the image runs tf_cnn_benchmarks.
     dist: Dist | None = "ddp"
@@ -160,6 +162,7 @@ def resolve_plan(
     binds: list[str] | None = None,
     env: list[str] | None = None,
     data_workers: int | None = None,
+    stage_data: bool = False,
     allocator: str = "auto",
     dist: str | None = None,
     partition: str | None = None,
@@ -261,7 +264,10 @@ def resolve_plan(
     if data_dir is not None:
         if not Path(data_dir).is_dir():
             raise UsageError(f"--data {data_dir!r} is not a directory; valid: an existing dataset directory")
-        bind_list.append(Bind(source=str(Path(data_dir).resolve()), target=DATA_MOUNT, read_only=True))
+        source = str(Path(data_dir).resolve())
+        bind_list.append(Bind(source=staged_path(source) if stage_data else source, target=DATA_MOUNT))
+    elif stage_data:
+        raise UsageError("--stage-data copies the --data directory to each node; valid: --stage-data with --data DIR")
     env_map = dict(parse_env(spec) for spec in env or [])
     unset = [name for name in secret_env or [] if name not in env_map]
     if unset:
@@ -305,6 +311,7 @@ def resolve_plan(
         env=env_map,
         devices=devices,
         data_workers=sys_.data_loader_workers if data_workers is None else data_workers,
+        stage_data=str(Path(data_dir).resolve()) if stage_data and data_dir is not None else None,
         allocator=allocator,  # type: ignore[arg-type]
         dist=dist,  # type: ignore[arg-type]
         scheduler_options=options,

@@ -4,11 +4,14 @@ Pure functions of the plan: no I/O, no global state, so `--dry-run` shows precis
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from dlrun.errors import UsageError
 from dlrun.job import RankCommand, RenderedJob
 from dlrun.plan import DATA_MOUNT, Plan, fabric_for
 from dlrun.registry import LAUNCHERS, RUNTIMES, SCHEDULERS
 from dlrun.shell import Expand, SecretRef
+from dlrun.staging import stage_argv
 from dlrun.tfbench import TF_CNN_BENCHMARKS_DIR, tf_cnn_benchmarks_command, tf_layout, tf_node_launch
 
 __all__ = ["TF_CNN_BENCHMARKS_DIR", "render_job", "tf_cnn_benchmarks_command", "workload_command"]
@@ -35,6 +38,8 @@ def harness_command(plan: Plan) -> list[str]:
         data_workers = 0  # nothing to load
     else:
         what = ["--model", str(work.model), "--batch-size", str(plan.batch_size)]
+        if any(bind.target == DATA_MOUNT for bind in plan.binds):  # --data DIR: train on it, not synthetic
+            what += ["--data-dir", DATA_MOUNT]
         precision = ["--precision", plan.precision]
         data_workers = plan.data_workers
     return [
@@ -114,4 +119,12 @@ def render_job(plan: Plan) -> RenderedJob:
         launch = tf_node_launch(plan, rank, scheduler)  # one process per node (dlrun.tfbench)
     else:
         launch = launcher.wrap(plan, rank, scheduler)
+    if plan.stage_data:  # --stage-data: each node copies the dataset before the launch
+        if scheduler.runs_image:
+            raise UsageError(f"--stage-data with scheduler {plan.scheduler}: its pods start the image themselves "
+                             "and run no step before it; valid: a scheduler that runs a job script (local, "
+                             "slurm, pbs, lsf)")
+        dest = next(b.source for b in plan.binds if b.target == DATA_MOUNT)
+        launch = replace(launch, setup=[*scheduler.once_per_node(plan, stage_argv(plan.stage_data, dest)),
+                                        *launch.setup])
     return scheduler.render(plan, launch)

@@ -12,6 +12,7 @@ import typer
 
 from dlrun import __version__
 from dlrun.cli import catalogs, compare, doctor, experiments, measure, report, reproduce, results, run
+from dlrun.cli.data import data_app
 from dlrun.cli.images import images_app
 
 app = typer.Typer(
@@ -36,6 +37,7 @@ app.command("compare")(compare.compare)
 app.command("report")(report.report)
 app.add_typer(measure.measure_app, name="measure")
 app.add_typer(experiments.experiments_app, name="experiments")
+app.add_typer(data_app, name="data")
 
 
 def _version(value: bool) -> None:

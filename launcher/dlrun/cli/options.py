@@ -52,6 +52,9 @@ SecretEnvOpt = Annotated[Optional[list[str]], typer.Option(
     "never written to a file, the store or the output (NAME=VALUE works too, but puts the value on the command "
     "line). Names like *_TOKEN, *_PASSWORD, *_KEY are secret without it (repeatable).")]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the exact script that would run; run nothing.")]
+StageDataOpt = Annotated[bool, typer.Option(
+    "--stage-data", help="Copy the --data directory to node-local storage (/tmp) once per node before the ranks "
+    "start, and train from the copy; bytes and seconds are stored with the run.")]
 DataWorkersOpt = Annotated[Optional[int], typer.Option("--data-workers",
                                                       help="Data-loader workers per rank (default: the system's j).")]
 AllocatorOpt = Annotated[str, typer.Option(
@@ -90,7 +93,8 @@ def _plan_options(workload: Workload, image: ImageOpt = None, system: SystemOpt 
                   precision: PrecisionOpt = "fp32", threads: ThreadsOpt = None, launcher: LauncherOpt = None,
                   runtime: RuntimeOpt = None, scheduler: SchedulerOpt = None, fabric: FabricOpt = None,
                   data: DataOpt = None, bind: BindOpt = None, env: EnvOpt = None,
-                  secret_env: SecretEnvOpt = None, data_workers: DataWorkersOpt = None, allocator: AllocatorOpt = "auto",
+                  secret_env: SecretEnvOpt = None, data_workers: DataWorkersOpt = None,
+                  stage_data: StageDataOpt = False, allocator: AllocatorOpt = "auto",
                   dist: DistOpt = None, partition: PartitionOpt = None, account: AccountOpt = None, time: TimeOpt = None,
                   exclusive: ExclusiveOpt = None, launcher_arg: LauncherArgOpt = None,
                   variable_update: VariableUpdateOpt = None, all_reduce_spec: AllReduceSpecOpt = None,

@@ -19,10 +19,11 @@ from dlrun.fabrics import check_nccl_transport
 from dlrun.images.verify import image_provenance
 from dlrun.catalog.models import TRAINING_KINDS
 from dlrun.paths import harness_hashes, source_root
-from dlrun.plan import Plan
+from dlrun.plan import DATA_MOUNT, Plan
 from dlrun.results.parsers import ParseError, ParsedResult, parse_all, parse_text
 from dlrun.results.site import local_site
 from dlrun.results.store import Store, StoreError
+from dlrun.staging import stage_records, stage_summary
 
 #: Statuses a stored run can have. `lost`: its dlrun died and the job's result could not be recovered.
 STATUSES = ("ok", "failed", "cancelled", "timeout", "lost")
@@ -208,6 +209,12 @@ def finish(plan: Plan, run: RunDir, store: Store, *, status: str, reason: str | 
             status, reason = "failed", why
 
     extra = {**(extra or {}), **({"signal": signal} if signal else {})}
+    if plan.stage_data:  # --stage-data: what each node's copy cost, with the run and with its result
+        dest = next(b.source for b in plan.binds if b.target == DATA_MOUNT)
+        extra["data_stage"] = stage_summary(plan.stage_data, dest, stage_records(run.path))
+        if result is not None:
+            result.setdefault("extra", {})["data_stage"] = {k: v for k, v in extra["data_stage"].items()
+                                                            if k != "per_node"}
     if result is not None:
         run.write_json("result.json", result)
     run.write_json("status.json", {"state": status, "exit_code": exit_code, "reason": reason,

@@ -172,7 +172,9 @@ def _data(imported: bool, fmt: str | None, workload: Mapping[str, Any], extra: M
         return f"real:{workload['dataset']}", "tfrecord"  # tf_cnn_benchmarks reads ImageNet as TFRecord files
     if workload.get("dataset") is None and not extra:
         return UNKNOWN, UNKNOWN
-    return "synthetic", NOT_APPLICABLE  # dlrun's PyTorch harness trains on synthetic data only
+    if extra.get("data_source") in ("jpeg", "tfrecord"):  # dlrun's PyTorch harness with --data DIR
+        return "real:imagenet", str(extra["data_source"])
+    return "synthetic", NOT_APPLICABLE  # dlrun's PyTorch harness: synthetic unless it says otherwise
 
 
 def _framework_version(kind: str, fmt: str | None, result: Mapping[str, Any], extra: Mapping[str, Any],

@@ -84,6 +84,14 @@ class Scheduler:
         """A shell command printing the hosts that run `launch`'s processes, one per line, in launch order."""
         return self.node_list_shell()
 
+    def once_per_node(self, plan: Plan, argv: list[str]) -> list[str]:
+        """Shell lines that run `argv` once on every node of the job and wait for it, before the launch (the
+        job script runs on the first node; more nodes need the scheduler's own way to reach them)."""
+        if plan.nodes == 1:
+            return [join(argv)]
+        raise UsageError(f"scheduler {self.name} cannot run a step once per node of {plan.nodes}; valid: "
+                         "--stage-data with --nodes 1, or scheduler slurm, pbs or lsf")
+
     def per_node_launch(self, plan: Plan, rank: RankCommand) -> Launch:
         """Start one copy of `rank` on every node of the job (torchrun starts the node's ranks itself)."""
         raise UsageError(f"scheduler {self.name} cannot start one process per node; valid: --launcher mpirun")

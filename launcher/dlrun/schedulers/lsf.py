@@ -10,6 +10,7 @@ from dlrun.job import JobState, Launch, RankCommand, RenderedJob
 from dlrun.plan import Plan
 from dlrun.registry import SCHEDULERS, Tool
 from dlrun.schedulers.base import Scheduler, SchedulerError, run_tool
+from dlrun.shell import join
 
 LSF_STATES = {"PEND": "pending", "PSUSP": "pending", "WAIT": "pending", "RUN": "running", "USUSP": "running",
               "SSUSP": "running", "PROV": "pending", "DONE": "completed", "EXIT": "failed", "ZOMBI": "failed",
@@ -54,6 +55,11 @@ class LsfScheduler(Scheduler):
     batch = True
     step_launchers = ("jsrun",)
     run_dir_default = "${LS_SUBCWD}"
+
+    def once_per_node(self, plan: Plan, argv: list[str]) -> list[str]:
+        if plan.nodes == 1:
+            return super().once_per_node(plan, argv)
+        return [join(self.per_node_launch(plan, RankCommand(argv=argv)).argv)]  # one resource set per host
 
     def per_node_launch(self, plan: Plan, rank: RankCommand) -> Launch:
         argv = ["jsrun", "--nrs", str(plan.nodes), "--rs_per_host", "1", "--tasks_per_rs", "1",

@@ -10,6 +10,7 @@ from dlrun.launchers.mpirun import ROOT_OK, mpirun_argv, mpirun_hosts
 from dlrun.plan import Plan
 from dlrun.registry import SCHEDULERS, Tool
 from dlrun.schedulers.base import Scheduler, SchedulerError, run_tool
+from dlrun.shell import join
 
 PBS_STATES = {"Q": "pending", "H": "pending", "W": "pending", "T": "pending", "S": "running", "R": "running",
               "E": "running", "B": "running", "X": "completed", "F": "completed"}
@@ -59,6 +60,12 @@ class PbsScheduler(Scheduler):
         argv = mpirun_argv(plan, self, sorted(rank.env), hosts, np=plan.nodes) + rank.argv
         return Launch(argv=argv, env={**rank.env, **ROOT_OK}, rank_log_pattern="logs/1/rank.{rank}/stdout",
                       setup=setup, tasks_per_node=1)
+
+    def once_per_node(self, plan: Plan, argv: list[str]) -> list[str]:
+        if plan.nodes == 1:
+            return super().once_per_node(plan, argv)
+        # pbsdsh -u: one task on each host of the job; it passes no PATH, so the program goes by full path.
+        return ["pbsdsh -u " + join(["/bin/" + argv[0] if "/" not in argv[0] else argv[0], *argv[1:]])]
 
     def node_list_shell(self) -> str:
         # One line per host in the node file's order: its first host (the mother superior, where the script

@@ -11,6 +11,7 @@ from dlrun.launchers.base import mca_env
 from dlrun.plan import Plan
 from dlrun.registry import SCHEDULERS, Tool
 from dlrun.schedulers.base import Scheduler, SchedulerError, run_tool
+from dlrun.shell import join
 
 SLURM_STATES = {
     "PENDING": "pending", "CONFIGURING": "pending", "REQUEUED": "pending", "RESV_DEL_HOLD": "pending",
@@ -70,6 +71,10 @@ class SlurmScheduler(Scheduler):
                 f"--cpus-per-task={plan.threads_per_rank * plan.ranks_per_node}", "--kill-on-bad-exit=1",
                 "--export=ALL", *rank.launcher_args, *rank.argv]
         return Launch(argv=argv, env={**mca_env(plan), **rank.env}, rank_log_pattern="output.log", tasks_per_node=1)
+
+    def once_per_node(self, plan: Plan, argv: list[str]) -> list[str]:
+        # A job step of one task per node (srun waits for every node's task).
+        return [join(self.per_node_launch(plan, RankCommand(argv=argv)).argv)]
 
     def node_list_shell(self) -> str:
         return 'scontrol show hostnames "${SLURM_JOB_NODELIST}"'

@@ -24,7 +24,7 @@ caller's working directory does not matter):
 only, so that it is settled before torch is imported),
 ``harness_pytorch_features.py`` (checks for features of newer PyTorch
 releases), ``harness_pytorch_models.py`` (model definitions and what is
-counted on them), ``harness_pytorch_data.py`` (the data the steps consume),
+counted on them), ``harness_pytorch_data.py`` (the data the steps consume), ``harness_pytorch_dataset.py`` and ``harness_pytorch_tfrecord.py`` (real data),
 ``harness_pytorch_process.py`` (ranks, device, backend, versions),
 ``harness_pytorch_comm.py`` (process group, collectives),
 ``harness_pytorch_collectives.py`` (the collective benchmarks),
@@ -45,7 +45,8 @@ default 32), --steps (timed steps, default 100), --warmup-steps (default 10),
 --threads N, --expected-world-size N, --backend auto|gloo|nccl|mpi,
 --dist ddp|horovod, --seed,
 --display-every N (default 10), --lr (default 0.01 for the CNNs, 5e-5 for
-BERT), --momentum (default 0.9; SGD only), --data-workers J, --compile,
+BERT), --momentum (default 0.9; SGD only), --data-dir DIR,
+--data-workers J, --compile,
 --fused-optimizer auto|on|off, --allocator; BERT only: --seq-length N
 (default: the task's maximum), --num-layers N (default 12; fewer for quick
 runs).
@@ -92,7 +93,15 @@ Training benchmark
 A fixed random batch of images and integer labels is generated once per rank
 (seeded with --seed + rank) and kept on the device, as tf_cnn_benchmarks'
 synthetic data; nothing is generated on the critical path, so --data-workers
-is accepted (and recorded) but has nothing to do.  Loss is cross entropy,
+is accepted (and recorded) but has nothing to do.  With ``--data-dir DIR``
+the image models train on real ImageNet data instead - TFRecord shards or a
+JPEG ImageFolder tree, decoded and augmented in --data-workers DataLoader
+processes (default 4) - and the result adds data_source ("jpeg" or
+"tfrecord"; "synthetic" otherwise), data_path, data_images and
+images_decoded; see ``harness_pytorch_dataset.py`` (and
+``harness_pytorch_tfrecord.py``, which reads TFRecords without TensorFlow).
+A directory that is not such a dataset is an error (exit 2), never a
+fallback to synthetic data.  Loss is cross entropy,
 the optimizer SGD with momentum.  BERT: random token ids (token type 0 for
 the first half of a sequence, 1 for the rest, no padding), the right ending
 (SWAG) or the answer's start and end token (SQuAD) as targets, loss cross
@@ -144,16 +153,9 @@ process the process group is initialised with
 29500; the mpi backend needs no rendezvous) and the model is wrapped in
 DistributedDataParallel.  Backend auto is nccl on CUDA and gloo on CPU.
 
-``--dist horovod`` (training only) uses Horovod instead of a process group:
-``hvd.init()`` gives rank, world size and local rank (rank_source
-"horovod"); rank 0's parameters and optimizer state are broadcast and the
-optimizer is wrapped in ``hvd.DistributedOptimizer``, which averages the
-gradients; the harness's own collectives (timing, replica check) use
-Horovod's allgather/allreduce.  ``backend`` is then what Horovod
-communicates with (nccl, gloo or mpi).  The output contract is the same;
-results record ``dist`` ("ddp" or "horovod") and ``horovod_version`` (null
-under ddp).  Horovod is imported only for --dist horovod; without it the
-harness exits 2.
+``--dist horovod`` (training only) uses Horovod instead of a process group
+(see ``harness_pytorch_horovod.py``); the output contract is the same, and
+results record ``dist`` ("ddp" or "horovod") and ``horovod_version``.
 
 Timing: warm-up steps are excluded.  Before the timed loop every rank waits at
 a barrier and synchronises its device; every timed step ends with a device
@@ -169,24 +171,8 @@ per-step log rows show the global rate estimated from rank 0's step times
 
 Output: rank 0 writes a tf_cnn_benchmarks-like log to stdout, ending with
 "total images/sec: N" and then exactly one line ``DLRUN_RESULT {json}``
-(json.dumps with sort_keys).  Result fields: allocator (tcmalloc,
-jemalloc, glibc-tuned or system), allocator_library (path or null),
-amp_dtype ("bfloat16", "float16" or null), backend, batch_size_per_rank,
-channels_last, compiled, cuda_version / cudnn_version / nccl_version (only
-when present), data_format, data_workers, device ("cpu" or "cuda"),
-device_name, final_loss, formula, framework ("pytorch"),
-framework_version, fused_optimizer, global_batch_size, harness_version,
-image_size, lr, metric ("throughput"), mkldnn, model, momentum,
-num_classes, num_devices, optimizer, params, per_rank_images_per_sec,
-per_rank_wall_time_s, precision, python_version, rank_source, seed,
-status ("ok"), threads, timed_steps, unit ("images/sec"), value,
-wall_time_reduction ("max_over_ranks"), wall_time_s, warmup_steps,
-world_size, dist, horovod_version.  ``backend`` is "none" for a single process (no process group).
-BERT results have unit "sequences/sec", per_rank_sequences_per_sec,
-instances_per_sec (SWAG examples or SQuAD windows per second),
-sequences_per_instance, task ("swag" or "squad"), seq_length, num_layers and
-weight_decay instead of per_rank_images_per_sec, image_size, num_classes,
-data_format and momentum; the log ends with "total sequences/sec: N".
+(json.dumps with sort_keys); its fields are listed in
+``harness_pytorch_process.py``.
 
 With more than one rank, a float64 checksum (sum and sum of absolute values)
 of all parameters is compared across ranks at the end (all-reduce MAX and
@@ -271,6 +257,9 @@ from harness_pytorch_models import MODEL_NAMES, describe_model  # noqa: E402
 from harness_pytorch_train import run_benchmark  # noqa: E402
 
 
+DEFAULT_DATA_WORKERS = 4  # Ren et al.'s j (Sec. IV)
+
+
 class _ArgumentParser(argparse.ArgumentParser):
     def error(self, message):
         sys.stderr.write(ERROR_PREFIX + message + "\n")
@@ -331,8 +320,14 @@ def build_parser():
                         "maximum, 80 for SWAG, 384 for SQuAD)")
     p.add_argument("--num-layers", type=_positive, default=None,
                    help="BERT: transformer layers (default 12, BERT-base)")
-    p.add_argument("--data-workers", type=_non_negative, default=0,
-                   help="recorded only: synthetic data needs no loaders")
+    p.add_argument("--data-dir", default=None,
+                   help="train the image models on this ImageNet directory "
+                        "(TFRecord shards or a JPEG ImageFolder tree) "
+                        "instead of synthetic data")
+    p.add_argument("--data-workers", type=_non_negative, default=None,
+                   help="DataLoader worker processes per rank decoding "
+                        "--data-dir (default 4; 0 decodes in the training "
+                        "process); recorded only for synthetic data")
     p.add_argument("--compile", action="store_true",
                    help="use torch.compile where available")
     p.add_argument("--fused-optimizer", choices=("auto", "on", "off"),
@@ -368,6 +363,14 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    if args.data_workers is None:
+        args.data_workers = DEFAULT_DATA_WORKERS if args.data_dir else 0
+    if args.data_dir is not None and (args.model.startswith("bert")
+                                      or args.benchmark != "train"):
+        error_line("--data-dir: %s reads no images; valid: an image model"
+                   % (args.model if args.benchmark == "train"
+                      else "--benchmark allreduce"))
+        return EXIT_USAGE
     try:
         if args.describe:
             out(json.dumps(describe_model(args.model), sort_keys=True))

@@ -9,6 +9,29 @@ the device, so that nothing is generated on the critical path.
 import torch
 
 
+class FixedBatches(object):
+    """The one synthetic batch, on ``device``, given at every step."""
+
+    def __init__(self, inputs, targets, device, channels_last):
+        self.inputs = [x.to(device) for x in inputs]
+        self.targets = [y.to(device) for y in targets]
+        if channels_last:
+            self.inputs = [x.contiguous(memory_format=torch.channels_last)
+                           for x in self.inputs]
+
+    def label(self):
+        return "synthetic"
+
+    def fields(self):
+        return {"data_source": "synthetic"}
+
+    def next(self):
+        return self.inputs, self.targets
+
+    def close(self):
+        self.inputs = self.targets = None
+
+
 def synthetic_images(batch_size, image_size, num_classes, seed):
     """(images, labels) on the CPU: ``batch_size`` standard-normal images of
     ``image_size`` (C, H, W) and integer labels in [0, num_classes), drawn

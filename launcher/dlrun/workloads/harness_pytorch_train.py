@@ -19,7 +19,8 @@ from harness_pytorch_common import (EXIT_DIVERGED, EXIT_NONFINITE,
                                     RULE, HarnessError, NullContext,
                                     error_line, out)
 from harness_pytorch_comm import in_process_group, sync
-from harness_pytorch_data import synthetic_images, synthetic_tokens
+from harness_pytorch_data import (FixedBatches, synthetic_images,
+                                  synthetic_tokens)
 from harness_pytorch_features import (make_adamw, make_grad_scaler,
                                       make_optimizer, maybe_compile,
                                       mkldnn_available, resolve_amp,
@@ -36,10 +37,7 @@ CNN_LR = 0.01
 BERT_LR = 5e-5
 BERT_WEIGHT_DECAY = 0.01
 
-
-# ---------------------------------------------------------------------------
 # Training benchmark
-# ---------------------------------------------------------------------------
 
 def perf_stats(batch, step_times):
     """tf_cnn_benchmarks statistics: (mean rate, standard error, jitter)."""
@@ -123,17 +121,26 @@ class _Task(object):
         self.channels_last = resolve_channels_last(
             args.channels_last, args.precision, device_type)
 
-    def batch(self, args, rank):
-        """(inputs, targets): one synthetic batch on the CPU."""
+    def batches(self, args, rank, world_size, device):
+        """What the steps consume: the data under --data-dir, or one
+        synthetic batch on the device."""
+        if args.data_dir is not None:
+            from harness_pytorch_dataset import RealBatches  # needs Pillow
+            return RealBatches(args.data_dir, args.batch_size,
+                               default_image_size(args.model),
+                               args.data_workers, rank, world_size,
+                               args.seed, device, self.channels_last)
         seed = args.seed + rank
         if self.bert:
-            return synthetic_tokens(args.batch_size, self.seq_length,
-                                    self.per_instance,
-                                    BERT_BASE["vocab_size"], self.task, seed)
-        images, labels = synthetic_images(args.batch_size,
-                                          default_image_size(args.model),
-                                          NUM_CLASSES, seed)
-        return (images,), (labels,)
+            inputs, targets = synthetic_tokens(
+                args.batch_size, self.seq_length, self.per_instance,
+                BERT_BASE["vocab_size"], self.task, seed)
+        else:
+            inputs, targets = synthetic_images(
+                args.batch_size, default_image_size(args.model),
+                NUM_CLASSES, seed)
+            inputs, targets = (inputs,), (targets,)
+        return FixedBatches(inputs, targets, device, self.channels_last)
 
     def criterion(self, device):
         ce = nn.CrossEntropyLoss().to(device)
@@ -226,6 +233,7 @@ def run_benchmark(args):
         "fused_optimizer": outcome["fused_optimizer"],
     }
     result.update(task.result_fields(args, timing, outcome["optimizer"]))
+    result.update(outcome["data"])
     result.update(run_fields(device_type))
     result.update(comm.fields())
     if rank == 0:
@@ -239,7 +247,7 @@ def run_benchmark(args):
 def _header(args, task, world_size, devices, optimizer):
     out("PyTorch:     %s" % torch.__version__)
     out("Model:       %s" % args.model)
-    out("Dataset:     %s (synthetic)" % task.dataset)
+    out("Dataset:     %s (%s)" % (task.dataset, task.data_label))
     out("Mode:        training")
     out("Batch size:  %d global" % (args.batch_size * world_size))
     out("             %d per device" % args.batch_size)
@@ -283,15 +291,12 @@ def _train(args, task, comm, device, autocast, needs_scaler):
     optimizer, scaler = comm.wrap_optimizer(optimizer, raw_model, scaler)
     criterion = task.criterion(device)
 
-    inputs, targets = task.batch(args, rank)
-    inputs = [x.to(device) for x in inputs]
-    targets = [y.to(device) for y in targets]
-    if channels_last:
-        inputs = [x.contiguous(memory_format=torch.channels_last)
-                  for x in inputs]
+    source = task.batches(args, rank, world_size, device)
+    task.data_label = source.label()
     model.train()
 
     def step():
+        inputs, targets = source.next()
         optimizer.zero_grad()
         with autocast():
             loss = criterion(model(*inputs), targets)
@@ -352,7 +357,8 @@ def _train(args, task, comm, device, autocast, needs_scaler):
 
     outcome = {"error": None, "params": params, "compiled": compiled,
                "final_loss": final_loss, "optimizer": optimizer_name,
-               "fused_optimizer": fused}
+               "fused_optimizer": fused, "data": source.fields()}
+    source.close()
     # Collective checks: every rank reaches the same verdict.
     bad_loss = comm.all_reduce([0.0 if _finite(final_loss) else 1.0],
                                "MAX")[0]
@@ -384,7 +390,7 @@ def _train(args, task, comm, device, autocast, needs_scaler):
     # Clean teardown: no rank may destroy the process group while a DDP
     # model is alive anywhere, so meet first, then drop every reference.
     comm.barrier()
-    del model, raw_model, optimizer, scaler, step, inputs, targets, loss
+    del model, raw_model, optimizer, scaler, step, source, loss
     gc.collect()
     return outcome
 
