@@ -1,4 +1,4 @@
-"""Benchmark 8: training from real data vs synthetic data, the PyTorch harness, same model and settings.
+"""Benchmark 10: training from real data vs synthetic data, the PyTorch harness, same model and settings.
 
 Three variants of the same harness run, alternated per round (synthetic, JPEG, TFRecord; the order flips
 every round): ResNet-50 v1.5 fp32 training on synthetic data (one fixed batch on the device), on a JPEG
