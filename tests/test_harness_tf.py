@@ -161,8 +161,9 @@ def test_dlrun_run_host_tf_stores_the_pytorch_contract(dlrun_home):
         shown[detail["results"][0]["extra"]["framework"]] = detail
     tf_extra, torch_extra = (shown[f]["results"][0]["extra"] for f in ("tensorflow", "pytorch"))
     assert set(torch_extra) <= set(tf_extra), set(torch_extra) - set(tf_extra)
-    assert set(tf_extra) - set(torch_extra) == {"data", "gradient_averaging", "keras_version", "model_source",
-                                                "horovod_version"}
+    assert set(tf_extra) - set(torch_extra) == {"data", "gradient_averaging", "keras_version", "model_source"}
+    assert tf_extra["dist"] == "horovod" and torch_extra["dist"] == "ddp" and torch_extra["horovod_version"] is None
+    assert tf_extra["data_source"] == torch_extra["data_source"] == "synthetic"
     assert tf_extra["unit"] == torch_extra["unit"] == "images/sec" and tf_extra["model"] == "trivial"
     assert tf_extra["value"] == pytest.approx(2 * 2 * 2 / tf_extra["wall_time_s"], rel=1e-3)
     assert torch_extra["backend"] == "gloo" and tf_extra["backend"] == "horovod"

@@ -111,7 +111,9 @@ def key_from_run(run: Mapping[str, Any], results: Iterable[Mapping[str, Any]] = 
         benchmark = _tf_benchmark(plan, image)
         if benchmark is not None:
             key["framework"] = f"{key['framework']}/{benchmark}"
-        if extra.get("dist") == "horovod":  # Horovod averages gradients its own way: not DDP's like-for-like
+        # Horovod averages gradients its own way: not DDP's like-for-like (the TensorFlow 2 harness has only
+        # Horovod to run several processes, so its key stays the same across rank counts)
+        if extra.get("dist") == "horovod" and key["framework"] == "pytorch":
             key["framework"] = f"{key['framework']}/horovod"
     else:
         key["batch_per_device"] = key["global_batch"] = NOT_APPLICABLE
@@ -132,7 +134,8 @@ def key_from_run(run: Mapping[str, Any], results: Iterable[Mapping[str, Any]] = 
             key["precision"] = _training_precision(run.get("precision"), result.get("dtype"))
             key["framework"] = _known(result.get("framework"))
     key["framework_version"] = _framework_version(kind, fmt, result, extra, image)
-    if kind == "training" and extra.get("dist") == "horovod" and extra.get("horovod_version"):
+    if kind == "training" and extra.get("dist") == "horovod" and extra.get("horovod_version") \
+            and key["framework"].startswith("pytorch/"):
         key["framework_version"] = f"{key['framework_version']}+horovod{extra['horovod_version']}"
     key["image_digest"] = _image_identity(run, image, provenance)
     return {name: key[name] for name in KEY_FIELDS}

@@ -16,7 +16,8 @@ import tensorflow as tf
 from harness_tensorflow_common import (EXIT_DIVERGED, EXIT_NONFINITE,
                                        NUM_CLASSES, PERTURB_ENV,
                                        REPLICA_RTOL, RULE, HarnessError, out)
-from harness_tensorflow_data import real_dataset, synthetic_batch
+from harness_tensorflow_data import (detect_format, real_dataset,
+                                     synthetic_batch)
 from harness_tensorflow_models import (build_model, count_params,
                                        default_image_size, model_source)
 from harness_tensorflow_process import run_fields, setup_process
@@ -162,6 +163,8 @@ def run_benchmark(args):
             NUM_CLASSES, rank, world_size, args.data_workers,
             args.seed + rank)
         batches = iter(dataset)
+        data_source = {"folder": "jpeg"}.get(  # the PyTorch harness's names
+            detect_format(args.data_dir, args.data_format), "tfrecord")
 
         def run_step():
             images, labels = next(batches)
@@ -169,7 +172,7 @@ def run_benchmark(args):
     else:
         images, labels = synthetic_batch(args.batch_size, image_size,
                                          NUM_CLASSES, args.seed + rank)
-        data_what = "synthetic"
+        data_what = data_source = "synthetic"
 
         def run_step():
             return step(images, labels)
@@ -239,7 +242,14 @@ def run_benchmark(args):
         "backend": "horovod" if world_size > 1 else "none",
         "gradient_averaging": (args.gradient_averaging if world_size > 1
                                else "none"),
-        "data": data_what, "final_loss": loss})
+        "data": data_what, "final_loss": loss,
+        # The PyTorch harness's contract: how replicas are kept in step,
+        # whether the optimizer step is fused, what was read.
+        "dist": "horovod" if comm.hvd is not None else "none",
+        "fused_optimizer": False,  # Keras applies its own update ops
+        "data_source": data_source})
+    if args.data_dir:
+        result["data_path"] = args.data_dir
     result.update(run_fields(device_type, comm))
     if rank == 0:
         out(RULE)
