@@ -678,8 +678,9 @@ def test_runtime_commands(image_home, tmp_path):
     # The job script runs exactly that, with the harness arguments of the plan.
     line = exec_line(script(image_home["env"], "--runtime", "podman", "--data", str(data)))
     assert line.startswith(f"exec podman run {options.split(' -e ')[0]} -e ")
-    assert line.endswith(f"{digest} python3 /opt/dlrun/harness_pytorch.py --model trivial --batch-size 64 --steps 2 "
-                         "--warmup-steps 1 --precision fp32 --device cpu --threads 2 --expected-world-size 1 "
+    # --data: the harness reads the bound dataset (--data-dir), never synthetic tensors instead
+    assert line.endswith(f"{digest} python3 /opt/dlrun/harness_pytorch.py --model trivial --batch-size 64 "
+                         "--data-dir /data --steps 2 --warmup-steps 1 --precision fp32 --device cpu --threads 2 --expected-world-size 1 "
                          "--timeout-s 1800")
 
 
