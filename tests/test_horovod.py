@@ -153,5 +153,5 @@ def test_harness_refuses_horovod_for_the_allreduce_benchmark():
                            "--dist", "horovod"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        "dlrun-harness: error: --dist horovod applies to training; the all-reduce benchmark uses the process "
+        "dlrun-harness: error: --dist horovod applies to training; the collective benchmarks use the process "
         "group; valid: --dist ddp"]
