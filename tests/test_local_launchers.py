@@ -36,7 +36,9 @@ def _wrapper(path: Path, body: str) -> Path:
 @pytest.mark.integration
 def test_mpirun_two_ranks_with_hostile_data_path_and_env(dlrun_home, tmp_path):
     data = tmp_path / "im ages 'q' \"dq\";$(touch pwned-data)`touch pwned-bq`\nline"
-    data.mkdir()
+    # --data makes the ranks train on the dataset: a real one (dlrun data synth) under the hostile name
+    made = run_cli("data", "synth", "--format", "jpeg", "--images", "8", "--classes", "2", "--size", "40", str(data))
+    assert made.returncode == 0, made.stderr
     value = "a b'c\"d;e $(touch pwned-env) `touch pwned-env2` ${HOME}\nnext line"
     dump = tmp_path / "seen"
     dump.mkdir()
@@ -53,6 +55,8 @@ def test_mpirun_two_ranks_with_hostile_data_path_and_env(dlrun_home, tmp_path):
     plan = json.loads((Path(run["run_dir"]) / "plan.json").read_text())
     assert plan["binds"] == [{"source": str(data), "target": "/data", "read_only": True}]
     assert plan["env"]["HOSTILE"] == value
+    extra = cli_json("results", "show", run["id"], env=env)["results"][0]["extra"]
+    assert extra["data_source"] == "jpeg" and extra["data_path"] == str(data) and extra["images_decoded"] > 0
     assert "[1,0]<stdout>:" in (Path(run["run_dir"]) / "output.log").read_text()  # the extra mpirun flag took
 
 
