@@ -60,12 +60,14 @@ def test_the_wheel_carries_the_catalogs_and_the_harness(installed):
 def test_installed_lists_what_the_checkout_lists(installed, kind):
     wheel, editable = _both(installed, kind, "list", "--json")
     listed, expected = json.loads(wheel.stdout), json.loads(editable.stdout)
-    if kind == "images":  # `host` is this install's own Python and harness: the one entry that must differ
-        host = next(entry for entry in listed if entry["name"] == "host")
-        assert host["harness_dir"].startswith(str(installed["venv"])) and host["python"].startswith(
-            str(installed["venv"]))
-        listed = [entry for entry in listed if entry["name"] != "host"]
-        expected = [entry for entry in expected if entry["name"] != "host"]
+    if kind == "images":  # the host images are this install's own Python and harness: the entries that differ
+        hosts = [entry for entry in listed if entry["kind"] == "host"]
+        assert {entry["name"] for entry in hosts} == {"host", "host-tf"}
+        for host in hosts:
+            assert host["harness_dir"].startswith(str(installed["venv"])) and host["python"].startswith(
+                str(installed["venv"]))
+        listed = [entry for entry in listed if entry["kind"] != "host"]
+        expected = [entry for entry in expected if entry["kind"] != "host"]
     assert listed == expected
     assert len(listed) >= 5
 
