@@ -42,51 +42,50 @@ def report(
     from dlrun.cli.facts import efficiency_inputs
     from dlrun.cli.filters import build_filters
     from dlrun.cli.store import open_store
-    from dlrun.report import check_out, gather, write
+    from dlrun.report import Painter, check_out, gather, write
 
     check_out(out)
-    warm = _preload()
-    store = open_store()
-    specs = _experiments(store, experiment or [])
-    filters = build_filters(store, run_ids, workload=workload, system=system, image=image, status=status,
-                            site=site, experiment=experiment, since=since)
-    given = [("--workload", workload), ("--system", system), ("--image", image), ("--status", status),
-             ("--site", site), ("--experiment", experiment), ("--since", [since] if since else None)]
-    selection = shlex.join([*(run_ids or []), *(arg for name, values in given for value in values or []
-                                                for arg in (name, value))]) or "every stored run"
-    heading = title or ("dlrun report: " + (", ".join(spec.title for spec in specs) if specs
-                                          else ", ".join(workload or []) or "stored runs"))
-    result = gather(store, filters, title=heading, selection=selection, baseline=baseline, facts=efficiency_inputs)
-    if specs:
-        from dlrun.cli.options import load_catalog
-        from dlrun.report.published import add_published
+    # before the store is read: the child imports matplotlib while this process reads, then draws
+    with Painter() as painter:
+        _preload()
+        store = open_store()
+        specs = _experiments(store, experiment or [])
+        filters = build_filters(store, run_ids, workload=workload, system=system, image=image, status=status,
+                                site=site, experiment=experiment, since=since)
+        given = [("--workload", workload), ("--system", system), ("--image", image), ("--status", status),
+                 ("--site", site), ("--experiment", experiment), ("--since", [since] if since else None)]
+        selection = shlex.join([*(run_ids or []), *(arg for name, values in given for value in values or []
+                                                    for arg in (name, value))]) or "every stored run"
+        heading = title or ("dlrun report: " + (", ".join(spec.title for spec in specs) if specs
+                                              else ", ".join(workload or []) or "stored runs"))
+        result = gather(store, filters, title=heading, selection=selection, baseline=baseline,
+                        facts=efficiency_inputs)
+        if specs:
+            from dlrun.cli.options import load_catalog
+            from dlrun.report.published import add_published
 
-        catalog = load_catalog()
-        for spec in specs:
-            add_published(result, catalog, catalog.experiment(spec.id), store)
-    warm.join()
-    written = write(result, out, store.path)
+            catalog = load_catalog()
+            for spec in specs:
+                add_published(result, catalog, catalog.experiment(spec.id), store)
+        written = write(result, out, store.path, painter)  # its tables import pandas: waits for the thread
     flag = "" if result.like_for_like else f" (not like-for-like: {len(result.differences)} difference(s))"
     console().print(f"wrote {written / 'index.html'}: {result.runs_total} run(s), {len(result.points)} point(s)"
                     f"{flag}", highlight=False)
 
 
-def _preload():
-    """Import matplotlib and pandas on a second thread while the store is read: SQLite lets go of the
-    interpreter while it queries, so on a machine with a free core the imports cost no wall time."""
+def _preload() -> None:
+    """Import pandas on a second thread while the store is read (SQLite lets go of the interpreter while it
+    queries); matplotlib is the plotting process's. The tables' own `import pandas` waits for this one
+    (Python's per-module import lock), so there is nothing to join."""
     import threading
 
     def imports() -> None:
         try:
-            import matplotlib.backends.backend_agg  # noqa: F401
-            import matplotlib.figure  # noqa: F401
             import pandas  # noqa: F401
         except ImportError:
-            pass  # said where they are used
+            pass  # said where it is used
 
-    thread = threading.Thread(target=imports, name="dlrun-report-imports", daemon=True)
-    thread.start()
-    return thread
+    threading.Thread(target=imports, name="dlrun-report-imports", daemon=True).start()
 
 
 def _experiments(store, names: list[str]) -> list:

@@ -1,8 +1,9 @@
 """`dlrun report`: the selected runs as one self-contained HTML page with PNG plots, in a folder.
 
+    painter = Painter()                             a forked process that imports matplotlib meanwhile
     report = gather(store, filters, ...)            the runs through compare's modes, with provenance
     add_published(report, catalog, spec, store)     an experiment's published numbers beside them
-    write(report, out, store_path)                  index.html + scaling.png + bars.png, all or nothing
+    write(report, out, store_path, painter)         index.html + scaling.png + bars.png, all or nothing
 
 The page references its plots by relative name (they travel with it as one folder) rather than embedding
 them: the HTML stays small and the PNGs stay usable on their own. Nothing is fetched over the network.
@@ -11,6 +12,7 @@ failed report) never leaves half of one; an earlier report in `out` is replaced,
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import tempfile
@@ -18,10 +20,11 @@ from pathlib import Path
 
 from dlrun.errors import DlrunError, UsageError
 from dlrun.report.gather import Published, Point, Report, gather
+from dlrun.report.painter import Painter
 
 # dlrun.report.published (an experiment's references, through dlrun.reproduce) is imported by whoever
 # needs it: a report of plain filters does not pay for planning an experiment.
-__all__ = ["Point", "Published", "Report", "check_out", "gather", "write"]
+__all__ = ["Painter", "Point", "Published", "Report", "check_out", "gather", "write"]
 
 #: The page; its presence marks a folder as an earlier report that may be replaced.
 PAGE = "index.html"
@@ -44,31 +47,38 @@ def check_out(out: Path) -> Path:
     return out
 
 
-def write(report: Report, out: Path, store_path: Path) -> Path:
-    """Write the page and its plots into `out` (see check_out), all or nothing."""
-    from dlrun.report import page, plots
+def write(report: Report, out: Path, store_path: Path, painter: Painter | None = None) -> Path:
+    """Write the page and its plots into `out` (see check_out), all or nothing. The plots are drawn by
+    `painter` (a forked process, started before the store was read) while this process writes the tables."""
+    from dlrun.report import page
 
-    try:
-        import matplotlib  # noqa: F401
-        import pandas  # noqa: F401
-    except ImportError as exc:
-        raise DlrunError(f"dlrun report needs matplotlib and pandas ({exc}); install them with: "
-                         "pip install 'dlrun[report]'") from None
+    missing = [name for name in ("matplotlib", "pandas") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise DlrunError(f"dlrun report needs matplotlib and pandas ({', '.join(missing)} missing); install them "
+                         "with: pip install 'dlrun[report]'")
     out = check_out(out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     except OSError as exc:
         raise UsageError(f"--out {str(out)!r} cannot be written: {exc.strerror}") from None
+    own = painter is None
+    painter = Painter(fork=False) if painter is None else painter
     try:
-        drawn = [plot for plot in (plots.scaling_plot(report, tmp), plots.bars_plot(report, tmp)) if plot]
-        (tmp / PAGE).write_text(page.render(report, drawn, str(store_path)), encoding="utf-8")
+        painter.draw(report, tmp)
+        tables = page.render_tables(report)
+        drawn = painter.result()
+        (tmp / PAGE).write_text(page.render(report, drawn, str(store_path), tables), encoding="utf-8")
         (tmp / MARKER).write_text("written by dlrun report; the folder is replaced by the next report\n")
         os.chmod(tmp, 0o755)
         _replace(tmp, out)
     except BaseException:
+        painter.close()  # before the folder it may still be writing into is removed
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        if own:
+            painter.close()
     return out
 
 

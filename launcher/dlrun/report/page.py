@@ -66,26 +66,37 @@ def _experiments(report: Report) -> str:
     return "\n".join(out)
 
 
-def render(report: Report, plots: list[Plot], store: str) -> str:
+def render_tables(report: Report) -> dict[str, str]:
+    """The page's tables as HTML (pandas), by section; drawn while the plots are."""
+    out = {"experiments": _experiments(report), "scaling": scaling_table(report), "runs": runs_table(report)}
+    if report.relative is not None:
+        out["relative"] = relative_table(report)
+    if report.fabrics:
+        out["fabrics"] = fabrics_table(report)
+    return out
+
+
+def render(report: Report, plots: list[Plot], store: str, tables: dict[str, str] | None = None) -> str:
+    tables = render_tables(report) if tables is None else tables
     stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     sections = [f"<h1>{escape(report.title)}</h1>",
                 f"<p>Selection: <code>{escape(report.selection or 'every stored run')}</code>; "
                 f"{report.runs_total} run(s) selected, {len({r for p in report.points for r in p.run_ids})} successful "
                 f"result(s) in {len(report.points)} point(s) on {len(report.scaling)} line(s).</p>",
-                _mismatch(report), _experiments(report), '<h2 id="plots">Plots</h2>',
+                _mismatch(report), tables["experiments"], '<h2 id="plots">Plots</h2>',
                 *(_plot(plot) for plot in plots)]
     if not plots:
         sections.append("<p>Nothing to plot: no point has a device count and a positive mean.</p>")
-    sections += ['<h2 id="points">Scaling (PRACE guide Tables 8 and 9)</h2>', scaling_table(report)]
+    sections += ['<h2 id="points">Scaling (PRACE guide Tables 8 and 9)</h2>', tables["scaling"]]
     if report.relative is not None:
         sections += ['<h2 id="relative-systems">Systems relative to the baseline (Ren et al. Table III)</h2>',
-                     relative_table(report)]
+                     tables["relative"]]
     if report.fabrics:
-        sections += ['<h2 id="fabrics-against-baseline">Fabrics (Samsi et al.)</h2>', fabrics_table(report)]
+        sections += ['<h2 id="fabrics-against-baseline">Fabrics (Samsi et al.)</h2>', tables["fabrics"]]
     if report.notes:
         sections.append('<div class="notes"><p>Notes:</p><ul>'
                         + "".join(f"<li>{escape(n)}</li>" for n in report.notes) + "</ul></div>")
-    sections += ['<h2 id="provenance">Runs</h2>', runs_table(report),
+    sections += ['<h2 id="provenance">Runs</h2>', tables["runs"],
                  f'<p class="notes">Written by dlrun {escape(__version__)} on {stamp} from the result store '
                  f"{escape(store)}. The page and its plots are self-contained: nothing is fetched.</p>"]
     body = "\n".join(s for s in sections if s)

@@ -43,6 +43,20 @@ class Plot:
     notes: list[str] = field(default_factory=list)
 
 
+def warm() -> None:
+    """Import what drawing needs and load the font, so that draw() starts at once (the report's plotting
+    process does this while its parent reads the store)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: F401
+
+    fig = _figure(1, 1)
+    fig.text(0.5, 0.5, "0123456789 devices").get_window_extent(fig.canvas.get_renderer())
+
+
+def draw(report: Report, folder: Path) -> list[Plot]:
+    """The report's plots written into `folder`: scaling.png and bars.png, where there is something to draw."""
+    return [plot for plot in (scaling_plot(report, folder), bars_plot(report, folder)) if plot]
+
+
 def _figure(width_in: float, height_in: float):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure

@@ -1,0 +1,117 @@
+"""The report's plotting process (`dlrun.report.Painter`): it draws exactly what drawing in-process draws, and
+it ends with its parent however the parent ends: a written report, a killed child, Ctrl-C on `dlrun report`,
+a killed parent. Real processes and real signals throughout."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from report_data import fill, no_model_counts
+
+from dlrun.errors import DlrunError
+from dlrun.report import Painter, gather, write
+from dlrun.results.query import Filters
+
+
+def _report(home: Path):
+    store = fill(home)
+    return store, gather(store, Filters(), title="t", selection="every stored run")
+
+
+def _gone(pid: int, within: float = 15.0) -> bool:
+    """Whether process `pid` has ended (a zombie waiting for a reaper counts as ended) within `within` s."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        if state in ("Z", "X"):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_the_forked_painter_draws_what_drawing_in_process_draws(dlrun_home, tmp_path):
+    _, report = _report(dlrun_home)
+    forked_dir, local_dir = tmp_path / "forked", tmp_path / "local"
+    forked_dir.mkdir()
+    local_dir.mkdir()
+    with Painter() as painter:
+        assert painter.forked and painter.pid != os.getpid()
+        pid = painter.pid
+        painter.draw(report, forked_dir)
+        forked = painter.result()
+    assert _gone(pid)
+    with Painter(fork=False) as painter:
+        assert not painter.forked and painter.pid is None
+        painter.draw(report, local_dir)
+        local = painter.result()
+    assert [p.file for p in forked] == ["scaling.png", "bars.png"]
+    assert [dataclasses.asdict(p) for p in forked] == [dataclasses.asdict(p) for p in local]
+    assert len(forked[0].areas) == len(report.points) and forked[1].areas
+    for plot in forked:
+        assert (forked_dir / plot.file).read_bytes() == (local_dir / plot.file).read_bytes()
+
+
+def test_a_process_running_threads_draws_in_process(dlrun_home, tmp_path):
+    """Forking a process that runs other threads can copy a lock another thread holds: never done."""
+    release = threading.Event()
+    other = threading.Thread(target=release.wait)
+    other.start()
+    try:
+        with Painter() as painter:
+            assert not painter.forked
+    finally:
+        release.set()
+        other.join()
+
+
+def test_a_killed_plotting_process_is_one_error_and_nothing_is_written(dlrun_home, tmp_path):
+    store, report = _report(dlrun_home)
+    out = tmp_path / "report"
+    with Painter() as painter:
+        os.kill(painter.pid, signal.SIGKILL)
+        with pytest.raises(DlrunError, match=r"ended by signal 9 before it finished; nothing was written"):
+            write(report, out, store.path, painter)
+    assert not out.exists() and list(tmp_path.glob(".report*")) == []
+
+
+def test_ctrl_c_on_dlrun_report_ends_the_plotting_process_and_writes_nothing(dlrun_home, tmp_path):
+    fill(dlrun_home)
+    out = tmp_path / "report"
+    env = {**os.environ, **no_model_counts(tmp_path / "cache")}
+    proc = subprocess.Popen([sys.executable, "-m", "dlrun.cli", "report", "--out", str(out)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+    child = None
+    deadline = time.monotonic() + 60
+    while child is None and time.monotonic() < deadline and proc.poll() is None:
+        pids = children.read_text().split() if children.exists() else []
+        child = int(pids[0]) if pids else None
+        time.sleep(0.005)
+    assert child is not None, "dlrun report never started its plotting process"
+    os.killpg(proc.pid, signal.SIGINT)  # as a terminal does: the whole foreground group
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0, err
+    assert _gone(child)
+    assert not out.exists() and list(tmp_path.glob(".report*")) == []
+
+
+def test_the_plotting_process_ends_when_its_parent_is_killed(tmp_path):
+    script = ("import os, signal\n"
+              "from dlrun.report import Painter\n"
+              "painter = Painter()\n"
+              "assert painter.forked\n"
+              "print(painter.pid, flush=True)\n"
+              "os.kill(os.getpid(), signal.SIGKILL)\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert _gone(int(proc.stdout.split()[0]))
