@@ -12,11 +12,13 @@ from dlrun.paths import HARNESS_DIR, harness_files
 
 def load_harness(framework: str = "pytorch", part: str | None = None) -> ModuleType:
     """Import one harness file as a module: the entry `harness_<framework>.py`, or with `part` its sibling
-    `harness_<framework>_<part>.py` (e.g. "models"). The files are standalone scripts, not part of the
+    `harness_<framework>_<part>.py` (e.g. "models") or the shared `harness_<part>.py` ("common"). The files are standalone scripts, not part of the
     package API; they import each other by these top-level names, as they do in a container, so the harness
     directory goes on sys.path (last: nothing of the launcher's can be shadowed by it)."""
     name = f"harness_{framework}" + (f"_{part}" if part else "")
     known = [path.stem for path in harness_files(framework)]
+    if name not in known and f"harness_{part}" in known:
+        name = f"harness_{part}"
     if name not in known:
         raise unknown_name("harness file", name, known)
     if str(HARNESS_DIR) not in sys.path:

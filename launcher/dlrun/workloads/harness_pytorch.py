@@ -19,7 +19,8 @@ Files
 This entry file is shipped together with its siblings in one directory and
 imports them from there (it puts its own directory on ``sys.path``; the
 caller's working directory does not matter):
-``harness_pytorch_common.py`` (exit codes, the error type, output),
+``harness_common.py`` (shared with the TensorFlow harness: exit codes, the
+error type, output, argument types, throughput statistics),
 ``harness_pytorch_allocator.py`` (the memory allocator; standard library
 only, so that it is settled before torch is imported),
 ``harness_pytorch_features.py`` (checks for features of newer PyTorch
@@ -243,15 +244,14 @@ if __name__ == "__main__":
                              % getattr(_exc, "message", _exc))
             sys.exit(getattr(_exc, "code", 1))
 
-import argparse  # noqa: E402
 import json  # noqa: E402
 import traceback  # noqa: E402
 
 from harness_pytorch_collectives import (BENCHMARKS,  # noqa: E402
                                          run_collective)  # (imports torch)
-from harness_pytorch_common import (ERROR_PREFIX,  # noqa: E402
-                                    EXIT_UNEXPECTED, EXIT_USAGE,
-                                    HarnessError, error_line, out)
+from harness_common import (EXIT_UNEXPECTED, EXIT_USAGE,  # noqa: E402
+                            ArgumentParser, HarnessError, error_line,
+                            non_negative, out, positive)
 from harness_pytorch_horovod import DIST_CHOICES  # noqa: E402
 from harness_pytorch_models import MODEL_NAMES, describe_model  # noqa: E402
 from harness_pytorch_train import run_benchmark  # noqa: E402
@@ -260,28 +260,8 @@ from harness_pytorch_train import run_benchmark  # noqa: E402
 DEFAULT_DATA_WORKERS = 4  # Ren et al.'s j (Sec. IV)
 
 
-class _ArgumentParser(argparse.ArgumentParser):
-    def error(self, message):
-        sys.stderr.write(ERROR_PREFIX + message + "\n")
-        sys.exit(EXIT_USAGE)
-
-
-def _positive(text):
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be >= 1, got %s" % text)
-    return value
-
-
-def _non_negative(text):
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be >= 0, got %s" % text)
-    return value
-
-
 def build_parser():
-    p = _ArgumentParser(
+    p = ArgumentParser(
         prog="dlrun-harness",
         description="Synthetic-data PyTorch training benchmark "
                     "(tf_cnn_benchmarks-style; CNNs and BERT).")
@@ -289,20 +269,20 @@ def build_parser():
     p.add_argument("--describe", action="store_true",
                    help="print the model's parameters and forward "
                         "multiply-adds as one JSON line and exit")
-    p.add_argument("--batch-size", type=_positive, default=32,
+    p.add_argument("--batch-size", type=positive, default=32,
                    help="images per rank and step (default 32)")
-    p.add_argument("--steps", type=_positive, default=100,
+    p.add_argument("--steps", type=positive, default=100,
                    help="timed steps (default 100)")
-    p.add_argument("--warmup-steps", type=_non_negative, default=10,
+    p.add_argument("--warmup-steps", type=non_negative, default=10,
                    help="untimed warm-up steps (default 10)")
     p.add_argument("--precision", choices=("fp32", "amp"), default="fp32")
     p.add_argument("--channels-last", choices=("auto", "on", "off"),
                    default="auto")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"),
                    default="auto")
-    p.add_argument("--threads", type=_positive, default=None,
+    p.add_argument("--threads", type=positive, default=None,
                    help="torch.set_num_threads (default: torch's choice)")
-    p.add_argument("--expected-world-size", type=_positive, default=None)
+    p.add_argument("--expected-world-size", type=positive, default=None)
     p.add_argument("--backend", choices=("auto", "gloo", "nccl", "mpi"),
                    default="auto")
     p.add_argument("--dist", choices=DIST_CHOICES, default="ddp",
@@ -310,21 +290,21 @@ def build_parser():
                         "default) or horovod (Horovod's "
                         "DistributedOptimizer; training only)")
     p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--display-every", type=_positive, default=10)
+    p.add_argument("--display-every", type=positive, default=10)
     p.add_argument("--lr", type=float, default=None,
                    help="learning rate (default 0.01 for the CNNs' SGD, 5e-5 "
                         "for BERT's AdamW)")
     p.add_argument("--momentum", type=float, default=0.9)
-    p.add_argument("--seq-length", type=_positive, default=None,
+    p.add_argument("--seq-length", type=positive, default=None,
                    help="BERT: tokens per sequence (default: the task's "
                         "maximum, 80 for SWAG, 384 for SQuAD)")
-    p.add_argument("--num-layers", type=_positive, default=None,
+    p.add_argument("--num-layers", type=positive, default=None,
                    help="BERT: transformer layers (default 12, BERT-base)")
     p.add_argument("--data-dir", default=None,
                    help="train the image models on this ImageNet directory "
                         "(TFRecord shards or a JPEG ImageFolder tree) "
                         "instead of synthetic data")
-    p.add_argument("--data-workers", type=_non_negative, default=None,
+    p.add_argument("--data-workers", type=non_negative, default=None,
                    help="DataLoader worker processes per rank decoding "
                         "--data-dir (default 4; 0 decodes in the training "
                         "process); recorded only for synthetic data")
@@ -342,11 +322,11 @@ def build_parser():
                         "over message sizes (%s), --steps timed and "
                         "--warmup-steps untimed iterations per size"
                         % ", ".join(BENCHMARKS))
-    p.add_argument("--min-bytes", type=_positive, default=8,
+    p.add_argument("--min-bytes", type=positive, default=8,
                    help="collectives: smallest message (default 8)")
-    p.add_argument("--max-bytes", type=_positive, default=64 * 1024 * 1024,
+    p.add_argument("--max-bytes", type=positive, default=64 * 1024 * 1024,
                    help="collectives: largest message (default 64 MiB)")
-    p.add_argument("--size-factor", type=_positive, default=2,
+    p.add_argument("--size-factor", type=positive, default=2,
                    help="collectives: size multiplier between messages "
                         "(default 2)")
     p.add_argument("--allocator", choices=ALLOCATOR_CHOICES, default="auto",
@@ -354,7 +334,7 @@ def build_parser():
                         "else glibc-tuned), tcmalloc, jemalloc, glibc-tuned "
                         "(glibc that keeps freed memory) or system (the C "
                         "library's malloc untouched); default auto")
-    p.add_argument("--timeout-s", type=_positive, default=None,
+    p.add_argument("--timeout-s", type=positive, default=None,
                    help="collective timeout in seconds (dlrun: the run's "
                         "time limit), so that one stopped rank ends the "
                         "job; default PyTorch's")

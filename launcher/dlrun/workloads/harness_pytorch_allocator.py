@@ -18,7 +18,7 @@ import glob
 import os
 import sys
 
-from harness_pytorch_common import HarnessError
+from harness_common import HarnessError
 
 ALLOCATOR_CHOICES = ("auto", "tcmalloc", "jemalloc", "glibc-tuned", "system")
 ALLOCATOR_LIBRARIES = (

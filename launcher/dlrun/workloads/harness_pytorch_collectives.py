@@ -20,8 +20,8 @@ import time
 import torch
 
 from harness_pytorch_comm import Comm, in_process_group, sync
-from harness_pytorch_common import (EXIT_WRONG_RESULT, PERTURB_ENV, RULE,
-                                    HarnessError, error_line, out)
+from harness_common import (EXIT_WRONG_RESULT, PERTURB_ENV, RULE,
+                            HarnessError, error_line, out)
 from harness_pytorch_process import run_fields, setup_process
 
 #: benchmark -> (nccl-tests name, redop as nccl-tests prints it, root,

@@ -12,7 +12,7 @@ import traceback
 
 import torch
 
-from harness_pytorch_common import EXIT_UNEXPECTED, HarnessError, error_line
+from harness_common import EXIT_UNEXPECTED, HarnessError, error_line
 
 
 # --- Process group -----------------------------------------------------------

@@ -46,7 +46,7 @@ import re
 
 import torch
 
-from harness_pytorch_common import NUM_CLASSES, HarnessError
+from harness_common import NUM_CLASSES, HarnessError
 from harness_pytorch_tfrecord import (TFRecordError, index_records,
                                       parse_example, read_record)
 

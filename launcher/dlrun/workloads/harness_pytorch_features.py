@@ -9,7 +9,7 @@ import sys
 
 import torch
 
-from harness_pytorch_common import HarnessError
+from harness_common import HarnessError
 
 
 def resolve_amp(device_type, torch_mod=torch):

@@ -22,7 +22,7 @@ import os
 import torch
 
 from harness_pytorch_comm import Comm
-from harness_pytorch_common import EXIT_USAGE, HarnessError
+from harness_common import EXIT_USAGE, HarnessError
 from harness_pytorch_process import setup_process
 
 DIST_CHOICES = ("ddp", "horovod")

@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from harness_pytorch_common import NUM_CLASSES, HarnessError
+from harness_common import NUM_CLASSES, HarnessError
 
 
 def _flatten(x):

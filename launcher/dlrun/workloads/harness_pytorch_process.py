@@ -31,8 +31,8 @@ import platform
 import torch
 
 from harness_pytorch_allocator import ALLOCATOR, setup_allocator
-from harness_pytorch_common import (EXIT_WORLD_SIZE, HARNESS_VERSION,
-                                    HarnessError)
+from harness_common import (EXIT_WORLD_SIZE, HARNESS_VERSION,
+                            HarnessError, cpu_name)
 
 
 def _env_int(environ, key, source):
@@ -104,17 +104,6 @@ def _resolve_backend(choice, device_type):
     if choice == "nccl" and device_type != "cuda":
         raise HarnessError("--backend nccl needs --device cuda")
     return choice
-
-
-def _cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except (IOError, OSError):
-        pass
-    return platform.processor() or platform.machine() or "cpu"
 
 
 def _versions(device_type):
@@ -189,7 +178,7 @@ def setup_process(args, ranks=None):
         device_name = torch.cuda.get_device_name(index)
     else:
         device = torch.device("cpu")
-        device_name = _cpu_name()
+        device_name = cpu_name()
     backend = _resolve_backend(args.backend, device_type)
     return (rank, world_size, rank_source, device_type, device, device_name,
             backend)

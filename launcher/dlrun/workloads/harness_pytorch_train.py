@@ -14,10 +14,10 @@ import torch
 import torch.nn as nn
 
 from harness_pytorch_allocator import ALLOCATOR
-from harness_pytorch_common import (EXIT_DIVERGED, EXIT_NONFINITE,
-                                    NUM_CLASSES, PERTURB_ENV, REPLICA_RTOL,
-                                    RULE, HarnessError, NullContext,
-                                    error_line, out)
+from harness_common import (EXIT_DIVERGED, EXIT_NONFINITE,
+                            NUM_CLASSES, PERTURB_ENV, REPLICA_RTOL,
+                            RULE, HarnessError, NullContext,
+                            error_line, out, perf_stats)
 from harness_pytorch_comm import in_process_group, sync
 from harness_pytorch_data import (FixedBatches, synthetic_images,
                                   synthetic_tokens)
@@ -38,28 +38,6 @@ BERT_LR = 5e-5
 BERT_WEIGHT_DECAY = 0.01
 
 # Training benchmark
-
-def perf_stats(batch, step_times):
-    """tf_cnn_benchmarks statistics: (mean rate, standard error, jitter)."""
-    times = [t for t in step_times if t > 0]
-    if not times:
-        return 0.0, 0.0, 0.0
-    speeds = [batch / t for t in times]
-    n = len(speeds)
-    mean = batch * n / sum(times)
-    avg = sum(speeds) / n
-    std = math.sqrt(sum((s - avg) ** 2 for s in speeds) / n)
-    med = _median(speeds)
-    jitter = 1.4826 * _median([abs(s - med) for s in speeds])
-    return mean, std / math.sqrt(n), jitter
-
-
-def _median(values):
-    v = sorted(values)
-    n = len(v)
-    mid = n // 2
-    return v[mid] if n % 2 else 0.5 * (v[mid - 1] + v[mid])
-
 
 def param_checksum(module):
     """(sum, sum of absolute values) of all parameters, in float64."""

@@ -10,8 +10,9 @@ the TensorFlow 1.x images run tf_cnn_benchmarks itself.
 Files
 -----
 Shipped together in one directory; the entry puts its own directory on
-``sys.path``: ``harness_tensorflow_common.py`` (exit codes, the error type,
-output; standard library only), ``harness_tensorflow_models.py`` (the
+``sys.path``: ``harness_common.py`` (shared with the PyTorch harness: exit codes, the
+error type, output, argument types, throughput statistics; standard library
+only), ``harness_tensorflow_models.py`` (the
 models), ``harness_tensorflow_data.py`` (synthetic batch, tf.data
 pipelines), ``harness_tensorflow_process.py`` (ranks, Horovod, threads,
 device, versions), ``harness_tensorflow_train.py`` (the training loop,
@@ -112,7 +113,6 @@ unsupported feature; 3 world size differs from --expected-world-size;
 4 replicas diverged; 5 non-finite loss.
 """
 
-import argparse
 import os
 import sys
 import traceback
@@ -122,9 +122,9 @@ HARNESS_DIR = os.path.dirname(os.path.realpath(__file__))
 if HARNESS_DIR not in sys.path:
     sys.path.insert(0, HARNESS_DIR)
 
-from harness_tensorflow_common import (ERROR_PREFIX,  # noqa: E402
-                                       EXIT_UNEXPECTED, EXIT_USAGE,
-                                       HarnessError, error_line)
+from harness_common import (EXIT_UNEXPECTED,  # noqa: E402
+                            ArgumentParser, HarnessError, error_line,
+                            non_negative, positive)
 
 # Kept in step with harness_tensorflow_models.MODEL_NAMES (a test checks),
 # so that --help and bad names need no TensorFlow.
@@ -134,57 +134,37 @@ MODEL_NAMES = sorted([
     "resnet50_v1.5", "trivial", "vgg16"])
 
 
-class _ArgumentParser(argparse.ArgumentParser):
-    def error(self, message):
-        sys.stderr.write(ERROR_PREFIX + message + "\n")
-        sys.exit(EXIT_USAGE)
-
-
-def _positive(text):
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be >= 1, got %s" % text)
-    return value
-
-
-def _non_negative(text):
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be >= 0, got %s" % text)
-    return value
-
-
 def build_parser():
-    p = _ArgumentParser(
+    p = ArgumentParser(
         prog="dlrun-harness-tf",
         description="TensorFlow 2 training benchmark (tf_cnn_benchmarks-"
                     "style; synthetic or real images; Horovod).")
     p.add_argument("--model", default="resnet50_v1.5", choices=MODEL_NAMES)
-    p.add_argument("--batch-size", type=_positive, default=32,
+    p.add_argument("--batch-size", type=positive, default=32,
                    help="images per rank and step (default 32)")
-    p.add_argument("--steps", type=_positive, default=100,
+    p.add_argument("--steps", type=positive, default=100,
                    help="timed steps (default 100)")
-    p.add_argument("--warmup-steps", type=_non_negative, default=10,
+    p.add_argument("--warmup-steps", type=non_negative, default=10,
                    help="untimed warm-up steps (default 10)")
     p.add_argument("--precision", choices=("fp32", "amp", "mixed_bfloat16"),
                    default="fp32",
                    help="amp = mixed_bfloat16 (Keras policy)")
-    p.add_argument("--image-size", type=_positive, default=None,
+    p.add_argument("--image-size", type=positive, default=None,
                    help="square input size (default: the model's)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"),
                    default="auto")
-    p.add_argument("--threads", type=_positive, default=None,
+    p.add_argument("--threads", type=positive, default=None,
                    help="intra-op threads (default: TensorFlow's choice)")
-    p.add_argument("--inter-threads", type=_positive, default=None,
+    p.add_argument("--inter-threads", type=positive, default=None,
                    help="inter-op threads (default: TensorFlow's choice)")
-    p.add_argument("--expected-world-size", type=_positive, default=None)
+    p.add_argument("--expected-world-size", type=positive, default=None)
     p.add_argument("--gradient-averaging", default="tape",
                    choices=("tape", "keras-optimizer"),
                    help="several processes: hvd.DistributedGradientTape "
                         "(default) or Horovod's Keras DistributedOptimizer "
                         "(does not average under Keras 3; for tests)")
     p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--display-every", type=_positive, default=10)
+    p.add_argument("--display-every", type=positive, default=10)
     p.add_argument("--lr", type=float, default=None,
                    help="learning rate (default 0.01)")
     p.add_argument("--momentum", type=float, default=0.9)
@@ -193,15 +173,15 @@ def build_parser():
                         "TFRecord shards (default: synthetic)")
     p.add_argument("--data-format", default="auto",
                    choices=("auto", "folder", "tfrecord"))
-    p.add_argument("--data-workers", type=_non_negative, default=0,
+    p.add_argument("--data-workers", type=non_negative, default=0,
                    help="tf.data map parallelism (0: AUTOTUNE)")
-    p.add_argument("--parameter-servers", type=_non_negative, default=0,
+    p.add_argument("--parameter-servers", type=non_negative, default=0,
                    help="N > 0: ParameterServerStrategy with N parameter "
                         "servers and --ps-workers workers, all started on "
                         "this machine by this one process")
-    p.add_argument("--ps-workers", type=_positive, default=2,
+    p.add_argument("--ps-workers", type=positive, default=2,
                    help="workers with --parameter-servers (default 2)")
-    p.add_argument("--timeout-s", type=_positive, default=None,
+    p.add_argument("--timeout-s", type=positive, default=None,
                    help="accepted for the launcher's sake; Horovod's own "
                         "timeouts apply")
     return p

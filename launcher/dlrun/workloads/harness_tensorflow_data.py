@@ -9,7 +9,7 @@ import os
 
 import tensorflow as tf
 
-from harness_tensorflow_common import HarnessError
+from harness_common import HarnessError
 
 JPEG_EXTENSIONS = (".jpg", ".jpeg", ".JPG", ".JPEG")
 TFRECORD_PATTERN = "train-*-of-*"

@@ -6,7 +6,7 @@ Every model is built channels-last (NHWC, Keras' default) and ends in
 logits (no softmax): the loss applies it.
 """
 
-from harness_tensorflow_common import NUM_CLASSES, HarnessError
+from harness_common import NUM_CLASSES, HarnessError
 
 # name -> (builder key, default square input size)
 _MODELS = {

@@ -9,8 +9,8 @@ import platform
 
 import tensorflow as tf
 
-from harness_tensorflow_common import (EXIT_WORLD_SIZE, HARNESS_VERSION,
-                                       HarnessError)
+from harness_common import (EXIT_WORLD_SIZE, HARNESS_VERSION,
+                            HarnessError, cpu_name)
 
 # (source, rank variable, size variable), first match wins.
 _RANK_SOURCES = (
@@ -103,23 +103,12 @@ def setup_process(args):
     if args.device == "cpu" or not gpus:
         if gpus:
             tf.config.set_visible_devices([], "GPU")
-        return comm, source, "cpu", _cpu_name()
+        return comm, source, "cpu", cpu_name()
     gpu = gpus[comm.local_rank % len(gpus)]
     tf.config.set_visible_devices([gpu], "GPU")
     tf.config.experimental.set_memory_growth(gpu, True)
     details = tf.config.experimental.get_device_details(gpu)
     return comm, source, "cuda", details.get("device_name", gpu.name)
-
-
-def _cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except (IOError, OSError):
-        pass
-    return platform.processor() or platform.machine() or "cpu"
 
 
 def run_fields(device_type, comm):

@@ -15,8 +15,8 @@ import time
 
 import tensorflow as tf
 
-from harness_tensorflow_common import (EXIT_NONFINITE, NUM_CLASSES, RULE,
-                                       HarnessError, out)
+from harness_common import (EXIT_NONFINITE, NUM_CLASSES, RULE,
+                            HarnessError, out)
 
 SERVER_ENV = "DLRUN_HARNESS_PS_SERVER"  # set in the servers the harness starts
 CLUSTERS_STARTED = []  # the entry file skips TensorFlow's teardown after one

@@ -13,9 +13,10 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from harness_tensorflow_common import (EXIT_DIVERGED, EXIT_NONFINITE,
-                                       NUM_CLASSES, PERTURB_ENV,
-                                       REPLICA_RTOL, RULE, HarnessError, out)
+from harness_common import (EXIT_DIVERGED, EXIT_NONFINITE,
+                            NUM_CLASSES, PERTURB_ENV,
+                            REPLICA_RTOL, RULE, HarnessError, out,
+                            perf_stats)
 from harness_tensorflow_data import (detect_format, real_dataset,
                                      synthetic_batch)
 from harness_tensorflow_models import (build_model, count_params,
@@ -24,21 +25,6 @@ from harness_tensorflow_process import run_fields, setup_process
 from harness_tensorflow_ps import run_ps
 
 CNN_LR = 0.01
-
-
-def perf_stats(batch, step_times):
-    """tf_cnn_benchmarks statistics: (mean rate, standard error, jitter)."""
-    times = [t for t in step_times if t > 0]
-    if not times:
-        return 0.0, 0.0, 0.0
-    speeds = [batch / t for t in times]
-    n = len(speeds)
-    mean = batch * n / sum(times)
-    avg = sum(speeds) / n
-    std = math.sqrt(sum((s - avg) ** 2 for s in speeds) / n)
-    med = float(np.median(speeds))
-    jitter = 1.4826 * float(np.median([abs(s - med) for s in speeds]))
-    return mean, std / math.sqrt(n), jitter
 
 
 def param_checksum(variables):
