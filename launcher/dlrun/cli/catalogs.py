@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from dlrun.catalog.models import TF2_HARNESS_MODELS, WorkloadSpec
 from dlrun.cli.options import JsonOpt, load_catalog
 from dlrun.cli.output import fields_table, handle_errors, print_json, table
+
+if TYPE_CHECKING:  # the catalog's models are imported by the commands that read it: not at start-up (0.3 s)
+    from dlrun.catalog.models import WorkloadSpec
 
 workloads_app = typer.Typer(help="Workloads: models and their benchmark settings.", no_args_is_help=True)
 systems_app = typer.Typer(help="Systems: site and machine profiles.", no_args_is_help=True)
@@ -29,6 +31,8 @@ def workloads_list(as_json: JsonOpt = False) -> None:
 
 def _frameworks(workload: WorkloadSpec) -> str:
     """The workload's framework, plus TensorFlow 2 where dlrun's TF harness has its model (image host-tf)."""
+    from dlrun.catalog.models import TF2_HARNESS_MODELS
+
     return workload.framework + (", tensorflow 2" if workload.trains and workload.model in TF2_HARNESS_MODELS
                                  else "")
 
