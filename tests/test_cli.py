@@ -84,3 +84,52 @@ def test_a_run_keeps_the_raw_result_line_off_the_terminal_unless_verbose(dlrun_h
     assert "DLRUN_RESULT {" in (Path(runs[0]["run_dir"]) / "output.log").read_text()
     verbose = run_cli("run", "trivial", "--steps", "2", "--warmup-steps", "1", "--verbose", check=True)
     assert "DLRUN_RESULT {" in verbose.stdout
+
+
+QUICK_EXIT = """
+import atexit, os, sys, tempfile, threading
+from pathlib import Path
+from dlrun.cli import app
+
+
+class Teardown:
+    def __del__(self, write=os.write):  # runs when the interpreter tears its modules down, not after os._exit
+        write(2, b"torn down\\n")
+
+
+mark = Teardown()
+scratch = tempfile.TemporaryDirectory(prefix="dlrun-quick-exit-")  # removed by an atexit finalizer
+print(scratch.name)
+atexit.register(lambda: print("atexit ran"))
+sys.stdout.write("buffered, no newline")  # still in the buffer when the process leaves
+sys.argv = ["dlrun", *sys.argv[1:]]
+app.main()
+"""
+
+
+@pytest.mark.parametrize("extra_thread", [False, True])
+def test_quick_exit_after_compare_runs_atexit_flushes_and_keeps_the_code(dlrun_home, extra_thread):
+    """compare and report leave without the interpreter's teardown: output is flushed, atexit handlers
+    (temporary directories among them) run, the exit code stays; with another thread alive the normal exit
+    is taken, with the same result."""
+    script = QUICK_EXIT
+    if extra_thread:
+        script = script.replace("app.main()", "stop = threading.Event()\n"
+                                "threading.Thread(target=stop.wait, args=(30,), daemon=True).start()\napp.main()")
+    from compare_data import add  # a store with two systems to compare
+    from dlrun.results.store import Store
+
+    store = Store(dlrun_home / "results.sqlite")
+    add(store, [100.0, 101.0, 99.0], system="dgx2", devices=1)
+    add(store, [80.0, 81.0, 79.0], system="dgx1v", devices=1)
+    proc = subprocess.run([sys.executable, "-c", script, "compare", "--by", "system", "--baseline", "dgx2"],
+                          capture_output=True, text=True, timeout=120, env=os.environ)
+    assert proc.returncode == 0, proc.stderr
+    scratch, rest = proc.stdout.split("\n", 1)
+    assert rest.startswith("buffered, no newline") and "dgx1v" in rest and rest.endswith("atexit ran\n")
+    assert not Path(scratch).exists()
+    assert ("torn down" in proc.stderr) is extra_thread  # quick only where no other thread is left
+    # an error leaves the normal way
+    bad = subprocess.run([sys.executable, "-c", script, "compare", "--by", "sytem"], capture_output=True,
+                         text=True, timeout=120, env=os.environ)
+    assert bad.returncode == 2 and "did you mean 'system'" in bad.stderr and bad.stdout.endswith("atexit ran\n")

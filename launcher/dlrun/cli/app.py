@@ -5,7 +5,10 @@ catalogs, torch, docker) are imported inside the commands, so `dlrun --help` and
 """
 from __future__ import annotations
 
+import atexit
+import os
 import sys
+import threading
 from typing import Annotated
 
 import typer
@@ -14,6 +17,10 @@ from dlrun import __version__
 from dlrun.cli import catalogs, compare, doctor, experiments, measure, report, reproduce, results, run
 from dlrun.cli.data import data_app
 from dlrun.cli.images import images_app
+
+#: Commands that only read the store (and write their output whole, closed) and leave without the
+#: interpreter's teardown (see _quick_exit).
+QUICK_EXIT = frozenset({"compare", "report"})
 
 app = typer.Typer(
     name="dlrun",
@@ -84,4 +91,18 @@ def main() -> None:
         sys.exit(130)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    sys.exit(code if isinstance(code, int) else 0)
+    code = code if isinstance(code, int) else 0
+    if argv and argv[0] in QUICK_EXIT and threading.active_count() == 1:
+        _quick_exit(code)
+    sys.exit(code)
+
+
+def _quick_exit(code: int) -> None:
+    """Leave without tearing the interpreter down: after a report, freeing pandas', numpy's and the
+    catalog's objects one by one takes 0.25 s, an eighth of its time goal. Only for QUICK_EXIT's commands,
+    which write their files whole and close them before they return, and only with no other thread left;
+    the atexit handlers (temporary files, multiprocessing's children) still run."""
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
