@@ -13,6 +13,7 @@ import argparse
 import math
 import platform
 import sys
+import traceback
 
 HARNESS_VERSION = "1"
 ERROR_PREFIX = "dlrun-harness: error: "
@@ -57,6 +58,23 @@ def error_line(message):
     message = " ".join(str(message).split())  # always exactly one line
     sys.stderr.write(ERROR_PREFIX + message + "\n")
     sys.stderr.flush()
+
+
+def report_failures(body):
+    """``body()``'s exit code; a HarnessError is its one line and its code,
+    anything unexpected its traceback, one line and exit 1.  Ctrl-C is not
+    caught."""
+    try:
+        return body()
+    except HarnessError as exc:
+        error_line(exc.message)
+        return exc.code
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:
+        traceback.print_exc()
+        error_line("%s: %s" % (type(exc).__name__, exc))
+        return EXIT_UNEXPECTED
 
 
 class ArgumentParser(argparse.ArgumentParser):

@@ -245,13 +245,12 @@ if __name__ == "__main__":
             sys.exit(getattr(_exc, "code", 1))
 
 import json  # noqa: E402
-import traceback  # noqa: E402
 
 from harness_pytorch_collectives import (BENCHMARKS,  # noqa: E402
                                          run_collective)  # (imports torch)
-from harness_common import (EXIT_UNEXPECTED, EXIT_USAGE,  # noqa: E402
-                            ArgumentParser, HarnessError, error_line,
-                            non_negative, out, positive)
+from harness_common import (EXIT_USAGE, ArgumentParser,  # noqa: E402
+                            HarnessError, error_line, non_negative, out,
+                            positive, report_failures)
 from harness_pytorch_horovod import DIST_CHOICES  # noqa: E402
 from harness_pytorch_models import MODEL_NAMES, describe_model  # noqa: E402
 from harness_pytorch_train import run_benchmark  # noqa: E402
@@ -351,26 +350,20 @@ def main(argv=None):
                    % (args.model if args.benchmark == "train"
                       else "--benchmark allreduce"))
         return EXIT_USAGE
-    try:
-        if args.describe:
-            out(json.dumps(describe_model(args.model), sort_keys=True))
-            return 0
-        if args.benchmark != "train":
-            if args.dist != "ddp":
-                raise HarnessError("--dist %s applies to training; the "
-                                   "collective benchmarks use the process "
-                                   "group; valid: --dist ddp" % args.dist)
-            return run_collective(args)
-        return run_benchmark(args)
-    except HarnessError as exc:
-        error_line(exc.message)
-        return exc.code
-    except KeyboardInterrupt:
-        raise
-    except Exception as exc:
-        traceback.print_exc()
-        error_line("%s: %s" % (type(exc).__name__, exc))
-        return EXIT_UNEXPECTED
+    return report_failures(lambda: _run(args))
+
+
+def _run(args):
+    if args.describe:
+        out(json.dumps(describe_model(args.model), sort_keys=True))
+        return 0
+    if args.benchmark != "train":
+        if args.dist != "ddp":
+            raise HarnessError("--dist %s applies to training; the "
+                               "collective benchmarks use the process "
+                               "group; valid: --dist ddp" % args.dist)
+        return run_collective(args)
+    return run_benchmark(args)
 
 
 if __name__ == "__main__":

@@ -115,16 +115,15 @@ unsupported feature; 3 world size differs from --expected-world-size;
 
 import os
 import sys
-import traceback
 
 # The siblings live next to this file, wherever it was started from.
 HARNESS_DIR = os.path.dirname(os.path.realpath(__file__))
 if HARNESS_DIR not in sys.path:
     sys.path.insert(0, HARNESS_DIR)
 
-from harness_common import (EXIT_UNEXPECTED,  # noqa: E402
-                            ArgumentParser, HarnessError, error_line,
-                            non_negative, positive)
+from harness_common import (ArgumentParser,  # noqa: E402
+                            HarnessError, non_negative, positive,
+                            report_failures)
 
 # Kept in step with harness_tensorflow_models.MODEL_NAMES (a test checks),
 # so that --help and bad names need no TensorFlow.
@@ -192,24 +191,18 @@ def main(argv=None):
         from harness_tensorflow_ps import serve_forever
         return serve_forever()
     args = build_parser().parse_args(argv)
+    return report_failures(lambda: _run(args))
+
+
+def _run(args):
     try:
-        try:
-            import tensorflow  # noqa: F401
-        except ImportError as exc:
-            raise HarnessError("TensorFlow 2 is not importable (%s); valid: "
-                               "an interpreter with tensorflow installed, "
-                               "e.g. pip install 'dlrun[tf]'" % exc)
-        from harness_tensorflow_train import run_benchmark
-        return run_benchmark(args)
-    except HarnessError as exc:
-        error_line(exc.message)
-        return exc.code
-    except KeyboardInterrupt:
-        raise
-    except Exception as exc:
-        traceback.print_exc()
-        error_line("%s: %s" % (type(exc).__name__, exc))
-        return EXIT_UNEXPECTED
+        import tensorflow  # noqa: F401
+    except ImportError as exc:
+        raise HarnessError("TensorFlow 2 is not importable (%s); valid: "
+                           "an interpreter with tensorflow installed, "
+                           "e.g. pip install 'dlrun[tf]'" % exc)
+    from harness_tensorflow_train import run_benchmark
+    return run_benchmark(args)
 
 
 if __name__ == "__main__":
