@@ -115,3 +115,34 @@ def test_the_plotting_process_ends_when_its_parent_is_killed(tmp_path):
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert _gone(int(proc.stdout.split()[0]))
+
+
+def _session_alive(sid: int) -> list[int]:
+    """Processes of session `sid` still running (zombies awaiting a reaper are not)."""
+    alive = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid and fields[0] not in ("Z", "X"):
+            alive.append(int(stat.parent.name))
+    return alive
+
+
+@pytest.mark.parametrize("args, code", [(["--bogus-option"], 2), (["--workload", "no-such-workload"], 2), ([], 0)])
+def test_dlrun_report_leaves_no_process_behind(dlrun_home, tmp_path, args, code):
+    """main() forks the plotting process before the command line is parsed: whether the command line is
+    refused, the selection is empty or the report is written, nothing of the session outlives dlrun."""
+    fill(dlrun_home)
+    env = {**os.environ, **no_model_counts(tmp_path / "cache")}
+    proc = subprocess.Popen([sys.executable, "-m", "dlrun.cli", "report", "--out", str(tmp_path / "r"), *args],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == code, out + err
+    deadline = time.monotonic() + 10
+    while _session_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _session_alive(proc.pid) == []
+    assert (tmp_path / "r" / "index.html").is_file() is (code == 0)

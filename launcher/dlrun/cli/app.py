@@ -79,8 +79,9 @@ def main() -> None:
     # click's UsageError, whether typer vendors click (>= 0.20) or depends on it: BadParameter's base.
     ClickUsageError = typer.BadParameter.__mro__[1]
     argv = normalise_argv(sys.argv[1:])
+    painter = report.early_painter(argv)
     try:
-        code = app(args=argv, prog_name="dlrun", standalone_mode=False)
+        code = app(args=argv, prog_name="dlrun", standalone_mode=False, obj={"painter": painter})
     except ClickUsageError as exc:
         hint = ""
         if exc.ctx is not None:
@@ -91,6 +92,9 @@ def main() -> None:
         sys.exit(130)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
+    finally:
+        if painter is not None:
+            painter.close()  # the report closed it already, unless the command line was refused
     code = code if isinstance(code, int) else 0
     if argv and argv[0] in QUICK_EXIT and threading.active_count() == 1:
         _quick_exit(code)

@@ -22,8 +22,20 @@ from dlrun.cli.filters import (ExperimentFilter, ImageFilter, SinceFilter, SiteF
 from dlrun.cli.output import console, handle_errors
 
 
+def early_painter(argv: list[str]):
+    """For `dlrun report` (not its --help), the plotting process forked before the command line is even
+    parsed (main() hands it to the command): it imports matplotlib while typer parses and the store is
+    read (0.2 s earlier than from the command's body). None for any other command."""
+    if argv[:1] != ["report"] or {"--help", "-h"} & set(argv):
+        return None
+    from dlrun.report import Painter
+
+    return Painter()
+
+
 @handle_errors
 def report(
+    ctx: typer.Context,
     out: Annotated[Path, typer.Option("--out", "-o", help="Folder to write index.html and its PNG plots into "
                                       "(new, empty, or an earlier report, which is replaced).",
                                       show_default=False)],
@@ -45,8 +57,9 @@ def report(
     from dlrun.report import Painter, check_out, gather, write
 
     check_out(out)
-    # before the store is read: the child imports matplotlib while this process reads, then draws
-    with Painter() as painter:
+    # forked before the store is read (by main(), or here): it imports matplotlib meanwhile, then draws
+    early = (ctx.obj or {}).get("painter")
+    with early if early is not None else Painter() as painter:
         _preload()
         store = open_store()
         specs = _experiments(store, experiment or [])
