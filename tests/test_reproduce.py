@@ -20,9 +20,11 @@ from conftest import run_cli
 from report_data import check_png, read
 
 from dlrun.catalog import load_catalog
+from dlrun.catalog.experiments import Derive
 from dlrun.probe.host import probe_host
 from dlrun.paths import harness_hashes
 from dlrun.reproduce import TaggedStore, compare_references, planned_key, prepare, schedule, stored_repeats
+from dlrun.reproduce.derived import evaluate
 from dlrun.reproduce.work import PointWork, plan_points
 from dlrun.results.store import Store
 
@@ -282,6 +284,27 @@ references:
      source: {where: "T5", quote: "speedup 1.9"}}
   - {id: an_ipc, kind: quantitative, metric: ipc, conditions: {ranks_per_node: 1}, value: 1.5, unit: instructions/cycle,
      tolerance: {relative: 0.1, why: "ten percent, for the test"}, source: {where: "T6", quote: "IPC 1.5"}}
+  - {id: a_gain, kind: quantitative, metric: throughput, conditions: {ranks_per_node: 2}, value: 50, unit: "%",
+     derive: {op: gain, baseline: {ranks_per_node: 1}}, tolerance: {absolute: 0.5, why: "half a point, for the test"},
+     source: {where: "T7", quote: "50 % more"}}
+  - {id: an_efficiency, kind: quantitative, metric: throughput, conditions: {ranks_per_node: 2}, value: 75, unit: "%",
+     derive: {op: scaling-efficiency, baseline: {ranks_per_node: 1}}, tolerance: {absolute: 0.5, why: "for the test"},
+     source: {where: "T8", quote: "75 % efficient"}}
+  - {id: a_reduction, kind: quantitative, metric: throughput, value: 33.3, unit: "%",
+     derive: {op: reduction, numerator: {ranks_per_node: 1}, denominator: {ranks_per_node: 2}},
+     tolerance: {absolute: 0.1, why: "for the test"}, source: {where: "T9", quote: "a third less"}}
+  - {id: a_ratio, kind: quantitative, metric: throughput, value: 2, unit: x,
+     derive: {op: ratio, numerator: {ranks_per_node: 2}, denominator: {ranks_per_node: 1}},
+     tolerance: {relative: 0.1, why: "ten percent, for the test"}, source: {where: "T10", quote: "twice"}}
+  - {id: per_node, kind: quantitative, metric: throughput, conditions: {ranks_per_node: 2}, value: 150,
+     unit: images/s per node, derive: {op: per-node}, tolerance: {relative: 0.01, why: "for the test"},
+     source: {where: "T11", quote: "150 per node"}}
+  - {id: to_train, kind: quantitative, metric: throughput, conditions: {ranks_per_node: 2}, value: 1, unit: h,
+     derive: {op: time-for-samples, samples: 540000}, tolerance: {relative: 0.01, why: "for the test"},
+     source: {where: "T12", quote: "an hour"}}
+  - {id: averaged, kind: quantitative, metric: throughput, value: 1.5, unit: x,
+     derive: {op: ratio, numerator: {ranks_per_node: 2}, denominator: {ranks_per_node: 1}, aggregate: mean, over: [model]},
+     tolerance: {relative: 0.1, why: "for the test"}, source: {where: "T13", quote: "on average"}}
 """
 
 
@@ -308,11 +331,26 @@ def test_references_a_point_answers_against_stored_runs(tmp_path, monkeypatch):
         "at_most": ("within", 150.0, 1),
         "a_range": ("outside", 100.0, 2),          # 102 to 110, one image of tolerance: 100 is below
         "other_unit": ("unit differs", 100.0, 2),
-        "a_speedup": ("derived", None, 0),
-        "an_ipc": ("not measured", None, 0)}
+        "a_speedup": ("outside", 1.5, 3),          # 150 / 100 against 1.9
+        "an_ipc": ("not measured", None, 0),
+        "a_gain": ("within", 50.0, 3),
+        "an_efficiency": ("within", 75.0, 3),      # speedup 1.5 on twice the ranks
+        "a_reduction": ("within", pytest.approx(100 / 3), 3),
+        "a_ratio": ("outside", 1.5, 3),
+        "per_node": ("within", 150.0, 1),
+        "to_train": ("within", 1.0, 1),            # 540,000 samples at 150 per second
+        "averaged": ("derived", None, 0)}
     assert rows["one_rank"].ratio == 1.0 and rows["one_rank"].ci[0] < 100.0 < rows["one_rank"].ci[1]
     assert rows["two_ranks"].ci is None  # one run: no interval
     assert rows["a_speedup"].points == [one.id, two.id] and "speedup" in rows["a_speedup"].why
+    low, high = rows["a_speedup"].ci  # the baseline's two runs resampled, the other side's one run fixed
+    assert low < 1.5 < high and rows["a_speedup"].ratio == pytest.approx(1.5 / 1.9)
+    assert rows["a_reduction"].ci[0] < 100 / 3 < rows["a_reduction"].ci[1]
+    assert rows["averaged"].why == "a ratio averaged over model: see dlrun compare"
+    # a ratio of two systems needs the other system's points: listed, left to compare --by system
+    between = spec.references[-1].model_copy(update={"derive": Derive(
+        op="ratio", numerator={"system": "localhost"}, denominator={"system": "dgx2"})})
+    assert evaluate(between, [one, two], "localhost").why == "a ratio between systems: see dlrun compare --by system"
     assert rows["other_unit"].why == "images/sec here, GB/s published"
 
 

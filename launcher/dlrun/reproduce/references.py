@@ -3,9 +3,10 @@ quantitative reference, with the measured mean and its 95 % interval, the ratio 
 the verdict.
 
 The references a point's value answers directly (`check` value, at-most, at-least or informational, a value
-or a range, no `derive`), for every metric the store holds, model facts included. `dlrun compare`'s reference
-mode reads throughput and bus bandwidth only and has one symmetric tolerance, so it cannot stand in for this
-yet; a derived reference (a speedup, a ratio of two systems, a gain) is listed as such and left to compare.
+or a range, no `derive`), for every metric the store holds, model facts included; and the derived ones
+(a speedup, gain, ratio, reduction, scaling efficiency, rate per node or time to train) computed from the
+points of the system (`dlrun.reproduce.derived`). What needs other systems' or experiments' points, or an
+aggregate over an axis, is listed as `derived` and left to `dlrun compare`.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from dlrun.catalog.experiment_points import applies
 from dlrun.catalog.experiment_vocabulary import MEASURED_METRICS
 from dlrun.catalog.experiments import ExperimentSpec, Reference
+from dlrun.reproduce.derived import evaluate
 from dlrun.reproduce.work import PointWork
 from dlrun.results.compare.groups import UNIT_ALIASES
 from dlrun.results.stats import summarize
@@ -61,18 +63,17 @@ def compare_references(experiment: ExperimentSpec, works: list[PointWork], syste
         read = [work for work in works if applies(ref, work.point.values, system)]  # a speedup's baseline too
         if not read:
             continue
-        rows.append(_row(ref, read))
+        rows.append(_row(ref, read, system))
     return rows
 
 
-def _row(ref: Reference, read: list[PointWork]) -> ReferenceRow:
+def _row(ref: Reference, read: list[PointWork], system: str | None) -> ReferenceRow:
     row = ReferenceRow(ref, [work.id for work in read], published_text(ref))
-    if ref.derive is not None and ref.derive.op != "value":
-        row.verdict, row.why = "derived", f"a {ref.derive.op} of several points: see dlrun compare"
-        return row
     if ref.metric not in MEASURED_METRICS:
         row.verdict, row.why = "not measured", f"dlrun does not measure {ref.metric}"
         return row
+    if ref.derive is not None and ref.derive.op != "value":
+        return _derived_row(row, ref, read, system)
     values = [run.values[ref.metric] for work in read for run in work.stored if ref.metric in run.values]
     units = {run.units[ref.metric] for work in read for run in work.stored if ref.metric in run.units}
     if not values:
@@ -98,6 +99,32 @@ def _row(ref: Reference, read: list[PointWork]) -> ReferenceRow:
         row.why = "compared, never judged: " + re.split(r"[:;.]\s", (ref.ambiguous or ref.note or "").strip())[0]
     else:
         row.verdict = "within" if _holds(ref, row.measured) else "outside"
+    return row
+
+
+def _derived_row(row: ReferenceRow, ref: Reference, read: list[PointWork], system: str | None) -> ReferenceRow:
+    """A speedup, gain, ratio, reduction, scaling efficiency, rate per node or time to train, computed from
+    the points' runs (dlrun.reproduce.derived) and judged as a published value is."""
+    assert ref.derive is not None
+    got = evaluate(ref, read, system)
+    if got.value is None:
+        skipped = [work for work in read if work.skip]
+        if got.verdict == "no runs" and skipped and len(skipped) == len(read):
+            row.verdict, row.why = "skipped", skipped[0].skip or ""
+        else:
+            row.verdict, row.why = got.verdict, got.why
+        return row
+    row.measured, row.ci, row.runs, row.unit = got.value, got.ci, got.runs, ref.unit
+    if got.units and len(got.units) > 1:
+        row.verdict, row.why = "unit differs", f"the operands are in {', '.join(sorted(got.units))}"
+        return row
+    if ref.value:
+        row.ratio = got.value / ref.value
+    row.why = f"a {ref.derive.op} computed from {got.runs} runs of {len(read)} points"
+    if ref.check == "informational":
+        row.verdict = "informational"
+    else:
+        row.verdict = "within" if _holds(ref, got.value) else "outside"
     return row
 
 
