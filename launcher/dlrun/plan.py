@@ -106,6 +106,10 @@ class Plan(BaseModel):
         return secret_names(self.env, self.secret_env)
 
     @property
+    def data_bind(self) -> Bind | None:  # --data: the dataset (with --stage-data, its node-local copy)
+        return next((bind for bind in self.binds if bind.target == DATA_MOUNT), None)
+
+    @property
     def job_name(self) -> str:
         return f"dlrun-{self.workload.name}"
 
@@ -133,11 +137,6 @@ def fabric_for(plan: Plan) -> FabricSettings:
 
 def _first(*values: int | None) -> int:
     return next(value for value in values if value is not None)
-
-
-def _positive(option: str, value: int | None) -> None:
-    if value is not None and value <= 0:
-        raise UsageError(f"{option} must be a positive integer, got {value}")
 
 
 def resolve_plan(
@@ -183,7 +182,8 @@ def resolve_plan(
     for option, value in (("--nodes", nodes), ("--ranks-per-node", ranks_per_node),
                           ("--batch-size", batch_size), ("--global-batch-size", global_batch_size),
                           ("--steps", steps), ("--threads", threads_per_rank)):
-        _positive(option, value)
+        if value is not None and value <= 0:
+            raise UsageError(f"{option} must be a positive integer, got {value}")
     if warmup_steps is not None and warmup_steps < 0:
         raise UsageError(f"--warmup-steps must be >= 0, got {warmup_steps}")
     if precision not in ("fp32", "amp"):

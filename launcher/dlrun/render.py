@@ -38,7 +38,7 @@ def harness_command(plan: Plan) -> list[str]:
         data_workers = 0  # nothing to load
     else:
         what = ["--model", str(work.model), "--batch-size", str(plan.batch_size)]
-        if any(bind.target == DATA_MOUNT for bind in plan.binds):  # --data DIR: train on it, not synthetic
+        if plan.data_bind is not None:  # --data DIR: train on it, not synthetic
             what += ["--data-dir", DATA_MOUNT]
         precision = ["--precision", plan.precision]
         data_workers = plan.data_workers
@@ -76,7 +76,7 @@ def workload_command(plan: Plan) -> list[str]:
     if plan.image.harness_framework is None:
         return tf_cnn_benchmarks_command(plan)
     argv = harness_command(plan)
-    if plan.image.harness_framework == "tensorflow" and any(b.target == DATA_MOUNT for b in plan.binds):
+    if plan.image.harness_framework == "tensorflow" and plan.data_bind is not None:
         argv += ["--data-dir", DATA_MOUNT]  # `--data DIR`, bound there (the host runtime maps it back to DIR)
     return argv
 
@@ -124,7 +124,6 @@ def render_job(plan: Plan) -> RenderedJob:
             raise UsageError(f"--stage-data with scheduler {plan.scheduler}: its pods start the image themselves "
                              "and run no step before it; valid: a scheduler that runs a job script (local, "
                              "slurm, pbs, lsf)")
-        dest = next(b.source for b in plan.binds if b.target == DATA_MOUNT)
-        launch = replace(launch, setup=[*scheduler.once_per_node(plan, stage_argv(plan.stage_data, dest)),
-                                        *launch.setup])
+        stage = stage_argv(plan.stage_data, plan.data_bind.source)  # the bind's source is the node-local copy
+        launch = replace(launch, setup=[*scheduler.once_per_node(plan, stage), *launch.setup])
     return scheduler.render(plan, launch)

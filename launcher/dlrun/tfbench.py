@@ -20,7 +20,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from dlrun.job import Launch, RankCommand
-from dlrun.plan import DATA_MOUNT, Plan
+from dlrun.plan import Plan
 from dlrun.shell import Expand
 from dlrun.tfoptions import CLUSTER_MODES
 
@@ -42,7 +42,7 @@ def tf_layout(plan: Plan) -> str:
 
 def data_dir(plan: Plan) -> str | None:
     """Where the plan's dataset (--data) is bound in the container, if it has one."""
-    return next((bind.target for bind in plan.binds if bind.target == DATA_MOUNT), None)
+    return plan.data_bind.target if plan.data_bind is not None else None
 
 
 def tf_cnn_benchmarks_command(plan: Plan) -> list[str]:

@@ -19,7 +19,7 @@ from dlrun.fabrics import check_nccl_transport
 from dlrun.images.verify import image_provenance
 from dlrun.catalog.models import TRAINING_KINDS
 from dlrun.paths import harness_hashes, source_root
-from dlrun.plan import DATA_MOUNT, Plan
+from dlrun.plan import Plan
 from dlrun.results.parsers import ParseError, ParsedResult, parse_all, parse_text
 from dlrun.results.site import local_site
 from dlrun.results.store import Store, StoreError
@@ -210,8 +210,7 @@ def finish(plan: Plan, run: RunDir, store: Store, *, status: str, reason: str | 
 
     extra = {**(extra or {}), **({"signal": signal} if signal else {})}
     if plan.stage_data:  # --stage-data: what each node's copy cost, with the run and with its result
-        dest = next(b.source for b in plan.binds if b.target == DATA_MOUNT)
-        extra["data_stage"] = stage_summary(plan.stage_data, dest, stage_records(run.path))
+        extra["data_stage"] = stage_summary(plan.stage_data, plan.data_bind.source, stage_records(run.path))
         if result is not None:
             result.setdefault("extra", {})["data_stage"] = {k: v for k, v in extra["data_stage"].items()
                                                             if k != "per_node"}
