@@ -27,12 +27,15 @@ def synth(out: Annotated[Path, typer.Argument(help="Directory to create (must no
           as_json: JsonOpt = False) -> None:
     """Write OUT: IMAGES real JPEG images of CLASSES classes, SIZE x SIZE, as an ImageFolder tree or TFRecord
     shards (ImageNet's layout). Written into a hidden directory beside OUT and renamed into place."""
-    from dlrun.datasets import SynthSpec, synthesize
-
     try:
         import PIL  # noqa: F401
     except ImportError:
         raise UsageError("dlrun data synth encodes JPEGs with Pillow: pip install -e '.[data]'") from None
+    try:
+        import crc32c  # noqa: F401
+    except ImportError:
+        raise UsageError("dlrun data synth checksums TFRecords with crc32c: pip install -e '.[data]'") from None
+    from dlrun.datasets import SynthSpec, synthesize
     info = synthesize(SynthSpec(format=fmt, images=images, classes=classes, size=size, shards=shards, seed=seed),
                       out)
     if as_json:

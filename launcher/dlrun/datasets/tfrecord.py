@@ -7,38 +7,20 @@ polynomial 0x82F63B78). The data of an ImageNet record is a serialized tf.train.
 `Features` message (field 1) holding a map<string, Feature> (field 1, entries of key = 1, value = 2), a
 Feature being one of BytesList (1), FloatList (2) or Int64List (3), each a repeated field 1.
 
-Why by hand: the encoding is about forty lines, and both dependency-free readers (the in-container harness,
-which must run without TensorFlow or protobuf) and this writer can then be tested against the format's
-published check values rather than against one library's view of it.
+Why by hand: the encoding is about forty lines, and both the dependency-free reader (the in-container
+harness, which must run without TensorFlow or protobuf) and this writer can then be tested against the
+format's published check values rather than against one library's view of it. The checksums come from the
+`crc32c` package (the `data` extra, which `dlrun data synth` needs for Pillow anyway): a C implementation,
+independent of the harness's pure-Python table, and both are checked against the same published values.
 """
 from __future__ import annotations
 
 import struct
 from typing import BinaryIO
 
-CRC32C_POLY = 0x82F63B78
+from crc32c import crc32c
+
 MASK_DELTA = 0xA282EAD8
-
-
-def _table() -> list[int]:
-    table = []
-    for n in range(256):
-        c = n
-        for _ in range(8):
-            c = (c >> 1) ^ CRC32C_POLY if c & 1 else c >> 1
-        table.append(c)
-    return table
-
-
-_TABLE = _table()
-
-
-def crc32c(data: bytes) -> int:
-    crc = 0xFFFFFFFF
-    table = _TABLE
-    for byte in data:
-        crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
-    return crc ^ 0xFFFFFFFF
 
 
 def masked_crc(data: bytes) -> int:
