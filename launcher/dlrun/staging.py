@@ -1,10 +1,11 @@
 """`--stage-data`: the dataset copied to node-local storage before the ranks start, once per node.
 
-The copy lives at `/tmp/dlrun-stage-<key>` on every node of the job, where the key is a digest of the dataset's
-path (a copy another user made there is refused, not used), so that the path is known when the job is rendered (the /data bind points at it) and
-runs of the same dataset on a node share one copy. The copy is made by `STAGE_SCRIPT`, which every scheduler
-runs once per node before the launch (local: in the script; Slurm: an `srun --ntasks-per-node=1` step; PBS:
-`pbsdsh -u`; LSF: `blaunch` on each host). It holds a lock while it works, so that concurrent runs on a node
+The copy lives at `/tmp/dlrun-stage-<key>` on every node of the job, where the key is a digest of the
+dataset's path (a copy another user made there is refused, not used), so that the path is known when the
+job is rendered (the /data bind points at it) and runs of the same dataset on a node share one copy. The
+copy is made by `STAGE_SCRIPT`, which every scheduler runs once per node before the launch (local: in the
+script; Slurm: an `srun --ntasks-per-node=1` step; PBS: `pbsdsh -u`; LSF: `jsrun`, one resource set per
+host). It holds a lock while it works, so that concurrent runs on a node
 never see half a copy, and copies again unless the copy's recorded fingerprint (every file's name, size and
 modification time) is the dataset's. Each node writes what it did (bytes, files, seconds, whether an
 earlier copy was reused) to `stage/<host>.json` in the run directory; dlrun stores those with the run.

@@ -62,8 +62,7 @@ def write(report: Report, out: Path, store_path: Path, painter: Painter | None =
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     except OSError as exc:
         raise UsageError(f"--out {str(out)!r} cannot be written: {exc.strerror}") from None
-    own = painter is None
-    painter = Painter(fork=False) if painter is None else painter
+    painter = painter or Painter(fork=False)  # in-process: nothing to close
     try:
         painter.draw(report, tmp)
         tables = page.render_tables(report)
@@ -76,9 +75,6 @@ def write(report: Report, out: Path, store_path: Path, painter: Painter | None =
         painter.close()  # before the folder it may still be writing into is removed
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    finally:
-        if own:
-            painter.close()
     return out
 
 

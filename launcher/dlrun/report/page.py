@@ -76,8 +76,8 @@ def render_tables(report: Report) -> dict[str, str]:
     return out
 
 
-def render(report: Report, plots: list[Plot], store: str, tables: dict[str, str] | None = None) -> str:
-    tables = render_tables(report) if tables is None else tables
+def render(report: Report, plots: list[Plot], store: str, tables: dict[str, str]) -> str:
+    """The page around `plots` and `tables` (render_tables)."""
     stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     sections = [f"<h1>{escape(report.title)}</h1>",
                 f"<p>Selection: <code>{escape(report.selection or 'every stored run')}</code>; "

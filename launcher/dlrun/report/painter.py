@@ -1,11 +1,12 @@
 """The report's plots drawn in a second process while this one reads the store and writes the tables.
 
-Importing matplotlib (0.4-0.5 s) and drawing the two plots (0.3 s) are the largest costs of a report after
-reading the store. Python runs one thread at a time, so a thread cannot overlap them with the store's
-reading or with pandas' tables; a process can. `Painter()` forks a child before the store is opened; the
-child imports matplotlib and loads its font at once, then waits. `draw(report, folder)` hands it the gathered
-report and returns at once; the child writes the PNGs into the report's temporary folder while the parent
-renders the tables; `result()` returns the plots with their image-map areas.
+Importing matplotlib (0.7-0.8 s on a slow 2-core VM) and drawing the two plots (0.3 s) are the largest costs
+of a report after reading the store. Python runs one thread at a time, so a thread cannot overlap them with
+the store's reading or with pandas' tables; a process can. `Painter()` forks a child (dlrun's main() does so
+before the command line is parsed); the child imports matplotlib and loads its font at once, then waits.
+`draw(report, folder)` hands it the gathered report and returns at once; the child writes the PNGs into the
+report's temporary folder while the parent renders the tables; `result()` returns the plots with their
+image-map areas.
 
 Where fork is not available, or the process already runs other threads (forking those is unsafe), the plots
 are drawn in-process: the same files, later. The child ignores SIGINT (the parent decides) and is ended with
