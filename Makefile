@@ -4,6 +4,8 @@ SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 PYTHON ?= python3
 VENV ?= .venv
+# Absolute: tools that change directory (pip inside Horovod's setup_requires runs in the unpacked sdist) get it.
+VENV_ABS := $(abspath $(VENV))
 BIN := $(VENV)/bin
 # torch is pinned everywhere: a range that admits a newer release pulls several GB of CUDA wheels.
 TORCH_PIN := torch==2.13.0
@@ -24,9 +26,9 @@ $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/activate
-	echo '$(TORCH_PIN)' > $(VENV)/constraints.txt
+	echo '$(TORCH_PIN)' > $(VENV_ABS)/constraints.txt
 	$(BIN)/pip install -q --disable-pip-version-check '$(TORCH_PIN)' numpy
-	$(BIN)/pip install -q --disable-pip-version-check -c $(VENV)/constraints.txt -e '.[$(EXTRAS)]'
+	$(BIN)/pip install -q --disable-pip-version-check -c $(VENV_ABS)/constraints.txt -e '.[$(EXTRAS)]'
 	touch $@
 
 setup: $(VENV)/.installed
@@ -48,7 +50,7 @@ sysdeps:
 
 # After setup (the extras, TensorFlow among them) and sysdeps (cmake, g++, libopenmpi-dev).
 horovod: setup sysdeps
-	HOROVOD_VERSION=$(HOROVOD_VERSION) PIP_CONSTRAINT=$(VENV)/constraints.txt scripts/build-horovod.sh $(BIN)/python
+	HOROVOD_VERSION=$(HOROVOD_VERSION) PIP_CONSTRAINT=$(VENV_ABS)/constraints.txt scripts/build-horovod.sh $(VENV_ABS)/bin/python
 
 # The demo wants only tcmalloc (the harness's allocator; without it the harness falls back to glibc-tuned).
 demo: setup

@@ -5,8 +5,9 @@
 #
 #   scripts/build-horovod.sh [PYTHON]        (default .venv/bin/python)
 #
-# Environment: HOROVOD_VERSION (default 0.28.1), XDG_CACHE_HOME (wheels go to $XDG_CACHE_HOME/dlrun/wheels,
-# default ~/.cache/dlrun/wheels), PIP_CONSTRAINT (pins torch while Horovod's own dependencies install).
+# Environment: HOROVOD_VERSION (default 0.28.1), DLRUN_WHEEL_CACHE (where the built wheel is cached; default
+# $XDG_CACHE_HOME/dlrun/wheels, i.e. ~/.cache/dlrun/wheels), PIP_CONSTRAINT (pins torch while Horovod's own
+# dependencies install). Relative paths are taken from the directory this is started in.
 # Needs cmake, g++ and an MPI with headers (Debian: cmake g++ libopenmpi-dev).
 #
 # Two edits make the 0.28.1 sources build with current frameworks: torch >= 2.1 headers need C++17 (Horovod's
@@ -16,7 +17,17 @@ set -euo pipefail
 
 PY=${1:-.venv/bin/python}
 VERSION=${HOROVOD_VERSION:-0.28.1}
-CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/dlrun/wheels
+CACHE=${DLRUN_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dlrun/wheels}
+
+# The build runs pip in a temporary directory (Horovod's setup_requires), where a relative path names nothing:
+# every path this script hands on is made absolute here.
+absolute() { case "$1" in /*) printf '%s' "$1" ;; *) printf '%s/%s' "$PWD" "$1" ;; esac; }
+[ "$PY" = "${PY#*/}" ] || PY=$(absolute "$PY")
+CACHE=$(absolute "$CACHE")
+if [ -n "${PIP_CONSTRAINT:-}" ]; then
+  [ -f "$PIP_CONSTRAINT" ] || { echo "build-horovod: PIP_CONSTRAINT=$PIP_CONSTRAINT is no file" >&2; exit 2; }
+  export PIP_CONSTRAINT=$(absolute "$PIP_CONSTRAINT")
+fi
 
 # torch version, TensorFlow version or "none", Python tag: what the compiled extensions are bound to. Read from
 # the installed metadata (importing TensorFlow takes longer than installing a cached wheel).
