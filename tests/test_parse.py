@@ -127,6 +127,48 @@ def test_tf_cnn_benchmarks(name, value):
     assert (res.model, res.batch_size, res.num_devices, res.extra["reports"]) == (None, None, None, [value])
 
 
+# Logs with tf_cnn_benchmarks' header: (file, value, model, batch per device, devices, processes, variables, data)
+TF_CNN_HEADERS = [
+    ("tf_cnn_benchmarks/lambda_rtx3080_replicated_2gpu_tf1.15.log", 735.72, "resnet50", 56, 2, 1, "replicated",
+     "synthetic"),
+    ("tf_cnn_benchmarks/mpioperator_horovod_2gpu_tf1.14.log", 308.27, "resnet101", 64, 2, 2, "horovod", "synthetic"),
+]
+
+
+@pytest.mark.parametrize("name,value,model,batch,devices,processes,variables,data", TF_CNN_HEADERS)
+def test_tf_cnn_benchmarks_header(name, value, model, batch, devices, processes, variables, data):
+    res = parse_text(log(name))
+    assert (res.value, res.model, res.batch_size, res.num_devices, res.num_ranks) == \
+        (value, model, batch, devices, processes)
+    assert (res.extra["variables"], res.extra["data_source"], res.extra["data_format"]) == (variables, data, "NCHW")
+    assert res.extra["global_batch_size"] == batch * devices and res.problems == ()
+    assert res.value_is == "the `total images/sec` line"
+
+
+def test_tf_cnn_benchmarks_counts_devices_from_the_batch_line_not_the_ranks_that_printed():
+    # Two Horovod ranks each printing the header and a total (as they do): the Devices list already names
+    # both workers, so the device count stays 2 (it used to be multiplied by the number of reports).
+    text = log("tf_cnn_benchmarks/mpioperator_horovod_2gpu_tf1.14.log")
+    tagged = "\n".join(f"[1,{rank}]<stdout>:{line}" for rank in (1, 0) for line in text.splitlines())
+    res = parse_text(tagged)
+    assert (res.num_devices, res.num_ranks, res.extra["reports"]) == (2, 2, [308.27, 308.27])
+    assert res.value_is.startswith("the `total images/sec` line of rank 0 (each of the 2 reports")
+
+
+def test_tf_cnn_benchmarks_forward_only_is_not_a_training_throughput():
+    res = parse_text(log("tf_cnn_benchmarks/lambda_rtx3080_forward_only_1gpu_tf1.15.log"))
+    assert (res.value, res.num_devices, res.extra["mode"]) == (3330.51, 1, "forward only")
+    assert res.problems == ("tf_cnn_benchmarks ran in mode forward only: its images/sec is not a training "
+                            "throughput",)
+
+
+@pytest.mark.parametrize("name", sorted(str(p.relative_to(LOGS)) for p in LOGS.rglob("*.log")
+                                        if p.parent.name != "launcher-failures"))
+def test_every_result_says_which_figure_it_took(name):
+    for res in parse_all(log(name)):
+        assert res.value_is and res.to_dict()["value_is"] == res.value_is
+
+
 @pytest.mark.parametrize("name,value,throughputs,status", [
     ("mllog/lambda_v4.0_bert_srun_label.log", 12792.219630021962, [14214.65962521748, 12792.219630021962],
      "aborted"),

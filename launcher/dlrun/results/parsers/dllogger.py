@@ -52,4 +52,5 @@ def parse(text: str) -> list[ParsedResult]:
     _, key, value = (summary or found)[-1]
     return [ParsedResult(kind=NAME, metric="throughput", value=check_rate(key, value),
                          unit=units.get(key, THROUGHPUT_KEYS[key]),
-                         extra={"key": key, "from_summary": bool(summary), "dlll_lines": lines})]
+                         extra={"key": key, "from_summary": bool(summary), "dlll_lines": lines},
+                         value_is=f"{key} of the " + ("summary line" if summary else "last line that logs it"))]
