@@ -100,3 +100,9 @@ def test_a_matmul_measurement_has_a_key_of_its_own():
     key = keys.key_from_run(run, rows)
     assert (key["workload"], key["model"], key["precision"], key["batch_per_device"]) == \
         ("matmul", "n/a", "amp(bfloat16)", "n/a")
+
+
+def test_an_imported_log_without_options_takes_the_input_its_log_names():
+    assert _imported("tf_cnn_benchmarks/mpioperator_horovod_2gpu_tf1.14.log")["data"] == "synthetic"
+    assert _imported("dllogger/dllogger_example_resnet_json.log")["data"] == "real:imagenet"
+    assert _imported("tf_cnn_benchmarks/tensorflow23032_1gpu_nightly.log")["data"] == "unknown"  # no header
