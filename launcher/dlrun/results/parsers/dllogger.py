@@ -43,8 +43,6 @@ UNIT_SPELLINGS = {"img/s": "images/sec", "images/s": "images/sec", "images/sec":
 TIERS = ("summary", "epoch", "iteration")
 #: How far a printed rate may lie above the rate the line times allow before it is flagged.
 WALL_CLOCK_TOLERANCE = 1.25
-#: The code that produced such a log (dlrun runs none of it; see dlrun.results.import_plan).
-BENCHMARK_CODE = "deeplearningexamples"
 AMP_FLAGS = ("amp", "fp16", "use_tf_amp", "use_amp", "amp_run")
 
 
@@ -71,7 +69,7 @@ def parse(text: str) -> list[ParsedResult]:
     extra.update({"key": key, "dllogger_lines": len(events), "arch": _text(params.get("arch")),
                   "precision": precision, "amp_dtype": amp_dtype, "world_size": world,
                   "data_source": _data_source(params) if unit == "images/sec" else None,
-                  "data_backend": _text(params.get("data_backend")), "benchmark_code": BENCHMARK_CODE})
+                  "data_backend": _text(params.get("data_backend"))})
     problems = []
     if tier == "iteration" and unit == "images/sec" and batch and world and not _accumulates(params):
         wall = _wall_clock(points, batch * world)

@@ -67,17 +67,11 @@ def parse(text: str) -> list[ParsedResult]:
             totals.append((rank, read_float(match.group("value"), "tf_cnn_benchmarks total images/sec")))
     if not totals:
         return []
-    tagged = {rank for rank, _ in totals if rank is not None}
     chosen_rank, value = first_rank(totals)
     lines = by_rank.get(chosen_rank, [])
     header = {name: _header_value(lines, key) for name, key in HEADER.items()}
     global_batch, per_device = _batch(lines)
-    # Count the quoted device names rather than evaluating the list: the header is text, not Python.
-    listed = len(QUOTED.findall(header["devices"])) if header["devices"] else 0
-    horovod = header["variables"] == "horovod" or "horovod" in (header["devices"] or "")
-    devices = (global_batch // per_device if global_batch and per_device and global_batch % per_device == 0
-               else listed or None)
-    reports = len(tagged) if tagged else len(totals)
+    devices, processes = _counts(header, global_batch, per_device, totals)
     problems = []
     if header["mode"] not in (None, "training"):
         problems.append(f"tf_cnn_benchmarks ran in mode {header['mode'][:40]}: its images/sec is not a training "
@@ -86,9 +80,7 @@ def parse(text: str) -> list[ParsedResult]:
         kind=NAME, metric="throughput", value=value, unit="images/sec",
         model=header["model"][:200] if header["model"] else None,
         batch_size=per_device if per_device is not None else global_batch,
-        num_devices=devices,
-        num_ranks=(listed or reports) if horovod else (1 if listed else None),
-        problems=tuple(problems),
+        num_devices=devices, num_ranks=processes, problems=tuple(problems),
         extra={"reports": [v for _, v in totals], "variables": header["variables"],
                "global_batch_size": global_batch, "devices": header["devices"],
                "tensorflow": header["tensorflow"], "dataset": header["dataset"], "mode": header["mode"],
@@ -98,3 +90,16 @@ def parse(text: str) -> list[ParsedResult]:
                   + (f" (each of the {len(totals)} reports is one worker's estimate of the job total; all are "
                      "kept in `reports`)" if len(totals) > 1 else "")),
     )]
+
+
+def _counts(header: dict[str, str | None], global_batch: int | None, per_device: int | None,
+            totals: list[tuple[int | None, float]]) -> tuple[int | None, int | None]:
+    """(devices, processes): global batch over per-device batch, else the Devices list."""
+    # Count the quoted device names rather than evaluating the list: the header is text, not Python.
+    listed = len(QUOTED.findall(header["devices"])) if header["devices"] else 0
+    horovod = header["variables"] == "horovod" or "horovod" in (header["devices"] or "")
+    devices = (global_batch // per_device if global_batch and per_device and global_batch % per_device == 0
+               else listed or None)
+    tagged = {rank for rank, _ in totals if rank is not None}
+    reports = len(tagged) if tagged else len(totals)
+    return devices, (listed or reports) if horovod else (1 if listed else None)
