@@ -240,7 +240,8 @@ def _log_precision(parsed: ParsedResult) -> str | None:
     precision = parsed.extra.get("precision")
     if precision in (None, "fp32", "amp"):
         return precision
-    raise UsageError(f"the log trained in {str(precision)[:20]}, which no dlrun run does; valid: a log in fp32 or amp")
+    raise UsageError(f"the log trained in {str(precision)[:20]}, which is neither of dlrun's precisions; valid: a log "
+                     "in fp32 or amp, or an import without --workload")
 
 
 def _dist(parsed: ParsedResult, image: ImageSpec) -> str | None:
