@@ -119,15 +119,7 @@ def choose_workload(catalog: Catalog, parsed: ParsedResult, options: ImportOptio
 
 def _check_measures(catalog: Catalog, parsed: ParsedResult, work: WorkloadSpec) -> None:
     """The workload measures what the log measured, and the model the log names (in dlrun's naming) is its."""
-    if parsed.metric == "busbw" and parsed.kind == "nccl-tests":
-        fits = [w.name for w in catalog.workloads.values() if w.nccl_test == f"{parsed.collective}_perf"]
-        what = f"nccl-tests' {parsed.collective or 'unnamed collective'}"
-    elif parsed.metric == "busbw":
-        fits = [w.name for w in catalog.workloads.values() if not w.trains and w.kind == parsed.extra.get("benchmark")]
-        what = f"dlrun's {parsed.extra.get('benchmark') or 'unnamed collective'}"
-    else:
-        fits = [w.name for w in catalog.workloads.values() if w.trains]
-        what = f"a training throughput ({parsed.kind})"
+    fits, what = _workloads_measuring(catalog, parsed)
     if work.name not in fits:
         raise UsageError(f"workload {work.name!r} ({work.kind}: {work.measures if not work.trains else work.model}) "
                          f"is not what the log measured, {what}; valid: "
@@ -138,6 +130,19 @@ def _check_measures(catalog: Catalog, parsed: ParsedResult, work: WorkloadSpec) 
         raise UsageError(f"the log trained {model} ({naming}), but workload {work.name!r} trains "
                          f"{work.tf_cnn_model if parsed.kind == 'tf_cnn_benchmarks' else work.model}; valid: "
                          + (f"--workload {' or --workload '.join(named)}" if named else "no workload of this catalog"))
+
+
+def _workloads_measuring(catalog: Catalog, parsed: ParsedResult) -> tuple[list[str], str]:
+    """The catalog's workloads that measure what the log measured, and that thing in words."""
+    workloads = catalog.workloads.values()
+    if parsed.metric == "busbw" and parsed.kind == "nccl-tests":
+        return ([w.name for w in workloads if w.nccl_test == f"{parsed.collective}_perf"],
+                f"nccl-tests' {parsed.collective or 'unnamed collective'}")
+    if parsed.metric == "busbw":
+        benchmark = parsed.extra.get("benchmark")
+        return ([w.name for w in workloads if not w.trains and w.kind == benchmark],
+                f"dlrun's {benchmark or 'unnamed collective'}")
+    return [w.name for w in workloads if w.trains], f"a training throughput ({parsed.kind})"
 
 
 def _log_model(parsed: ParsedResult) -> tuple[str | None, str]:
