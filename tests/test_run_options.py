@@ -176,3 +176,31 @@ def test_the_default_system_comes_from_the_environment_then_config_then_the_host
     proc = cli("plan", "resnet50", "--nodes", "8")
     assert proc.returncode == 0, proc.stderr
     assert '"name": "mine"' in proc.stdout
+
+
+@pytest.mark.parametrize("system,image,precision,message", [
+    ("localhost", None, "tf32", "--precision tf32: pytorch on CPUs (image 'host') cannot train in it; valid: fp32, bf16, amp"),
+    ("localhost", None, "fp16", "--precision fp16: pytorch on CPUs"),
+    ("txgaia", None, "bf16", "--precision bf16: tf_cnn_benchmarks on GPUs (image 'tf1.14-nccl') cannot train in it; "
+                             "valid: fp32, fp16, amp"),
+    ("localhost", "host-tf", "fp16", "valid: fp32, bf16, amp"),
+])
+def test_a_precision_the_code_or_device_cannot_run_is_refused(dlrun_home, system, image, precision, message):
+    from dlrun.cli.options import load_catalog
+    from dlrun.errors import UsageError
+
+    with pytest.raises(UsageError) as exc:
+        resolve_plan(load_catalog(), "resnet50", system=system, image=image, precision=precision)
+    assert message in str(exc.value)
+
+
+def test_every_precision_the_device_can_run_reaches_the_harness(dlrun_home):
+    from dlrun.cli.options import load_catalog
+    from dlrun.render import workload_command
+
+    catalog = load_catalog()
+    for system, precisions in (("localhost", ("fp32", "bf16", "amp")), ("dgx2", ("fp32", "tf32", "fp16", "bf16", "amp"))):
+        for precision in precisions:
+            image = "pytorch2.6-ngc24.12" if system == "dgx2" else None
+            argv = workload_command(resolve_plan(catalog, "resnet50", system=system, image=image, precision=precision))
+            assert argv[argv.index("--precision") + 1] == precision

@@ -178,7 +178,25 @@ def resolve_framework(res: Resolution) -> dict[str, Any]:
         res.image, nodes=res.fields["nodes"], world=res.world, device=res.fields["device"],
         variable_update=req.variable_update, all_reduce_spec=req.all_reduce_spec, ps=req.ps,
         data_format=req.data_format, benchmark_args=list(req.benchmark_arg))
-    return {"precision": req.precision, "allocator": req.allocator, **tf_options}
+    return {"precision": check_precision(req.precision, res.image, res.fields["device"]), "allocator": req.allocator,
+            **tf_options}
+
+
+#: What each benchmark code can train in: dlrun's PyTorch harness all of them (tf32 and fp16 on GPUs only),
+#: its TensorFlow 2 harness Keras' mixed_bfloat16 policy, tf_cnn_benchmarks --use_fp16.
+_CODE_PRECISIONS = {"pytorch": ("fp32", "tf32", "fp16", "bf16", "amp"), "tensorflow": ("fp32", "bf16", "amp"),
+                    "tf_cnn_benchmarks": ("fp32", "fp16", "amp")}
+
+
+def check_precision(precision: str, image: ImageSpec, device: str) -> str:
+    """--precision, if the image's benchmark code and the plan's device can run it (never something else)."""
+    code = image.harness_framework or ("tf_cnn_benchmarks" if image.framework == "tensorflow" else "pytorch")
+    valid = [p for p in _CODE_PRECISIONS[code] if device == "cuda" or p not in ("tf32", "fp16")]
+    if precision not in valid:
+        where = "CPUs" if device == "cpu" else "GPUs"
+        raise UsageError(f"--precision {precision}: {code} on {where} (image {image.name!r}) cannot train in it; "
+                         f"valid: {', '.join(valid)}")
+    return precision
 
 
 #: Every resolver of dlrun.runoptions.RESOLVERS ("names" runs first, in resolve_plan itself).

@@ -13,7 +13,7 @@ from dlrun.secrets import redact_env, secret_names
 #: Fills in what this site has of an image for one architecture (digest, root filesystem, SIF, squashfs).
 LocalImage = Callable[[ImageSpec, str], ImageSpec]
 
-Precision = Literal["fp32", "amp"]
+Precision = Literal["fp32", "tf32", "fp16", "bf16", "amp"]
 #: Where the ranks find the dataset of `--data` inside the container (the host runtime maps it back).
 DATA_MOUNT = "/data"
 

@@ -15,8 +15,8 @@ import tensorflow as tf
 
 from harness_common import (EXIT_DIVERGED, EXIT_NONFINITE,
                             NUM_CLASSES, PERTURB_ENV,
-                            REPLICA_RTOL, RULE, HarnessError, out,
-                            perf_stats)
+                            REPLICA_RTOL, RULE, HarnessError,
+                            cpu_has_native_bf16, out, perf_stats)
 from harness_tensorflow_data import (detect_format, real_dataset,
                                      synthetic_batch)
 from harness_tensorflow_models import (build_model, count_params,
@@ -255,7 +255,11 @@ def _base_result(args, image_size, lr, amp_dtype, device_type, device_name,
         "model": args.model, "model_source": model_source(args.model),
         "batch_size_per_rank": args.batch_size,
         "timed_steps": args.steps, "warmup_steps": args.warmup_steps,
-        "precision": "amp" if amp_dtype else "fp32", "amp_dtype": amp_dtype,
+        "precision": {"mixed_bfloat16": "amp"}.get(args.precision,
+                                                   args.precision),
+        "precision_ran": "bf16" if amp_dtype else "fp32", "amp_dtype": amp_dtype,
+        "tf32": {},  # the TensorFlow 2 harness trains on CPUs, which have no TF32
+        "native_bf16": cpu_has_native_bf16() if amp_dtype else None,
         "compiled": False,  # tf.function graphs, no XLA
         "device": device_type, "device_name": device_name,
         "threads": args.threads or tf.config.threading
