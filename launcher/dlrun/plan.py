@@ -88,8 +88,8 @@ class Plan(BaseModel):
     data_workers: int = Field(default=0, ge=0)  # data-loader workers per rank (Ren et al.'s j)
     stage_data: str | None = None  # --stage-data: this dataset is copied to each node first (dlrun.staging)
     allocator: Allocator = "auto"  # the PyTorch harness's malloc (see harness_pytorch.py)
-    # The PyTorch harness's distribution layer (--dist); None where the image runs tf_cnn_benchmarks.
-    dist: Dist | None = "ddp"
+    dist: Dist | None = "ddp"  # the PyTorch harness's (--dist); None where the image runs tf_cnn_benchmarks
+    telemetry_period: float | None = Field(default=1.0, gt=0)  # seconds between telemetry samples; None: off
     scheduler_options: SchedulerOptions = SchedulerOptions()
     launcher_args: list[str] = []  # extra flags for the launcher (mpirun, srun, ...), passed as given
     secret_env: list[str] = []  # names in `env` the user marked secret (--secret-env); see dlrun.secrets
