@@ -254,17 +254,24 @@ def _read(path):
         return None
 
 
+_PCI_ADDRESS = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+
+
 def pci_link(root, address):
-    """The link files of one PCI device and of the port above it (its slot's
-    side of the link), as text."""
+    """The link files of one PCI device, and those of every bridge port above
+    it up to the root port (`upstream`, nearest first): the path's slowest
+    link is the device's real one (a GPU behind a switch reports its own
+    side only)."""
     base = os.path.join(root, "sys", "bus", "pci", "devices", address)
     record = dict((name, _read(os.path.join(base, name))) for name in PCI_LINK_FILES)
-    real = os.path.realpath(base)
-    parent = os.path.basename(os.path.dirname(real))
-    if re.match(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$", parent):
-        record["upstream"] = parent
-        for name in ("max_link_speed", "max_link_width"):
-            record["upstream_" + name] = _read(os.path.join(os.path.dirname(real), name))
+    upstream = []
+    folder = os.path.dirname(os.path.realpath(base))
+    while _PCI_ADDRESS.match(os.path.basename(folder)) and len(upstream) < 16:
+        hop = dict((name, _read(os.path.join(folder, name))) for name in PCI_LINK_FILES[:4])
+        hop["pci"] = os.path.basename(folder)
+        upstream.append(hop)
+        folder = os.path.dirname(folder)
+    record["upstream"] = upstream
     return record
 
 
