@@ -60,6 +60,9 @@ def results_show(run_id: Annotated[str, typer.Argument(help="Run id (a unique pr
     for res in run["results"]:
         rows.append([res["metric"], f"{res['value']:.2f} {res['unit']}"])
     from dlrun.results.key import KEY_FIELDS
+    from dlrun.telemetry.show import telemetry_rows
+
+    rows += telemetry_rows(run["provenance"].get("telemetry"))
 
     for name in KEY_FIELDS if run["key"] else ():  # what decides the value: compared by `dlrun compare`
         rows.append([f"key: {name}", run["key"].get(name)])

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dlrun.execute.hardware import record_hardware
 from dlrun.execute.rundir import RunDir
 from dlrun.fabrics import check_nccl_transport
 from dlrun.images.verify import image_provenance
@@ -24,7 +25,6 @@ from dlrun.results.parsers import ParseError, ParsedResult, parse_all, parse_tex
 from dlrun.results.site import local_site
 from dlrun.results.store import Store, StoreError
 from dlrun.staging import stage_records, stage_summary
-from dlrun.telemetry.summary import result_fields, run_summary
 
 #: Statuses a stored run can have. `lost`: its dlrun died and the job's result could not be recovered.
 STATUSES = ("ok", "failed", "cancelled", "timeout", "lost")
@@ -215,12 +215,7 @@ def finish(plan: Plan, run: RunDir, store: Store, *, status: str, reason: str | 
         if result is not None:
             result.setdefault("extra", {})["data_stage"] = {k: v for k, v in extra["data_stage"].items()
                                                             if k != "per_node"}
-    if plan.telemetry_period:  # what the hardware did: the per-node series in telemetry/, summed up here
-        telemetry = run_summary(run.path, result)
-        extra["telemetry"] = telemetry or {"why": "no sampler wrote a sample (the job ended before the first one, "
-                                                  "or the nodes could not start it: see telemetry/sampler.log)"}
-        if telemetry and result is not None:
-            result.setdefault("extra", {})["telemetry"] = result_fields(telemetry)
+    record_hardware(plan, run, result, extra)  # telemetry summary, the nodes' topology, a collective's bound
     if result is not None:
         run.write_json("result.json", result)
     run.write_json("status.json", {"state": status, "exit_code": exit_code, "reason": reason,

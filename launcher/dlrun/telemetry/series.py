@@ -127,7 +127,7 @@ def power_integral(points: list[tuple[float, float]], start: float, end: float) 
 
 
 def window_samples(series: Series, start: float, end: float) -> list[dict[str, Any]]:
-    """The samples taken inside [start, end] plus the first one after it (a sample covers the period before it)."""
+    """The samples taken inside (start, end]: a sample covers the period before it. A window shorter than a
+    period gets the first sample after it."""
     inside = [s for s in series.samples if start < s["t"] <= end]
-    after = [s for s in series.samples if s["t"] > end][:1]
-    return inside + after if inside or after else []
+    return inside or [s for s in series.samples if s["t"] > end][:1]
