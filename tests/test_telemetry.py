@@ -242,3 +242,48 @@ def test_a_failed_run_keeps_its_complete_series(dlrun_home):
     shown = cli_json("results", "show", run["id"])
     sampler_ended(Path(shown["run_dir"]))
     assert shown["provenance"]["telemetry"]["window"]["what"] == "whole job"  # no result, no timed window
+
+
+# ------------------------------------------------------------------------------------ batch scripts
+@pytest.mark.parametrize("code", [0, 3])
+def test_the_batch_lines_start_the_sampler_and_the_exit_trap_stops_it(tmp_path, code):
+    """The lines every batch script gets (here with a one-node start command, as a one-node job runs it), run by
+    bash: the job's exit status stays the job's, the series ends through the stop file, no sampler is left."""
+    from matrix_catalog import shellcheck_path
+
+    from dlrun.shell import join
+    from dlrun.telemetry.launch import batch_lines, batch_sampler_argv, sampler_files
+
+    for name, text in sampler_files().items():
+        (tmp_path / name).write_text(text)
+    lines = batch_lines(join(batch_sampler_argv(0.2)))
+    wait_for_series = 'while [ -z "$(ls "${DLRUN_RUN_DIR}/telemetry/"*.jsonl 2>/dev/null)" ]; do sleep 0.05; done'
+    script = tmp_path / "job.sh"
+    script.write_text("\n".join(["#!/usr/bin/env bash", "set -euo pipefail", *lines, wait_for_series,
+                                 f"exit {code}"]) + "\n")
+    assert subprocess.run([shellcheck_path(), "--severity=style", str(script)], capture_output=True).returncode == 0
+    proc = subprocess.run(["bash", str(script)], env={**os.environ, "DLRUN_RUN_DIR": str(tmp_path)}, timeout=120)
+    assert proc.returncode == code
+    (series,) = (tmp_path / "telemetry").glob("*.jsonl")
+    assert json.loads(series.read_text().splitlines()[-1])["reason"] == "stop file"
+    assert not [pid for pid in os.listdir("/proc") if pid.isdigit() and _is_sampler(pid, str(tmp_path))]
+
+
+@pytest.mark.parametrize("scheduler, launcher, start", [
+    ("slurm", "srun", "srun --overlap --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=1"),
+    ("pbs", "mpirun", "pbsdsh -u /usr/bin/env python3"),
+    ("lsf", "jsrun", "jsrun --nrs 2 --rs_per_host 1 --tasks_per_rs 1 --cpu_per_rs 1 --gpu_per_rs 0")])
+def test_batch_jobs_start_one_sampler_per_node_before_the_launch(scheduler, launcher, start, monkeypatch):
+    from matrix_catalog import matrix_plan
+
+    from dlrun.render import render_job
+
+    monkeypatch.setenv("DLRUN_HOME", "/nonexistent/dlrun-home")
+    script = render_job(matrix_plan("singularity", launcher, "ib", scheduler=scheduler)).script
+    lines = script.splitlines()
+    (started,) = [i for i, line in enumerate(lines) if "telemetry_sampler.py" in line]
+    assert lines[started].startswith(start) and lines[started].endswith("&")
+    assert "--stop-file \"${DLRUN_RUN_DIR}/telemetry/stop\"" in lines[started]
+    assert lines.index("trap dlrun_stop_telemetry EXIT") < len(lines) - 1  # before the launch, the job's last line
+    off = matrix_plan("singularity", launcher, "ib", scheduler=scheduler).model_copy(update={"telemetry_period": None})
+    assert "telemetry" not in render_job(off).script
