@@ -91,35 +91,46 @@ def _rapl(series: Series, start: float, end: float) -> dict[str, Any]:
     return {"readable": True, "joules": joules, "zones": sorted(str((i or {}).get("name")) for i in zones.values())}
 
 
+def _max(values: list[float | None]) -> float | None:
+    return max((v for v in values if v is not None), default=None)
+
+
+def _device_energy(rows: list[tuple[float, dict[str, Any]]], start: float, end: float) -> tuple[float | None, str | None]:
+    """(joules, from what) of one GPU over the window: its energy counter, else its power readings."""
+    energy = counter_delta([(t, _num(g.get("energy_mj"))) for t, g in rows], start, end, None)
+    if energy is not None:
+        return energy / 1000.0, "NVML energy counter"
+    energy = power_integral([(t, _num(g.get("power_w"), 0, MAX_POWER_W)) for t, g in rows], start, end)
+    return energy, "power readings integrated" if energy is not None else None
+
+
+def _throttled(window: list[dict[str, Any]], period: float) -> dict[str, float]:
+    """Seconds per slowdown reason: a sample whose mask has the reason's bit counts one period."""
+    seconds: dict[str, float] = {}
+    for g in window:
+        mask = g.get("throttle")
+        if not isinstance(mask, int) or isinstance(mask, bool):
+            continue
+        for bit, name in THROTTLE_REASONS.items():
+            if mask & bit:
+                seconds[name] = seconds.get(name, 0.0) + period
+    return seconds
+
+
 def _gpu_device(series: Series, index: Any, start: float, end: float, inside: list[dict[str, Any]]):
     rows = [(s["t"], next((g for g in s.get("gpu") or [] if isinstance(g, dict) and g.get("i") == index), None))
             for s in series.samples]
     rows = [(t, g) for t, g in rows if g is not None]
-    window = [g for t, g in rows if any(t == s["t"] for s in inside)]
-    energy = counter_delta([(t, _num(g.get("energy_mj"))) for t, g in rows], start, end, None)
-    source = "NVML energy counter"
-    if energy is not None:
-        energy /= 1000.0
-    else:
-        energy = power_integral([(t, _num(g.get("power_w"), 0, MAX_POWER_W)) for t, g in rows], start, end)
-        source = "power readings integrated"
-    period = series.period_s or 0.0
-    throttled: dict[str, float] = {}
-    for g in window:
-        mask = g.get("throttle")
-        if isinstance(mask, int) and not isinstance(mask, bool):
-            for bit, name in THROTTLE_REASONS.items():
-                if mask & bit:
-                    throttled[name] = throttled.get(name, 0.0) + period
+    times = {s["t"] for s in inside}
+    window = [g for t, g in rows if t in times]
+    energy, source = _device_energy(rows, start, end)
     powers = [_num(g.get("power_w"), 0, MAX_POWER_W) for g in window]
     return {"i": index, "mean_util_pct": _mean([_num(g.get("util"), 0, 100) for g in window]),
-            "mean_power_w": _mean(powers), "max_power_w": max((p for p in powers if p is not None), default=None),
-            "energy_j": energy, "energy_from": source if energy is not None else None,
-            "max_temp_c": max((t for t in (_num(g.get("temp_c"), -50, 200) for g in window) if t is not None),
-                              default=None),
+            "mean_power_w": _mean(powers), "max_power_w": _max(powers), "energy_j": energy, "energy_from": source,
+            "max_temp_c": _max([_num(g.get("temp_c"), -50, 200) for g in window]),
             "mean_sm_mhz": _mean([_num(g.get("sm_mhz"), 0, 100_000) for g in window]),
-            "max_pcie_gen": max((v for v in (_num(g.get("pcie_gen"), 1, 16) for g in window) if v), default=None),
-            "throttled_s": throttled}
+            "max_pcie_gen": _max([_num(g.get("pcie_gen"), 1, 16) for g in window]),
+            "throttled_s": _throttled(window, series.period_s or 0.0)}
 
 
 def node_summary(series: Series, start: float, end: float) -> dict[str, Any]:
@@ -190,17 +201,8 @@ def _per_sample(energy: float | None, covers: list[str], window: str, result: di
             "samples_per_joule": round(count / energy, 6) if energy > 0 else None}
 
 
-def summarize(series: list[Series], result: dict[str, Any] | None = None) -> dict[str, Any] | None:
-    """The run's telemetry summary; None when no node left a series with samples."""
-    series = [s for s in series if s.samples]
-    if not series:
-        return None
-    start, end, what = _window(series, result)
-    seconds = max(end - start, 0.0)
-    nodes = [node_summary(s, start, end) for s in series]
-    sources = sorted({n["gpu_source"] for n in nodes})
-    gpu = _gpu_totals(nodes, ", ".join(sources))
-    cpu_energy = _cpu_energy(nodes, seconds)
+def _energy(gpu: dict[str, Any] | None, cpu_energy: dict[str, Any]) -> tuple[float, list[str], list[str]]:
+    """(joules of the sources that could be read, which they are, why the others could not)."""
     energy, covers, why = 0.0, [], []
     if gpu is not None and gpu["energy_j"] is not None:
         energy += gpu["energy_j"]
@@ -212,6 +214,21 @@ def summarize(series: list[Series], result: dict[str, Any] | None = None) -> dic
         covers.append("cpu (RAPL " + "+".join(cpu_energy["zones"]) + ")")
     else:
         why.append("CPU energy " + cpu_energy["why"])
+    return energy, covers, why
+
+
+def summarize(series: list[Series], result: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The run's telemetry summary; None when no node left a series with samples."""
+    series = [s for s in series if s.samples]
+    if not series:
+        return None
+    start, end, what = _window(series, result)
+    seconds = max(end - start, 0.0)
+    nodes = [node_summary(s, start, end) for s in series]
+    sources = sorted({n["gpu_source"] for n in nodes})
+    gpu = _gpu_totals(nodes, ", ".join(sources))
+    cpu_energy = _cpu_energy(nodes, seconds)
+    energy, covers, why = _energy(gpu, cpu_energy)
     cpu = {key: _round(_mean([n["cpu"][key] for n in nodes]), 1) for key in ("mean_util_pct", "mean_load1", "mean_mhz")}
     cpu["max_mem_used_mib"] = max((n["cpu"]["max_mem_used_mib"] for n in nodes
                                    if n["cpu"]["max_mem_used_mib"] is not None), default=None)
