@@ -10,6 +10,7 @@ from dlrun.execute.rundir import RunDir
 from dlrun.files import write_json
 from dlrun.plan import Plan
 from dlrun.probe.topology import expected_busbw, node_topology
+from dlrun.registry import SCHEDULERS
 from dlrun.telemetry.series import read_run
 from dlrun.telemetry.summary import result_fields, summarize
 
@@ -36,7 +37,9 @@ def record_hardware(plan: Plan, run: RunDir, result: dict[str, Any] | None, extr
         write_json(run.path / "inventory.json", inventory)
     if plan.telemetry_period:
         summary = summarize(series, result)
-        extra["telemetry"] = summary or {"why": NO_SAMPLES}
+        pods = SCHEDULERS.get(plan.scheduler).runs_image
+        extra["telemetry"] = summary or {"why": f"scheduler {plan.scheduler} starts the image itself; no sampler "
+                                                "runs beside its pods" if pods else NO_SAMPLES}
         if summary and result is not None:
             result.setdefault("extra", {})["telemetry"] = result_fields(summary)
     if result is not None and not plan.workload.trains and result.get("metric") == "busbw":
