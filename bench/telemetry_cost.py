@@ -36,8 +36,15 @@ plan = resolve_plan(load_catalog(), workload, batch_size=int(batch), steps=int(s
 plan = plan.model_copy(update={"telemetry_period": None if period == "off" else float(period)})
 record = execute(plan, render_job(plan), runs_root=runs_dir(), store=Store(store_path()), inventory=node_inventory())
 assert record.status == "ok", record.reason
-print(json.dumps({"value": record.result["value"], "telemetry": (record.result.get("extra") or {}).get("telemetry")}))
+from dlrun.telemetry.series import read_run
+ends = [s.end or {} for s in read_run(record.path)]
+status = json.loads((record.path / "status.json").read_text())
+print(json.dumps({"value": record.result["value"], "run_s": status["duration_s"],
+                  "sampler_cpu_s": sum(e.get("cpu_s", 0) for e in ends) if ends else None}))
 """
+
+
+COSTS: list[dict] = []  # the sampler's own CPU seconds per telemetry run, with the run's seconds
 
 
 def _once(home: Path, threads: int, period: str) -> float:
@@ -47,7 +54,10 @@ def _once(home: Path, threads: int, period: str) -> float:
                           capture_output=True, text=True, env=env, timeout=1800)
     if proc.returncode != 0:
         raise RuntimeError(f"telemetry {period}: exited {proc.returncode}: {proc.stderr.strip()[-600:]}")
-    return float(json.loads(proc.stdout.strip().splitlines()[-1])["value"])
+    data = json.loads(proc.stdout.strip().splitlines()[-1])
+    if data["sampler_cpu_s"] is not None:
+        COSTS.append({"sampler_cpu_s": data["sampler_cpu_s"], "run_s": data["run_s"]})
+    return float(data["value"])
 
 
 def measure(threads: int, repeats: int, log, quick: bool = False) -> list[Row]:
@@ -57,8 +67,10 @@ def measure(threads: int, repeats: int, log, quick: bool = False) -> list[Row]:
                            repeats, log)
     on, off = median(values["on"]), median(values["off"])
     ratio = on / off
+    share = sum(c["sampler_cpu_s"] for c in COSTS) / sum(c["run_s"] * threads for c in COSTS) if COSTS else None
     write_result("telemetry_cost", {"goal": GOAL, "threads": threads, "repeats": repeats, "case": CASE,
-                                    "img_s": values, "ratio": ratio})
+                                    "img_s": values, "ratio": ratio, "sampler": COSTS, "sampler_cpu_share": share})
+    log(f"  the sampler's own CPU time: {share:.5f} of the run's {threads} cores" if share is not None else "")
     return [Row("11 telemetry", "ResNet-50 fp32 b16, telemetry at 1 s / off", ratio, goal=GOAL,
                 detail=f"on {spread(values['on'])} vs off {spread(values['off'])} img/s")]
 

@@ -98,7 +98,7 @@ def test_the_sampler_flushes_and_ends_on_a_signal_or_its_stop_file(tmp_path, how
         proc.send_signal(getattr(signal, how))
     assert proc.wait(timeout=30) == 0, proc.stderr.read()
     lines = [json.loads(line) for line in series.read_text().splitlines()]
-    assert lines[-1]["reason"] == how and lines[-1]["samples"] == len(lines) - 2
+    assert lines[-1]["reason"] == how and lines[-1]["samples"] == len(lines) - 2 and lines[-1]["cpu_s"] >= 0
 
 
 def _wait_files(out: Path, timeout: float = 60) -> list[str]:
@@ -196,6 +196,7 @@ def test_energy_per_sample_over_the_timed_window():
     unreadable = summarize([_series("n1", powers, rapl=False)], result)
     assert unreadable["cpu_energy"] == {"readable": False, "why": "not readable here (n1: not here)"}
     assert unreadable["energy_covers"] == ["gpu"] and unreadable["energy_j"] == pytest.approx(400.0)
+    assert summary["sampler_cpu_s"] is None  # these series' end lines do not say what sampling cost
 
 
 # ------------------------------------------------------------------------------------ a real local run

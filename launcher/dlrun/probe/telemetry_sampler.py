@@ -273,7 +273,9 @@ def run(args):
         finally:
             if gpus is not None:
                 gpus.close()
-            write(handle, {"end": round(time.time(), 3), "samples": count, "reason": stop.reason or "error"})
+            used = os.times()  # what sampling cost this node: the sampler's own CPU seconds
+            write(handle, {"end": round(time.time(), 3), "samples": count, "reason": stop.reason or "error",
+                           "cpu_s": round(used[0] + used[1], 3)})
     return 0
 
 

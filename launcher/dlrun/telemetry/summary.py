@@ -201,6 +201,12 @@ def _per_sample(energy: float | None, covers: list[str], window: str, result: di
             "samples_per_joule": round(count / energy, 6) if energy > 0 else None}
 
 
+def _sampler_cpu_s(series: list[Series]) -> float | None:
+    """The samplers' own CPU seconds, summed over the nodes (what telemetry cost the run)."""
+    spent = [_num((s.end or {}).get("cpu_s")) for s in series]
+    return round(sum(spent), 3) if spent and None not in spent else None  # type: ignore[arg-type]
+
+
 def _energy(gpu: dict[str, Any] | None, cpu_energy: dict[str, Any]) -> tuple[float, list[str], list[str]]:
     """(joules of the sources that could be read, which they are, why the others could not)."""
     energy, covers, why = 0.0, [], []
@@ -244,6 +250,7 @@ def summarize(series: list[Series], result: dict[str, Any] | None = None) -> dic
                       "cpu_energy_j": _round(n["cpu_energy"].get("joules")), "gpu_source": n["gpu_source"],
                       "gpus": len(n["gpus"])} for n in nodes],
         "skipped_lines": sum(s.skipped_lines for s in series),
+        "sampler_cpu_s": _sampler_cpu_s(series),
         "ended": sorted({str((s.end or {}).get("reason", "no end line (the sampler was killed)"))[:80] for s in series}),
     }
 
