@@ -131,3 +131,22 @@ def test_expected_bus_bandwidth_of_the_detected_path(tmp_path):
                           device="cuda")
     assert pcie["path"] == "1 RDMA port(s), 100 Gb/s per node" and pcie["value"] == 12.5  # below PCIe Gen5 x8
     assert expected_busbw(dgx, nodes=1, gpu_name=None, device="cpu")["value"] is None
+
+
+def test_doctor_warns_about_the_links_of_the_node_it_runs_on(tmp_path, monkeypatch, dlrun_home):
+    """doctor's report of a node shaped like the sysfs tree above (probed from that tree): a link trained narrower
+    than it can be and an RDMA port that is DOWN are warnings with a fix; the node's own topology is in the
+    inventory."""
+    from dlrun.cli.options import load_catalog
+    from dlrun.preflight import inventory as preflight_inventory
+    from dlrun.probe.topology import probe_topology
+
+    real = preflight_inventory.node_inventory
+    fake = probe_topology(_sysfs(tmp_path), with_nvidia_smi=False)
+    monkeypatch.setattr(preflight_inventory, "node_inventory",
+                        lambda gpu_topology=False: {**real(gpu_topology), "topology": fake})
+    report = preflight_inventory.doctor_report(load_catalog())
+    warnings = {c["check"]: c for c in report["checks"] if c["level"] == "warn"}
+    assert warnings["pcie-link"]["message"] == "GPU at 0000:03:00.0: PCIe link trained at x8 of x16"
+    assert warnings["rdma-port"]["fix"].startswith("check the cable")
+    assert isinstance(real()["topology"]["gpus"], dict)  # every inventory carries the node's links
