@@ -27,7 +27,8 @@ from dlrun.registry import LAUNCHERS, RUNTIMES, SCHEDULERS
 #: --precision: what the matrix products run in (dlrun.plan checks which the device and image can run).
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "amp")
 #: The resolvers of dlrun.plan, in the order they run; `RunOption.resolver` names one of them.
-RESOLVERS = ("names", "layout", "batch", "data", "environment", "backends", "fabric", "scheduler", "framework")
+RESOLVERS = ("names", "layout", "batch", "data", "environment", "backends", "fabric", "scheduler", "framework",
+             "telemetry")
 
 
 @dataclass(frozen=True)
@@ -162,6 +163,10 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
          default_from="the system's, 30 minutes", field="scheduler_options", resolver="scheduler"),
     _opt("exclusive", "Whole nodes (batch jobs).", type=bool, aliases=("--exclusive/--shared",),
          default_from="the system's", field="scheduler_options", resolver="scheduler"),
+    # telemetry: what the nodes did during the run
+    _opt("telemetry", "Sample utilisation, clocks, power and energy on every node every PERIOD seconds "
+         "(0.05 to 3600), or off.", default_from="1 second", field="telemetry_period", resolver="telemetry",
+         metavar="off|PERIOD"),
     # framework: how the benchmark code runs
     _opt("allocator", "Memory allocator of the PyTorch harness: auto (tcmalloc, else jemalloc, else "
          "glibc-tuned), tcmalloc, jemalloc, glibc-tuned or system.", default="auto",

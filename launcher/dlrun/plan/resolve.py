@@ -199,9 +199,31 @@ def check_precision(precision: str, image: ImageSpec, device: str) -> str:
     return precision
 
 
+#: The sampler's limits (dlrun.telemetry): finer than 50 ms costs more than it tells; coarser than an hour says nothing.
+TELEMETRY_PERIODS = (0.05, 3600.0)
+DEFAULT_TELEMETRY_PERIOD = 1.0
+
+
+def resolve_telemetry(res: Resolution) -> dict[str, Any]:
+    """--telemetry off|PERIOD: seconds between the per-node samples, or None for none."""
+    given = res.request.telemetry
+    if given is None:
+        return {"telemetry_period": DEFAULT_TELEMETRY_PERIOD}
+    if str(given).strip().lower() == "off":
+        return {"telemetry_period": None}
+    low, high = TELEMETRY_PERIODS
+    try:
+        period = float(given)
+    except ValueError:
+        period = float("nan")
+    if not low <= period <= high:  # also refuses nan and inf
+        raise UsageError(f"bad --telemetry {given!r}; valid: off, or seconds from {low:g} to {high:g}")
+    return {"telemetry_period": period}
+
+
 #: Every resolver of dlrun.runoptions.RESOLVERS ("names" runs first, in resolve_plan itself).
 PIPELINE: dict[str, Resolver] = {
     "layout": resolve_layout, "batch": resolve_batch, "data": resolve_data, "environment": resolve_environment,
     "backends": _resolve_backends, "fabric": resolve_fabric, "scheduler": resolve_scheduler,
-    "framework": resolve_framework,
+    "framework": resolve_framework, "telemetry": resolve_telemetry,
 }

@@ -78,6 +78,7 @@ class Plan(BaseModel):
     allocator: Allocator = "auto"  # the PyTorch harness's malloc (see harness_pytorch.py)
     # The PyTorch harness's distribution layer (--dist); None where the image runs tf_cnn_benchmarks.
     dist: Dist | None = "ddp"
+    telemetry_period: float | None = Field(default=1.0, gt=0)  # seconds between telemetry samples; None: off
     scheduler_options: SchedulerOptions = SchedulerOptions()
     launcher_args: list[str] = []  # extra flags for the launcher (mpirun, srun, ...), passed as given
     secret_env: list[str] = []  # names in `env` the user marked secret (--secret-env); see dlrun.secrets

@@ -19,7 +19,7 @@ from harness_common import (EXIT_DIVERGED, EXIT_NONFINITE,
                             NUM_CLASSES, PERTURB_ENV, REPLICA_RTOL,
                             RULE, HarnessError, NullContext,
                             cpu_has_native_bf16, error_line, out, perf_stats)
-from harness_pytorch_comm import in_process_group, sync
+from harness_pytorch_comm import StepClock, in_process_group, sync
 from harness_pytorch_data import (FixedBatches, synthetic_images,
                                   synthetic_tokens)
 from harness_pytorch_features import (make_adamw, make_grad_scaler,
@@ -206,6 +206,7 @@ def run_benchmark(args):
         "wall_time_reduction": "max_over_ranks",
         "per_rank_wall_time_s": timing["per_rank_walls"],
         "wall_time_s": timing["wall"],
+        "timed_start_unix": timing["start_unix"],  # rank 0's clock
         "world_size": world_size,
         "rank_source": rank_source,
         "num_devices": world_size,
@@ -324,17 +325,16 @@ def _train(args, task, comm, device, autocast, needs_scaler):
         out("Step\t%s\ttotal_loss"
             % ("Seq/sec" if task.bert else "Img/sec"))
 
-    step_times = []
     loss = None
+    start_unix = time.time()  # where the timed window lies (telemetry)
     start = time.perf_counter()
-    last = start
+    clock = StepClock(device)
     for i in range(args.steps):
         loss = step()
-        sync(device)
-        now = time.perf_counter()
-        step_times.append(now - last)
+        clock.step_done()
         n = i + 1
         if n == 1 or n % args.display_every == 0:
+            step_times = clock.settle()
             value = float(loss)
             if rank == 0:
                 rate, err, jitter = perf_stats(world_size * per_step,
@@ -344,9 +344,7 @@ def _train(args, task, comm, device, autocast, needs_scaler):
             if world_size == 1 and not _finite(value):
                 raise HarnessError("loss is not finite (%r) at step %d"
                                    % (value, n), EXIT_NONFINITE)
-            last = time.perf_counter()
-        else:
-            last = now
+            clock.restart()
     sync(device)
     wall = time.perf_counter() - start
     final_loss = float(loss)
@@ -382,6 +380,7 @@ def _train(args, task, comm, device, autocast, needs_scaler):
             "per_rank_walls": [g[1] for g in gathered],
             "wall": max_wall,
             "total": world_size * per_step * args.steps / max_wall,
+            "start_unix": start_unix,
         }
     # Clean teardown: no rank may destroy the process group while a DDP
     # model is alive anywhere, so meet first, then drop every reference.
