@@ -11,6 +11,7 @@ exit codes and statistics alike; runs on Python >= 3.6.
 
 import argparse
 import math
+import os
 import platform
 import sys
 import traceback
@@ -111,10 +112,13 @@ def cpu_name():
     return platform.processor() or platform.machine() or "cpu"
 
 
-def cpu_has_native_bf16(cpuinfo="/proc/cpuinfo"):
+def cpu_has_native_bf16(cpuinfo=None):
     """True where the CPU computes bfloat16 in hardware (x86 AVX512_BF16 or
     AMX-BF16, Arm BF16), False where /proc/cpuinfo says it does not, None
-    where it cannot tell."""
+    where it cannot tell.  Test hook: DLRUN_HARNESS_TEST_CPUINFO names
+    another file to read instead of /proc/cpuinfo."""
+    cpuinfo = (cpuinfo or os.environ.get("DLRUN_HARNESS_TEST_CPUINFO")
+               or "/proc/cpuinfo")
     try:
         with open(cpuinfo) as handle:
             text = handle.read(1 << 20)

@@ -16,29 +16,21 @@ comparisons.
 
 Files
 -----
-This entry file is shipped together with its siblings in one directory and
-imports them from there (it puts its own directory on ``sys.path``; the
-caller's working directory does not matter):
-``harness_common.py`` (shared with the TensorFlow harness: exit codes, the
-error type, output, argument types, throughput statistics),
-``harness_pytorch_allocator.py`` (the memory allocator; standard library
-only, so that it is settled before torch is imported),
-``harness_pytorch_features.py`` (checks for features of newer PyTorch
-releases), ``harness_pytorch_models.py`` (model definitions and what is
-counted on them), ``harness_pytorch_data.py`` (the data the steps consume), ``harness_pytorch_dataset.py`` and ``harness_pytorch_tfrecord.py`` (real data),
-``harness_pytorch_process.py`` (ranks, device, backend, versions),
-``harness_pytorch_comm.py`` (process group, collectives),
-``harness_pytorch_collectives.py`` (the collective benchmarks),
-``harness_pytorch_horovod.py`` (``--dist``: DDP or Horovod) and
-``harness_pytorch_train.py`` (the training benchmark).  Every
-file needs only the standard library and torch, and each sibling can be
-imported on its own without side effects.
+Shipped together in one directory, which the entry puts on ``sys.path``.
+Standard library only (settled before torch loads): ``harness_common.py``
+(shared with the TensorFlow harness), ``harness_pytorch_allocator.py``,
+``harness_pytorch_knobs.py``; with torch: ``harness_pytorch_features.py``,
+``harness_pytorch_models.py``, ``harness_pytorch_data.py``,
+``harness_pytorch_dataset.py``, ``harness_pytorch_tfrecord.py``,
+``harness_pytorch_process.py``, ``harness_pytorch_comm.py``,
+``harness_pytorch_collectives.py``, ``harness_pytorch_horovod.py``,
+``harness_pytorch_train.py`` and ``harness_pytorch_tune.py`` (``dlrun
+tune``'s trials).  Each can be imported on its own without side effects.
 
 Usage
 -----
     python harness_pytorch.py --model resnet50_v1.5 --batch-size 64 --steps 100
     python harness_pytorch.py --describe --model vgg16
-    python harness_pytorch.py --model bert_squad --batch-size 32 --steps 50
 
 Options (see ``--help``): --model, --describe, --batch-size (per rank,
 default 32), --steps (timed steps, default 100), --warmup-steps (default 10),
@@ -47,8 +39,9 @@ default 32), --steps (timed steps, default 100), --warmup-steps (default 10),
 --dist ddp|horovod, --seed,
 --display-every N (default 10), --lr (default 0.01 for the CNNs, 5e-5 for
 BERT), --momentum (default 0.9; SGD only), --data-dir DIR,
---data-workers J, --compile,
---fused-optimizer auto|on|off, --allocator; BERT only: --seq-length N
+--data-workers J, --compile [auto|on|off], --fused-optimizer auto|on|off,
+--pin-threads auto|on|off, --cudnn-benchmark auto|on|off, --allocator;
+BERT only: --seq-length N
 (default: the task's maximum), --num-layers N (default 12; fewer for quick
 runs).
 
@@ -71,9 +64,8 @@ trivial (images, 1000 classes); bert_swag, bert_squad (tokens).
   conv 64 5x5 SAME, maxpool 2, fc 512, fc classes) on 28x28 inputs with
   3 channels and 1000 classes, i.e. what tf_cnn_benchmarks builds for the
   (synthetic) imagenet data set, not the 1-channel, 10-class MNIST variant.
-* ``trivial`` is a tiny model (conv 3->8 3x3 + batch norm + global average
-  pool + fc 1000) on 32x32 inputs, for fast smoke tests only; unlike
-  tf_cnn_benchmarks' trivial it is not meant to measure anything.
+* ``trivial`` (conv 3->8 3x3, batch norm, global average pool, fc 1000 on
+  32x32 inputs) is for smoke tests only; it measures nothing.
 
 * ``bert_swag`` and ``bert_squad`` are BERT-base (uncased vocabulary of
   30522, 12 layers, hidden 768, 12 heads, feed-forward 3072; 109.5 M
@@ -86,8 +78,7 @@ trivial (images, 1000 classes); bert_swag, bert_squad (tokens).
   0.02); fused GELU and scaled_dot_product_attention are used where this
   PyTorch has them.
 
-Default input sizes: 3x224x224; inception3 3x299x299; lenet 3x28x28;
-trivial 3x32x32; bert_swag 4x80 tokens per example; bert_squad 384 tokens.
+Other image models take 3x224x224 inputs.
 
 Training benchmark
 ------------------
@@ -124,8 +115,17 @@ al.'s batch sizes do) or SQuAD windows; rates count sequences.
   2-core AVX-512 CPU) - and off otherwise (always off wherever
   torch.channels_last does not exist).
   ``on`` fails (exit 2) where channels-last is unsupported.
-* ``--compile`` uses torch.compile where it exists and otherwise warns and
-  runs eagerly (the result records ``compiled``).
+* ``--compile`` (on) uses torch.compile where it exists and otherwise
+  warns and runs eagerly (the result records ``compiled``, and the untimed
+  warm-up's seconds, where compiling happens, as ``warmup_time_s``).
+* ``--pin-threads on`` binds each OpenMP thread to one CPU of this rank's
+  share (OMP_PROC_BIND, OMP_PLACES; set before torch loads, not where the
+  user set them); ``--cudnn-benchmark off`` takes cuDNN's heuristics
+  instead of timing its algorithms per shape (CUDA only).
+* ``knobs`` in the result: the value of every speed knob (allocator,
+  fused_optimizer, channels_last, threads, pin_threads, compile,
+  cudnn_benchmark) and why: asked for, tuned or default (see
+  ``harness_pytorch_knobs.py``).
 * ``--fused-optimizer auto`` (default) gives SGD and AdamW ``fused=True``
   where this PyTorch has a fused step for the device (CPU since PyTorch
   2.4): one pass over each parameter instead of one per operation, 4-7x
@@ -200,6 +200,8 @@ checked all-reduce), so that tests can prove the checks fire.  It has no
 other effect.  With --dist horovod, DLRUN_HARNESS_TEST_HOROVOD_NO_WRAP=1
 leaves the optimizer unwrapped (no gradient averaging), so that tests can
 prove the replica check catches ranks that do not average.
+DLRUN_HARNESS_TEST_CPUINFO=PATH reads PATH instead of /proc/cpuinfo
+(whether the CPU has bfloat16 instructions).
 
 All-reduce benchmark (``--benchmark allreduce``, at least 2 ranks): for each
 message size from --min-bytes to --max-bytes (x --size-factor; float32
@@ -238,6 +240,7 @@ if HARNESS_DIR not in sys.path:
 # Standard library only: torch is not imported yet.
 from harness_pytorch_allocator import (ALLOCATOR_CHOICES,  # noqa: E402
                                        argv_allocator, setup_allocator)
+from harness_pytorch_knobs import pin_threads  # noqa: E402
 
 if __name__ == "__main__":
     _requested = argv_allocator(sys.argv[1:])
@@ -248,6 +251,7 @@ if __name__ == "__main__":
             sys.stderr.write("dlrun-harness: error: %s\n"
                              % getattr(_exc, "message", _exc))
             sys.exit(getattr(_exc, "code", 1))
+        pin_threads(sys.argv[1:])  # OpenMP reads it when torch loads it
 
 import json  # noqa: E402
 
@@ -258,6 +262,7 @@ from harness_common import (EXIT_USAGE, ArgumentParser,  # noqa: E402
                             positive, report_failures)
 from harness_pytorch_features import PRECISIONS  # noqa: E402
 from harness_pytorch_horovod import DIST_CHOICES  # noqa: E402
+from harness_pytorch_knobs import trial_spec  # noqa: E402
 from harness_pytorch_models import MODEL_NAMES, describe_model  # noqa: E402
 from harness_pytorch_train import run_benchmark  # noqa: E402
 
@@ -313,8 +318,21 @@ def build_parser():
                    help="DataLoader worker processes per rank decoding "
                         "--data-dir (default 4; 0 decodes in the training "
                         "process); recorded only for synthetic data")
-    p.add_argument("--compile", action="store_true",
-                   help="use torch.compile where available")
+    p.add_argument("--compile", nargs="?", const="on", default="auto",
+                   choices=("auto", "on", "off"),
+                   help="torch.compile (inductor) the model where this "
+                        "PyTorch has it (on; --compile alone means on); "
+                        "auto and off run eagerly")
+    p.add_argument("--pin-threads", choices=("auto", "on", "off"),
+                   default="auto",
+                   help="on: bind each OpenMP thread to one CPU of this "
+                        "rank's share (OMP_PROC_BIND, OMP_PLACES); auto and "
+                        "off leave placement to the OS")
+    p.add_argument("--cudnn-benchmark", choices=("auto", "on", "off"),
+                   default="auto",
+                   help="CUDA: let cuDNN time its algorithms for each "
+                        "shape (auto and on; off: its heuristics); no "
+                        "effect on a CPU")
     p.add_argument("--fused-optimizer", choices=("auto", "on", "off"),
                    default="auto",
                    help="auto (default): the optimizer's fused step where "
@@ -348,6 +366,7 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    args.raw_argv = list(sys.argv[1:] if argv is None else argv)
     if args.data_workers is None:
         args.data_workers = DEFAULT_DATA_WORKERS if args.data_dir else 0
     if args.data_dir is not None and (args.model.startswith("bert")
@@ -369,6 +388,10 @@ def _run(args):
                                "collective benchmarks use the process "
                                "group; valid: --dist ddp" % args.dist)
         return run_collective(args)
+    spec = trial_spec()
+    if spec is not None:  # dlrun tune's trial, not a benchmark
+        from harness_pytorch_tune import run_trial
+        return run_trial(args, spec)
     return run_benchmark(args)
 
 

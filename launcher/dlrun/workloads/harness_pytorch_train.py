@@ -31,6 +31,7 @@ from harness_pytorch_models import (BERT_BASE, bert_task, build_model,
                                     count_params, default_image_size,
                                     is_bert)
 from harness_pytorch_horovod import setup_dist
+from harness_pytorch_knobs import knob_fields
 from harness_pytorch_process import run_fields
 
 # Defaults where --lr is not given: SGD for the CNNs; AdamW for BERT at the
@@ -233,6 +234,7 @@ def run_benchmark(args):
     result.update(outcome["data"])
     result.update(run_fields(device_type))
     result.update(comm.fields())
+    result.update(knob_fields(args, outcome, task.bert, device_type))
     if rank == 0:
         out(RULE)
         out("total %s: %.2f" % (task.unit, total))
@@ -282,7 +284,7 @@ def _train(args, task, comm, device, autocast, needs_scaler):
     raw_model = model
     if world_size > 1:
         model = comm.wrap_model(model, device)
-    model, compiled = maybe_compile(model, args.compile)
+    model, compiled = maybe_compile(model, args.compile == "on")
     optimizer, optimizer_name, fused = task.optimizer(raw_model, args)
     scaler = make_grad_scaler() if needs_scaler else None
     optimizer, scaler = comm.wrap_optimizer(optimizer, raw_model, scaler)
@@ -315,9 +317,11 @@ def _train(args, task, comm, device, autocast, needs_scaler):
                for g in comm.all_gather([float(index)])]
     if rank == 0:
         _header(args, task, world_size, devices, optimizer_name)
+    warmup_start = time.perf_counter()  # compiling happens here, untimed
     for _ in range(args.warmup_steps):
         step()
     sync(device)
+    warmup_s = time.perf_counter() - warmup_start
     comm.barrier()
     sync(device)
     if rank == 0:
@@ -351,7 +355,8 @@ def _train(args, task, comm, device, autocast, needs_scaler):
 
     outcome = {"error": None, "params": params, "compiled": compiled,
                "final_loss": final_loss, "optimizer": optimizer_name,
-               "fused_optimizer": fused, "data": source.fields()}
+               "fused_optimizer": fused, "data": source.fields(),
+               "warmup_s": warmup_s, "channels_last": channels_last}
     source.close()
     # Collective checks: every rank reaches the same verdict.
     bad_loss = comm.all_reduce([0.0 if _finite(final_loss) else 1.0],
