@@ -45,6 +45,11 @@ def run(skip_checks: SkipChecksOpt = False, dry_run: DryRunOpt = False, verbose:
         from dlrun.images.verify import verify_plan_image
 
         verify_plan_image(plan)  # refuses (exit 1) an image whose digest differs from the site's lock
+    from dlrun.tune import tuned_plan
+
+    tuned = tuned_plan(plan, inventory, log=warn)  # this machine's decision on the knobs left at auto
+    if tuned != plan:
+        plan, rendered = tuned, render_job(tuned)
     execute_plan(plan, rendered, inventory, findings, verbose=verbose)
 
 
