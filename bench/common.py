@@ -143,8 +143,8 @@ def latest_result(home: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     from dlrun.results.store import Store
 
     store = Store(home / "results.sqlite")
-    run = store.list_runs(1)[0]
-    return run, store.get_run(run["id"])["results"][0]
+    run = store.get_run(store.list_runs(1)[0]["id"])  # the full record: plan and results too
+    return run, run["results"][0]
 
 
 def cpu_count() -> int:
