@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
 from dlrun.execute.failure import failure_reason
 from dlrun.execute.follow import Follower, LineSink, tail_lines
 from dlrun.execute.local import rank_log_tail
+from dlrun.execute.prerun import Cleared
 from dlrun.execute.record import RunRecord, finish, parse_first
 from dlrun.execute.signals import Interrupted, SignalGuard, signal_name
 from dlrun.execute.stage import job_env, stage
@@ -58,12 +58,11 @@ def batch_outcome(scheduler: str, time_limit: str | None, job_id: str, state: Jo
 
 
 def execute_batch(plan: Plan, rendered: RenderedJob, *, runs_root: Path, store: Store, sink: LineSink | None = None,
-                  inventory: dict[str, Any] | None = None, findings: list[Any] | None = None,
-                  poll_interval: float = 2.0) -> RunRecord:
+                  cleared: Cleared | None = None, poll_interval: float = 2.0) -> RunRecord:
     """Submit to a batch scheduler, follow the job until it ends, collect its logs, record the run."""
     scheduler = SCHEDULERS.get(plan.scheduler)
     with SignalGuard() as guard:
-        run, base_provenance, started = stage(plan, rendered, runs_root, inventory, findings)
+        run, base_provenance, started = stage(plan, rendered, runs_root, cleared)
         try:
             job_id = scheduler.submit(rendered, run.path, job_env(run, plan))
         except (SchedulerError, OSError) as exc:

@@ -1,5 +1,6 @@
 """Images in plans and runs: bind the lock's digest and this machine's copies to the plan's image, and
-refuse to run an image whose content differs from the lock."""
+refuse to run an image whose content differs from the lock. What the check found is returned to the caller,
+which hands it to the run's record (dlrun.execute.prerun): nothing is kept here between calls."""
 from __future__ import annotations
 
 import os
@@ -11,9 +12,6 @@ from typing import Any
 
 from dlrun.catalog.models import ImageSpec
 from dlrun.errors import DlrunError
-
-# The last check per (image, arch, runtime) in this process, for the run's provenance.
-_CHECKED: dict[tuple[str, str, str], dict[str, Any]] = {}
 
 
 def with_local_image(image: ImageSpec, arch: str) -> ImageSpec:
@@ -112,7 +110,8 @@ def _check_for(plan) -> Check | None:
 
 
 def verify_plan_image(plan) -> dict[str, Any]:
-    """Check the plan's image on this machine against images.lock before a run; return provenance.
+    """Check the plan's image on this machine against images.lock before a run; return what was found, for
+    the run's provenance (`{"image_check": {...}}`; empty for an image that is no container).
 
     Refuses (exit 1, both digests) when the copy the runtime will use differs from the lock, and when a
     container image has no digest in the lock at all: a run must record the digest it ran."""
@@ -129,16 +128,14 @@ def verify_plan_image(plan) -> dict[str, Any]:
         raise DlrunError(f"image {image.name} ({arch}) has no digest in {lock.lock_path()}, so the run could not "
                          f"record what it ran; build, pull or load it first (dlrun images build {image.name} --engine "
                          "...), or record the copy you have: dlrun images lock " + image.name + " --engine ...")
-    key = (image.name, arch, plan.runtime)
     if check and check.tool and plan.scheduler == "local" and shutil.which(check.tool) is None:
         from dlrun.images.steps import TOOLS
 
         raise DlrunError(f"runtime {plan.runtime} needs {check.tool}, which is not installed (not on PATH); "
                          f"{TOOLS[check.tool].install}")
     if check is None:
-        _CHECKED[key] = {"image_check": {"runtime": plan.runtime, "verified": False,
-                                         "reason": f"runtime {plan.runtime} has no digest check in dlrun"}}
-        return _CHECKED[key]
+        return {"image_check": {"runtime": plan.runtime, "verified": False,
+                                "reason": f"runtime {plan.runtime} has no digest check in dlrun"}}
     actual, where = check.digest(image, arch)
     expected = entry.get(check.field)
     if not expected:
@@ -146,13 +143,5 @@ def verify_plan_image(plan) -> dict[str, Any]:
                          f"dlrun images lock {image.name} --engine ...")
     if actual != expected:
         raise mismatch(image.name, arch, f"runtime {plan.runtime}", expected, actual, where)
-    _CHECKED[key] = {"image_check": {"runtime": plan.runtime, "verified": True, "field": check.field,
-                                     "digest": actual, "artifact": where}}
-    return _CHECKED[key]
-
-
-def image_provenance(plan) -> dict[str, Any]:
-    """What the pre-run check found for this plan's image (empty when it was not checked)."""
-    if plan.image.kind != "container":
-        return {}
-    return _CHECKED.get((plan.image.name, plan.system.arch, plan.runtime), {})
+    return {"image_check": {"runtime": plan.runtime, "verified": True, "field": check.field, "digest": actual,
+                            "artifact": where}}
