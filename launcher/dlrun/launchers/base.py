@@ -1,19 +1,41 @@
 """Launchers start the ranks. Each is given the plan, the (runtime-wrapped) rank command and the scheduler
 object it runs under; it asks the scheduler what it needs (the allocation's hosts, whether it has a step
-launcher of its own, how to start one process per node) instead of branching on the scheduler's name."""
+launcher of its own, how to start one process per node) instead of branching on the scheduler's name.
+
+What a launcher may ask of its scheduler is the `SchedulerView` protocol below; `dlrun.schedulers.base.Scheduler`
+provides it. Launchers never import schedulers (schedulers use launchers' helpers: PBS starts one process
+per node with mpiexec), so the two packages depend on each other one way only.
+"""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from dlrun.errors import UsageError
 from dlrun.job import Launch, RankCommand
 from dlrun.plan import Plan, fabric_for
 from dlrun.registry import SCHEDULERS, Tool
 
-if TYPE_CHECKING:  # the scheduler object is handed in; launchers never import schedulers
-    from dlrun.schedulers.base import Scheduler
+__all__ = ["Launch", "Launcher", "SchedulerView"]
 
-__all__ = ["Launch", "Launcher"]
+
+class SchedulerView(Protocol):
+    """What a launcher asks of the scheduler it runs under."""
+
+    name: str
+    #: Jobs are submitted and run elsewhere (the allocation's hosts come from the job's environment).
+    batch: bool
+    #: The scheduler starts the image itself (Kubernetes pods); no launcher of the host starts ranks.
+    runs_image: bool
+    #: The scheduler writes mpirun's hostfile itself (the Kubernetes MPI operator).
+    writes_hostfile: bool
+    #: Launchers that belong to this scheduler (srun to Slurm, jsrun to LSF/CSM).
+    step_launchers: tuple[str, ...]
+    #: How this site's MPI launcher is spelled in jobs of this scheduler.
+    mpirun_command: str
+
+    def node_list_shell(self) -> str: ...
+
+    def per_node_launch(self, plan: Plan, rank: RankCommand) -> Launch: ...
 
 
 class Launcher:
@@ -26,11 +48,11 @@ class Launcher:
     def __init__(self, name: str):
         self.name = name
 
-    def supports(self, scheduler: "Scheduler") -> bool:
+    def supports(self, scheduler: SchedulerView) -> bool:
         """Whether this launcher can start ranks in an allocation of `scheduler`."""
         return not scheduler.runs_image
 
-    def check(self, plan: Plan, scheduler: "Scheduler") -> None:
+    def check(self, plan: Plan, scheduler: SchedulerView) -> None:
         """Raise UsageError when this launcher cannot start the plan's ranks (wrong scheduler, old image)."""
         if not self.supports(scheduler):
             raise UsageError(f"launcher {self.name} needs scheduler {' or '.join(self.schedulers())}, but the plan "
@@ -44,7 +66,7 @@ class Launcher:
         """Change the in-container command before the runtime wraps it (torchrun runs inside the image)."""
         return rank
 
-    def wrap(self, plan: Plan, rank: RankCommand, scheduler: "Scheduler") -> Launch:
+    def wrap(self, plan: Plan, rank: RankCommand, scheduler: SchedulerView) -> Launch:
         raise NotImplementedError
 
 
@@ -81,7 +103,7 @@ def gpu_affinity_argv(plan: Plan) -> list[str]:
     return ["bash", "-c", AFFINITY_SCRIPT.replace("@NUMA@", " ".join(str(int(n)) for n in numa)), AFFINITY_ARG0]
 
 
-def hosts_setup(scheduler: "Scheduler", slots: int) -> list[str]:
+def hosts_setup(scheduler: SchedulerView, slots: int) -> list[str]:
     """Shell lines that set DLRUN_HOSTS to `host:slots,...` from the scheduler's allocation."""
     return [f"DLRUN_HOSTS=$({scheduler.node_list_shell()} | sed 's/$/:{int(slots)}/' | paste -sd, -)"]
 

@@ -7,16 +7,11 @@ variable so that every rank on every node sees it. The scheduler names the progr
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from dlrun.job import RUN_DIR_VAR, Launch, RankCommand
-from dlrun.launchers.base import Launcher, gpu_affinity_argv, hosts_setup, require_no_launcher_args
+from dlrun.launchers.base import Launcher, SchedulerView, gpu_affinity_argv, hosts_setup, require_no_launcher_args
 from dlrun.plan import Plan, fabric_for
 from dlrun.registry import LAUNCHERS, Tool
 from dlrun.shell import Expand
-
-if TYPE_CHECKING:
-    from dlrun.schedulers.base import Scheduler
 
 # OpenMPI refuses to run as root unless told; harmless for other users.
 ROOT_OK = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
@@ -27,7 +22,7 @@ OMPI_RANK_PREFIXES = ("OMPI_", "PMIX_", "OPAL_")
 MPIRUN_TOOL = Tool("mpirun", "OpenMPI (Debian: apt-get install openmpi-bin; HPC sites: module load openmpi)")
 
 
-def mpirun_hosts(scheduler: "Scheduler", slots: int) -> tuple[str | None, list[str]]:
+def mpirun_hosts(scheduler: SchedulerView, slots: int) -> tuple[str | None, list[str]]:
     """(-H value, setup lines): literal on one local node, from the allocation under a batch scheduler,
     none where the scheduler writes mpirun's hostfile itself (the Kubernetes MPI operator)."""
     if scheduler.writes_hostfile:
@@ -37,7 +32,7 @@ def mpirun_hosts(scheduler: "Scheduler", slots: int) -> tuple[str | None, list[s
     return Expand("${DLRUN_HOSTS}"), hosts_setup(scheduler, slots)
 
 
-def mpirun_argv(plan: Plan, scheduler: "Scheduler", env_names: list[str], hosts: str | None, *,
+def mpirun_argv(plan: Plan, scheduler: SchedulerView, env_names: list[str], hosts: str | None, *,
                 np: int | None = None) -> list[str]:
     argv = [scheduler.mpirun_command, "-np", str(np or plan.world_size)]
     if hosts:
@@ -58,10 +53,10 @@ class MpirunLauncher(Launcher):
     rank_env_names = OMPI_RANK_ENV
     rank_env_prefixes = OMPI_RANK_PREFIXES
 
-    def supports(self, scheduler: "Scheduler") -> bool:
+    def supports(self, scheduler: SchedulerView) -> bool:
         return True
 
-    def wrap(self, plan: Plan, rank: RankCommand, scheduler: "Scheduler") -> Launch:
+    def wrap(self, plan: Plan, rank: RankCommand, scheduler: SchedulerView) -> Launch:
         require_no_launcher_args(self.name, rank)
         hosts, setup = mpirun_hosts(scheduler, plan.ranks_per_node)
         argv = mpirun_argv(plan, scheduler, sorted(rank.env), hosts) + list(plan.launcher_args)

@@ -2,16 +2,11 @@
 one rank fails (no hang), one output file per rank. With the enroot runtime, pyxis flags go here."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from dlrun.job import RUN_DIR_VAR, Launch, RankCommand
-from dlrun.launchers.base import Launcher, gpu_affinity_argv, mca_env, numa_map
+from dlrun.launchers.base import Launcher, SchedulerView, gpu_affinity_argv, mca_env, numa_map
 from dlrun.plan import Plan
 from dlrun.registry import LAUNCHERS, Tool
 from dlrun.shell import Expand
-
-if TYPE_CHECKING:
-    from dlrun.schedulers.base import Scheduler
 
 SLURM_RANK_ENV = ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_NTASKS", "SLURM_STEP_ID",
                   "SLURM_JOB_ID", "PMIX_RANK", "PMIX_NAMESPACE", "CUDA_VISIBLE_DEVICES")
@@ -29,10 +24,10 @@ class SrunLauncher(Launcher):
     rank_env_names = SLURM_RANK_ENV
     rank_env_prefixes = SLURM_RANK_PREFIXES
 
-    def supports(self, scheduler: "Scheduler") -> bool:
+    def supports(self, scheduler: SchedulerView) -> bool:
         return self.name in scheduler.step_launchers
 
-    def wrap(self, plan: Plan, rank: RankCommand, scheduler: "Scheduler") -> Launch:
+    def wrap(self, plan: Plan, rank: RankCommand, scheduler: SchedulerView) -> Launch:
         argv = ["srun", f"--mpi={plan.scheduler_options.srun_mpi}", f"--nodes={plan.nodes}",
                 f"--ntasks={plan.world_size}", f"--ntasks-per-node={plan.ranks_per_node}",
                 f"--cpus-per-task={plan.threads_per_rank}", "--kill-on-bad-exit=1", "--export=ALL",

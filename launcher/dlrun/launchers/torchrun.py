@@ -4,17 +4,13 @@ directly on one local node). Multi-node rendezvous is c10d at MASTER_ADDR:MASTER
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
 from dlrun.errors import UsageError
 from dlrun.job import Launch, RankCommand
-from dlrun.launchers.base import Launcher, gpu_affinity_argv
+from dlrun.launchers.base import Launcher, SchedulerView, gpu_affinity_argv
 from dlrun.plan import Plan
 from dlrun.registry import LAUNCHERS
 from dlrun.shell import Expand
-
-if TYPE_CHECKING:
-    from dlrun.schedulers.base import Scheduler
 
 MIN_TORCH = (1, 10)
 
@@ -26,7 +22,7 @@ def _version_tuple(text: str | None) -> tuple[int, ...] | None:
 
 @LAUNCHERS.register("torchrun")
 class TorchrunLauncher(Launcher):
-    def check(self, plan: Plan, scheduler: "Scheduler") -> None:
+    def check(self, plan: Plan, scheduler: SchedulerView) -> None:
         super().check(plan, scheduler)
         version = _version_tuple(plan.image.framework_version)
         if plan.image.framework != "pytorch" or (version is not None and version < MIN_TORCH):
@@ -50,5 +46,5 @@ class TorchrunLauncher(Launcher):
             argv += script
         return rank.with_argv(argv)
 
-    def wrap(self, plan: Plan, rank: RankCommand, scheduler: "Scheduler") -> Launch:
+    def wrap(self, plan: Plan, rank: RankCommand, scheduler: SchedulerView) -> Launch:
         return scheduler.per_node_launch(plan, rank)
