@@ -130,7 +130,7 @@ def test_nccl_tests_refused_where_they_cannot_run(dlrun_home):
     torchrun = run_cli("run", "nccl_alltoall_perf", "--system", "dgx2", "--launcher", "torchrun", "--dry-run")
     assert torchrun.returncode == 2 and torchrun.stderr.strip().splitlines() == [
         "dlrun: error: workload 'nccl_alltoall_perf' runs nccl-tests (an MPI program) and cannot be started by "
-        "launcher torchrun; valid: mpirun, srun, jsrun"]
+        "launcher torchrun; valid: jsrun, mpirun, srun"]
     # The TensorFlow image carries nccl-tests too: its nccl-tests workloads need no tf_cnn_benchmarks model.
     tf = run_cli("run", "nccl_all_reduce_perf", "--system", "txgaia", "--nodes", "2", "--dry-run")
     assert tf.returncode == 0, tf.stderr

@@ -19,8 +19,6 @@ from dlrun.tfoptions import resolve_tf_options
 
 #: Fills in what this site has of an image for one architecture (digest, root filesystem, SIF, squashfs).
 LocalImage = Callable[[ImageSpec, str], ImageSpec]
-#: Launchers that start the ranks of one MPI job (nccl-tests is built with MPI=1).
-NCCL_TESTS_LAUNCHERS = ("mpirun", "srun", "jsrun")
 
 Precision = Literal["fp32", "amp"]
 DATA_MOUNT = "/data"
@@ -368,9 +366,10 @@ def _check_nccl_tests(catalog: Catalog, work: WorkloadSpec, img: ImageSpec, syst
     if not system.gpus_per_node:
         raise UsageError(f"workload {work.name!r} runs nccl-tests, which needs GPUs, but system {system.name!r} has "
                          "none; valid: a GPU system (--system NAME, see dlrun systems list)")
-    if launcher not in NCCL_TESTS_LAUNCHERS:
+    if not LAUNCHERS.get_class(launcher).starts_mpi_programs:  # nccl-tests is built with MPI=1
+        able = [name for name, each in LAUNCHERS.available().items() if each.starts_mpi_programs]
         raise UsageError(f"workload {work.name!r} runs nccl-tests (an MPI program) and cannot be started by "
-                         f"launcher {launcher}; valid: {', '.join(NCCL_TESTS_LAUNCHERS)}")
+                         f"launcher {launcher}; valid: {', '.join(able)}")
 
 
 def _resolve_fabric(system: SystemSpec, fabric: str | None) -> str:

@@ -5,17 +5,24 @@ launcher of its own, how to start one process per node) instead of branching on 
 What a launcher may ask of its scheduler is the `SchedulerView` protocol below; `dlrun.schedulers.base.Scheduler`
 provides it. Launchers never import schedulers (schedulers use launchers' helpers: PBS starts one process
 per node with mpiexec), so the two packages depend on each other one way only.
+
+A launcher also says what the checks and the executor need to know about it, as attributes and methods:
+whether it is the host MPI's own launcher, whether its ranks load MPI, whether it can start an MPI program,
+the PMI it gives the ranks, where its ranks' output goes, and how it reports a failed rank.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
+from pydantic import BaseModel
+
 from dlrun.errors import UsageError
-from dlrun.job import Launch, RankCommand
+from dlrun.job import Launch, RankCommand, RankFailure
 from dlrun.plan import Plan, fabric_for
 from dlrun.registry import SCHEDULERS, Tool
 
-__all__ = ["Launch", "Launcher", "SchedulerView"]
+__all__ = ["Launch", "Launcher", "PmiRequest", "SchedulerView"]
 
 
 class SchedulerView(Protocol):
@@ -37,6 +44,22 @@ class SchedulerView(Protocol):
 
     def per_node_launch(self, plan: Plan, rank: RankCommand) -> Launch: ...
 
+    def options_for(self, plan: Plan) -> BaseModel: ...
+
+
+@dataclass(frozen=True)
+class PmiRequest:
+    """The PMI a launcher starts the ranks with (the ranks' MPI must support it)."""
+
+    plugin: str   #: as the launcher is told it: pmix, pmix_v3, pmi2
+    shown: str    #: as the job shows it: `srun --mpi=pmix_v3`
+    setting: str  #: where a site changes it: `scheduler_options.srun_mpi`
+
+    @property
+    def family(self) -> str:
+        """pmix for every PMIx version, else the plugin."""
+        return "pmix" if self.plugin.startswith("pmix") else self.plugin
+
 
 class Launcher:
     #: The program this launcher runs on the submitting (or first compute) node.
@@ -44,9 +67,29 @@ class Launcher:
     #: Variables this launcher sets per rank on the host; containers must inherit them (RankCommand.passthrough).
     rank_env_names: tuple[str, ...] = ()
     rank_env_prefixes: tuple[str, ...] = ()
+    #: The host MPI's own launcher (or a tool that runs it): ranks that load the image's MPI must match the
+    #: host's MPI in family and release series.
+    host_mpi = False
+    #: Its ranks load an MPI library themselves (Horovod), whatever the workload.
+    ranks_load_mpi = False
+    #: It starts the processes of one MPI job (nccl-tests, built with MPI=1): started any other way, every
+    #: process would be a one-rank job of its own.
+    starts_mpi_programs = False
+    #: The ranks' output reaches the job's own output. False: it goes to per-rank files only (srun
+    #: --output), and the executor follows rank 0's file.
+    rank_output_in_job_log = True
 
     def __init__(self, name: str):
         self.name = name
+
+    def pmi_request(self, plan: Plan, scheduler: SchedulerView) -> PmiRequest | None:
+        """The PMI this launcher gives the ranks, or None when it wires up no MPI through a PMI."""
+        return None
+
+    def rank_failure(self, text: str) -> RankFailure | None:
+        """The first failed rank this launcher reported in a job's output `text` (its messages as its users
+        published them), or None."""
+        return None
 
     def supports(self, scheduler: SchedulerView) -> bool:
         """Whether this launcher can start ranks in an allocation of `scheduler`."""

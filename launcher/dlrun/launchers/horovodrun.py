@@ -6,9 +6,9 @@ starts the same Horovod ranks with the fabric's settings."""
 from __future__ import annotations
 
 from dlrun.errors import UsageError
-from dlrun.job import RUN_DIR_VAR, Launch, RankCommand
+from dlrun.job import RUN_DIR_VAR, Launch, RankCommand, RankFailure
 from dlrun.launchers.base import Launcher, SchedulerView, gpu_affinity_argv, require_no_launcher_args
-from dlrun.launchers.mpirun import OMPI_RANK_ENV, OMPI_RANK_PREFIXES, ROOT_OK, mpirun_hosts
+from dlrun.launchers.mpirun import OMPI_RANK_ENV, OMPI_RANK_PREFIXES, ROOT_OK, mpirun_hosts, open_mpi_rank_failure
 from dlrun.plan import Plan, fabric_for
 from dlrun.registry import LAUNCHERS, Tool
 from dlrun.shell import Expand
@@ -25,6 +25,11 @@ class HorovodrunLauncher(Launcher):
     tool = Tool("horovodrun", "Horovod (make horovod, or an image with Horovod)")
     rank_env_names = OMPI_RANK_ENV
     rank_env_prefixes = OMPI_RANK_PREFIXES
+    host_mpi = True        # it runs the host's mpirun
+    ranks_load_mpi = True  # Horovod ranks load the image's MPI
+
+    def rank_failure(self, text: str) -> RankFailure | None:
+        return open_mpi_rank_failure(text)  # mpirun's own report, in horovodrun's output
 
     def check(self, plan: Plan, scheduler: SchedulerView) -> None:
         super().check(plan, scheduler)

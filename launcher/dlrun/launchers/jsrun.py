@@ -19,6 +19,7 @@ class JsrunLauncher(Launcher):
     rank_env_names = ("JSM_NAMESPACE_RANK", "JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_LOCAL_RANK", "RANK",
                       "WORLD_SIZE", "LOCAL_RANK", "CUDA_VISIBLE_DEVICES")
     rank_env_prefixes = ("JSM_", "PMIX_", "OMPI_")
+    starts_mpi_programs = True
 
     def supports(self, scheduler: SchedulerView) -> bool:
         return self.name in scheduler.step_launchers

@@ -4,10 +4,15 @@
 `-mca` settings of the fabric (ob1/tcp, UCX for ib/roce, PSM2 through OFI for opa), and `-x` for each
 variable so that every rank on every node sees it. The scheduler names the program (PBS sites spell it
 `mpiexec`) and says where the hosts come from.
+
+A failed rank is read from mpirun's own report of it, as its users published it
+(tests/data/logs/launcher-failures); mpirun wraps its messages at 80 columns, so whitespace runs are folded.
 """
 from __future__ import annotations
 
-from dlrun.job import RUN_DIR_VAR, Launch, RankCommand
+import re
+
+from dlrun.job import RUN_DIR_VAR, Launch, RankCommand, RankFailure
 from dlrun.launchers.base import Launcher, SchedulerView, gpu_affinity_argv, hosts_setup, require_no_launcher_args
 from dlrun.plan import Plan, fabric_for
 from dlrun.registry import LAUNCHERS, Tool
@@ -20,6 +25,25 @@ OMPI_RANK_ENV = ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORL
                  "CUDA_VISIBLE_DEVICES")
 OMPI_RANK_PREFIXES = ("OMPI_", "PMIX_", "OPAL_")
 MPIRUN_TOOL = Tool("mpirun", "OpenMPI (Debian: apt-get install openmpi-bin; HPC sites: module load openmpi)")
+OMPI_SIGNAL = re.compile(r"\b(?P<tool>mpirun|mpiexec|orterun|prterun) noticed that process rank (?P<rank>\d+) with "
+                         r"PID \d+ on node (?P<host>\S+) exited on signal (?P<signal>\d+)")
+OMPI_EXIT = re.compile(r"\b(?P<tool>mpirun|mpiexec|orterun|prterun) detected that one or more processes exited with "
+                       r"non-zero status.*?Process name: \[\[\d+,\d+\],(?P<rank>\d+)\](?: Local host: (?P<host>\S+))?"
+                       r" Exit code: (?P<code>-?\d+)")
+
+
+def open_mpi_rank_failure(text: str) -> RankFailure | None:
+    """The first failed rank Open MPI's launcher (mpirun, mpiexec, orterun, prterun) reported in `text`."""
+    flat = " ".join(text.split())
+    match = OMPI_SIGNAL.search(flat)
+    if match:
+        return RankFailure(match.group("tool"), int(match.group("rank")), match.group("host"),
+                           signal=int(match.group("signal")))
+    match = OMPI_EXIT.search(flat)
+    if match:
+        return RankFailure(match.group("tool"), int(match.group("rank")), match.group("host"),
+                           exit_code=int(match.group("code")))
+    return None
 
 
 def mpirun_hosts(scheduler: SchedulerView, slots: int) -> tuple[str | None, list[str]]:
@@ -52,6 +76,11 @@ class MpirunLauncher(Launcher):
     tool = MPIRUN_TOOL
     rank_env_names = OMPI_RANK_ENV
     rank_env_prefixes = OMPI_RANK_PREFIXES
+    host_mpi = True
+    starts_mpi_programs = True
+
+    def rank_failure(self, text: str) -> RankFailure | None:
+        return open_mpi_rank_failure(text)
 
     def supports(self, scheduler: SchedulerView) -> bool:
         return True
