@@ -307,7 +307,7 @@ def system_json_schema() -> dict[str, Any]:
     for name, scheduler in SCHEDULERS.available().items():
         own = scheduler.options.model_json_schema(ref_template="#/$defs/{model}")
         defs.update(own.pop("$defs", {}))
-        defs[f"{scheduler.options.__name__}"] = own
+        defs[scheduler.options.__name__] = own
         named = {"properties": {"scheduler": {"const": name}}, "required": ["scheduler"]}
         condition = {"anyOf": [named, {"not": {"required": ["scheduler"]}}]} if name == default else named
         branches.append({"if": condition, "then": {"properties": {
