@@ -82,7 +82,7 @@ def test_checker_fails_on_packages_of_one_layer_that_depend_on_each_other(tmp_pa
 
 
 def test_launchers_and_schedulers_depend_one_way():
-    """Schedulers use launchers' helpers; a launcher sees its scheduler only through the protocol it defines."""
+    """Schedulers call launchers' functions; a launcher sees its scheduler only through the protocol it defines."""
     edges = layercheck.import_edges(layercheck.package_modules(PACKAGE), "dlrun")
     packages = {(e.source.split(".")[1], e.target.split(".")[1]) for e in edges
                 if e.source.count(".") > 1 and e.target.count(".") > 1}

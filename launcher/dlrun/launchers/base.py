@@ -3,8 +3,8 @@ object it runs under; it asks the scheduler what it needs (the allocation's host
 launcher of its own, how to start one process per node) instead of branching on the scheduler's name.
 
 What a launcher may ask of its scheduler is the `SchedulerView` protocol below, which
-`dlrun.schedulers.base.Scheduler` provides. Launchers never import schedulers (schedulers use launchers'
-helpers: PBS starts one process per node with mpiexec), so the two packages depend on each other one way.
+`dlrun.schedulers.base.Scheduler` provides. Launchers never import schedulers (schedulers call launchers'
+functions: PBS starts one process per node with mpiexec), so the two packages depend on each other one way.
 
 A launcher also says what the checks and the executor need to know about it, as attributes and methods:
 whether it is the host MPI's own launcher, whether its ranks load MPI, whether it can start an MPI program,
