@@ -23,7 +23,6 @@ KNOWN: dict[str, str] = {
     "report/gather.py:gather": "being reworked with the report's statistics",
     "reproduce/derived.py:evaluate": "being reworked with the statistics",
     "reproduce/references.py:_row": "being reworked with the statistics",
-    "preflight/node.py:image_findings": "one finding per image check",
     "workloads/harness_pytorch_train.py:_train": "the training loop and its options",
     "workloads/harness_tensorflow_train.py:run_benchmark": "the training loop and its options",
     "workloads/harness_tensorflow_ps.py:run_ps": "the parameter-server cluster's roles",

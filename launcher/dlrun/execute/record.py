@@ -17,7 +17,6 @@ from typing import Any
 from dlrun.execute.hardware import record_hardware
 from dlrun.execute.rundir import RunDir
 from dlrun.fabrics import check_nccl_transport
-from dlrun.images.verify import image_provenance
 from dlrun.catalog.models import TRAINING_KINDS
 from dlrun.paths import harness_hashes, source_root
 from dlrun.plan import Plan
@@ -55,7 +54,9 @@ def _git_commit() -> str | None:
         return None
 
 
-def provenance(plan: Plan) -> dict[str, Any]:
+def provenance(plan: Plan, image_check: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What the run ran: dlrun's commit, the image and its digest, the harness files' digests, and what the
+    pre-run check of the image's copy found (`image_check`, dlrun.execute.prerun)."""
     # A container's harness files are hashed when its image is built (the image lock); the host runs them
     # from this machine, so they are hashed here.
     framework = plan.image.harness_framework or plan.workload.framework
@@ -68,7 +69,7 @@ def provenance(plan: Plan) -> dict[str, Any]:
         "image_uri": plan.image.uri,
         "harness_sha256": digest,
         "harness_files_sha256": per_file,
-        **image_provenance(plan),  # the pre-run digest check of the image the runtime used
+        **(image_check or {}),
     }
 
 

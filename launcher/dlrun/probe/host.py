@@ -51,7 +51,7 @@ def probe_host() -> HostFacts:
 
 def scheduler_inventory(commands: Mapping[str, str]) -> dict[str, Any]:
     tools = {name: shutil.which(command) for name, command in commands.items()}
-    text = (tool_output(["sinfo", "--version"]) or "") if tools.get("slurm") else ""
+    text = tool_output(["sinfo", "--version"]) or ""  # None where Slurm's client is not installed
     version = re.search(r"slurm[- ]([\d.]+)", text)
     return {"tools": tools, "slurm_version": version.group(1) if version else None,
             "slurm_config_error": text.splitlines()[-1] if text and not version else None,
