@@ -87,13 +87,15 @@ def report(
 
 
 def _preload() -> None:
-    """Import pandas on a second thread while the store is read (SQLite lets go of the interpreter while it
-    queries); matplotlib is the plotting process's. The tables' own `import pandas` waits for this one
-    (Python's per-module import lock), so there is nothing to join."""
+    """Import pandas and SciPy's t distribution on a second thread while the store is read (SQLite lets go
+    of the interpreter while it queries); matplotlib is the plotting process's. The tables' own `import
+    pandas` and the statistics' `import scipy.special` wait for this one (Python's per-module import
+    lock), so there is nothing to join."""
     import threading
 
     def imports() -> None:
         try:
+            import scipy.special  # noqa: F401  (the statistics' t distribution: needed first, by gather)
             import pandas  # noqa: F401
         except ImportError:
             pass  # said where it is used

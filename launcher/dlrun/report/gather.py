@@ -1,8 +1,9 @@
 """What a report shows, as data: the selected runs grouped by comparability key (SQL, as `dlrun compare`
 reads them), set out by compare's own modes, with the provenance of every point.
 
-  scaling    one `compare` scaling table per system (throughput, 95 % CI, speedup and scaling efficiency
-             with their intervals over the fewest devices; PRACE guide Tables 8 and 9)
+  scaling    one `compare` scaling table per system (throughput as the geometric mean of the repeats with
+             its 95 % CI, speedup and scaling efficiency with their intervals over the fewest devices; PRACE
+             guide Tables 8 and 9)
   relative   with several systems: each relative to the baseline system (Ren et al. Table III)
   fabrics    with several fabrics: each against the baseline fabric (Samsi et al.)
   published  with an experiment from the catalog: its published numbers against the stored points
@@ -22,7 +23,7 @@ from dlrun.errors import DlrunError, UsageError
 from dlrun.results.compare import EfficiencyInputs, FactsProvider
 from dlrun.results.compare import axes as modes
 from dlrun.results.compare.model import AXES, Comparison, sort_value
-from dlrun.results.compare.select import Group, load_groups
+from dlrun.results.compare.select import Group, dropped_note, load_groups
 from dlrun.results.key import NOT_APPLICABLE, UNKNOWN
 from dlrun.results.query import Filters
 from dlrun.results.store import Store
@@ -43,7 +44,7 @@ class Point:
     line: str                # the system, and the fabric where it has several: a line of the scaling plot
     devices: Any
     fabric: str
-    row: dict[str, Any]      # the compare row (mean, ci_low, ci_high, speedup ...)
+    row: dict[str, Any]      # the compare row (geomean, ci_low, ci_high, speedup ...)
     sites: list[str]
     images: list[str]
     digests: list[str]
@@ -58,8 +59,15 @@ class Point:
         ids = self.run_ids
         shown = ", ".join(ids[:IDS_PER_ROW]) + (f" and {len(ids) - IDS_PER_ROW} more" if len(ids) > IDS_PER_ROW else "")
         return (f"{self.series[0]} ({self.series[1]}) on {self.line}, {self.devices} device(s): "
-                f"mean {self.row['mean']:.4g} of {self.row['n']} run(s); site {', '.join(self.sites) or 'unknown'}; "
+                f"geometric mean {self.row['geomean']:.4g} of {self.row['n']} run(s){self._interval()}; "
+                f"site {', '.join(self.sites) or 'unknown'}; "
                 f"image {', '.join(self.images) or 'unknown'} {', '.join(d[:19] for d in self.digests)}; runs {shown}")
+
+
+    def _interval(self) -> str:
+        low, high = self.row.get("ci_low"), self.row.get("ci_high")
+        return " (too few repeats for an interval)" if low is None or high is None \
+            else f", 95 % CI {low:.4g} to {high:.4g}"
 
 
 @dataclass
@@ -84,6 +92,8 @@ class Published:
     doc: str
     where: str
     quote: str
+    interval: str = ""       # how `ci` was made, or why there is none
+    repeats_needed: int | None = None
 
     def provenance(self) -> str:
         return f"published {self.text} ({self.doc}, {self.where}): \"{self.quote}\""
@@ -159,6 +169,7 @@ def gather(store: Store, filters: Filters, *, title: str, selection: str, baseli
             differences += [f"between fabrics on {system}: {line}" for line in result.differences]
             notes += result.notes
             fabrics.append((system, result))
+    notes += dropped_note(groups)
     units = {g.unit for g in groups}
     return Report(title=title, selection=selection, unit=units.pop() if len(units) == 1 else None, points=points,
                   scaling=scaling, relative=relative, fabrics=fabrics,

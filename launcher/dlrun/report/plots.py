@@ -83,7 +83,7 @@ def _interval(row: dict[str, Any], mean: float) -> tuple[float, float]:
 
 def scaling_plot(report: Report, folder: Path) -> Plot | None:
     series = series_of(report)
-    numeric = [p for p in report.points if isinstance(p.devices, int) and p.row["mean"] > 0]
+    numeric = [p for p in report.points if isinstance(p.devices, int) and p.row["geomean"] > 0]
     if not numeric:
         return None
     shown = series[:MAX_SERIES]
@@ -98,7 +98,7 @@ def scaling_plot(report: Report, folder: Path) -> Plot | None:
         published = [r for r in report.published if r.series == one and r.value and isinstance(r.devices, int)]
         _scaling_axes(ax, mine, published, colours, report.unit)
         ax.set_title(_label(one), fontsize=10)
-        placed += [(ax, p.devices, p.row["mean"], p.anchor, p.provenance()) for p in mine]
+        placed += [(ax, p.devices, p.row["geomean"], p.anchor, p.provenance()) for p in mine]
         placed += [(ax, r.devices, r.value, r.anchor, r.provenance()) for r in published]
     fig.suptitle("throughput against devices (log-log); dashed: ideal scaling", fontsize=11)
     # fixed margins: tight_layout would draw the figure once more only to measure it
@@ -120,8 +120,8 @@ def _scaling_axes(ax, points: list[Point], published: list[Published], colours: 
     devices = sorted({p.devices for p in points} | {r.devices for r in published})
     for line in sorted({p.line for p in points}):
         mine = sorted((p for p in points if p.line == line), key=lambda p: p.devices)
-        xs, ys = [p.devices for p in mine], [p.row["mean"] for p in mine]
-        errors = [_interval(p.row, p.row["mean"]) for p in mine]
+        xs, ys = [p.devices for p in mine], [p.row["geomean"] for p in mine]
+        errors = [_interval(p.row, p.row["geomean"]) for p in mine]
         ax.errorbar(xs, ys, yerr=[[e[0] for e in errors], [e[1] for e in errors]], marker="o", capsize=3,
                     color=colours[line], label=line)
         if len(xs) > 1:
@@ -172,8 +172,8 @@ def bars_plot(report: Report, folder: Path) -> Plot | None:
             if point is None:
                 continue
             xs.append(c - 0.4 + step * (k + 0.5))
-            ys.append(point.row["mean"])
-            errs.append(_interval(point.row, point.row["mean"]))
+            ys.append(point.row["geomean"])
+            errs.append(_interval(point.row, point.row["geomean"]))
             mine.append(point)
         drawn = ax.bar(xs, ys, width=step * 0.95, color=colours[hue], label=hue,
                        yerr=[[e[0] for e in errs], [e[1] for e in errs]], capsize=2)

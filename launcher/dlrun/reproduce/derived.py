@@ -3,22 +3,54 @@ a gain over Lustre, a ratio of two models or precisions, a reduction, a scaling 
 the time to train N samples), evaluated on the stored runs of one system.
 
 Each side of the operation (the reference's own points and its baseline, or the numerator and the
-denominator) pools the runs of the points its conditions select; the quantity comes from the two means and
-its 95 % interval from `dlrun.results.stats.ratio_interval` (a bootstrap of the ratio of means). What needs
+denominator) pools the runs of the points its conditions select. Every quantity is a monotone function of
+one estimate on the log scale (dlrun.results.stats): the ratio of the two sides' geometric means with
+Welch's t interval on the logs, or one side's geometric mean with its t interval. `Scale` carries that
+function, so that the interval and the published tolerance band are compared on the same scale. What needs
 more than one system's points (a ratio of two systems), an aggregate over an axis (`aggregate`, `over`) or
 another experiment's points (`with_experiments`) is not evaluated here: `dlrun compare` sets those out.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from dlrun.catalog.experiment_points import matches
 from dlrun.catalog.experiments import Reference
 from dlrun.reproduce.work import PointWork
-from dlrun.results.stats import ratio_interval, summarize
+from dlrun.results.stats import LogEstimate, ratio, summarize
 
 #: Units a time-for-samples reference may be published in, in seconds.
 TIME_UNITS = {"s": 1.0, "min": 60.0, "h": 3600.0, "hours": 3600.0, "days": 86400.0, "d": 86400.0}
+
+
+@dataclass(frozen=True)
+class Scale:
+    """q = a * exp(s * L) + b: a published quantity q as a monotone function of a log-scale estimate L
+    (a log ratio of geometric means, or a log geometric mean), with s = 1 or -1 and a != 0."""
+
+    a: float = 1.0
+    s: int = 1
+    b: float = 0.0
+
+    def value(self, log_value: float) -> float:
+        return self.a * math.exp(self.s * log_value) + self.b
+
+    def interval(self, bounds: tuple[float, float] | None) -> tuple[float, float] | None:
+        if bounds is None:
+            return None
+        low, high = sorted((self.value(bounds[0]), self.value(bounds[1])))
+        return low, high
+
+    def band(self, low: float, high: float) -> tuple[float, float]:
+        """The band [low, high] of q on the log scale of L (open ends as infinities; an empty one as
+        (-inf, -inf) or (inf, inf), which every interval lies outside)."""
+        edges = sorted(((low - self.b) / self.a, (high - self.b) / self.a))  # of u = exp(s L), u > 0
+        if edges[1] <= 0:
+            return (-math.inf, -math.inf) if self.s > 0 else (math.inf, math.inf)
+        logs = (-math.inf if edges[0] <= 0 else math.log(edges[0]), math.log(edges[1]) if math.isfinite(edges[1])
+                else math.inf)
+        return logs if self.s > 0 else (-logs[1], -logs[0])
 
 
 @dataclass
@@ -31,6 +63,9 @@ class Derived:
     units: set[str] | None = None   # the stored unit(s) of the metric it was computed from
     why: str = ""
     verdict: str = "derived"        # without a value: "derived" (listed, see compare) or "no runs"
+    estimate: LogEstimate | None = None   # the log-scale estimate `scale` maps to the quantity
+    scale: Scale = Scale()
+    interval: str = ""              # how the interval was made, or why there is none
 
 
 def evaluate(ref: Reference, read: list[PointWork], system: str | None) -> Derived:
@@ -66,30 +101,29 @@ def evaluate(ref: Reference, read: list[PointWork], system: str | None) -> Deriv
     runs = len(top_values) + len(base_values)
     if base is None:
         return _one_side(ref, top_works, top_values, units, runs)
-    interval = ratio_interval(base_values, top_values)
-    low, high = interval.low, interval.high
+    r = ratio(base_values, top_values)
     if derive.op == "scaling-efficiency":
         scale = _scale(derive.baseline, top_works, base_works)
         if scale is None:
             return Derived(why="the points' scales (their device or node counts) differ: see dlrun compare")
-        return _made(100.0 * interval.ratio / scale, low, high, lambda r: 100.0 * r / scale, runs, units)
-    if derive.op == "speedup":
-        return _made(interval.ratio, low, high, lambda r: r, runs, units)
+        return _made(r.estimate, Scale(100.0 / scale), runs, units, r.interval)
     if derive.op == "gain":
-        return _made(100.0 * (interval.ratio - 1), low, high, lambda r: 100.0 * (r - 1), runs, units)
+        return _made(r.estimate, Scale(100.0, 1, -100.0), runs, units, r.interval)
     if derive.op == "reduction":
-        return _made(100.0 * (1 - interval.ratio), high, low, lambda r: 100.0 * (1 - r), runs, units)
-    factor = 100.0 if ref.unit == "%" else 1.0  # ratio
-    return _made(factor * interval.ratio, low, high, lambda r: factor * r, runs, units)
+        return _made(r.estimate, Scale(-100.0, 1, 100.0), runs, units, r.interval)
+    factor = 100.0 if derive.op == "ratio" and ref.unit == "%" else 1.0  # a speedup, or a ratio
+    return _made(r.estimate, Scale(factor), runs, units, r.interval)
 
 
 def _values(works: list[PointWork], metric: str) -> list[float]:
-    return [run.values[metric] for work in works for run in work.stored if metric in run.values]
+    """The stored values of `metric`: positive and finite ones only (a rate's logs are taken)."""
+    return [run.values[metric] for work in works for run in work.stored
+            if metric in run.values and math.isfinite(run.values[metric]) and run.values[metric] > 0]
 
 
-def _made(value: float, low: float | None, high: float | None, of, runs: int, units: set[str]) -> Derived:
-    ci = (of(low), of(high)) if low is not None and high is not None else None
-    return Derived(value=value, ci=ci, runs=runs, units=units)
+def _made(estimate: LogEstimate, scale: Scale, runs: int, units: set[str], interval: str) -> Derived:
+    return Derived(value=scale.value(estimate.centre), ci=scale.interval(estimate.bounds()), runs=runs, units=units,
+                   estimate=estimate, scale=scale, interval=interval)
 
 
 def _scale(baseline: dict, top: list[PointWork], base: list[PointWork]) -> float | None:
@@ -112,17 +146,13 @@ def _one_side(ref: Reference, works: list[PointWork], values: list[float], units
     derive = ref.derive
     assert derive is not None
     stats = summarize(values)
-    ci = (stats.ci_low, stats.ci_high) if stats.ci_low is not None and stats.ci_high is not None else None
     if derive.op == "per-node":
         nodes = {w.plan.nodes for w in works}
         if len(nodes) != 1:
             return Derived(why="the points run on different node counts: see dlrun compare")
-        n = nodes.pop()
-        return Derived(stats.mean / n, (ci[0] / n, ci[1] / n) if ci else None, runs, units)
+        return _made(stats.estimate, Scale(1.0 / nodes.pop()), runs, units, stats.interval)
     # time-for-samples: how long the published number of samples takes at the measured rate
     seconds = TIME_UNITS.get(ref.unit or "")
-    if seconds is None or not derive.samples or stats.mean <= 0:
+    if seconds is None or not derive.samples:
         return Derived(why=f"a time in {ref.unit!r}: dlrun converts s, min, h and days")
-    time = derive.samples / stats.mean / seconds
-    ci_time = (derive.samples / ci[1] / seconds, derive.samples / ci[0] / seconds) if ci and ci[0] > 0 else None
-    return Derived(time, ci_time, runs, units)
+    return _made(stats.estimate, Scale(derive.samples / seconds, -1), runs, units, stats.interval)

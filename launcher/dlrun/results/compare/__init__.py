@@ -24,7 +24,7 @@ from dlrun.results.compare import axes, groups as by_key
 from dlrun.results.compare.efficiency import EfficiencyInputs
 from dlrun.results.compare.model import (AXES, AXIS_MODES, MODE_OF_AXIS, MODES, Axis, Comparison, MismatchError,
                                          Reference, Source)
-from dlrun.results.compare.select import Group, load_groups
+from dlrun.results.compare.select import Group, dropped_note, load_groups
 
 __all__ = ["AXES", "MODES", "Comparison", "EfficiencyInputs", "MismatchError", "Reference", "Source", "compare",
            "resolve_mode"]
@@ -87,10 +87,6 @@ def compare(store: Store, filters: Filters, *, mode: str | None = None, by: str 
         raise MismatchError(result.differences)
     if not result.rows:
         result.notes.append("no row could be compared: every row lacks runs at the baseline")
+    result.notes += dropped_note(selected)
     return result
 
-
-def _inputs(store: Store, selected: list[Group], facts: FactsProvider | None) -> EfficiencyInputs:
-    inputs = facts([g.key for g in selected]) if facts else EfficiencyInputs()
-    inputs.matmul = functools.lru_cache(maxsize=None)(store.latest_matmul)
-    return inputs
