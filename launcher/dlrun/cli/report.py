@@ -3,7 +3,8 @@
     dlrun report [RUN_ID ...] [--experiment E] [filters] --out DIR [--baseline SYSTEM] [--title TEXT]
 
 The filters are those of `dlrun results list`. The page holds throughput against devices on log-log axes
-with ideal scaling (Ren et al. Fig. 4), bars per fabric or system (Samsi et al. Fig. 4), the speedup and
+with ideal scaling (Ren et al. Fig. 4), bars per fabric or system (Samsi et al. Fig. 4), both with each
+point's repeats beside its geometric mean and 95 % interval, the speedup and
 scaling-efficiency table with 95 % intervals (PRACE guide Tables 8 and 9), systems relative to a baseline
 (Ren et al. Table III), an experiment's published numbers beside the measured ones, and every run's
 provenance, linked from each point. Runs that are not like-for-like are reported with a box listing the
@@ -49,8 +50,9 @@ def report(
         show_default=False)] = None,
     title: Annotated[Optional[str], typer.Option("--title", help="The page's title.", show_default=False)] = None,
 ) -> None:
-    """Write an HTML report with plots of stored runs: scaling, systems and fabrics compared, published
-    numbers beside the measured ones, each point's runs and provenance a click away."""
+    """Write an HTML report with plots of stored runs: scaling, systems and fabrics compared (geometric
+    means with 95 % intervals, the repeats drawn beside them), published numbers beside the measured ones
+    with their verdicts, each point's runs and provenance a click away."""
     from dlrun.cli.facts import efficiency_inputs
     from dlrun.cli.filters import build_filters
     from dlrun.cli.store import open_store

@@ -3,7 +3,7 @@ reads them), set out by compare's own modes, with the provenance of every point.
 
   scaling    one `compare` scaling table per system (throughput as the geometric mean of the repeats with
              its 95 % CI, speedup and scaling efficiency with their intervals over the fewest devices; PRACE
-             guide Tables 8 and 9)
+             guide Tables 8 and 9), each point with its raw repeats for the plots
   relative   with several systems: each relative to the baseline system (Ren et al. Table III)
   fabrics    with several fabrics: each against the baseline fabric (Samsi et al.)
   published  with an experiment from the catalog: its published numbers against the stored points
@@ -49,6 +49,7 @@ class Point:
     images: list[str]
     digests: list[str]
     experiments: list[str] = field(default_factory=list)
+    values: list[float] = field(default_factory=list)   # the repeats, drawn beside their geometric mean
 
     @property
     def run_ids(self) -> list[str]:
@@ -193,7 +194,8 @@ def _point(index: int, system: str, line: str, row: dict[str, Any], groups: list
     return Point(anchor=f"pt-{index + 1}", series=(row["workload"], row["model"]), system=system, line=line,
                  devices=row["devices"], fabric="/".join(sorted({str(g.key.get("fabric")) for g in mine})), row=row,
                  sites=sorted({g.site for g in mine if g.site}), images=sorted({i for g in mine for i in g.images}),
-                 digests=sorted({str(g.key.get("image_digest")) for g in mine}))
+                 digests=sorted({str(g.key.get("image_digest")) for g in mine}),
+                 values=sorted(v for g in mine for v in g.values))
 
 
 def series_of(report: Report) -> list[tuple]:
