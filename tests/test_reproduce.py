@@ -206,6 +206,32 @@ def test_table_ii_is_reproduced_from_the_harness_models(dlrun_home):
     assert {row["interval"] for row in again["references"]} == {"exact: a counted fact"}
 
 
+def test_table_ii_is_reported_counted_against_published(dlrun_home, tmp_path):
+    _json("reproduce", "E001_table2_model_facts")
+    out = tmp_path / "report"
+    proc = run_cli("report", "--experiment", "E001_table2_model_facts", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "7 run(s), 0 point(s), 14 published number(s) set against them" in proc.stdout
+    page = read(out)
+    assert {"model-facts", "published"} <= page.tables and not page.images  # counts: nothing to plot
+    table = page.text[page.text.index('id="model-facts"'):]
+    table = table[:table.index("</table>")]
+    cells = re.findall(r"<td>(.*?)</td>", table)
+    rows = [cells[i:i + 7] for i in range(0, len(cells), 7)]
+    by_model = {row[0]: row for row in rows}
+    assert list(by_model) == ["AlexNet", "ResNet18", "ResNet50", "ResNet101", "ResNet152", "BERT-SWAG", "BERT-SQuAD"]
+    assert by_model["ResNet50"][1:3] == ["25,557,032", "25,560,000 parameters"]
+    assert by_model["ResNet50"][4:6] == ["4,089,184,256", "4,140,000,000 multiply-adds"]
+    assert all(">within</a>" in row[3] for row in rows)
+    assert [">within</a>" in row[6] for row in rows] == [True] * 5 + [False] * 2  # BERT: informational
+    assert 'href="#ref-E001_table2_model_facts-resnet50_ops"' in table and "ref-E001_table2_model_facts-resnet50_ops" in page.ids
+    # compare has no repeated measurement to compare: it says where the counts are set out
+    refused = run_cli("compare", "--experiment", "E001_table2_model_facts")
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert refused.stderr.startswith("dlrun: error: nothing to compare: the selected runs hold counted model facts")
+    assert "dlrun report --experiment E001_table2_model_facts --out DIR" in refused.stderr
+
+
 # ------------------------------------------------------------------------------------------ resume
 def _record(run_id: str, status: str, plan, **changes) -> dict:
     """A run record as the executor stores it (the columns the comparability key reads, and the plan)."""

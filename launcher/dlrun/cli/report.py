@@ -52,7 +52,8 @@ def report(
 ) -> None:
     """Write an HTML report with plots of stored runs: scaling, systems and fabrics compared (geometric
     means with 95 % intervals, the repeats drawn beside them), published numbers beside the measured ones
-    with their verdicts, each point's runs and provenance a click away."""
+    with their verdicts (an experiment of counted model facts: counted against published), each point's
+    runs and provenance a click away."""
     from dlrun.cli.facts import efficiency_inputs
     from dlrun.cli.filters import build_filters
     from dlrun.cli.store import open_store
@@ -73,8 +74,9 @@ def report(
                                                     for arg in (name, value))]) or "every stored run"
         heading = title or ("dlrun report: " + (", ".join(spec.title for spec in specs) if specs
                                               else ", ".join(workload or []) or "stored runs"))
+        # an experiment's report may hold counted facts only (Table II): its published numbers are the report
         result = gather(store, filters, title=heading, selection=selection, baseline=baseline,
-                        facts=efficiency_inputs)
+                        facts=efficiency_inputs, measured_only=not specs)
         if specs:
             from dlrun.cli.options import load_catalog
             from dlrun.report.published import add_published
@@ -82,10 +84,22 @@ def report(
             catalog = load_catalog()
             for spec in specs:
                 add_published(result, catalog, catalog.experiment(spec.id), store)
+            _something_to_report(result)
         written = write(result, out, store.path, painter)  # its tables import pandas: waits for the thread
     flag = "" if result.like_for_like else f" (not like-for-like: {len(result.differences)} difference(s))"
+    judged = sum(1 for row in result.published if row.measured is not None)
+    published = f", {judged} published number(s) set against them" if result.published else ""
     console().print(f"wrote {written / 'index.html'}: {result.runs_total} run(s), {len(result.points)} point(s)"
-                    f"{flag}", highlight=False)
+                    f"{published}{flag}", highlight=False)
+
+
+def _something_to_report(result) -> None:
+    """Refuse (exit 2) a report with neither a measured point nor a published number with a measured value."""
+    from dlrun.errors import UsageError
+
+    if not result.points and not any(row.measured is not None for row in result.published):
+        raise UsageError(f"{result.runs_total} stored run(s) match {result.selection}, but none succeeded with a "
+                         "result to report; see dlrun results list")
 
 
 def _preload() -> None:

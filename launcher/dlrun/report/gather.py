@@ -6,7 +6,8 @@ reads them), set out by compare's own modes, with the provenance of every point.
              guide Tables 8 and 9), each point with its raw repeats for the plots
   relative   with several systems: each relative to the baseline system (Ren et al. Table III)
   fabrics    with several fabrics: each against the baseline fabric (Samsi et al.)
-  published  with an experiment from the catalog: its published numbers against the stored points
+  published  with an experiment from the catalog: its published numbers against the stored points (an
+             experiment of counted model facts, Ren et al.'s Table II, has these and no measured points)
   runs       the newest selected runs (id, site, image and digest, experiment point), the rows the
              tables and plots link to
 
@@ -93,6 +94,8 @@ class Published:
     doc: str
     where: str
     quote: str
+    metric: str = "throughput"
+    subject: str = ""        # what it is about, as the paper names it (its conditions: "ResNet50")
     interval: str = ""       # how `ci` was made, or why there is none
     repeats_needed: int | None = None
 
@@ -126,8 +129,9 @@ class Report:
 
 
 def gather(store: Store, filters: Filters, *, title: str, selection: str, baseline: str | None = None,
-           facts: FactsProvider | None = None) -> Report:
-    """The report of the runs `filters` selects; a UsageError when none match."""
+           facts: FactsProvider | None = None, measured_only: bool = True) -> Report:
+    """The report of the runs `filters` selects; a UsageError when none match, or (with `measured_only`)
+    when none has a measured result (an experiment's report may hold only counted facts)."""
     total = store.count_runs(filters)
     if not total:
         raise UsageError(f"no stored run matches {selection or 'the selection'}; see dlrun results list")
@@ -135,8 +139,11 @@ def gather(store: Store, filters: Filters, *, title: str, selection: str, baseli
     try:
         groups = load_groups(store, filters, by_site=True)
     except DlrunError:  # nothing successful with a result
-        raise UsageError(f"{total} stored run(s) match {selection or 'the selection'}, but none succeeded with "
-                         "a result to report; see dlrun results list") from None
+        if measured_only:
+            raise UsageError(f"{total} stored run(s) match {selection or 'the selection'}, but none succeeded "
+                             "with a result to report; see dlrun results list") from None
+        return Report(title=title, selection=selection, unit=None, points=[], scaling=[], relative=None, fabrics=[],
+                      differences=[], notes=[], runs=runs, runs_total=total)
     inputs = facts([g.key for g in groups]) if facts else EfficiencyInputs()
     inputs.matmul = functools.lru_cache(maxsize=None)(store.latest_matmul)  # one query per system, as compare
     systems = sorted({str(g.key.get("system")) for g in groups})

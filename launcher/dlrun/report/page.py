@@ -9,7 +9,8 @@ from html import escape
 from dlrun import __version__
 from dlrun.report.gather import Report
 from dlrun.report.plots import PAGE_WIDTH_PX, Plot
-from dlrun.report.tables import fabrics_table, published_table, relative_table, runs_table, scaling_table
+from dlrun.report.tables import (fabrics_table, model_facts_table, published_table, relative_table, runs_table,
+                                 scaling_table)
 from dlrun.results.stats import MIN_REPEATS
 
 STYLE = """
@@ -66,6 +67,9 @@ def _experiments(report: Report) -> str:
                 f"{escape(spec.where)}.</p><p>{escape(spec.description)}</p>"]
         if not spec.references:
             out.append("<p>The experiment has no published numbers.</p>")
+    facts = model_facts_table(report)
+    if facts:
+        out.append(facts)
     if report.published:
         out.append(published_table(report))
     elif report.experiments:
@@ -79,7 +83,9 @@ def _experiments(report: Report) -> str:
 
 def render_tables(report: Report) -> dict[str, str]:
     """The page's tables as HTML (pandas), by section; drawn while the plots are."""
-    out = {"experiments": _experiments(report), "scaling": scaling_table(report), "runs": runs_table(report)}
+    out = {"experiments": _experiments(report), "runs": runs_table(report)}
+    if report.points:
+        out["scaling"] = scaling_table(report)
     if report.relative is not None:
         out["relative"] = relative_table(report)
     if report.fabrics:
@@ -90,15 +96,20 @@ def render_tables(report: Report) -> dict[str, str]:
 def render(report: Report, plots: list[Plot], store: str, tables: dict[str, str]) -> str:
     """The page around `plots` and `tables` (render_tables)."""
     stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    measured = (f"{len({r for p in report.points for r in p.run_ids})} successful result(s) in "
+                f"{len(report.points)} point(s) on {len(report.scaling)} line(s)" if report.points
+                else "no measured point: counted facts only")
     sections = [f"<h1>{escape(report.title)}</h1>",
                 f"<p>Selection: <code>{escape(report.selection or 'every stored run')}</code>; "
-                f"{report.runs_total} run(s) selected, {len({r for p in report.points for r in p.run_ids})} successful "
-                f"result(s) in {len(report.points)} point(s) on {len(report.scaling)} line(s).</p>",
-                _mismatch(report), f'<p class="notes" id="statistics">{STATISTICS}</p>', tables["experiments"],
-                '<h2 id="plots">Plots</h2>', *(_plot(plot) for plot in plots)]
-    if not plots:
-        sections.append("<p>Nothing to plot: no point has a device count.</p>")
-    sections += ['<h2 id="points">Scaling (PRACE guide Tables 8 and 9)</h2>', tables["scaling"]]
+                f"{report.runs_total} run(s) selected, {measured}.</p>"]
+    if report.points or any(not row.interval.startswith("exact") for row in report.published):
+        sections += [_mismatch(report), f'<p class="notes" id="statistics">{STATISTICS}</p>']
+    sections.append(tables["experiments"])
+    if report.points:
+        sections += ['<h2 id="plots">Plots</h2>', *(_plot(plot) for plot in plots)]
+        if not plots:
+            sections.append("<p>Nothing to plot: no point has a device count.</p>")
+        sections += ['<h2 id="points">Scaling (PRACE guide Tables 8 and 9)</h2>', tables["scaling"]]
     if report.relative is not None:
         sections += ['<h2 id="relative-systems">Systems relative to the baseline (Ren et al. Table III)</h2>',
                      tables["relative"]]

@@ -44,7 +44,9 @@ def add_published(report: Report, catalog: Catalog, spec: ExperimentSpec, store:
                 series=(workload, model) if drawable else None, line=system_work.system if drawable else None,
                 devices=devices, value=value, text=row.published, unit=ref.unit, verdict=row.verdict,
                 measured=row.measured, ci=row.ci, ratio=row.ratio, runs=row.runs, points=row.points, why=row.why,
-                doc=source.doc or spec.document.name, where=source.where, quote=source.quote,
+                doc=source.doc or spec.document.name, where=source.where, quote=source.quote, metric=ref.metric,
+                subject=", ".join(f"{name} {value}" if len(ref.conditions) > 1 else str(value)
+                                  for name, value in ref.conditions.items()),
                 interval=row.interval, repeats_needed=row.repeats_needed))
     for ref in spec.references:
         if ref.kind == "qualitative":

@@ -177,6 +177,32 @@ def verdict(row: Published) -> str:
     return row.verdict
 
 
+#: Model facts (Table II): metric -> the column group it is shown under.
+FACTS = {"params": "parameters", "forward_macs": "multiply-adds per instance"}
+
+
+def model_facts_table(report: Report) -> str:
+    """Ren et al.'s Table II: one row per model, counted against published parameters and operations, each
+    with its verdict; empty when the experiment has no counted facts."""
+    import pandas as pd
+
+    facts = [r for r in report.published if r.metric in FACTS]
+    if not facts:
+        return ""
+    rows: dict[str, dict[str, str]] = {}
+    for r in facts:
+        row = rows.setdefault(r.subject or r.ref_id, {"model": r.subject or r.ref_id})
+        name = FACTS[r.metric]
+        row[f"{name}: counted"] = "-" if r.measured is None else f"{r.measured:,.0f}"
+        row[f"{name}: published"] = r.text
+        row[f"{name}: verdict"] = f'<a href="#{escape(r.anchor)}">{escape(verdict(r))}</a>'
+    frame = pd.DataFrame(list(rows.values())).fillna("-")
+    return html_table(frame, raw=[c for c in frame.columns if c.endswith(": verdict")], table_id="model-facts",
+                      caption="Counted on dlrun's own model definitions against the published parameters and "
+                              "operations (a count is exact: within or outside the published number's tolerance; "
+                              "each verdict links to its row with the quote)")
+
+
 RUN_COLUMNS = ["id", "created_at", "status", "workload", "model", "system", "site", "origin", "image",
                "image_digest", "world_size", "nodes", "fabric", "precision", "batch_size", "experiment", "point"]
 
