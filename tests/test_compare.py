@@ -298,7 +298,7 @@ def test_cli_prints_the_relative_table_and_refuses_a_mismatch(home, dlrun_home):
     assert proc.returncode == 0, proc.stderr
     assert "compare relative: throughput relative to dgx2 (images/sec)" in proc.stdout
     # resnet50 on 1 GPU, and the geometric mean of the column (0.68 and 0.78)
-    assert "68.00 %" in proc.stdout and "72.83 %" in proc.stdout
+    assert "68.00 %" in proc.stdout and "72.83 %" in proc.stdout and "n=3/3" in proc.stdout  # n per side
     assert "ratio of geometric means" in proc.stdout and "95 % CI" in proc.stdout
     add(Store(dlrun_home / "results.sqlite"), [50.0, 51.0], devices=1, system="rtx-ts4", precision="amp")
     refused = run_cli("compare", "--by", "system", env=home)

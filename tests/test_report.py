@@ -56,6 +56,7 @@ def test_two_systems_two_fabrics_tables_plots_and_provenance(dlrun_home, tmp_pat
     # Ren et al. Table III: dgx1v at 80 % of dgx2; Samsi et al.: tcp 15 % below ib on 16 devices
     relative = page.text[page.text.index('id="relative"'):]
     assert "80.0 % [" in relative and "dgx1v" in relative and "16 devices" in relative
+    assert "80.0 % [76.5 %, 83.7 %] (n = 3 / 3)" in relative  # the interval and n per side
     assert "-15.0 % [" in page.text[page.text.index('id="fabrics"'):]
     assert "scaling efficiency" in page.text and "speedup" in page.text
     # the plots: their size as the page states it, not blank, every point clickable with its provenance

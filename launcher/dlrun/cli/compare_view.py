@@ -126,7 +126,7 @@ def _relative(comparison) -> None:
         cell = _pct(r["relative"], 2)
         if "relative_low" in r:
             cell += " " + _interval(r["relative_low"], r["relative_high"], lambda v: f"{v * 100:.1f}",
-                                    why=_no_interval(r))
+                                    why=_no_interval(r)) + f" n={r['n']}/{r['baseline_n']}"
         seen.setdefault((r["workload"], r["model"], r[axis]), {})[r["devices"]] = cell
     for (workload, model, value), cells in seen.items():
         table.add_row(workload, str(model), str(value), *(cells.get(d, "-") for d in devices),
@@ -149,8 +149,8 @@ MEANING = {
                  "else inconclusive",
     "scaling": "geo. mean of the n repeats, 95 % CI: t on logs; speedup: ratio of geometric means over the "
                "baseline's, 95 % CI: Welch's t on logs; scaling eff.: speedup / ideal speedup",
-    "relative": "each cell: ratio of geometric means (system / baseline) with its 95 % CI (Welch's t on logs) "
-                "in percent; n per side in --json; bold: geometric mean of the column's ratios",
+    "relative": "each cell: ratio of geometric means (value / baseline) with its 95 % CI (Welch's t on logs) "
+                "in percent, and n=repeats/baseline repeats; bold: geometric mean of the column's ratios",
     "regression": "ratio of geometric means (value / baseline), n per side; change and its 95 % CI from "
                   "Welch's t on logs, the same computation as the test (p)",
 }

@@ -99,7 +99,7 @@ def relative_table(report: Report) -> str:
     cells = []
     for r in comparison.rows:
         text = pct(r["relative"], 1) + (interval(r.get("relative_low"), r.get("relative_high"), pct)
-                                        or no_interval(r.get("interval")))
+                                        or no_interval(r.get("interval"))) + f" (n = {r['n']} / {r['baseline_n']})"
         title = (f"{r['system']}: geometric mean {num(r['geomean'])} of {r['n']} run(s) against "
                  f"{comparison.baseline}: {num(r['baseline_geomean'])} of {r['baseline_n']}; "
                  f"runs {', '.join(r['runs'][:IDS_PER_ROW])}")
@@ -118,7 +118,7 @@ def relative_table(report: Report) -> str:
     return html_table(table, raw=[c for c in table.columns if c.endswith(("device", "devices"))], table_id="relative",
                       caption=f"Throughput relative to {comparison.baseline}: the ratio of geometric means with "
                               "its 95 % interval (Welch's t on the logs); bold: the geometric mean of a column's "
-                              "ratios (hover a cell for its runs and n per side)")
+                              "ratios; n: repeats here / at the baseline (hover a cell for its runs)")
 
 
 def fabrics_table(report: Report) -> str:
