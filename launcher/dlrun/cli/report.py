@@ -87,10 +87,13 @@ def report(
             _something_to_report(result)
         written = write(result, out, store.path, painter)  # its tables import pandas: waits for the thread
     flag = "" if result.like_for_like else f" (not like-for-like: {len(result.differences)} difference(s))"
-    judged = sum(1 for row in result.published if row.measured is not None)
-    published = f", {judged} published number(s) set against them" if result.published else ""
     console().print(f"wrote {written / 'index.html'}: {result.runs_total} run(s), {len(result.points)} point(s)"
-                    f"{published}{flag}", highlight=False)
+                    f"{_published_count(result)}{flag}", highlight=False)
+
+
+def _published_count(result) -> str:
+    judged = sum(1 for row in result.published if row.measured is not None)
+    return f", {judged} published number(s) set against them" if result.published else ""
 
 
 def _something_to_report(result) -> None:

@@ -147,19 +147,9 @@ def gather(store: Store, filters: Filters, *, title: str, selection: str, baseli
     inputs = facts([g.key for g in groups]) if facts else EfficiencyInputs()
     inputs.matmul = functools.lru_cache(maxsize=None)(store.latest_matmul)  # one query per system, as compare
     systems = sorted({str(g.key.get("system")) for g in groups})
-    differences: list[str] = []
-    notes: list[str] = []
-    points: list[Point] = []
-    scaling: list[tuple[str, Comparison]] = []
-    for system in systems:
-        mine = [g for g in groups if str(g.key.get("system")) == system]
-        for line, members in _lines(system, mine):
-            result = modes.scaling(members, AXES["devices"], None, inputs)
-            differences += [f"on {line}: {text}" for text in result.differences]
-            notes += result.notes
-            for row in result.rows:
-                points.append(_point(len(points), system, line, row, members))
-            scaling.append((line, result))
+    points, scaling = _scaling(groups, systems, inputs)
+    differences = [f"on {line}: {text}" for line, result in scaling for text in result.differences]
+    notes = [note for _, result in scaling for note in result.notes]
     relative = None
     if len(systems) > 1:
         relative = modes.relative(groups, AXES["system"], baseline)
@@ -168,21 +158,41 @@ def gather(store: Store, filters: Filters, *, title: str, selection: str, baseli
     elif baseline is not None:
         raise UsageError(f"--baseline {baseline!r} picks the system the others are compared with; the selection "
                          f"holds one system ({systems[0]})")
-    fabrics: list[tuple[str, Comparison]] = []
-    for system in systems:  # fabrics compared within a system (Samsi et al.: one cluster, two networks)
-        wired = [g for g in groups if str(g.key.get("system")) == system
-                 and g.key.get("fabric") not in (NOT_APPLICABLE, UNKNOWN, None)]
-        if len({g.key.get("fabric") for g in wired}) > 1:
-            result = modes.fabrics(wired, AXES["fabric"], None)
-            differences += [f"between fabrics on {system}: {line}" for line in result.differences]
-            notes += result.notes
-            fabrics.append((system, result))
+    fabrics = _fabrics(groups, systems)
+    for system, result in fabrics:
+        differences += [f"between fabrics on {system}: {line}" for line in result.differences]
+        notes += result.notes
     notes += dropped_note(groups)
     units = {g.unit for g in groups}
     return Report(title=title, selection=selection, unit=units.pop() if len(units) == 1 else None, points=points,
                   scaling=scaling, relative=relative, fabrics=fabrics,
                   differences=list(dict.fromkeys(differences)), notes=list(dict.fromkeys(notes)), runs=runs,
                   runs_total=total)
+
+
+def _scaling(groups: list[Group], systems: list[str],
+             inputs: EfficiencyInputs) -> tuple[list[Point], list[tuple[str, Comparison]]]:
+    """compare's scaling table for each line of each system, and the points of their rows."""
+    points: list[Point] = []
+    scaling: list[tuple[str, Comparison]] = []
+    for system in systems:
+        mine = [g for g in groups if str(g.key.get("system")) == system]
+        for line, members in _lines(system, mine):
+            result = modes.scaling(members, AXES["devices"], None, inputs)
+            points += [_point(len(points) + i, system, line, row, members) for i, row in enumerate(result.rows)]
+            scaling.append((line, result))
+    return points, scaling
+
+
+def _fabrics(groups: list[Group], systems: list[str]) -> list[tuple[str, Comparison]]:
+    """Fabrics compared within each system that used several (Samsi et al.: one cluster, two networks)."""
+    out = []
+    for system in systems:
+        wired = [g for g in groups if str(g.key.get("system")) == system
+                 and g.key.get("fabric") not in (NOT_APPLICABLE, UNKNOWN, None)]
+        if len({g.key.get("fabric") for g in wired}) > 1:
+            out.append((system, modes.fabrics(wired, AXES["fabric"], None)))
+    return out
 
 
 def _lines(system: str, groups: list[Group]) -> list[tuple[str, list[Group]]]:

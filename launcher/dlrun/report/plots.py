@@ -171,15 +171,7 @@ def _scaling_axes(ax, points: list[Point], published: list[Published], colours: 
         if len(xs) > 1:
             ideal = [ys[0] * x / xs[0] for x in xs]
             ax.plot(xs, ideal, linestyle="--", linewidth=1, color=colours[line], alpha=0.7)
-    labels = []
-    if published:
-        ax.plot([r.devices for r in published], [r.value for r in published], linestyle="none", marker="D",
-                markersize=8, markerfacecolor="none", markeredgecolor="black", label="published", zorder=4)
-        for ref in published:
-            labels.append(_source(ref))
-            # parse_math off: a source's text is data, never mathtext markup
-            ax.annotate(labels[-1], (ref.devices, ref.value), xytext=(7, 5), textcoords="offset points",
-                        fontsize=7, color="black", parse_math=False)
+    labels = _published(ax, published)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     # plain tick labels at 1-2-5 steps: matplotlib's log labels are mathtext ($10^{3}$), whose parser alone
@@ -196,6 +188,19 @@ def _scaling_axes(ax, points: list[Point], published: list[Published], colours: 
     return labels
 
 
+def _published(ax, published: list[Published]) -> list[str]:
+    """Published numbers as open diamonds, each labelled with its source; the labels."""
+    if not published:
+        return []
+    ax.plot([r.devices for r in published], [r.value for r in published], linestyle="none", marker="D",
+            markersize=8, markerfacecolor="none", markeredgecolor="black", label="published", zorder=4)
+    for ref in published:
+        # parse_math off: a source's text is data, never mathtext markup
+        ax.annotate(_source(ref), (ref.devices, ref.value), xytext=(7, 5), textcoords="offset points", fontsize=7,
+                    color="black", parse_math=False)
+    return [_source(ref) for ref in published]
+
+
 def _plain(value: float, _position: Any = None) -> str:
     return f"{value:,.0f}" if value >= 10 else f"{value:.3g}"
 
@@ -203,10 +208,7 @@ def _plain(value: float, _position: Any = None) -> str:
 def bars_plot(report: Report, folder: Path) -> Plot | None:
     """Bars of geometric means from zero, their intervals, and the repeats as dots over each bar."""
     by_fabric = bool(report.fabrics)
-    bars: dict[tuple, dict[str, Point]] = {}
-    for p in report.points:
-        category = (p.series, p.system, p.devices) if by_fabric else (p.series, p.devices)
-        bars.setdefault(category, {}).setdefault(p.fabric if by_fabric else p.line, p)
+    bars = _bar_categories(report.points, by_fabric)
     hues = sorted({hue for row in bars.values() for hue in row})
     categories = list(bars)[: max(MAX_BARS // max(len(hues), 1), 1)]
     if not categories:
@@ -218,22 +220,9 @@ def bars_plot(report: Report, folder: Path) -> Plot | None:
     step = 0.8 / len(hues)
     placed = []
     for k, hue in enumerate(hues):
-        xs, ys, errs, mine = [], [], [], []
-        for c, category in enumerate(categories):
-            point = bars[category].get(hue)
-            if point is None:
-                continue
-            xs.append(c - 0.4 + step * (k + 0.5))
-            ys.append(point.row["geomean"])
-            errs.append(_whisker(point.row))
-            mine.append(point)
-        drawn = ax.bar(xs, ys, width=step * 0.95, color=colours[hue], label=hue, alpha=0.75,
-                       yerr=[[e[0] for e in errs], [e[1] for e in errs]], capsize=2)
-        placed += list(zip(drawn.patches, mine))
-        for x, point in zip(xs, mine):
-            dots = _dots(point.values)
-            ax.scatter(_spread(len(dots), x, step * 0.5), dots, s=7, color="black", alpha=0.55, linewidths=0,
-                       zorder=3)
+        at = [(c - 0.4 + step * (k + 0.5), bars[category][hue]) for c, category in enumerate(categories)
+              if hue in bars[category]]
+        placed += _bars(ax, at, step, colours[hue], hue)
     ax.set_xticks(range(len(categories)))
     rotated = len(categories) > 4
     ax.set_xticklabels([_category(c, len({c[0] for c in categories}) > 1) for c in categories],
@@ -248,14 +237,39 @@ def bars_plot(report: Report, folder: Path) -> Plot | None:
     plot = _save(fig, folder, "bars.png", "scaling",
                  f"Geometric mean throughput per {'fabric' if by_fabric else 'system'}, with the repeats")
     plot.y_range = y_range
-    for patch, point in placed:
-        box = patch.get_window_extent()
-        plot.areas.append(Area("rect", [int(box.x0), int(plot.height - box.y1), int(math.ceil(box.x1)),
-                                        int(math.ceil(plot.height - box.y0))], f"#{point.anchor}", point.provenance()))
+    plot.areas = [_bar_area(patch, point, plot.height) for patch, point in placed]
     left = len(bars) - len(categories)
     if left:
         plot.notes.append(f"{left} more configurations are in the tables only")
     return plot
+
+
+def _bar_categories(points: list[Point], by_fabric: bool) -> dict[tuple, dict[str, Point]]:
+    """category (series, system and devices; or series and devices) -> hue (fabric, or line) -> point."""
+    bars: dict[tuple, dict[str, Point]] = {}
+    for p in points:
+        category = (p.series, p.system, p.devices) if by_fabric else (p.series, p.devices)
+        bars.setdefault(category, {}).setdefault(p.fabric if by_fabric else p.line, p)
+    return bars
+
+
+def _bars(ax, at: list[tuple[float, Point]], step: float, colour: Any, label: str) -> list[tuple[Any, Point]]:
+    """One hue's bars (geometric means from zero, their whiskers) at their x positions, the repeats as dots
+    over each; each bar's patch with its point."""
+    whiskers = [_whisker(point.row) for _, point in at]
+    drawn = ax.bar([x for x, _ in at], [point.row["geomean"] for _, point in at], width=step * 0.95, color=colour,
+                   label=label, alpha=0.75, yerr=[[w[0] for w in whiskers], [w[1] for w in whiskers]], capsize=2)
+    for x, point in at:
+        dots = _dots(point.values)
+        ax.scatter(_spread(len(dots), x, step * 0.5), dots, s=7, color="black", alpha=0.55, linewidths=0, zorder=3)
+    return list(zip(drawn.patches, [point for _, point in at]))
+
+
+def _bar_area(patch, point: Point, height: int) -> Area:
+    """The image-map rectangle of a bar, in the PNG's pixels (y downwards)."""
+    box = patch.get_window_extent()
+    return Area("rect", [int(box.x0), int(height - box.y1), int(math.ceil(box.x1)), int(math.ceil(height - box.y0))],
+                f"#{point.anchor}", point.provenance())
 
 
 def _category(category: tuple, label_series: bool) -> str:

@@ -76,26 +76,14 @@ def evaluate(ref: Reference, read: list[PointWork], system: str | None) -> Deriv
         more = f"with points of {', '.join(derive.with_experiments)}" if derive.with_experiments else ""
         return Derived(why=f"a {derive.op} {' and '.join(p for p in (over, more) if p)}: see dlrun compare")
     metric = ref.metric
-    if derive.op in ("ratio", "reduction"):
-        top, base = {**ref.conditions, **derive.numerator}, {**ref.conditions, **derive.denominator}
-        names = ("numerator", "denominator")
-    elif derive.op in ("speedup", "gain", "scaling-efficiency"):
-        top, base = ref.conditions, {**ref.conditions, **derive.baseline}
-        names = ("reference's points", "baseline")
-    else:
-        top, base, names = ref.conditions, None, ("reference's points", "")
-    if "system" in {*(top or {}), *(base or {})} and system is not None:
-        wanted = [c["system"] for c in (top, base) if c and "system" in c]
-        if any(system not in (w if isinstance(w, list) else [w]) for w in wanted):
-            return Derived(why=f"a {derive.op} between systems: see dlrun compare --by system")
-    top_works = [w for w in read if matches(top, w.point.values, system)
-                 and (base is None or not matches(base, w.point.values, system))]
-    base_works = [w for w in read if base is not None and matches(base, w.point.values, system)]
+    top, base, names = _operands(ref)
+    if _between_systems(system, top, base):
+        return Derived(why=f"a {derive.op} between systems: see dlrun compare --by system")
+    top_works, base_works = _split(read, top, base, system)
     top_values = _values(top_works, metric)
     base_values = _values(base_works, metric)
     units = {run.units[metric] for w in top_works + base_works for run in w.stored if metric in run.units}
-    missing = [name for name, values in ((names[0], top_values), (names[1], base_values))
-               if name and not values]
+    missing = [name for name, values in zip(names, (top_values, base_values)) if name and not values]
     if missing:
         return Derived(why=f"no stored run of the {' or the '.join(missing)}", verdict="no runs")
     runs = len(top_values) + len(base_values)
@@ -107,12 +95,46 @@ def evaluate(ref: Reference, read: list[PointWork], system: str | None) -> Deriv
         if scale is None:
             return Derived(why="the points' scales (their device or node counts) differ: see dlrun compare")
         return _made(r.estimate, Scale(100.0 / scale), runs, units, r.interval)
-    if derive.op == "gain":
-        return _made(r.estimate, Scale(100.0, 1, -100.0), runs, units, r.interval)
-    if derive.op == "reduction":
-        return _made(r.estimate, Scale(-100.0, 1, 100.0), runs, units, r.interval)
-    factor = 100.0 if derive.op == "ratio" and ref.unit == "%" else 1.0  # a speedup, or a ratio
-    return _made(r.estimate, Scale(factor), runs, units, r.interval)
+    return _made(r.estimate, _ratio_scale(derive.op, ref.unit), runs, units, r.interval)
+
+
+def _operands(ref: Reference) -> tuple[dict, dict | None, tuple[str, str]]:
+    """The conditions of the two sides (the second None for a one-sided quantity), and their names."""
+    derive = ref.derive
+    assert derive is not None
+    if derive.op in ("ratio", "reduction"):
+        return ({**ref.conditions, **derive.numerator}, {**ref.conditions, **derive.denominator},
+                ("numerator", "denominator"))
+    if derive.op in ("speedup", "gain", "scaling-efficiency"):
+        return ref.conditions, {**ref.conditions, **derive.baseline}, ("reference's points", "baseline")
+    return ref.conditions, None, ("reference's points", "")
+
+
+def _split(read: list[PointWork], top: dict, base: dict | None,
+           system: str | None) -> tuple[list[PointWork], list[PointWork]]:
+    """The points of each side (a point both sides' conditions select is the baseline's)."""
+    if base is None:
+        return [w for w in read if matches(top, w.point.values, system)], []
+    in_base = [matches(base, w.point.values, system) for w in read]
+    return ([w for w, b in zip(read, in_base) if not b and matches(top, w.point.values, system)],
+            [w for w, b in zip(read, in_base) if b])
+
+
+def _between_systems(system: str | None, top: dict, base: dict | None) -> bool:
+    """Whether a side names a system other than `system` (a ratio of two systems: compare's)."""
+    if system is None:
+        return False
+    wanted = [c["system"] for c in (top, base) if c and "system" in c]
+    return any(system not in (w if isinstance(w, list) else [w]) for w in wanted)
+
+
+def _ratio_scale(op: str, unit: str | None) -> Scale:
+    """A gain (100 (r - 1)), a reduction (100 (1 - r)), or a speedup or ratio (r, x 100 in %)."""
+    if op == "gain":
+        return Scale(100.0, 1, -100.0)
+    if op == "reduction":
+        return Scale(-100.0, 1, 100.0)
+    return Scale(100.0 if op == "ratio" and unit == "%" else 1.0)
 
 
 def _values(works: list[PointWork], metric: str) -> list[float]:

@@ -82,18 +82,44 @@ def _row(ref: Reference, read: list[PointWork], system: str | None) -> Reference
         return row
     if ref.derive is not None and ref.derive.op != "value":
         return _derived_row(row, ref, read, system)
-    stored = [run.values[ref.metric] for work in read for run in work.stored if ref.metric in run.values]
-    values = [value for value in stored if math.isfinite(value) and value > 0]  # rates and counts are positive
-    units = {run.units[ref.metric] for work in read for run in work.stored if ref.metric in run.units}
+    stored, values, units = _stored(ref.metric, read)
     if not values:
-        skipped = [work for work in read if work.skip]
-        if len(skipped) == len(read):
-            row.verdict, row.why = "skipped", skipped[0].skip or ""
-        return row
+        return _unmeasured(row, read)
     row.unit = ", ".join(sorted(units))
-    published_unit = UNIT_ALIASES.get(ref.unit or "", ref.unit)
-    exact = ref.metric in FACT_UNITS and len(set(values)) == 1  # a count, not a measurement
-    if exact:
+    estimate = _measure(row, ref, values)
+    if units and units != {UNIT_ALIASES.get(ref.unit or "", ref.unit)}:
+        row.verdict, row.why = "unit differs", f"{row.unit} here, {ref.unit} published"
+        return row
+    if ref.check == "informational":
+        # the reference's first clause; the whole reason is in `dlrun experiments show`
+        row.verdict = "informational"
+        row.why = "compared, never judged: " + re.split(r"[:;.]\s", (ref.ambiguous or ref.note or "").strip())[0]
+        return row
+    context = [f"geometric mean over {len(read)} points"] if len(read) > 1 else []
+    if len(stored) > len(values):
+        context.append(f"{len(stored) - len(values)} run(s) left out: a value that is no rate")
+    return _judged(row, ref, estimate, Scale(), "; ".join(context))
+
+
+def _stored(metric: str, read: list[PointWork]) -> tuple[list[float], list[float], set[str]]:
+    """The points' stored values of `metric`, the positive finite ones among them (rates and counts), and
+    their units."""
+    stored = [run.values[metric] for work in read for run in work.stored if metric in run.values]
+    units = {run.units[metric] for work in read for run in work.stored if metric in run.units}
+    return stored, [value for value in stored if math.isfinite(value) and value > 0], units
+
+
+def _unmeasured(row: ReferenceRow, read: list[PointWork]) -> ReferenceRow:
+    """A row without values: `skipped` when every point it reads is skipped, else `no runs`."""
+    skipped = [work for work in read if work.skip]
+    if len(skipped) == len(read):
+        row.verdict, row.why = "skipped", skipped[0].skip or ""
+    return row
+
+
+def _measure(row: ReferenceRow, ref: Reference, values: list[float]) -> LogEstimate:
+    """Fill the row's measured value, interval and ratio from the runs' values; the estimate to judge."""
+    if ref.metric in FACT_UNITS and len(set(values)) == 1:  # a count, not a measurement
         estimate, row.interval = LogEstimate.exact(values[0]), "exact: a counted fact"
         row.runs, row.measured = len(values), values[0]
     else:
@@ -101,21 +127,9 @@ def _row(ref: Reference, read: list[PointWork], system: str | None) -> Reference
         estimate, row.interval = stats.estimate, stats.interval
         row.runs, row.measured = stats.n, stats.geomean
         row.ci = (stats.ci_low, stats.ci_high) if stats.ci_low is not None and stats.ci_high is not None else None
-    if units and units != {published_unit}:
-        row.verdict, row.why = "unit differs", f"{row.unit} here, {ref.unit} published"
-        return row
-    if ref.value is not None and ref.value:
+    if ref.value:
         row.ratio = row.measured / ref.value
-    context = "; ".join(part for part in (
-        f"geometric mean over {len(read)} points" if len(read) > 1 else "",
-        f"{len(stored) - len(values)} run(s) left out: a value that is no rate" if len(stored) > len(values) else "")
-        if part)
-    if ref.check == "informational":
-        # the reference's first clause; the whole reason is in `dlrun experiments show`
-        row.verdict = "informational"
-        row.why = "compared, never judged: " + re.split(r"[:;.]\s", (ref.ambiguous or ref.note or "").strip())[0]
-        return row
-    return _judged(row, ref, estimate, Scale(), context)
+    return estimate
 
 
 def _judged(row: ReferenceRow, ref: Reference, estimate: LogEstimate, scale: Scale, context: str) -> ReferenceRow:
