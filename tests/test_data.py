@@ -184,10 +184,11 @@ def test_slurm_script_stages_once_per_node_golden(tmp_path, monkeypatch):
     monkeypatch.delenv("DLRUN_PATH", raising=False)
     data = tmp_path / "imagenet"
     data.mkdir()
-    plan = matrix_plan("singularity", "srun", "roce", scheduler="slurm", data_dir=str(data), stage_data=True)
+    plan = matrix_plan("singularity", "srun", "roce", scheduler="slurm", data=str(data), stage_data=True)
     staged = staged_path(str(data))
     script = render_job(plan).script
-    assert plan.stage_data == str(data) and script.count(staged) == 2  # the copy step's target and the bind
+    assert plan.data.path == str(data) and plan.data.staged_copy == staged
+    assert script.count(staged) == 2  # the copy step's target and the bind
     script = script.replace(staged, staged_path("/scratch/imagenet")).replace(str(data), "/scratch/imagenet")
     path = GOLDEN / "slurm-stage-data.sh"
     if REGEN:
@@ -204,12 +205,12 @@ def test_stage_data_needs_data_and_a_scheduler_that_reaches_every_node(tmp_path)
 
     with pytest.raises(UsageError, match="valid: --stage-data with --data DIR"):
         matrix_plan("singularity", "srun", "roce", scheduler="slurm", stage_data=True)
-    plan = matrix_plan("host", "mpirun", "ib", scheduler="kubernetes", data_dir=str(tmp_path), stage_data=True)
+    plan = matrix_plan("host", "mpirun", "ib", scheduler="kubernetes", data=str(tmp_path), stage_data=True)
     with pytest.raises(UsageError, match="--stage-data with scheduler kubernetes"):
         render_job(plan)
     for scheduler, launcher, step in (("pbs", "mpirun", "pbsdsh -u /bin/bash -c"),
                                       ("lsf", "jsrun", "jsrun --nrs 2 --rs_per_host 1")):
-        plan = matrix_plan("singularity", launcher, "ib", scheduler=scheduler, data_dir=str(tmp_path),
+        plan = matrix_plan("singularity", launcher, "ib", scheduler=scheduler, data=str(tmp_path),
                            stage_data=True)
         assert step in render_job(plan).script
 

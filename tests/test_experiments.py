@@ -181,7 +181,8 @@ def test_txgaia_fabric_matrix(catalog):
     assert one_node.references == ("ethernet_average_reduction", "conclusion_no_adverse_effect")
     assert one_node.plan_options() == {
         "image": "tf1.14-nccl", "system": "txgaia", "nodes": 1, "ranks_per_node": 2, "batch_size": 64, "steps": 100,
-        "warmup_steps": 10, "precision": "fp32", "fabric": "roce", "data_workers": None}
+        "warmup_steps": 10, "precision": "fp32", "fabric": "roce", "data_workers": None,
+        "variable_update": None, "all_reduce_spec": None, "ps": None}  # every option an axis may set
 
 
 def test_points_a_system_cannot_run_say_why(catalog):

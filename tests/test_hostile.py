@@ -93,9 +93,9 @@ def hostile(tmp_path, monkeypatch):
 def _plan(h, runtime, launcher, scheduler, fabric="tcp", nodes=2, ranks=2):
     return resolve_plan(h["catalog"], "trivial", system="matrix", image="hostile-image", runtime=runtime,
                         launcher=launcher, scheduler=scheduler, fabric=fabric, nodes=nodes, ranks_per_node=ranks,
-                        steps=3, warmup_steps=1, batch_size=8, data_dir=str(h["data"]),
-                        binds=[f"{h['data']}:{h['target']}:rw"], env=[f"HOSTILE_ENV={h['value']}"],
-                        launcher_args=[] if launcher == "none" else [h["launcher_arg"]])
+                        steps=3, warmup_steps=1, batch_size=8, data=str(h["data"]),
+                        bind=[f"{h['data']}:{h['target']}:rw"], env=[f"HOSTILE_ENV={h['value']}"],
+                        launcher_arg=[] if launcher == "none" else [h["launcher_arg"]])
 
 
 def _execute(h, text: str, name: str, extra_env: dict[str, str] | None = None) -> list[dict]:
@@ -222,7 +222,7 @@ def test_roce_gid_reaches_the_ranks_from_the_nodes_gid_table(hostile):
 @pytest.mark.parametrize("option,value,message", [
     ("partition", "debug\n#SBATCH --uid=0", "bad --partition"),
     ("account", "proj;$(touch x)", "bad --account"),
-    ("time_limit", "00:10:00; reboot", "bad --time"),
+    ("time", "00:10:00; reboot", "bad --time"),
 ])
 def test_hostile_directive_values_are_validation_errors(hostile, option, value, message):
     with pytest.raises(UsageError, match=message):
@@ -234,7 +234,7 @@ def test_hostile_env_names_and_binds_are_validation_errors(hostile):
         resolve_plan(hostile["catalog"], "trivial", system="matrix", env=["X;$(id)=1"])
     with pytest.raises(UsageError, match="bind path .* contains ',' or ':'"):
         render_job(resolve_plan(hostile["catalog"], "trivial", system="matrix", runtime="singularity",
-                                binds=["/a,b:/data"]))
+                                bind=["/a,b:/in"]))
 
 
 def test_every_runtime_is_covered():

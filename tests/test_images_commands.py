@@ -633,7 +633,7 @@ def plan_for(runtime: str, data: Path, **options):
     from dlrun.images.verify import with_local_image
 
     return resolve_plan(load_catalog(host=probe_host()), "trivial", image="cpu-reference", runtime=runtime,
-                        data_dir=str(data), threads_per_rank=2, local_image=with_local_image, **options)
+                        data=str(data), threads=2, local_image=with_local_image, **options)
 
 
 def wrapped(runtime: str, data: Path, **options) -> str:

@@ -80,7 +80,7 @@ def test_dataset_is_read_only_under_both_runtimes(cpu_reference_in_podman, datas
         monkeypatch.setenv(key, value)
     for runtime in ("charliecloud", "docker-api"):
         plan = resolve_plan(load_catalog(host=probe_host()), "trivial", image="cpu-reference", runtime=runtime,
-                            data_dir=str(dataset), local_image=with_local_image)
+                            data=str(dataset), local_image=with_local_image)
         argv = RUNTIMES.get(runtime).wrap(plan, probe).argv
         proc = subprocess.run(["bash", "-c", join(argv)], capture_output=True, text=True, env=env, timeout=300)
         assert proc.returncode == 0, f"{runtime}: {proc.stderr}"

@@ -53,7 +53,8 @@ def test_mpirun_two_ranks_with_hostile_data_path_and_env(dlrun_home, tmp_path):
     run = cli_json("results", "list", env=env)[0]
     assert run["status"] == "ok" and run["world_size"] == 2
     plan = json.loads((Path(run["run_dir"]) / "plan.json").read_text())
-    assert plan["binds"] == [{"source": str(data), "target": "/data", "read_only": True}]
+    assert plan["data"] == {"path": str(data), "format": "jpeg", "staged_copy": None, "mount": "/data"}
+    assert plan["binds"] == []  # the dataset is the plan's `data`, bound at /data by the runtime
     assert plan["env"]["HOSTILE"] == value
     extra = cli_json("results", "show", run["id"], env=env)["results"][0]["extra"]
     assert extra["data_source"] == "jpeg" and extra["data_path"] == str(data) and extra["images_decoded"] > 0

@@ -94,7 +94,7 @@ def test_host_runtime_gives_the_workload_the_host_paths(dlrun_home, tmp_path):
     data = tmp_path / "imagenet"
     out = tmp_path / "out dir"
     data.mkdir()
-    plan = matrix_plan("host", "mpirun", "tcp", binds=[f"{out}:/out:rw"], data_dir=str(data))
+    plan = matrix_plan("host", "mpirun", "tcp", bind=[f"{out}:/out:rw"], data=str(data))
     rank = RankCommand(argv=["python3", "bench.py", "--data_dir=/data", "/data/train", "--out", "/out",
                              "/database", Expand("${DLRUN_RUN_DIR}/data")],
                        env={"DATA": "/data/val", "OTHER": "/opt/x", "PORT": Expand("${DLRUN_MASTER_PORT}")})

@@ -68,13 +68,25 @@ def test_host_runtime_leaves_the_command_alone():
     assert join(rank.argv) == HARNESS
 
 
+@pytest.fixture
+def imagenet(tmp_path):
+    """A dataset directory for --data; rendered paths show it as /scratch/imagenet."""
+    path = tmp_path / "imagenet"
+    path.mkdir()
+    return path
+
+
+def _shown(argv, imagenet) -> str:
+    return join(argv).replace(str(imagenet), "/scratch/imagenet")
+
+
 @pytest.mark.parametrize("name,prefix", [("singularity", "SINGULARITYENV_"), ("apptainer", "APPTAINERENV_")])
-def test_singularity_and_apptainer_exact(name, prefix):
-    plan = matrix_plan(name, "srun", "ib", binds=["/scratch/imagenet:/data:ro", "/scratch/out:/out:rw"])
+def test_singularity_and_apptainer_exact(name, prefix, imagenet):
+    plan = matrix_plan(name, "srun", "ib", data=str(imagenet), bind=["/scratch/out:/out:rw"])
     wrapped = RUNTIMES.get(name).wrap(plan, _rank(plan))
-    assert join(wrapped.argv) == (
+    assert _shown(wrapped.argv, imagenet) == (
         f'{name} exec --nv -B "${{DLRUN_RUN_DIR}}" --pwd "${{DLRUN_RUN_DIR}}" '
-        "-B /scratch/imagenet:/data:ro -B /scratch/out:/out -B /dev/infiniband:/dev/infiniband "
+        "-B /scratch/out:/out -B /scratch/imagenet:/data:ro -B /dev/infiniband:/dev/infiniband "
         "--env GLOO_SOCKET_IFNAME=ib0 "
         '--env "MASTER_ADDR=${DLRUN_MASTER_ADDR}" --env "MASTER_PORT=${DLRUN_MASTER_PORT:-29500}" '
         "--env NCCL_DEBUG=INFO --env NCCL_IB_DISABLE=0 --env NCCL_IB_HCA=mlx5_0:1 --env NCCL_SOCKET_IFNAME=ib0 "
@@ -87,16 +99,16 @@ def test_singularity_and_apptainer_exact(name, prefix):
 
 
 def test_singularity_refuses_binds_it_cannot_express():
-    plan = matrix_plan("singularity", "srun", "tcp", binds=["/data,1:/data"])
+    plan = matrix_plan("singularity", "srun", "tcp", bind=["/data,1:/in"])
     with pytest.raises(UsageError, match=r"bind path '/data,1' contains ',' or ':'"):
         render_job(plan)
 
 
-def test_enroot_through_pyxis_exact():
-    plan = matrix_plan("enroot", "srun", "ib", binds=["/scratch/imagenet:/data:ro"])
+def test_enroot_through_pyxis_exact(imagenet):
+    plan = matrix_plan("enroot", "srun", "ib", data=str(imagenet))
     wrapped = RUNTIMES.get("enroot").wrap(plan, _rank(plan))
-    assert join(wrapped.argv) == HARNESS_DATA  # pyxis starts the rank inside the container itself
-    assert join(list(wrapped.launcher_args)) == (
+    assert _shown(wrapped.argv, imagenet) == HARNESS_DATA  # pyxis starts the rank inside the container itself
+    assert _shown(list(wrapped.launcher_args), imagenet) == (
         "'--container-image=registry.example.org#dlrun/matrix:x86_64' "
         '"--container-mounts=${DLRUN_RUN_DIR}:${DLRUN_RUN_DIR}",/scratch/imagenet:/data:ro,'
         "/dev/infiniband:/dev/infiniband "
@@ -217,7 +229,7 @@ def test_bsub_and_qsub_directives_exact():
 
 
 def test_hostile_scheduler_options_are_refused():
-    for option in ({"partition": "gpu\n#SBATCH --uid=0"}, {"account": "a;$(touch x)"}, {"time_limit": "1h"}):
+    for option in ({"partition": "gpu\n#SBATCH --uid=0"}, {"account": "a;$(touch x)"}, {"time": "1h"}):
         with pytest.raises(UsageError, match=r"^bad --(partition|account|time) "):
             matrix_plan("host", "srun", "tcp", **option)
 

@@ -83,8 +83,8 @@ def test_txgaia_keeps_horovod_and_renders_each_all_reduce_strategy(catalog):
 
 
 def test_data_format_fp16_data_dir_and_pass_through_flags(catalog, tmp_path):
-    argv = _argv(catalog, "resnet50", system="txgaia", data_format="nhwc", precision="amp", data_dir=str(tmp_path),
-                 benchmark_args=["--optimizer=momentum", "--nodistortions"])
+    argv = _argv(catalog, "resnet50", system="txgaia", data_format="nhwc", precision="amp", data=str(tmp_path),
+                 benchmark_arg=["--optimizer=momentum", "--nodistortions"])
     assert "--data_format=NHWC" in argv and "--use_fp16=True" in argv
     assert argv[-4:] == ["--data_name=imagenet", "--data_dir=/data", "--optimizer=momentum", "--nodistortions"]
     assert not [arg for arg in _argv(catalog, "resnet50", system="txgaia") if arg.startswith("--data_dir")]
@@ -106,8 +106,8 @@ BAD = [
      "does not read it"),
     (dict(system="txgaia", nodes=2, variable_update="horovod", ps=2), "starts no parameter servers"),
     (dict(system="summitdev", nodes=4, ps=6), "valid: 1..4 or a multiple of 4"),
-    (dict(system="txgaia", benchmark_args=["--batch_size=7"]), "valid: --batch-size"),
-    (dict(system="txgaia", benchmark_args=["optimizer=sgd"]), "valid: --FLAG or --FLAG=VALUE"),
+    (dict(system="txgaia", benchmark_arg=["--batch_size=7"]), "valid: --batch-size"),
+    (dict(system="txgaia", benchmark_arg=["optimizer=sgd"]), "valid: --FLAG or --FLAG=VALUE"),
     (dict(system="txgaia", data_format="NCWH"), "valid: NCHW, NHWC"),
     (dict(system="localhost", image="host", variable_update="replicated"), "is a tf_cnn_benchmarks option"),
     (dict(system="localhost", image="host", all_reduce_spec="xring"), "is a tf_cnn_benchmarks option"),
@@ -167,8 +167,8 @@ def _key(plan):
 def test_benchmark_settings_are_part_of_the_key(catalog, tmp_path):
     one, four = (_key(resolve_plan(catalog, "resnet50_v1", system="summitdev", nodes=16, ps=n)) for n in (1, 4))
     assert one["framework"] == "tensorflow/parameter_server ps=1 layout=NCHW" and four != one
-    real = _key(resolve_plan(catalog, "resnet50", system="txgaia", data_dir=str(tmp_path),
-                             benchmark_args=["--optimizer=momentum"]))
+    real = _key(resolve_plan(catalog, "resnet50", system="txgaia", data=str(tmp_path),
+                             benchmark_arg=["--optimizer=momentum"]))
     assert real["framework"] == "tensorflow/horovod layout=NCHW --optimizer=momentum"
     assert (real["data"], real["data_format"]) == ("real:imagenet", "tfrecord")
     pytorch = _key(resolve_plan(catalog, "resnet50", system="dgx1v", image="pytorch1.0-nvcr18.11"))
@@ -183,16 +183,23 @@ GOLDEN_CASES = {
     "tf-txgaia-collective": dict(system="txgaia", nodes=4, variable_update="collective_all_reduce",
                                  all_reduce_spec="collective"),
     "tf-txgaia-horovod": dict(system="txgaia", nodes=4, variable_update="horovod"),
-    "tf-benchmark-arg-hostile": dict(system="txgaia", nodes=2, benchmark_args=[HOSTILE_ARG]),
-    "tf-data": dict(system="txgaia", binds=["/datasets/imagenet-tfrecord:/data"], data_format="NHWC"),
+    "tf-benchmark-arg-hostile": dict(system="txgaia", nodes=2, benchmark_arg=[HOSTILE_ARG]),
+    "tf-data": dict(system="txgaia", data="{dataset}", data_format="NHWC"),
 }
+#: How the golden scripts show the dataset of --data (a directory the test makes).
+GOLDEN_DATASET = "/datasets/imagenet-tfrecord"
 
 
 @pytest.mark.parametrize("name", sorted(GOLDEN_CASES))
-def test_golden_tf_scripts(catalog, name, monkeypatch):
+def test_golden_tf_scripts(catalog, name, monkeypatch, tmp_path):
     monkeypatch.setenv("DLRUN_HOME", "/nonexistent/dlrun-home")
     case = dict(GOLDEN_CASES[name])
-    script = render_job(resolve_plan(catalog, case.pop("workload", "resnet50"), **case)).script
+    dataset = tmp_path / "imagenet-tfrecord"
+    dataset.mkdir()
+    if case.get("data"):
+        case["data"] = str(dataset)
+    plan = resolve_plan(catalog, case.pop("workload", "resnet50"), **case)
+    script = render_job(plan).script.replace(str(dataset), GOLDEN_DATASET)
     path = GOLDEN / f"{name}.sh"
     if REGEN:
         path.write_text(script)
@@ -248,7 +255,7 @@ def _alive(pid: int) -> bool:
 def test_local_cluster_script_runs_workers_and_parameter_servers(catalog, tmp_path):
     """The whole rendered script, run by bash: two parameter servers on this node, one worker, host lists."""
     plan = resolve_plan(catalog, "resnet50", system="txgaia", scheduler="local", runtime="host", ps=2,
-                        benchmark_args=[HOSTILE_ARG.replace("MARK", str(tmp_path / "injected"))])
+                        benchmark_arg=[HOSTILE_ARG.replace("MARK", str(tmp_path / "injected"))])
     env = {**_stub_path(tmp_path), "DLRUN_MASTER_PORT": "41000"}
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "run.sh").write_text(render_job(plan).script)

@@ -8,7 +8,8 @@ from dataclasses import replace
 
 from dlrun.errors import UsageError
 from dlrun.job import RankCommand, RenderedJob
-from dlrun.plan import DATA_MOUNT, Plan, fabric_for
+from dlrun.plan import Plan, fabric_for
+from dlrun.runoptions import harness_args
 from dlrun.registry import LAUNCHERS, RUNTIMES, SCHEDULERS
 from dlrun.shell import Expand, SecretRef
 from dlrun.staging import stage_argv
@@ -38,8 +39,8 @@ def harness_command(plan: Plan) -> list[str]:
         data_workers = 0  # nothing to load
     else:
         what = ["--model", str(work.model), "--batch-size", str(plan.batch_size)]
-        if plan.data_bind is not None:  # --data DIR: train on it, not synthetic
-            what += ["--data-dir", DATA_MOUNT]
+        if plan.data is not None:  # --data DIR: train on it, not synthetic
+            what += ["--data-dir", plan.data.mount]
         precision = ["--precision", plan.precision]
         data_workers = plan.data_workers
     return [
@@ -51,8 +52,9 @@ def harness_command(plan: Plan) -> list[str]:
         "--device", plan.device,
         "--threads", str(plan.threads_per_rank),
         "--expected-world-size", str(plan.world_size),
-    ] + (["--dist", "horovod"] if plan.dist == "horovod" else []) + (["--data-workers", str(data_workers)] if data_workers else []) + (
-        ["--allocator", plan.allocator] if plan.allocator != "auto" else []) + (
+    ] + (["--dist", "horovod"] if plan.dist == "horovod" else []) + (
+        ["--data-workers", str(data_workers)] if data_workers else []) + harness_args(
+        lambda name: getattr(plan, name)) + (
         ["--timeout-s", str(collective_timeout_s(plan))] if collective_timeout_s(plan) else [])
 
 
@@ -75,10 +77,7 @@ def workload_command(plan: Plan) -> list[str]:
         return nccl_tests_command(plan)
     if plan.image.harness_framework is None:
         return tf_cnn_benchmarks_command(plan)
-    argv = harness_command(plan)
-    if plan.image.harness_framework == "tensorflow" and plan.data_bind is not None:
-        argv += ["--data-dir", DATA_MOUNT]  # `--data DIR`, bound there (the host runtime maps it back to DIR)
-    return argv
+    return harness_command(plan)
 
 
 def rank_environment(plan: Plan) -> dict[str, str]:
@@ -119,11 +118,11 @@ def render_job(plan: Plan) -> RenderedJob:
         launch = tf_node_launch(plan, rank, scheduler)  # one process per node (dlrun.tfbench)
     else:
         launch = launcher.wrap(plan, rank, scheduler)
-    if plan.stage_data:  # --stage-data: each node copies the dataset before the launch
+    if plan.data is not None and plan.data.staged_copy:  # --stage-data: each node copies the dataset first
         if scheduler.runs_image:
             raise UsageError(f"--stage-data with scheduler {plan.scheduler}: its pods start the image themselves "
                              "and run no step before it; valid: a scheduler that runs a job script (local, "
                              "slurm, pbs, lsf)")
-        stage = stage_argv(plan.stage_data, plan.data_bind.source)  # the bind's source is the node-local copy
+        stage = stage_argv(plan.data.path, plan.data.staged_copy)
         launch = replace(launch, setup=[*scheduler.once_per_node(plan, stage), *launch.setup])
     return scheduler.render(plan, launch)

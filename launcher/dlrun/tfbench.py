@@ -42,7 +42,7 @@ def tf_layout(plan: Plan) -> str:
 
 def data_dir(plan: Plan) -> str | None:
     """Where the plan's dataset (--data) is bound in the container, if it has one."""
-    return plan.data_bind.target if plan.data_bind is not None else None
+    return plan.data.mount if plan.data is not None else None
 
 
 def tf_cnn_benchmarks_command(plan: Plan) -> list[str]:

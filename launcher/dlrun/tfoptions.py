@@ -105,6 +105,23 @@ def resolve_tf_options(image: Any, *, nodes: int, world: int, device: str, varia
                              f"{harness or image.framework} harness; valid: an image that runs TensorFlow (e.g. --image "
                              "tf1.14-nccl), or leave it out")
         return {}
+    mode = _mode(image, variable_update, nodes=nodes, world=world, ps=ps)
+    towers = world if device == "cuda" else nodes  # one per GPU; one CPU device per node's process
+    if mode == "collective_all_reduce" and towers < 2:
+        raise UsageError(f"--variable-update collective_all_reduce reduces between devices, and the plan has "
+                         f"{towers}; valid: 2 or more GPUs in all, or --nodes 2 or more on CPUs")
+    cluster = mode in CLUSTER_MODES and (mode != "parameter_server" or nodes > 1 or bool(ps))
+    _check_ps(ps, mode, nodes)
+    for arg in benchmark_args or []:
+        check_benchmark_arg(arg)
+    return {"variable_update": mode,
+            "all_reduce_spec": _spec(mode, all_reduce_spec, image.framework_version, cluster and nodes > 1),
+            "parameter_servers": (ps or 1) if cluster and mode in PS_MODES else 0,
+            "data_format": _layout(data_format, device), "benchmark_args": list(benchmark_args or [])}
+
+
+def _mode(image: Any, variable_update: str | None, *, nodes: int, world: int, ps: int | None) -> str:
+    """--variable-update (one the image's tf_cnn_benchmarks knows and dlrun can start), else the default."""
     no_horovod = horovod_absent(image)
     modes = variable_updates(image.framework_version)
     runnable = [m for m in modes if m != "distributed_all_reduce" and not (m == "horovod" and no_horovod)]
@@ -125,30 +142,28 @@ def resolve_tf_options(image: Any, *, nodes: int, world: int, device: str, varia
         raise UsageError(f"--variable-update {mode} trains in one process on one node, but the plan has {nodes} "
                          f"nodes; valid: --nodes 1, or --variable-update "
                          f"{', '.join(m for m in modes if m in CLUSTER_MODES or (m == 'horovod' and not no_horovod))}")
-    towers = world if device == "cuda" else nodes  # one per GPU; one CPU device per node's process
-    if mode == "collective_all_reduce" and towers < 2:
-        raise UsageError(f"--variable-update collective_all_reduce reduces between devices, and the plan has "
-                         f"{towers}; valid: 2 or more GPUs in all, or --nodes 2 or more on CPUs")
-    cluster = mode in CLUSTER_MODES and (mode != "parameter_server" or nodes > 1 or bool(ps))
-    if ps is not None:
-        if mode not in PS_MODES:
-            raise UsageError(f"--ps {ps}: --variable-update {mode} starts no parameter servers; valid: "
-                             "--variable-update parameter_server or distributed_replicated, or leave --ps out")
-        if ps <= 0 or (ps > nodes and ps % nodes):
-            raise UsageError(f"--ps {ps}: parameter servers share the {nodes} node(s) evenly; valid: 1..{nodes} "
-                             f"or a multiple of {nodes}")
-    servers = (ps or 1) if cluster and mode in PS_MODES else 0
-    spec = _spec(mode, all_reduce_spec, image.framework_version, cluster and nodes > 1)
+    return mode
+
+
+def _check_ps(ps: int | None, mode: str, nodes: int) -> None:
+    if ps is None:
+        return
+    if mode not in PS_MODES:
+        raise UsageError(f"--ps {ps}: --variable-update {mode} starts no parameter servers; valid: "
+                         "--variable-update parameter_server or distributed_replicated, or leave --ps out")
+    if ps <= 0 or (ps > nodes and ps % nodes):
+        raise UsageError(f"--ps {ps}: parameter servers share the {nodes} node(s) evenly; valid: 1..{nodes} "
+                         f"or a multiple of {nodes}")
+
+
+def _layout(data_format: str | None, device: str) -> str:
     layout = (data_format or ("NCHW" if device == "cuda" else "NHWC")).upper()
     if layout not in DATA_FORMATS:
         raise unknown_name("--data-format", layout, DATA_FORMATS)
     if layout == "NCHW" and device != "cuda":
         raise UsageError("--data-format NCHW is cuDNN's layout and needs a GPU, but the plan runs on CPUs; "
                          "valid: NHWC")
-    for arg in benchmark_args or []:
-        check_benchmark_arg(arg)
-    return {"variable_update": mode, "all_reduce_spec": spec, "parameter_servers": servers, "data_format": layout,
-            "benchmark_args": list(benchmark_args or [])}
+    return layout
 
 
 def _default_mode(world: int, ps: int | None, no_horovod: str | None) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 from dlrun.catalog.experiment_vocabulary import COUNT_AXES, WORKLOAD_AXES
 from dlrun.catalog.experiments import AxisValue, Conditions, ExperimentSpec, Reference, Scalar, Status
 from dlrun.catalog.models import ImageSpec, SystemSpec, WorkloadSpec, peak_for
+from dlrun.runoptions import RUN_OPTIONS
 
 #: Axes whose dlrun value becomes one of the point's own fields; the others go to `extra` (benchmark flags).
 FIELD_AXES = set(WORKLOAD_AXES) | set(COUNT_AXES) | {"fabric", "precision", "allreduce_strategy"}
@@ -50,23 +51,19 @@ class Point:
         return " ".join(f"{name}={value.paper}" for name, value in self.values.items())
 
     def plan_options(self) -> dict[str, Any]:
-        """Keyword arguments for `dlrun.plan.resolve_plan` (None: the plan's default)."""
-        return {"image": self.image, "system": self.system, "nodes": self.nodes,
-                "ranks_per_node": self.ranks_per_node, "batch_size": self.batch_per_device, "steps": self.steps,
-                "warmup_steps": self.warmup_steps, "precision": self.precision, "fabric": self.fabric,
-                "data_workers": self.data_workers, **self.benchmark_options()}
+        """Keyword arguments for `dlrun.plan.resolve_plan`: every run option declared with an `axis`
+        (dlrun.runoptions), from the point's field of that name (None: the plan's default)."""
+        return {opt.name: getattr(self, opt.axis) for opt in RUN_OPTIONS if opt.axis is not None}
 
-    def benchmark_options(self) -> dict[str, Any]:
-        """tf_cnn_benchmarks' options of the point (only those its axes set)."""
-        options: dict[str, Any] = {}
-        if self.parameter_servers is not None:
-            options["ps"] = self.parameter_servers
-        if self.allreduce_strategy:
-            mode, _, spec = self.allreduce_strategy.partition(":")
-            options["variable_update"] = mode
-            if spec:
-                options["all_reduce_spec"] = spec
-        return options
+    @property
+    def variable_update(self) -> str | None:
+        """tf_cnn_benchmarks --variable_update, the part of `allreduce_strategy` before the colon."""
+        return self.allreduce_strategy.partition(":")[0] if self.allreduce_strategy else None
+
+    @property
+    def all_reduce_spec(self) -> str | None:
+        """tf_cnn_benchmarks --all_reduce_spec, the part of `allreduce_strategy` after the colon."""
+        return (self.allreduce_strategy.partition(":")[2] or None) if self.allreduce_strategy else None
 
     def as_dict(self) -> dict[str, Any]:
         return {"experiment": self.experiment, "index": self.index, "system": self.system,
@@ -128,48 +125,64 @@ def expand(experiment: ExperimentSpec, system: SystemSpec | None, workloads: Map
     return points
 
 
-def _point(experiment: ExperimentSpec, status: Status, system: SystemSpec | None, values: dict[str, AxisValue],
-           workloads: Mapping[str, WorkloadSpec], images: Mapping[str, ImageSpec], index: int) -> Point:
-    system_name = system.name if system is not None else None
+def _chosen(experiment: ExperimentSpec, values: dict[str, AxisValue], system_name: str | None
+            ) -> tuple[dict[str, Any], str]:
+    """The point's settings from the experiment's run block and its matching rules (later rules win), and
+    where a rule's batch size comes from."""
     run = experiment.run
     chosen: dict[str, Any] = {"steps": run.steps if run else None, "warmup_steps": run.warmup_steps if run else None,
                               "data_workers": None, "ranks_per_node": None, "image": experiment.image,
                               "batch_per_device": None}
     batch_from = ""
     for rule in experiment.settings:
-        if matches(rule.when, values, system_name):
-            for key in chosen:
-                if getattr(rule, key) is not None:
-                    chosen[key] = getattr(rule, key)
-            if rule.batch_per_device is not None:
-                batch_from = f"rule: {rule.why}"
+        if not matches(rule.when, values, system_name):
+            continue
+        chosen.update({key: getattr(rule, key) for key in chosen if getattr(rule, key) is not None})
+        if rule.batch_per_device is not None:
+            batch_from = f"rule: {rule.why}"
+    return chosen, batch_from
+
+
+def _point(experiment: ExperimentSpec, status: Status, system: SystemSpec | None, values: dict[str, AxisValue],
+           workloads: Mapping[str, WorkloadSpec], images: Mapping[str, ImageSpec], index: int) -> Point:
+    system_name = system.name if system is not None else None
+    chosen, batch_from = _chosen(experiment, values, system_name)
     dlrun = {name: value.dlrun for name, value in values.items()}
     workload = next((str(dlrun[name]) for name in WORKLOAD_AXES if dlrun.get(name) is not None), None)
     base = {"experiment": experiment.id, "index": index, "system": system_name, "values": values,
-            "workload": workload, "repeats": run.repeats if run else 1,
+            "workload": workload, "repeats": experiment.run.repeats if experiment.run else 1,
             "references": tuple(ref.id for ref in experiment.references if applies(ref, values, system_name)),
             "extra": {name: value for name, value in dlrun.items() if name not in FIELD_AXES and value is not None}}
     skip = _unrunnable(status, values, workload, workloads)
     if experiment.measure == "model-facts" or system is None:
         return Point(**base, skip=skip)
+    return _placed(experiment, system, dlrun, chosen, batch_from, base, skip, workloads.get(workload or ""), images)
+
+
+def _placed(experiment: ExperimentSpec, system: SystemSpec, dlrun: Mapping[str, Scalar | None],
+            chosen: dict[str, Any], batch_from: str, base: dict[str, Any], skip: str | None,
+            workload: WorkloadSpec | None, images: Mapping[str, ImageSpec]) -> Point:
+    """A point on a system: its image, layout, batch, fabric and precision, or why the system cannot run it."""
     image_name = chosen["image"] or system.default_image
-    data_workers = dlrun.get("data_workers", chosen["data_workers"])
     layout = _layout(experiment, system, dlrun, chosen["ranks_per_node"])
     nodes, ranks_per_node, gpus = layout if isinstance(layout, tuple) else (None, None, 0)
-    batch, batch_from = _batch(dlrun, chosen["batch_per_device"], batch_from, ranks_per_node, system,
-                               workloads.get(workload or ""))
+    batch, batch_from = _batch(dlrun, chosen["batch_per_device"], batch_from, ranks_per_node, system, workload)
     precision = str(dlrun.get("precision") or "fp32")
     fabric = str(dlrun["fabric"]) if dlrun.get("fabric") else None
-    skip = (skip or _image_problem(image_name, system, workloads.get(workload or ""), images)
-            or (layout if isinstance(layout, str) else None) or (batch if isinstance(batch, str) else None)
-            or _fabric_problem(fabric, system) or _precision_problem(precision, experiment.device, system))
+    problems = (skip, _image_problem(image_name, system, workload, images), layout, batch,
+                _fabric_problem(fabric, system), _precision_problem(precision, experiment.device, system))
+    skip = next((problem for problem in problems if isinstance(problem, str)), None)
+    strategy = dlrun.get("allreduce_strategy")
     return Point(**base, image=image_name, nodes=nodes, ranks_per_node=ranks_per_node, gpus=gpus, fabric=fabric,
                  precision=precision, batch_per_device=batch if isinstance(batch, int) else None,
                  batch_from=batch_from, steps=chosen["steps"], warmup_steps=chosen["warmup_steps"],
-                 data_workers=int(data_workers) if data_workers is not None else None,
-                 parameter_servers=int(dlrun["parameter_servers"]) if dlrun.get("parameter_servers") else None,
-                 allreduce_strategy=str(dlrun["allreduce_strategy"]) if dlrun.get("allreduce_strategy") else None,
-                 skip=skip)
+                 data_workers=_int_or_none(dlrun.get("data_workers", chosen["data_workers"])),
+                 parameter_servers=_int_or_none(dlrun.get("parameter_servers") or None),
+                 allreduce_strategy=str(strategy) if strategy else None, skip=skip)
+
+
+def _int_or_none(value: Any) -> int | None:
+    return int(value) if value is not None else None
 
 
 def _unrunnable(status: Status, values: Mapping[str, AxisValue], workload: str | None,

@@ -190,6 +190,16 @@ class Catalog:
             raise unknown_name("system", name, self.systems)
         return self.systems[name]
 
+    def system_for_host(self, hostname: str) -> str | None:
+        """The system whose `hostnames` patterns match this host name (as ReFrame picks its system), if one
+        does; two that match are a catalog error, named."""
+        found = sorted(name for name, spec in self.systems.items()
+                       if any(re.fullmatch(pattern, hostname) for pattern in spec.hostnames))
+        if len(found) > 1:
+            raise CatalogError(f"host {hostname!r} matches the hostnames of systems {', '.join(found)}; valid: "
+                               "patterns that match one system each")
+        return found[0] if found else None
+
 
 def _collect_images(files: list[Path]) -> dict[str, ImageSpec]:
     """`images/*.yaml`: plain entries (a site's own image by uri and digest); `containers/<tag>/image.yaml`:

@@ -225,6 +225,9 @@ class SystemSpec(Strict):
     name: str = Field(pattern=NAME_PATTERN)
     description: str
     site: str | None = None
+    # Host names of this system's login and compute nodes, as regular expressions matched against the whole
+    # name: a run on such a host uses this system unless --system, $DLRUN_SYSTEM or config.yaml names one.
+    hostnames: list[str] = []
     arch: Arch = "x86_64"
     nodes: int = Field(gt=0)
     cpu: CpuSpec
@@ -257,6 +260,18 @@ class SystemSpec(Strict):
     @property
     def gpus_per_node(self) -> int:
         return self.gpus.count_per_node if self.gpus else 0
+
+    @field_validator("hostnames")
+    @classmethod
+    def _host_patterns(cls, value: list[str]) -> list[str]:
+        import re
+
+        for pattern in value:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"bad regular expression {pattern!r}: {exc}") from None
+        return value
 
     @field_validator("batch_sizes")
     @classmethod

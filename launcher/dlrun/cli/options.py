@@ -24,98 +24,41 @@ def _names(kind: str):
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON output.")]
 Workload = Annotated[str, typer.Argument(help="Workload name (see `dlrun workloads list`).", show_default=False,
                                          autocompletion=_names("workloads"))]
-ImageOpt = Annotated[Optional[str], typer.Option("--image", "-i", help="Image tag (default: the system's).",
-                                                 autocompletion=_names("images"))]
-SystemOpt = Annotated[str, typer.Option("--system", "-s", help="System profile (see `dlrun systems list`).",
-                                        autocompletion=_names("systems"))]
-NodesOpt = Annotated[Optional[int], typer.Option("--nodes", "-N", help="Number of nodes (default 1).")]
-RanksOpt = Annotated[Optional[int], typer.Option("--ranks-per-node", "-r",
-                                                 help="Ranks per node (default: GPUs per node, or 1 on CPU).")]
-BatchOpt = Annotated[Optional[int], typer.Option("--batch-size", "-b", help="Batch size per rank.")]
-GlobalBatchOpt = Annotated[Optional[int], typer.Option("--global-batch-size",
-                                                       help="Total batch over all ranks (must divide evenly).")]
-StepsOpt = Annotated[Optional[int], typer.Option("--steps", help="Timed training steps.")]
-WarmupOpt = Annotated[Optional[int], typer.Option("--warmup-steps", help="Untimed warm-up steps before timing.")]
-PrecisionOpt = Annotated[str, typer.Option("--precision", help="fp32 or amp (bf16 autocast on CPU, fp16 on GPU).")]
-ThreadsOpt = Annotated[Optional[int], typer.Option("--threads", help="CPU threads per rank (default: cores/ranks).")]
-LauncherOpt = Annotated[Optional[str], typer.Option("--launcher", help="Override the system's launcher.")]
-RuntimeOpt = Annotated[Optional[str], typer.Option("--runtime", help="Override the container runtime.")]
-SchedulerOpt = Annotated[Optional[str], typer.Option("--scheduler", help="Override the system's scheduler.")]
-FabricOpt = Annotated[Optional[str], typer.Option("--fabric", help="Interconnect: ib, opa, roce or tcp.")]
-DataOpt = Annotated[Optional[str], typer.Option("--data", help="Dataset directory, bound read-only at /data.")]
-BindOpt = Annotated[Optional[list[str]], typer.Option("--bind", "-B",
-                                                      help="Extra bind SRC[:DST][:ro|rw] (repeatable).")]
-EnvOpt = Annotated[Optional[list[str]], typer.Option("--env", "-e",
-                                                     help="Extra rank environment NAME=VALUE (repeatable).")]
-SecretEnvOpt = Annotated[Optional[list[str]], typer.Option(
-    "--secret-env", help="Pass the variable NAME from this environment to the ranks as a secret: its value is "
-    "never written to a file, the store or the output (NAME=VALUE works too, but puts the value on the command "
-    "line). Names like *_TOKEN, *_PASSWORD, *_KEY are secret without it (repeatable).")]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the exact script that would run; run nothing.")]
-StageDataOpt = Annotated[bool, typer.Option(
-    "--stage-data", help="Copy the --data directory to node-local storage (/tmp) once per node before the ranks "
-    "start, and train from the copy; bytes and seconds are stored with the run.")]
-DataWorkersOpt = Annotated[Optional[int], typer.Option("--data-workers",
-                                                      help="Data-loader workers per rank (default: the system's j).")]
-AllocatorOpt = Annotated[str, typer.Option(
-    "--allocator", help="Memory allocator of the PyTorch harness: auto (tcmalloc, else jemalloc, else glibc-tuned), "
-    "tcmalloc, jemalloc, glibc-tuned or system.")]
-DistOpt = Annotated[Optional[str], typer.Option(
-    "--dist", help="How the PyTorch harness distributes training: ddp (DistributedDataParallel) or horovod "
-    "(Horovod's DistributedOptimizer; needs an image with Horovod). Default: the system's (ddp for most; "
-    "horovod under --launcher horovodrun).")]
-PartitionOpt = Annotated[Optional[str], typer.Option("--partition", help="Batch partition/queue.")]
-AccountOpt = Annotated[Optional[str], typer.Option("--account", help="Batch account/project.")]
-TimeOpt = Annotated[Optional[str], typer.Option("--time", help="Job time limit: MINUTES, HH:MM:SS or D-HH:MM:SS.")]
-ExclusiveOpt = Annotated[Optional[bool], typer.Option("--exclusive/--shared", help="Whole nodes (batch jobs).")]
-LauncherArgOpt = Annotated[Optional[list[str]], typer.Option(
-    "--launcher-arg", help="Extra launcher flag, passed as given (repeatable).")]
-VariableUpdateOpt = Annotated[Optional[str], typer.Option(
-    "--variable-update", help="tf_cnn_benchmarks: how gradients meet: parameter_server, distributed_replicated, "
-    "collective_all_reduce, horovod, replicated, independent (default: horovod where the image has it, else "
-    "parameter servers on several nodes).")]
-AllReduceSpecOpt = Annotated[Optional[str], typer.Option(
-    "--all-reduce-spec", help="tf_cnn_benchmarks --all_reduce_spec, e.g. xring, nccl/xring, pscpu:32k:xring, "
-    "collective#2.")]
-PsOpt = Annotated[Optional[int], typer.Option(
-    "--ps", help="tf_cnn_benchmarks parameter servers, spread over the nodes (default 1 in parameter-server mode).")]
-DataFormatOpt = Annotated[Optional[str], typer.Option(
-    "--data-format", help="tf_cnn_benchmarks tensor layout: NCHW (GPU default) or NHWC (CPU default).")]
-BenchmarkArgOpt = Annotated[Optional[list[str]], typer.Option(
-    "--benchmark-arg", help="Extra tf_cnn_benchmarks flag --FLAG[=VALUE], passed quoted (repeatable).")]
-SkipChecksOpt = Annotated[bool, typer.Option("--skip-checks", help="Run even if the pre-launch checks refuse.")]
+SkipChecksOpt = Annotated[bool, typer.Option(
+    "--skip-checks", help="Run even if the pre-launch checks refuse (a submit host is not a compute node).")]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v",
                                           help="Also print the raw DLRUN_RESULT line and every job line.")]
 
-def _plan_options(workload: Workload, image: ImageOpt = None, system: SystemOpt = "localhost",
-                  nodes: NodesOpt = None, ranks_per_node: RanksOpt = None, batch_size: BatchOpt = None,
-                  global_batch_size: GlobalBatchOpt = None, steps: StepsOpt = None, warmup_steps: WarmupOpt = None,
-                  precision: PrecisionOpt = "fp32", threads: ThreadsOpt = None, launcher: LauncherOpt = None,
-                  runtime: RuntimeOpt = None, scheduler: SchedulerOpt = None, fabric: FabricOpt = None,
-                  data: DataOpt = None, bind: BindOpt = None, env: EnvOpt = None,
-                  secret_env: SecretEnvOpt = None, data_workers: DataWorkersOpt = None,
-                  stage_data: StageDataOpt = False, allocator: AllocatorOpt = "auto",
-                  dist: DistOpt = None, partition: PartitionOpt = None, account: AccountOpt = None, time: TimeOpt = None,
-                  exclusive: ExclusiveOpt = None, launcher_arg: LauncherArgOpt = None,
-                  variable_update: VariableUpdateOpt = None, all_reduce_spec: AllReduceSpecOpt = None,
-                  ps: PsOpt = None, data_format: DataFormatOpt = None,
-                  benchmark_arg: BenchmarkArgOpt = None) -> None:
-    """The options every command that resolves a plan takes (`run`, `plan`): written once, here."""
+_TYPES = {int: Optional[int], float: Optional[float], str: Optional[str], list: Optional[list[str]],
+          bool: Optional[bool]}
+
+
+def typer_parameter(opt) -> inspect.Parameter:
+    """The typer option of one declared run option (dlrun.runoptions): flags, help with its default's source,
+    completion from the catalog it names."""
+    literal_default = opt.default is not None and opt.type is not bool
+    info = typer.Option(*opt.flags, help=opt.help_text(), show_default=literal_default,
+                        metavar=opt.metavar, autocompletion=_names(opt.completion) if opt.completion else None)
+    annotation = Annotated[bool if opt.type is bool and opt.default is not None else _TYPES[opt.type], info]
+    return inspect.Parameter(opt.name, inspect.Parameter.KEYWORD_ONLY, default=opt.default, annotation=annotation)
+
+
+def plan_parameters() -> list[inspect.Parameter]:
+    """The workload argument and every declared run option: what `run` and `plan` take."""
+    from dlrun.runoptions import RUN_OPTIONS
+
+    workload = inspect.Parameter("workload", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Workload)
+    return [workload, *(typer_parameter(opt) for opt in RUN_OPTIONS)]
 
 
 def takes_plan_options(command: Callable[..., None]) -> Callable[..., None]:
-    """Give `command(own options..., **options)` the plan options too; they arrive in `options`."""
-    shared = list(inspect.signature(_plan_options, eval_str=True).parameters.values())
-    own = [p for p in inspect.signature(command, eval_str=True).parameters.values()
+    """Give `command(own options..., **options)` the run options too; they arrive in `options`."""
+    own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+           for p in inspect.signature(command, eval_str=True).parameters.values()
            if p.kind is not inspect.Parameter.VAR_KEYWORD]
-    command.__signature__ = inspect.Signature([*shared, *own])  # type: ignore[attr-defined]
+    command.__signature__ = inspect.Signature([*plan_parameters(), *own])  # type: ignore[attr-defined]
     return command
-
-
-# `run` and `plan` take the same options; these are the ones whose CLI name differs from resolve_plan's.
-PLAN_NAMES = {"threads": "threads_per_rank", "data": "data_dir", "bind": "binds", "time": "time_limit",
-              "launcher_arg": "launcher_args", "benchmark_arg": "benchmark_args"}
-NOT_PLAN: set[str] = set()
 
 
 def load_catalog():
@@ -124,6 +67,23 @@ def load_catalog():
     from dlrun.probe.host import probe_host
 
     return load(host=probe_host())
+
+
+def default_system(catalog) -> str:
+    """--system's default: $DLRUN_SYSTEM, else `system:` in config.yaml, else the system whose `hostnames`
+    match this host's name, else localhost. A name from the environment or config must exist."""
+    import socket
+
+    from dlrun.config import config_file, site_config
+    from dlrun.errors import unknown_name
+
+    for where, name in (("$DLRUN_SYSTEM", os.environ.get("DLRUN_SYSTEM")),
+                        (f"{config_file()} (key `system`)", site_config().get("system"))):
+        if name:
+            if str(name) not in catalog.systems:
+                raise unknown_name(f"system in {where}", str(name), catalog.systems)
+            return str(name)
+    return catalog.system_for_host(socket.gethostname()) or "localhost"
 
 
 def secret_env_specs(specs: list[str] | None, environ: dict[str, str]) -> tuple[list[str], list[str]]:
@@ -149,8 +109,10 @@ def resolve(options: dict[str, Any]):
     from dlrun.images.verify import with_local_image
     from dlrun.plan import resolve_plan
 
-    kwargs = {PLAN_NAMES.get(name, name): value for name, value in options.items() if name not in NOT_PLAN}
+    kwargs = dict(options)
     entries, names = secret_env_specs(kwargs.pop("secret_env", None), dict(os.environ))
     kwargs["env"] = [*(kwargs.get("env") or []), *entries]
-    return resolve_plan(load_catalog(), kwargs.pop("workload"), local_image=with_local_image, secret_env=names,
+    catalog = load_catalog()
+    kwargs["system"] = kwargs.get("system") or default_system(catalog)
+    return resolve_plan(catalog, kwargs.pop("workload"), local_image=with_local_image, secret_env=names,
                         **kwargs)

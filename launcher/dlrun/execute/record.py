@@ -209,8 +209,8 @@ def finish(plan: Plan, run: RunDir, store: Store, *, status: str, reason: str | 
             status, reason = "failed", why
 
     extra = {**(extra or {}), **({"signal": signal} if signal else {})}
-    if plan.stage_data:  # --stage-data: what each node's copy cost, with the run and with its result
-        extra["data_stage"] = stage_summary(plan.stage_data, plan.data_bind.source, stage_records(run.path))
+    if plan.data is not None and plan.data.staged_copy:  # --stage-data: what each node's copy cost
+        extra["data_stage"] = stage_summary(plan.data.path, plan.data.staged_copy, stage_records(run.path))
         if result is not None:
             result.setdefault("extra", {})["data_stage"] = {k: v for k, v in extra["data_stage"].items()
                                                             if k != "per_node"}

@@ -40,9 +40,9 @@ def preflight(plan: Plan, inventory: dict[str, Any] | None = None) -> list[Findi
 
 def _host_bind_findings(plan: Plan) -> list[Finding]:
     """Runtime host mounts nothing: say that the workload is given the host paths instead."""
-    if plan.runtime != "host" or not plan.binds:
+    if plan.runtime != "host" or not plan.mounts:
         return []
-    binds = ", ".join(f"{b.source} (not at {b.target})" for b in plan.binds)
+    binds = ", ".join(f"{b.source} (not at {b.target})" for b in plan.mounts)
     return [Finding("warn", "binds", f"runtime host runs no container, so nothing is mounted: the workload is "
                     f"given the host path {binds}", "use a container --runtime to mount them at their targets")]
 

@@ -35,13 +35,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from dlrun.config import config_path
 from dlrun.errors import DlrunError, UsageError
 from dlrun.results.bundle import RUN_ID, BundleError
 from dlrun.results.bundle_read import Manifest, ReadBundle, read_bundle
 from dlrun.results.bundle_sign import verify
 from dlrun.results.key import key_from_run
 from dlrun.results.query import STATUSES, Filters
-from dlrun.results.site import DEFAULT_SITE, SITE_PATTERN, config_file
+from dlrun.results.site import DEFAULT_SITE, SITE_PATTERN
 from dlrun.results.store import ORIGINS, Store
 
 IMPORTED_DIR = "imported"
@@ -108,19 +109,7 @@ class Imported:
 
 def site_allowed_signers() -> Path | None:
     """`allowed_signers:` of dlrun's config.yaml, relative to that file's directory; None when not set."""
-    path = config_file()
-    if not path.is_file():
-        return None
-    import yaml
-
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise UsageError(f"cannot read {path}: {exc}") from None
-    value = data.get("allowed_signers") if isinstance(data, dict) else None
-    if value is None:
-        return None
-    return (path.parent / os.path.expanduser(str(value))).resolve()
+    return config_path("allowed_signers")
 
 
 def signature_policy(allowed_signers: Path | None, unsigned: bool, *, from_config: bool = False):

@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 UNKNOWN = "unknown"
@@ -44,6 +45,9 @@ KEY_FIELDS: dict[str, str] = {
     "image_digest": "image digest", "devices": "devices", "nodes": "nodes", "system": "system",
     "fabric": "fabric",
 }
+
+#: Key fields no run option decides (those the options decide are declared in dlrun.runoptions).
+NOT_FROM_OPTIONS = {"workload": "the workload argument", "model": "the workload's model, or the collective measured"}
 
 Key = dict[str, Any]
 
@@ -74,71 +78,108 @@ def run_kind(run: Mapping[str, Any], result: Mapping[str, Any]) -> str:
     return "training"
 
 
+@dataclass(frozen=True)
+class _Record:
+    """The parts of a stored run that the key is read from, looked up once."""
+
+    run: Mapping[str, Any]
+    result: Mapping[str, Any]
+    extra: Mapping[str, Any]
+    plan: Mapping[str, Any]
+    image: Mapping[str, Any]
+    workload: Mapping[str, Any]
+    kind: str
+    imported: bool  # a log of another tool, imported with `dlrun results import-log`
+    fmt: str | None  # that log's format (None for runs dlrun made)
+
+
+def _record(run: Mapping[str, Any], results: list[Mapping[str, Any]]) -> _Record:
+    result = results[0] if results else {}
+    plan = run.get("plan") or {}
+    provenance = run.get("provenance") or {}
+    imported = (run.get("origin") or plan.get("origin") or provenance.get("origin")) == "import-log"
+    return _Record(run=run, result=result, extra=_mapping(result.get("extra")), plan=plan,
+                   image=_mapping(plan.get("image")), workload=_mapping(plan.get("workload")),
+                   kind=run_kind(run, result), imported=imported, fmt=plan.get("format") if imported else None)
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def key_from_run(run: Mapping[str, Any], results: Iterable[Mapping[str, Any]] = ()) -> Key:
     """The key of a stored run: its columns, `plan`, `provenance` and result rows (as `Store.add_run`
     takes them). Works for runs dlrun launched, logs imported from other tools and matmul measurements."""
-    results = list(results)
-    result = results[0] if results else {}
-    extra = result.get("extra") if isinstance(result.get("extra"), dict) else {}
-    plan = run.get("plan") or {}
-    provenance = run.get("provenance") or {}
-    image = plan.get("image") if isinstance(plan.get("image"), dict) else {}
-    workload = plan.get("workload") if isinstance(plan.get("workload"), dict) else {}
-    kind = run_kind(run, result)
-    imported = (run.get("origin") or plan.get("origin") or provenance.get("origin")) == "import-log"
-    fmt = plan.get("format") if imported else None
-
-    devices = _count(run.get("world_size") if run.get("world_size") is not None else result.get("num_devices"))
-    nodes = _count(run.get("nodes"))
-    key: Key = {"workload": _known(run.get("workload")), "system": _known(run.get("system")),
-                "devices": devices, "nodes": nodes}
-    key["fabric"] = NOT_APPLICABLE if nodes == 1 else _known(run.get("fabric"))
-
-    if kind == "training":
-        key["model"] = _known(run.get("model") or result.get("model"))
-        key["precision"] = _training_precision(run.get("precision"), extra.get("amp_dtype"))
-        per_device = _count(run.get("batch_size") if run.get("batch_size") is not None else result.get("batch_size"))
-        if imported and result.get("gpus_per_rank") not in (None, 1):
-            per_device = UNKNOWN  # a per-rank batch over several GPUs per rank: per device is not stated
-        key["batch_per_device"] = per_device
-        total = extra.get("global_batch_size") or plan.get("global_batch_size")
-        if not total and isinstance(per_device, int) and isinstance(devices, int):
-            total = per_device * devices
-        key["global_batch"] = _count(total)
-        key["data"], key["data_format"] = _data(imported, fmt, workload, extra, plan, image)
-        key["framework"] = _known(extra.get("framework") or image.get("framework")
-                                  or _FRAMEWORK_OF_FORMAT.get(fmt or ""))
-        benchmark = _tf_benchmark(plan, image)
-        if benchmark is not None:
-            key["framework"] = f"{key['framework']}/{benchmark}"
-        # Horovod averages gradients its own way: not DDP's like-for-like (the TensorFlow 2 harness has only
-        # Horovod to run several processes, so its key stays the same across rank counts)
-        if extra.get("dist") == "horovod" and key["framework"] == "pytorch":
-            key["framework"] = f"{key['framework']}/horovod"
+    rec = _record(run, list(results))
+    key: Key = _where(rec)
+    if rec.kind == "training":
+        key.update(_training(rec, key["devices"]))
+    elif rec.kind == "communication":
+        key.update(_communication(rec))
     else:
-        key["batch_per_device"] = key["global_batch"] = NOT_APPLICABLE
-        key["data"] = key["data_format"] = NOT_APPLICABLE
-        if kind == "communication":
-            key["model"] = _known(result.get("collective") or plan.get("collective")
-                                  or ("all_reduce" if extra.get("benchmark") == "allreduce" else None))
-            sizes = result.get("sizes") or []
-            dtype = extra.get("dtype") or (sizes[0].get("type") if sizes and isinstance(sizes[0], dict) else None)
-            key["precision"] = _known(_DTYPES.get(dtype, dtype))
-            backend = extra.get("backend")
-            framework = extra.get("framework") or image.get("framework")
-            # a dlrun run of the image's nccl-tests is nccl-tests, as an imported nccl-tests log is
-            key["framework"] = (f"{framework}/{backend}" if framework and backend
-                                else _known(_FRAMEWORK_OF_FORMAT.get(fmt or result.get("kind") or "")))
-        else:
-            key["model"] = NOT_APPLICABLE
-            key["precision"] = _training_precision(run.get("precision"), result.get("dtype"))
-            key["framework"] = _known(result.get("framework"))
-    key["framework_version"] = _framework_version(kind, fmt, result, extra, image)
-    if kind == "training" and extra.get("dist") == "horovod" and extra.get("horovod_version") \
+        key.update(model=NOT_APPLICABLE, precision=_training_precision(run.get("precision"), rec.result.get("dtype")),
+                   framework=_known(rec.result.get("framework")), **_NO_BATCH)
+    key["framework_version"] = _framework_version(rec.kind, rec.fmt, rec.result, rec.extra, rec.image)
+    if rec.kind == "training" and rec.extra.get("dist") == "horovod" and rec.extra.get("horovod_version") \
             and key["framework"].startswith("pytorch/"):
-        key["framework_version"] = f"{key['framework_version']}+horovod{extra['horovod_version']}"
-    key["image_digest"] = _image_identity(run, image, provenance)
+        key["framework_version"] = f"{key['framework_version']}+horovod{rec.extra['horovod_version']}"
+    key["image_digest"] = _image_identity(run, rec.image, run.get("provenance") or {})
     return {name: key[name] for name in KEY_FIELDS}
+
+
+_NO_BATCH = {"batch_per_device": NOT_APPLICABLE, "global_batch": NOT_APPLICABLE, "data": NOT_APPLICABLE,
+             "data_format": NOT_APPLICABLE}
+
+
+def _where(rec: _Record) -> Key:
+    """workload, system, devices, nodes, and the fabric where traffic crosses it."""
+    run = rec.run
+    devices = _count(run.get("world_size") if run.get("world_size") is not None else rec.result.get("num_devices"))
+    nodes = _count(run.get("nodes"))
+    return {"workload": _known(run.get("workload")), "system": _known(run.get("system")), "devices": devices,
+            "nodes": nodes, "fabric": NOT_APPLICABLE if nodes == 1 else _known(run.get("fabric"))}
+
+
+def _training(rec: _Record, devices: Any) -> Key:
+    run, result, extra = rec.run, rec.result, rec.extra
+    per_device = _count(run.get("batch_size") if run.get("batch_size") is not None else result.get("batch_size"))
+    if rec.imported and result.get("gpus_per_rank") not in (None, 1):
+        per_device = UNKNOWN  # a per-rank batch over several GPUs per rank: per device is not stated
+    total = extra.get("global_batch_size") or rec.plan.get("global_batch_size")
+    if not total and isinstance(per_device, int) and isinstance(devices, int):
+        total = per_device * devices
+    data, data_format = _data(rec.imported, rec.fmt, rec.workload, extra, rec.plan, rec.image)
+    return {"model": _known(run.get("model") or result.get("model")),
+            "precision": _training_precision(run.get("precision"), extra.get("amp_dtype")),
+            "batch_per_device": per_device, "global_batch": _count(total), "data": data, "data_format": data_format,
+            "framework": _training_framework(rec)}
+
+
+def _training_framework(rec: _Record) -> str:
+    framework = _known(rec.extra.get("framework") or rec.image.get("framework")
+                       or _FRAMEWORK_OF_FORMAT.get(rec.fmt or ""))
+    benchmark = _tf_benchmark(rec.plan, rec.image)
+    if benchmark is not None:
+        framework = f"{framework}/{benchmark}"
+    # Horovod averages gradients its own way: not DDP's like-for-like (the TensorFlow 2 harness has only
+    # Horovod to run several processes, so its key stays the same across rank counts)
+    if rec.extra.get("dist") == "horovod" and framework == "pytorch":
+        framework = f"{framework}/horovod"
+    return framework
+
+
+def _communication(rec: _Record) -> Key:
+    result, extra, plan = rec.result, rec.extra, rec.plan
+    model = _known(result.get("collective") or plan.get("collective")
+                   or ("all_reduce" if extra.get("benchmark") == "allreduce" else None))
+    sizes = result.get("sizes") or []
+    dtype = extra.get("dtype") or (sizes[0].get("type") if sizes and isinstance(sizes[0], dict) else None)
+    backend = extra.get("backend")
+    framework = extra.get("framework") or rec.image.get("framework")
+    # a dlrun run of the image's nccl-tests is nccl-tests, as an imported nccl-tests log is
+    framework = (f"{framework}/{backend}" if framework and backend
+                 else _known(_FRAMEWORK_OF_FORMAT.get(rec.fmt or result.get("kind") or "")))
+    return {"model": model, "precision": _known(_DTYPES.get(dtype, dtype)), "framework": framework, **_NO_BATCH}
 
 
 def _training_precision(precision: Any, amp_dtype: Any) -> str:
@@ -165,12 +206,18 @@ def _tf_benchmark(plan: Mapping[str, Any], image: Mapping[str, Any]) -> str | No
 def _data(imported: bool, fmt: str | None, workload: Mapping[str, Any], extra: Mapping[str, Any],
           plan: Mapping[str, Any], image: Mapping[str, Any]) -> tuple[str, str]:
     binds = plan.get("binds") if isinstance(plan.get("binds"), list) else []
-    if image.get("framework") == "tensorflow" and any(isinstance(b, dict) and b.get("target") == "/data"
-                                                      for b in binds):
+    # --data: the plan's `data` field; plans stored before it had one bind the dataset at /data instead
+    has_data = isinstance(plan.get("data"), dict) or any(isinstance(b, dict) and b.get("target") == "/data"
+                                                          for b in binds)
+    if image.get("framework") == "tensorflow" and has_data:
         return "real:imagenet", "tfrecord"  # --data: tf_cnn_benchmarks reads it as ImageNet TFRecord files
     if imported:
-        # pytorch_synthetic_benchmark (the Horovod example) has no other mode; other logs do not say.
-        return ("synthetic", NOT_APPLICABLE) if fmt == "horovod" else (UNKNOWN, UNKNOWN)
+        # what the log says it read (its parser's data_source); pytorch_synthetic_benchmark (the Horovod
+        # example) has no other mode
+        source = extra.get("data_source") or ("synthetic" if fmt == "horovod" else None)
+        if source in ("jpeg", "tfrecord"):
+            return "real:imagenet", str(source)
+        return ("synthetic", NOT_APPLICABLE) if source == "synthetic" else (UNKNOWN, UNKNOWN)
     if workload.get("framework") == "tensorflow" and workload.get("dataset") not in (None, "synthetic"):
         return f"real:{workload['dataset']}", "tfrecord"  # tf_cnn_benchmarks reads ImageNet as TFRecord files
     if workload.get("dataset") is None and not extra:

@@ -14,17 +14,12 @@ from __future__ import annotations
 import os
 import re
 import socket
-from pathlib import Path
 
+from dlrun.config import config_file, site_config
 from dlrun.errors import UsageError
-from dlrun.paths import config_home
 
 SITE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,99}$")
 DEFAULT_SITE = "local"
-
-
-def config_file() -> Path:
-    return config_home() / "config.yaml"
 
 
 def _checked(name: str, where: str) -> str:
@@ -34,18 +29,9 @@ def _checked(name: str, where: str) -> str:
     return name
 
 
-def _from_config(path: Path) -> str | None:
-    if not path.is_file():
-        return None
-    import yaml
-
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise UsageError(f"cannot read {path}: {exc}") from None
-    if not isinstance(data, dict) or data.get("site") is None:
-        return None
-    return _checked(str(data["site"]), f"{path} (key `site`)")
+def _from_config() -> str | None:
+    site = site_config().get("site")
+    return None if site is None else _checked(str(site), f"{config_file()} (key `site`)")
 
 
 def host_domain(hostname: str) -> str | None:
@@ -61,4 +47,4 @@ def local_site() -> str:
     env = os.environ.get("DLRUN_SITE")
     if env:
         return _checked(env, "$DLRUN_SITE")
-    return _from_config(config_file()) or host_domain(socket.gethostname()) or DEFAULT_SITE
+    return _from_config() or host_domain(socket.gethostname()) or DEFAULT_SITE

@@ -36,7 +36,7 @@ class ContainerRuntime(Runtime):
         if plan.image.kind == "host":
             raise UsageError(f"runtime {self.name} needs a container image, but image {plan.image.name!r} is the "
                              "host's own Python; valid: --runtime host, or a container image (dlrun images list)")
-        for bind in plan.binds:
+        for bind in plan.mounts:
             for path in (bind.source, bind.target):
                 if any(ch in path for ch in self.bind_forbidden):
                     chars = [repr(ch) for ch in self.bind_forbidden]

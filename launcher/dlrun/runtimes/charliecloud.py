@@ -46,7 +46,7 @@ class CharliecloudRuntime(ContainerRuntime):
                 continue  # inherited from the host like every other variable; never on a command line
             argv.append(Expand(f"--set-env={name}={value}") if isinstance(value, Expand) else f"--set-env={name}={value}")
         read_only = []
-        for bind in plan.binds:
+        for bind in plan.mounts:
             argv += ["-b", f"{bind.source}:{bind.target}"]
             if bind.read_only:
                 read_only.append(bind.target)

@@ -60,7 +60,7 @@ class _EngineRuntime(ContainerRuntime):
             argv += ["--device", device]
         run_dir = Expand("${" + RUN_DIR_VAR + "}")
         argv += ["-v", Expand("${%s}:${%s}" % (RUN_DIR_VAR, RUN_DIR_VAR)), "-w", run_dir]
-        for bind in plan.binds:
+        for bind in plan.mounts:
             argv += ["-v", bind_flag(bind.source, bind.target, bind.read_only)]
         for name in sorted(set(rank.env) | set(rank.passthrough)):
             argv += ["-e", name]
@@ -113,7 +113,7 @@ class DockerApiRuntime(_EngineRuntime):
         for device in plan.devices:
             argv += ["--device", device]
         argv += ["-v", Expand("${%s}:${%s}" % (RUN_DIR_VAR, RUN_DIR_VAR)), "-w", Expand("${" + RUN_DIR_VAR + "}")]
-        for bind in plan.binds:
+        for bind in plan.mounts:
             argv += ["-v", bind_flag(bind.source, bind.target, bind.read_only)]
         for name in sorted(set(rank.env) | set(rank.passthrough)):
             argv += ["-e", name]

@@ -42,7 +42,7 @@ class EnrootPyxisRuntime(ContainerRuntime):
                              "--launcher srun (or torchrun)")
 
     def wrap(self, plan: Plan, rank: RankCommand) -> RankCommand:
-        mounts = [bind_spec(b.source, b.target, b.read_only) for b in plan.binds]
+        mounts = [bind_spec(b.source, b.target, b.read_only) for b in plan.mounts]
         mounts += [bind_spec(device, device, False) for device in plan.devices]
         name = re.sub(r"[^A-Za-z0-9_-]", "-", f"dlrun-{plan.image.name}")
         flags = [f"--container-image={pyxis_image(plan)}",

@@ -29,9 +29,9 @@ def host_path(word: str, targets: list[tuple[str, str]]) -> str:
 @RUNTIMES.register("host")
 class HostRuntime(Runtime):
     def wrap(self, plan: Plan, rank: RankCommand) -> RankCommand:
-        if not plan.binds:
+        if not plan.mounts:
             return rank
         # Longest target first, so that /data/x is mapped by a bind at /data/x rather than one at /data.
-        targets = sorted(((b.target, b.source) for b in plan.binds), key=lambda t: len(t[0]), reverse=True)
+        targets = sorted(((b.target, b.source) for b in plan.mounts), key=lambda t: len(t[0]), reverse=True)
         env = {name: host_path(value, targets) for name, value in rank.env.items()}
         return rank.with_argv([host_path(word, targets) for word in rank.argv], env=env)

@@ -58,7 +58,7 @@ class SingularityRuntime(ContainerRuntime):
         if plan.device == "cuda":
             argv.append("--nv")
         argv += ["-B", Expand("${DLRUN_RUN_DIR}"), "--pwd", Expand("${DLRUN_RUN_DIR}")]
-        for bind in plan.binds:
+        for bind in plan.mounts:
             argv += ["-B", bind_spec(bind.source, bind.target, bind.read_only)]
         for device in plan.devices:
             argv += ["-B", bind_spec(device, device, False)]

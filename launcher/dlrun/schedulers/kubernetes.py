@@ -34,7 +34,7 @@ def mpijob_manifest(plan: Plan, launch: Launch) -> dict[str, Any]:
     env = [{"name": RUN_DIR_VAR, "value": POD_RUN_DIR}]
     mounts = [{"name": "dshm", "mountPath": "/dev/shm"}]
     volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
-    for index, bind in enumerate(plan.binds):
+    for index, bind in enumerate(plan.mounts):
         mounts.append({"name": f"bind{index}", "mountPath": bind.target, "readOnly": bind.read_only})
         volumes.append({"name": f"bind{index}", "hostPath": {"path": bind.source}})
     for index, device in enumerate(plan.devices):

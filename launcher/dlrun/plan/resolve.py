@@ -1,0 +1,189 @@
+"""Names and overrides -> one Plan, through a pipeline of small resolvers.
+
+`resolve_plan` checks the options generically against their declarations (dlrun.runoptions: type, minimum,
+choices), looks the names up in the catalogs, then runs each resolver of RESOLVERS in order. A resolver reads
+the request, the catalog entries and the fields resolved before it, and returns the Plan fields it decides;
+each is a plain function that tests can call on its own.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from dlrun.catalog import Catalog
+from dlrun.catalog.models import TF2_HARNESS_MODELS, ImageSpec, SystemSpec, WorkloadSpec
+from dlrun.errors import UsageError
+from dlrun.plan import inputs
+from dlrun.plan.backends import resolve_backends
+from dlrun.plan.resolved import LocalImage, Plan
+from dlrun.runoptions import RESOLVERS, Request, request
+from dlrun.tfoptions import resolve_tf_options
+
+
+@dataclass
+class Resolution:
+    """What the resolvers share: the request, the catalog entries it names, and the fields decided so far."""
+
+    catalog: Catalog
+    request: Request
+    workload: WorkloadSpec
+    system: SystemSpec
+    image: ImageSpec
+    fields: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def world(self) -> int:
+        return self.fields["nodes"] * self.fields["ranks_per_node"]
+
+
+Resolver = Callable[[Resolution], Mapping[str, Any]]
+
+
+def resolve_plan(catalog: Catalog, workload: str, *, local_image: LocalImage | None = None,
+                 **options: Any) -> Plan:
+    """The plan for `workload` with these options (names and meanings: dlrun.runoptions). `local_image` adds
+    this site's copy of a container image (its recorded digest and local files); without it the image is used
+    as the catalog describes it."""
+    req = request(options)
+    work = catalog.workload(workload)
+    system = catalog.system(req.system or "localhost")
+    image = catalog.image(req.image or system.default_image)
+    res = Resolution(catalog=catalog, request=req, workload=work, system=system, image=image)
+    check_names(res)
+    if image.kind == "container" and local_image is not None:
+        res.image = local_image(image, system.arch)
+    res.fields.update(workload=work, image=res.image, system=system)
+    for name in RESOLVERS[1:]:
+        res.fields.update(PIPELINE[name](res))
+    return Plan(**res.fields)
+
+
+def check_names(res: Resolution) -> None:
+    """The image fits the system and the workload (tf_cnn_benchmarks and TF 2 harness models, frameworks)."""
+    work, system, img, catalog = res.workload, res.system, res.image, res.catalog
+    if system.arch not in img.arch:
+        raise UsageError(f"image {img.name!r} is built for {', '.join(img.arch)}, "
+                         f"but system {system.name!r} is {system.arch}")
+    if img.framework not in ("pytorch", "tensorflow"):
+        raise UsageError(f"image {img.name!r} has framework {img.framework!r}, which no dlrun workload command "
+                         "runs; valid: pytorch, tensorflow")
+    tf_cnn = img.framework == "tensorflow" and img.harness_framework is None
+    if tf_cnn and not work.tf_cnn_model and work.kind != "nccl-tests":
+        valid = sorted(w.name for w in catalog.workloads.values() if w.tf_cnn_model)
+        raise UsageError(f"workload {work.name!r} has no tf_cnn_benchmarks model, which image {img.name!r} "
+                         f"(TensorFlow) runs; valid workloads for it: {', '.join(valid)}")
+    if img.harness_framework == "tensorflow" and not (work.trains and work.model in TF2_HARNESS_MODELS):
+        valid = sorted(w.name for w in catalog.workloads.values() if w.trains and w.model in TF2_HARNESS_MODELS)
+        raise UsageError(f"workload {work.name!r} has no model in dlrun's TensorFlow 2 harness, which image "
+                         f"{img.name!r} runs; valid workloads for it: {', '.join(valid)}")
+    if img.framework == "tensorflow" and res.request.is_given("allocator"):
+        raise UsageError(f"--allocator {res.request.allocator} applies to dlrun's PyTorch harness, but image "
+                         f"{img.name!r} runs TensorFlow; valid for it: auto")
+
+
+def resolve_layout(res: Resolution) -> dict[str, Any]:
+    """Nodes, ranks per node, the device and threads per rank, within what the system has."""
+    req, system = res.request, res.system
+    nodes = req.nodes
+    if nodes > system.nodes:
+        raise UsageError(f"--nodes {nodes} exceeds system {system.name!r}, which has {system.nodes} node(s); "
+                         f"valid: 1..{system.nodes}, or --system NAME for a larger system (see dlrun systems list)")
+    ranks = req.ranks_per_node or system.gpus_per_node or 1
+    per_node_limit = system.gpus_per_node or system.cpu.cores * system.cpu.threads_per_core
+    unit = "GPU(s)" if system.gpus_per_node else "CPU(s)"
+    if ranks > per_node_limit:
+        raise UsageError(f"--ranks-per-node {ranks} exceeds the {per_node_limit} {unit} per node of "
+                         f"system {system.name!r}; valid: 1..{per_node_limit}")
+    if not res.workload.trains and nodes * ranks < 2:
+        raise UsageError(f"workload {res.workload.name!r} measures {res.workload.measures} between ranks and needs "
+                         f"at least 2, got {nodes * ranks} ({nodes} node(s) x {ranks}); valid: --ranks-per-node 2 "
+                         "or more, or --nodes 2 or more")
+    return {"nodes": nodes, "ranks_per_node": ranks, "device": "cuda" if system.gpus_per_node else "cpu",
+            "threads_per_rank": req.threads or max(system.cpu.cores // ranks, 1)}
+
+
+def resolve_batch(res: Resolution) -> dict[str, Any]:
+    """Batch per rank (given, from the global batch, or the system's/workload's) and the step counts."""
+    req, work, system = res.request, res.workload, res.system
+    nodes, ranks, world = res.fields["nodes"], res.fields["ranks_per_node"], res.world
+    batch, total = req.batch_size, req.global_batch_size
+    if not work.trains and (batch is not None or total is not None or req.is_given("precision")):
+        raise UsageError(f"workload {work.name!r} trains no model; --batch-size, --global-batch-size and "
+                         "--precision do not apply (valid: --steps and --warmup-steps, per message size)")
+    if batch is not None and total is not None:
+        raise UsageError("give either --batch-size (per rank) or --global-batch-size, not both")
+    if total is not None:
+        if total % world:
+            lower = total - total % world
+            choices = f"{lower} or {lower + world}" if lower else f"{world}"
+            raise UsageError(f"--global-batch-size {total} does not divide over {world} ranks "
+                             f"({nodes} node(s) x {ranks}); valid: a multiple of {world}, e.g. {choices}")
+        batch = total // world
+    if batch is None:
+        batch = system.batch_sizes.get(work.name) or system.default_batch_size or work.default_batch_size
+    # A system's default steps are training steps; a collective's are iterations per message size.
+    sys_steps, sys_warmup = (system.default_steps, system.default_warmup_steps) if work.trains else (None, None)
+    return {"batch_size": batch, "steps": _first(req.steps, sys_steps, work.default_steps),
+            "warmup_steps": _first(req.warmup_steps, sys_warmup, work.default_warmup_steps)}
+
+
+def _first(*values: int | None) -> int:
+    return next(value for value in values if value is not None)
+
+
+def resolve_data(res: Resolution) -> dict[str, Any]:
+    """--data (with --stage-data) as the plan's dataset, the user's binds, the data-loader workers."""
+    req = res.request
+    binds = [inputs.parse_bind(spec) for spec in req.bind]
+    data = inputs.dataset(req.data, stage=req.stage_data)
+    inputs.check_binds(binds, data)
+    workers = res.system.data_loader_workers if req.data_workers is None else req.data_workers
+    return {"data": data, "binds": binds, "data_workers": workers}
+
+
+def resolve_environment(res: Resolution) -> dict[str, Any]:
+    """--env and --secret-env: the ranks' extra environment, and which of it is secret."""
+    env = dict(inputs.parse_env(spec) for spec in res.request.env)
+    secret = res.request.secret_env
+    unset = [name for name in secret if name not in env]
+    if unset:
+        raise UsageError(f"--secret-env {unset[0]} has no value; valid: a variable set in dlrun's environment, "
+                         f"or --secret-env {unset[0]}=VALUE")
+    return {"env": env, "secret_env": sorted(set(secret))}
+
+
+def _resolve_backends(res: Resolution) -> dict[str, Any]:
+    return resolve_backends(res.catalog, res.request, res.workload, res.image, res.system, world=res.world)
+
+
+def resolve_fabric(res: Resolution) -> dict[str, Any]:
+    """The fabric (given, or the system's default) and the host devices it needs inside containers."""
+    fabric = inputs.fabric_name(res.system, res.request.fabric)
+    return {"fabric": fabric, "devices": inputs.fabric_devices(res.system, fabric, res.fields["device"])}
+
+
+def resolve_scheduler(res: Resolution) -> dict[str, Any]:
+    """--partition, --account, --time, --exclusive over the system's scheduler options."""
+    req = res.request
+    return {"scheduler_options": inputs.scheduler_options(
+        res.system.scheduler_options, partition=req.partition, account=req.account, time_limit=req.time,
+        exclusive=req.exclusive)}
+
+
+def resolve_framework(res: Resolution) -> dict[str, Any]:
+    """Precision, allocator, and tf_cnn_benchmarks' own knobs checked against the image (dlrun.tfoptions)."""
+    req = res.request
+    tf_options = resolve_tf_options(
+        res.image, nodes=res.fields["nodes"], world=res.world, device=res.fields["device"],
+        variable_update=req.variable_update, all_reduce_spec=req.all_reduce_spec, ps=req.ps,
+        data_format=req.data_format, benchmark_args=list(req.benchmark_arg))
+    return {"precision": req.precision, "allocator": req.allocator, **tf_options}
+
+
+#: Every resolver of dlrun.runoptions.RESOLVERS ("names" runs first, in resolve_plan itself).
+PIPELINE: dict[str, Resolver] = {
+    "layout": resolve_layout, "batch": resolve_batch, "data": resolve_data, "environment": resolve_environment,
+    "backends": _resolve_backends, "fabric": resolve_fabric, "scheduler": resolve_scheduler,
+    "framework": resolve_framework,
+}

@@ -1,0 +1,133 @@
+"""The resolved run: one immutable `Plan` with everything a run needs, as data."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dlrun.catalog.models import ImageSpec, SchedulerOptions, SystemSpec, WorkloadSpec
+from dlrun.fabrics import FabricSettings, fabric_settings
+from dlrun.secrets import redact_env, secret_names
+
+#: Fills in what this site has of an image for one architecture (digest, root filesystem, SIF, squashfs).
+LocalImage = Callable[[ImageSpec, str], ImageSpec]
+
+Precision = Literal["fp32", "amp"]
+#: Where the ranks find the dataset of `--data` inside the container (the host runtime maps it back).
+DATA_MOUNT = "/data"
+
+Allocator = Literal["auto", "tcmalloc", "jemalloc", "glibc-tuned", "system"]
+Dist = Literal["ddp", "horovod"]
+
+
+class Bind(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source: str
+    target: str
+    read_only: bool = True
+
+
+class DataSpec(BaseModel):
+    """`--data DIR` (and `--stage-data`): the dataset the ranks train on, mounted read-only at /data."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: The dataset's absolute path on the submitting host (and, on a shared file system, on every node).
+    path: str
+    #: What the directory holds, as far as its top level tells: tfrecord shards, a jpeg tree, or unknown.
+    format: Literal["tfrecord", "jpeg", "unknown"] = "unknown"
+    #: `--stage-data`: the node-local copy each node trains from (dlrun.staging), else None.
+    staged_copy: str | None = None
+    mount: str = DATA_MOUNT
+
+    @property
+    def bind(self) -> Bind:
+        """The read-only bind of what the ranks read: the node-local copy when staged, else the dataset."""
+        return Bind(source=self.staged_copy or self.path, target=self.mount)
+
+
+class Plan(BaseModel):
+    """The resolved run. Frozen: renderers and executors read it, nobody changes it. Which option sets which
+    field is declared in dlrun.runoptions; the fields no option sets are listed in DERIVED_FIELDS."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    workload: WorkloadSpec
+    image: ImageSpec
+    system: SystemSpec
+    nodes: int = Field(gt=0)
+    ranks_per_node: int = Field(gt=0)
+    batch_size: int = Field(gt=0, description="per rank")
+    steps: int = Field(gt=0)
+    warmup_steps: int = Field(ge=0)
+    precision: Precision = "fp32"
+    device: Literal["cpu", "cuda"] = "cpu"
+    threads_per_rank: int = Field(gt=0)
+    scheduler: str
+    launcher: str
+    runtime: str
+    fabric: str
+    master_port: int = 29500
+    env: dict[str, str] = {}
+    binds: list[Bind] = []  # --bind: the user's own binds (never /data, which is `data`'s)
+    data: DataSpec | None = None  # --data: the dataset the ranks train on; None: synthetic data
+    devices: list[str] = []  # host device paths to pass into containers (fabric devices, /dev/infiniband/...)
+    data_workers: int = Field(default=0, ge=0)  # data-loader workers per rank (Ren et al.'s j)
+    allocator: Allocator = "auto"  # the PyTorch harness's malloc (see harness_pytorch.py)
+    # The PyTorch harness's distribution layer (--dist); None where the image runs tf_cnn_benchmarks.
+    dist: Dist | None = "ddp"
+    scheduler_options: SchedulerOptions = SchedulerOptions()
+    launcher_args: list[str] = []  # extra flags for the launcher (mpirun, srun, ...), passed as given
+    secret_env: list[str] = []  # names in `env` the user marked secret (--secret-env); see dlrun.secrets
+    # tf_cnn_benchmarks only (dlrun.tfoptions): None / 0 / [] for the PyTorch harness.
+    variable_update: str | None = None
+    all_reduce_spec: str | None = None
+    parameter_servers: int = Field(default=0, ge=0)
+    data_format: Literal["NCHW", "NHWC"] | None = None
+    benchmark_args: list[str] = []
+
+    @property
+    def secret_names(self) -> set[str]:
+        """Names in `env` whose values reach the ranks from the job's environment and are never written."""
+        return secret_names(self.env, self.secret_env)
+
+    @property
+    def mounts(self) -> list[Bind]:
+        """Everything bound into the container: the user's binds, then the dataset at /data."""
+        return [*self.binds, *([self.data.bind] if self.data is not None else [])]
+
+    @property
+    def job_name(self) -> str:
+        return f"dlrun-{self.workload.name}"
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.ranks_per_node
+
+    @property
+    def global_batch_size(self) -> int:
+        return self.world_size * self.batch_size
+
+    def summary(self) -> dict:
+        """The plan as JSON-able data, with the derived counts spelled out."""
+        data = self.model_dump(mode="json")
+        data["env"] = redact_env(self.env, self.secret_env, [self.env[name] for name in self.secret_names])
+        data["world_size"] = self.world_size
+        data["global_batch_size"] = self.global_batch_size
+        return data
+
+
+#: Plan fields no run option sets, and where they come from (tests/test_run_options.py checks the list).
+DERIVED_FIELDS = {
+    "workload": "the workload argument",
+    "device": "cuda where the system has GPUs, else cpu",
+    "master_port": "the rendezvous port (the local executor picks a free one at run time)",
+    "devices": "the fabric's host devices",
+}
+
+
+def fabric_for(plan: Plan) -> FabricSettings:
+    """The fabric settings of a plan: its system's configuration of that fabric, rendered."""
+    return fabric_settings(plan.fabric, plan.system.fabric_config.get(plan.fabric), device=plan.device)

@@ -1,0 +1,265 @@
+"""Every option of a run (`dlrun run`, `dlrun plan`, an experiment's point), declared once.
+
+A declaration says what the option is called on the command line, its type and validation, its default and
+where a missing value comes from, its help text, the `Plan` field it sets, the comparability-key fields it
+decides, the experiment axis that may set it, which resolver of `dlrun.plan` consumes it, and how the
+in-container harness receives it. From this table:
+
+- `dlrun.cli.options` builds the typer options of `run` and `plan` (`--help` shows each default or its source);
+- `dlrun.plan.resolve_plan` takes exactly these names, checks them generically (type, minimum, choices) and
+  hands each to its resolver;
+- `dlrun.catalog.experiment_points.Point.plan_options` maps an experiment point's fields through `axis`;
+- `dlrun.results.key.KEY_FIELDS` lists the fields the options decide (`key`) beside those no option sets;
+- `dlrun.render.harness_command` renders every option with a `harness_flag` generically.
+
+`tests/test_run_options.py` derives all five from this table and fails when one drifts. Adding an option is one
+declaration here, its resolver (or a `harness_flag`), and tests; ARCHITECTURE.md shows a worked example.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dlrun.errors import UsageError, unknown_name
+from dlrun.registry import LAUNCHERS, RUNTIMES, SCHEDULERS
+
+#: The resolvers of dlrun.plan, in the order they run; `RunOption.resolver` names one of them.
+RESOLVERS = ("names", "layout", "batch", "data", "environment", "backends", "fabric", "scheduler", "framework")
+
+
+@dataclass(frozen=True)
+class RunOption:
+    """One run option. `name` is the keyword `resolve_plan` takes; the long flag is `--name` with dashes."""
+
+    name: str
+    #: `--help` text: what the option does (the default is appended from `default`/`default_from`).
+    help: str
+    #: int, float, str, bool (a flag) or list (repeatable, str items).
+    type: type = str
+    #: The value when the option is not given. None: decided by the resolver from `default_from`.
+    default: Any = None
+    #: Where a missing value comes from, said in `--help` ("the system's", "GPUs per node, or 1 on CPU").
+    default_from: str = ""
+    #: Other spellings: a short flag, or the full `--on/--off` pair of a three-state flag.
+    aliases: tuple[str, ...] = ()
+    #: Accepted values (checked before any resolver runs).
+    choices: tuple[str, ...] = ()
+    #: Smallest accepted integer.
+    minimum: int | None = None
+    #: The `Plan` field this option sets (None: it steers resolution only, e.g. --global-batch-size).
+    field: str | None = None
+    #: Fields of the comparability key (dlrun.results.key) whose value this option decides.
+    key: tuple[str, ...] = ()
+    #: The experiment point's field (dlrun.catalog.experiment_points.Point) that may set this option.
+    axis: str | None = None
+    #: The resolver of dlrun.plan that consumes it (one of RESOLVERS).
+    resolver: str = "framework"
+    #: Rendered generically as `HARNESS_FLAG VALUE` on the in-container harness's command line
+    #: (omitted while the plan's value equals `default`).
+    harness_flag: str | None = None
+    #: Shell completion from this catalog (`workloads`, `images`, `systems`).
+    completion: str | None = None
+    #: The value's placeholder in `--help`.
+    metavar: str | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        if self.aliases and "/" in self.aliases[0]:
+            return self.aliases  # "--exclusive/--shared": typer's on/off pair replaces the plain flag
+        return (self.flag, *self.aliases)
+
+    def help_text(self) -> str:
+        """The help line with where its default comes from (typer shows literal defaults itself)."""
+        if self.default_from:
+            return f"{self.help} [default: {self.default_from}]"
+        return self.help
+
+
+def _opt(name: str, help: str, **kw: Any) -> RunOption:
+    return RunOption(name=name, help=help, **kw)
+
+
+_BACKEND = "backends"
+RUN_OPTIONS: tuple[RunOption, ...] = (
+    # names: the catalog entries a run is made of
+    _opt("image", "Image tag (see `dlrun images list`).", default_from="the system's default image",
+         aliases=("-i",), field="image", key=("image_digest", "framework", "framework_version"), axis="image",
+         resolver="names", completion="images", metavar="TAG"),
+    _opt("system", "System profile (see `dlrun systems list`).",
+         default_from="$DLRUN_SYSTEM, else `system:` in config.yaml, else the system whose `hostnames` match this "
+                      "host, else localhost",
+         aliases=("-s",), field="system", key=("system",), axis="system", resolver="names", completion="systems",
+         metavar="NAME"),
+    # layout: where the ranks run
+    _opt("nodes", "Number of nodes.", type=int, default=1, aliases=("-N",), minimum=1, field="nodes",
+         key=("nodes", "devices"), axis="nodes", resolver="layout"),
+    _opt("ranks_per_node", "Ranks per node.", type=int, default_from="GPUs per node, or 1 on CPU", aliases=("-r",),
+         minimum=1, field="ranks_per_node", key=("devices",), axis="ranks_per_node", resolver="layout"),
+    _opt("threads", "CPU threads per rank.", type=int, default_from="the node's cores divided over its ranks",
+         minimum=1, field="threads_per_rank", resolver="layout"),
+    # batch: how much work a step does, and how many steps
+    _opt("batch_size", "Batch size per rank.", type=int, aliases=("-b",),
+         default_from="the system's for this workload, else the workload's", minimum=1, field="batch_size",
+         key=("batch_per_device", "global_batch"), axis="batch_per_device", resolver="batch"),
+    _opt("global_batch_size", "Total batch over all ranks (must divide evenly; instead of --batch-size).",
+         type=int, minimum=1, key=("global_batch",), resolver="batch"),
+    _opt("steps", "Timed steps (training steps, or iterations per message size).", type=int,
+         default_from="the system's, else the workload's", minimum=1, field="steps", axis="steps",
+         resolver="batch"),
+    _opt("warmup_steps", "Untimed warm-up steps before timing.", type=int,
+         default_from="the system's, else the workload's", minimum=0, field="warmup_steps", axis="warmup_steps",
+         resolver="batch"),
+    _opt("precision", "fp32, or amp: mixed precision (bf16 autocast on CPU, fp16 on GPU).", default="fp32",
+         choices=("fp32", "amp"), field="precision", key=("precision",), axis="precision", resolver="framework"),
+    # data: what the ranks train on
+    _opt("data", "Dataset directory: the ranks train on it (bound read-only at /data) instead of synthetic data.",
+         field="data", key=("data", "data_format"), resolver="data", metavar="DIR"),
+    _opt("stage_data", "Copy the --data directory to node-local storage (/tmp) once per node before the ranks "
+         "start, and train from the copy; bytes and seconds are stored with the run.", type=bool, default=False,
+         field="data", resolver="data"),
+    _opt("data_workers", "Data-loader workers per rank (the BNL study's j; 0: the harness's default of 4).",
+         type=int, default_from="the system's j", minimum=0, field="data_workers", axis="data_workers",
+         resolver="data"),
+    _opt("bind", "Extra bind SRC[:DST][:ro|rw] (repeatable; /data is --data's).", type=list, aliases=("-B",),
+         field="binds", resolver="data", metavar="SPEC"),
+    # environment: what the ranks see
+    _opt("env", "Extra rank environment NAME=VALUE (repeatable).", type=list, aliases=("-e",), field="env",
+         resolver="environment", metavar="NAME=VALUE"),
+    _opt("secret_env", "Pass the variable NAME from this environment to the ranks as a secret: its value is never "
+         "written to a file, the store or the output (NAME=VALUE works too, but puts the value on the command "
+         "line). Names like *_TOKEN, *_PASSWORD, *_KEY are secret without it (repeatable).", type=list,
+         field="secret_env", resolver="environment", metavar="NAME"),
+    # backends: what starts and wraps the ranks
+    _opt("scheduler", f"Scheduler: {', '.join(SCHEDULERS.names())}.", default_from="the system's",
+         field="scheduler", resolver=_BACKEND),
+    _opt("launcher", f"Process launcher: {', '.join(LAUNCHERS.names())}.",
+         default_from="the system's (none for one local rank)", field="launcher", resolver=_BACKEND),
+    _opt("runtime", f"Container runtime: {', '.join(RUNTIMES.names())}.",
+         default_from="the system's (host for a host image)", field="runtime", resolver=_BACKEND),
+    _opt("dist", "How the PyTorch harness distributes training: ddp (DistributedDataParallel) or horovod "
+         "(Horovod's DistributedOptimizer; needs an image with Horovod).",
+         default_from="the system's; horovod under --launcher horovodrun", choices=("ddp", "horovod"),
+         field="dist", key=("framework",), resolver=_BACKEND),
+    _opt("launcher_arg", "Extra launcher flag, passed as given (repeatable).", type=list, field="launcher_args",
+         resolver=_BACKEND, metavar="FLAG"),
+    # fabric: how nodes talk
+    _opt("fabric", "Interconnect: ib, opa, roce or tcp.", default_from="the system's", field="fabric",
+         key=("fabric",), axis="fabric", resolver="fabric"),
+    # scheduler: what the batch job asks for
+    _opt("partition", "Batch partition/queue.", default_from="the system's", field="scheduler_options",
+         resolver="scheduler"),
+    _opt("account", "Batch account/project.", default_from="the system's", field="scheduler_options",
+         resolver="scheduler"),
+    _opt("time", "Job time limit: MINUTES, HH:MM:SS or D-HH:MM:SS (also holds local runs).",
+         default_from="the system's, 30 minutes", field="scheduler_options", resolver="scheduler"),
+    _opt("exclusive", "Whole nodes (batch jobs).", type=bool, aliases=("--exclusive/--shared",),
+         default_from="the system's", field="scheduler_options", resolver="scheduler"),
+    # framework: how the benchmark code runs
+    _opt("allocator", "Memory allocator of the PyTorch harness: auto (tcmalloc, else jemalloc, else "
+         "glibc-tuned), tcmalloc, jemalloc, glibc-tuned or system.", default="auto",
+         choices=("auto", "tcmalloc", "jemalloc", "glibc-tuned", "system"), field="allocator",
+         resolver="framework", harness_flag="--allocator"),
+    _opt("variable_update", "tf_cnn_benchmarks: how gradients meet: parameter_server, distributed_replicated, "
+         "collective_all_reduce, horovod, replicated, independent.",
+         default_from="horovod where the image has it, else parameter servers on several nodes",
+         field="variable_update", key=("framework",), axis="variable_update", resolver="framework"),
+    _opt("all_reduce_spec", "tf_cnn_benchmarks --all_reduce_spec, e.g. xring, nccl/xring, pscpu:32k:xring, "
+         "collective#2.", field="all_reduce_spec", key=("framework",), axis="all_reduce_spec",
+         resolver="framework"),
+    _opt("ps", "tf_cnn_benchmarks parameter servers, spread over the nodes.", type=int,
+         default_from="1 in parameter-server mode", minimum=0, field="parameter_servers", key=("framework",),
+         axis="parameter_servers", resolver="framework"),
+    _opt("data_format", "tf_cnn_benchmarks tensor layout: NCHW or NHWC.", default_from="NCHW on GPU, NHWC on CPU",
+         field="data_format", key=("framework",), resolver="framework"),
+    _opt("benchmark_arg", "Extra tf_cnn_benchmarks flag --FLAG[=VALUE], passed quoted (repeatable).", type=list,
+         field="benchmark_args", key=("framework",), resolver="framework", metavar="FLAG"),
+)
+
+BY_NAME: dict[str, RunOption] = {option.name: option for option in RUN_OPTIONS}
+
+
+def option(name: str) -> RunOption:
+    return BY_NAME[name]
+
+
+def _checked(opt: RunOption, value: Any) -> Any:
+    """The generic checks of one given value (type, minimum, choices): one line naming it and what is valid."""
+    if opt.type is int and value is not None:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise UsageError(f"{opt.flag} must be an integer, got {value!r}")
+        if opt.minimum is not None and value < opt.minimum:
+            what = "a positive integer" if opt.minimum == 1 else f">= {opt.minimum}"
+            raise UsageError(f"{opt.flag} must be {what}, got {value}")
+    if opt.choices and value is not None and value not in opt.choices:
+        raise unknown_name(opt.flag, str(value), opt.choices)
+    if opt.type is list and value is not None:
+        return tuple(str(item) for item in value)
+    return value
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the user (or an experiment point) asked for: every declared option, given or at its default."""
+
+    values: Mapping[str, Any]
+    given: frozenset[str]
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+    def is_given(self, name: str) -> bool:
+        return name in self.given
+
+
+def request(options: Mapping[str, Any]) -> Request:
+    """Check `options` (names from RUN_OPTIONS; None means not given) and fill in the declared defaults."""
+    unknown = sorted(set(options) - set(BY_NAME))
+    if unknown:
+        raise TypeError(f"no run option named {', '.join(unknown)}; declared: {', '.join(BY_NAME)}")
+    values: dict[str, Any] = {}
+    given = set()
+    for opt in RUN_OPTIONS:
+        value = options.get(opt.name)
+        if value is None or (opt.type is list and not value):
+            values[opt.name] = () if opt.type is list else opt.default
+            continue
+        values[opt.name] = _checked(opt, value)
+        if value != opt.default:  # the CLI passes every default; an explicit default is no request
+            given.add(opt.name)
+    return Request(values=values, given=frozenset(given))
+
+
+def options_for(resolver: str) -> tuple[RunOption, ...]:
+    return tuple(option for option in RUN_OPTIONS if option.resolver == resolver)
+
+
+def key_fields() -> tuple[str, ...]:
+    """The comparability-key fields some option decides, in declaration order."""
+    seen: dict[str, None] = {}
+    for opt in RUN_OPTIONS:
+        for name in opt.key:
+            seen.setdefault(name, None)
+    return tuple(seen)
+
+
+def harness_args(values: Callable[[str], Any]) -> list[str]:
+    """`FLAG VALUE` for every option with a harness flag whose plan value differs from its default."""
+    argv: list[str] = []
+    for opt in RUN_OPTIONS:
+        if opt.harness_flag is None:
+            continue
+        value = values(opt.field or opt.name)
+        if value is not None and value != opt.default:
+            argv += [opt.harness_flag, str(value)]
+    return argv
