@@ -336,7 +336,7 @@ references:
 """
 
 
-def _refs_check(tmp_path, monkeypatch, values: dict[int, list[float]]):
+def _refs_check(tmp_path, monkeypatch, values: dict[int, list[float]], store_path: Path | None = None):
     """The points of REFERENCES_EXPERIMENT with runs of the given values (by ranks per node), refreshed."""
     site = tmp_path / "site" / "experiments"
     site.mkdir(parents=True, exist_ok=True)
@@ -345,7 +345,7 @@ def _refs_check(tmp_path, monkeypatch, values: dict[int, list[float]]):
     monkeypatch.setenv("DLRUN_PATH", str(tmp_path / "site"))
     catalog = load_catalog(host=probe_host())
     spec = catalog.experiment("refs_check")
-    store = Store(tmp_path / f"results-{len(values[1])}-{len(values[2])}.sqlite")
+    store = Store(store_path or tmp_path / f"results-{len(values[1])}-{len(values[2])}.sqlite")
     one, two = plan_points(catalog, spec, "localhost", where={}, repeats=None, local_image=None, store=store)
     for work, ranks in ((one, 1), (two, 2)):
         for index, value in enumerate(values[ranks]):
@@ -397,6 +397,23 @@ def test_references_a_point_answers_against_stored_runs(tmp_path, monkeypatch):
         op="ratio", numerator={"system": "localhost"}, denominator={"system": "dgx2"})})
     assert evaluate(between, [one, two], "localhost").why == "a ratio between systems: see dlrun compare --by system"
     assert rows["other_unit"].why == "images/sec here, GB/s published"
+
+
+def test_reproduce_names_the_inconclusive_references_and_the_repeats_that_would_decide(dlrun_home, tmp_path,
+                                                                                    monkeypatch):
+    _refs_check(tmp_path, monkeypatch, {1: [100 / 1.01, 100.0, 101.0], 2: [150 / 1.01, 150.0, 151.5]},
+                store_path=dlrun_home / "results.sqlite")
+    proc = run_cli("reproduce", "refs_check", "--system", "localhost")
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # two_ranks, a_speedup and a_ratio are outside
+    assert "0 run(s) to make, 6 already stored" in proc.stdout
+    lines = proc.stderr.splitlines()
+    assert "dlrun: 3 reference(s) outside their tolerance: two_ranks, a_speedup, a_ratio" in lines
+    (inconclusive,) = [line for line in lines if "inconclusive" in line]
+    needed = json.loads(run_cli("reproduce", "refs_check", "--system", "localhost", "--json").stdout)["references"]
+    most = max(row["repeats_needed"] for row in needed if row["verdict"] == "inconclusive")
+    assert inconclusive == ("dlrun: 2 reference(s) inconclusive, their interval not yet inside or outside the "
+                            f"tolerance band: a_range, a_reduction; about {most} repeats per point would decide "
+                            f"(--repeats {most})")
 
 
 def test_fewer_than_three_repeats_are_inconclusive_and_say_so(tmp_path, monkeypatch):
