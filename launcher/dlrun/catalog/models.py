@@ -100,7 +100,9 @@ class WorkloadSpec(Strict):
 PeakPrecision = Literal["fp64", "fp32", "tf32-tensor", "fp16", "fp16-tensor", "bf16-tensor"]
 # The peaks that bound a run's arithmetic, fastest first: amp runs half precision on tensor units where the
 # device has them (fp16 autocast on CUDA), else plain fp16; fp32 runs count against the fp32 units.
-RUN_PRECISION_PEAKS: dict[str, tuple[str, ...]] = {"fp32": ("fp32",), "amp": ("fp16-tensor", "bf16-tensor", "fp16")}
+RUN_PRECISION_PEAKS: dict[str, tuple[str, ...]] = {
+    "fp32": ("fp32",), "tf32": ("tf32-tensor",), "fp16": ("fp16-tensor", "fp16"), "bf16": ("bf16-tensor",),
+    "amp": ("fp16-tensor", "bf16-tensor", "fp16")}
 
 
 class PeakRate(Strict):

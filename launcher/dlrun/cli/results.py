@@ -62,6 +62,9 @@ def results_show(run_id: Annotated[str, typer.Argument(help="Run id (a unique pr
         if res.get("value_is"):  # which printed figure it is (results stored before dlrun said so have none)
             rows.append([f"{res['metric']} is", res["value_is"]])
     from dlrun.results.key import KEY_FIELDS
+    from dlrun.telemetry.show import telemetry_rows
+
+    rows += telemetry_rows(run["provenance"].get("telemetry"))
 
     for name in KEY_FIELDS if run["key"] else ():  # what decides the value: compared by `dlrun compare`
         rows.append([f"key: {name}", run["key"].get(name)])

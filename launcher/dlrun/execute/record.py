@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dlrun.execute.hardware import record_hardware
 from dlrun.execute.rundir import RunDir
 from dlrun.fabrics import check_nccl_transport
 from dlrun.images.verify import image_provenance
@@ -214,6 +215,7 @@ def finish(plan: Plan, run: RunDir, store: Store, *, status: str, reason: str | 
         if result is not None:
             result.setdefault("extra", {})["data_stage"] = {k: v for k, v in extra["data_stage"].items()
                                                             if k != "per_node"}
+    record_hardware(plan, run, result, extra)  # telemetry summary, the nodes' topology, a collective's bound
     if result is not None:
         run.write_json("result.json", result)
     run.write_json("status.json", {"state": status, "exit_code": exit_code, "reason": reason,

@@ -16,7 +16,8 @@ from dlrun.job import RUN_DIR_VAR, RenderedJob
 from dlrun.paths import private_dir
 from dlrun.plan import Plan
 from dlrun.preflight import findings_json, node_inventory
-from dlrun.registry import RUNTIMES
+from dlrun.registry import RUNTIMES, SCHEDULERS
+from dlrun.telemetry.launch import sampler_files
 
 
 def free_port() -> int:
@@ -47,6 +48,9 @@ def stage(plan: Plan, rendered: RenderedJob, runs_root: Path, inventory: dict[st
         run.write("run.sh", rendered.script, mode=0o700)
         for name, text in rendered.files.items():
             run.write(name, text)
+        if plan.telemetry_period and not SCHEDULERS.get(plan.scheduler).runs_image:
+            for name, text in sampler_files().items():  # run on every node, outside the container
+                run.write(name, text)
         secrets = secret_values(plan)
         env_capture = capture_environment(marked=plan.secret_env, values=secrets.values())
         run.write_json("environment.json", env_capture)

@@ -21,6 +21,7 @@ from dlrun.probe.files import read_text
 from dlrun.probe.gpu import gpu_inventory, gpus
 from dlrun.probe.mpi import mpi_inventory
 from dlrun.probe.tools import tool_output, tool_versions
+from dlrun.probe.topology import probe_topology
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,7 @@ def node_inventory(*, runtimes: Mapping[str, str], schedulers: Mapping[str, str]
         "memory_gb": memory_gb(),
         "gpu": gpu_inventory(topology=gpu_topology),
         "fabrics": detect_fabrics("/"),
+        "topology": probe_topology(with_nvidia_smi=bool(gpus())),  # links of GPUs and NICs, topo -m
         "container_runtimes": {name: versions[command] for name, command in sorted(runtimes.items())},
         "mpi": mpi_inventory(),
         "schedulers": scheduler_inventory(schedulers),

@@ -23,9 +23,10 @@ from typing import Any
 
 from dlrun.catalog import Catalog
 from dlrun.catalog.models import ImageSpec, WorkloadSpec
-from dlrun.errors import UsageError
+from dlrun.errors import UsageError, unknown_name
 from dlrun.plan import LocalImage, Plan, resolve_plan
 from dlrun.results.parsers import ParsedResult
+from dlrun.runoptions import PRECISIONS
 from dlrun.tfoptions import PS_MODES
 
 #: The code behind logs dlrun does not produce itself, as the key's framework names it after the image's.
@@ -83,8 +84,8 @@ def resolve_import_plan(catalog: Catalog, parsed: ParsedResult, *, system: str, 
 
 def _check_options(options: ImportOptions) -> None:
     """The option values `dlrun run` would refuse, refused the same way before anything is compared."""
-    if options.precision is not None and options.precision not in ("fp32", "amp"):
-        raise UsageError(f"unknown precision {options.precision!r}; valid: fp32, amp")
+    if options.precision is not None and options.precision not in PRECISIONS:
+        raise unknown_name("--precision", options.precision, PRECISIONS)
     for option, value in (("--batch-size", options.batch_size), ("--nodes", options.nodes),
                           ("--ranks-per-node", options.ranks_per_node)):
         if value is not None and value <= 0:
@@ -243,10 +244,10 @@ def _agreed(option: str, given: Any, logged: Any, what: str, sources: dict[str, 
 
 def _log_precision(parsed: ParsedResult) -> str | None:
     precision = parsed.extra.get("precision")
-    if precision in (None, "fp32", "amp"):
+    if precision is None or precision in PRECISIONS:
         return precision
-    raise UsageError(f"the log trained in {str(precision)[:20]}, which is neither of dlrun's precisions; valid: a log "
-                     "in fp32 or amp, or an import without --workload")
+    raise UsageError(f"the log trained in {str(precision)[:20]}, which is none of dlrun's precisions; valid: a log "
+                     f"in {', '.join(PRECISIONS)}, or an import without --workload")
 
 
 def _dist(parsed: ParsedResult, image: ImageSpec) -> str | None:

@@ -92,6 +92,11 @@ class Scheduler:
         raise UsageError(f"scheduler {self.name} cannot run a step once per node of {plan.nodes}; valid: "
                          "--stage-data with --nodes 1, or scheduler slurm, pbs or lsf")
 
+    def per_node_background(self, plan: Plan, argv: list[str]) -> str | None:
+        """A shell command that runs `argv` once on every node of the job, beside the job's own steps (the
+        caller puts it in the background); None when this scheduler cannot reach every node."""
+        return join(argv) if plan.nodes == 1 else None
+
     def per_node_launch(self, plan: Plan, rank: RankCommand) -> Launch:
         """Start one copy of `rank` on every node of the job (torchrun starts the node's ranks itself)."""
         raise UsageError(f"scheduler {self.name} cannot start one process per node; valid: --launcher mpirun")

@@ -61,6 +61,14 @@ class LsfScheduler(Scheduler):
             return super().once_per_node(plan, argv)
         return [join(self.per_node_launch(plan, RankCommand(argv=argv)).argv)]  # one resource set per host
 
+    def per_node_background(self, plan: Plan, argv: list[str]) -> str | None:
+        if plan.nodes == 1 and plan.launcher != "jsrun":
+            return super().per_node_background(plan, argv)
+        # Under CSM (jsrun) the script runs on a launch node: jsrun reaches the compute hosts. One core and no
+        # GPU per host: the job's own jsrun keeps the rest (NVML still reads every GPU).
+        return join(["jsrun", "--nrs", str(plan.nodes), "--rs_per_host", "1", "--tasks_per_rs", "1",
+                     "--cpu_per_rs", "1", "--gpu_per_rs", "0", "--smpiargs=off", *argv])
+
     def per_node_launch(self, plan: Plan, rank: RankCommand) -> Launch:
         argv = ["jsrun", "--nrs", str(plan.nodes), "--rs_per_host", "1", "--tasks_per_rs", "1",
                 "--cpu_per_rs", "ALL_CPUS", "--gpu_per_rs", "ALL_GPUS", "--smpiargs=off", *rank.argv]

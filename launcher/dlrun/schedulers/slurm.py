@@ -76,6 +76,14 @@ class SlurmScheduler(Scheduler):
         # A job step of one task per node (srun waits for every node's task).
         return [join(self.per_node_launch(plan, RankCommand(argv=argv)).argv)]
 
+    def per_node_background(self, plan: Plan, argv: list[str]) -> str | None:
+        if plan.nodes == 1:
+            return super().per_node_background(plan, argv)
+        # --overlap (Slurm >= 20.11): the step shares the nodes' CPUs and GPUs with the job's launch instead
+        # of holding them until it ends.
+        return join(["srun", "--overlap", f"--nodes={plan.nodes}", f"--ntasks={plan.nodes}", "--ntasks-per-node=1",
+                     "--cpus-per-task=1", "--kill-on-bad-exit=0", "--export=ALL", *argv])
+
     def node_list_shell(self) -> str:
         return 'scontrol show hostnames "${SLURM_JOB_NODELIST}"'
 

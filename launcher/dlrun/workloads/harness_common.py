@@ -111,6 +111,23 @@ def cpu_name():
     return platform.processor() or platform.machine() or "cpu"
 
 
+def cpu_has_native_bf16(cpuinfo="/proc/cpuinfo"):
+    """True where the CPU computes bfloat16 in hardware (x86 AVX512_BF16 or
+    AMX-BF16, Arm BF16), False where /proc/cpuinfo says it does not, None
+    where it cannot tell."""
+    try:
+        with open(cpuinfo) as handle:
+            text = handle.read(1 << 20)
+    except (IOError, OSError):
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            words = set(value.split())
+            return bool(words & {"avx512_bf16", "amx_bf16", "bf16"})
+    return None
+
+
 def median(values):
     v = sorted(values)
     n = len(v)
