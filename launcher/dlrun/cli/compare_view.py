@@ -1,4 +1,6 @@
-"""How a Comparison looks: a rich table per mode (Ren et al.'s Table III pivot for `relative`), CSV, JSON."""
+"""How a Comparison looks: a rich table per mode (Ren et al.'s Table III pivot for `relative`), CSV, JSON.
+Every table says what its numbers are: geometric means, ratios of geometric means, the confidence level
+and n per side; an interval that could not be made says why ("too few repeats")."""
 from __future__ import annotations
 
 import csv
@@ -21,8 +23,13 @@ def _pct(value: Any, digits: int = 1) -> str:
     return "unknown" if value is None else value if isinstance(value, str) else f"{value * 100:.{digits}f} %"
 
 
-def _interval(low: Any, high: Any, show: Callable[[Any], str] = _num) -> str:
-    return "-" if low is None or high is None else f"[{show(low)}, {show(high)}]"
+def _interval(low: Any, high: Any, show: Callable[[Any], str] = _num, why: str = "-") -> str:
+    return why if low is None or high is None else f"[{show(low)}, {show(high)}]"
+
+
+def _no_interval(row: dict[str, Any], key: str = "interval") -> str:
+    """The cell where an interval is missing: "too few repeats", or "-"."""
+    return "too few repeats" if str(row.get(key, "")).startswith("too few repeats") else "-"
 
 
 def _signed(value: Any) -> str:
@@ -40,8 +47,8 @@ def _efficiency(row: dict[str, Any], columns: list[str]) -> list[tuple[str, str]
 
 
 def _stats(row: dict[str, Any]) -> list[tuple[str, str]]:
-    return [("n", str(row["n"])), ("mean", _num(row["mean"])), ("95 % CI", _interval(row["ci_low"], row["ci_high"])),
-            ("sd", _num(row["stdev"]))]
+    return [("n", str(row["n"])), ("geo. mean", _num(row["geomean"])),
+            ("95 % CI", _interval(row["ci_low"], row["ci_high"], why=_no_interval(row))), ("sd", _num(row["stdev"]))]
 
 
 def _summary_cells(row, columns):
@@ -54,25 +61,36 @@ def _reference_cells(row, columns):
     source = row["source_where"] or row["source_doc"]  # the document and its words are printed below
     return [("workload", row["workload"]), ("system", str(row["system"])), ("devices", str(row["devices"])),
             ("precision", str(row["precision"])), *_stats(row)[:3], ("reference", _num(row["reference"])),
-            ("ratio", _pct(row["ratio"])), ("within", ("yes" if row["within"] else "NO")
-                                             + f" (±{row['tolerance'] * 100:g} %)"),
-            ("source", source), *_efficiency(row, columns)]
+            ("ratio", _pct(row["ratio"])), ("verdict", _verdict(row)), ("source", source), *_efficiency(row, columns)]
+
+
+def _verdict(row: dict[str, Any]) -> str:
+    text = {"outside": "OUTSIDE"}.get(row["verdict"], row["verdict"]) + f" (±{row['tolerance'] * 100:g} %)"
+    if row["verdict"] == "inconclusive":
+        if str(row.get("interval", "")).startswith("too few repeats"):
+            text += ": too few repeats"
+        if row.get("repeats_needed"):
+            text += f"; ~{row['repeats_needed']} repeats would decide"
+    return text
 
 
 def _scaling_cells(row, columns):
+    why = "(baseline)" if str(row.get("speedup_interval", "")).startswith("the baseline") \
+        else _no_interval(row, "speedup_interval")
+    speedup = _interval(row["speedup_low"], row["speedup_high"], why=why)
+    efficiency = _interval(row["scaling_efficiency_low"], row["scaling_efficiency_high"], _pct, why=why)
     return [("workload", row["workload"]), ("devices", str(row["devices"])), ("nodes", str(row["nodes"])),
-            *_stats(row)[:3], ("speedup", f"{_num(row['speedup'])} {_interval(row['speedup_low'], row['speedup_high'])}"),
-            ("scaling eff.", f"{_pct(row['scaling_efficiency'])} "
-                             f"{_interval(row['scaling_efficiency_low'], row['scaling_efficiency_high'], _pct)}"),
-            *_efficiency(row, columns)]
+            *_stats(row)[:3], ("speedup", f"{_num(row['speedup'])} {speedup}"),
+            ("scaling eff.", f"{_pct(row['scaling_efficiency'])} {efficiency}"), *_efficiency(row, columns)]
 
 
 def _test_cells(axis: str):
     def cells(row, columns):
         return [("workload", row["workload"]), *([("devices", str(row["devices"]))] if "devices" in row else []),
-                (axis, str(row[axis])), ("baseline", f"{_num(row['baseline_mean'])} (n={row['baseline_n']})"),
-                ("mean", f"{_num(row['mean'])} (n={row['n']})"), ("change", _signed(row["change_pct"])),
-                ("verdict", row["verdict"])]
+                (axis, str(row[axis])),
+                ("baseline geo. mean", f"{_num(row['baseline_geomean'])} (n={row['baseline_n']})"),
+                ("geo. mean", f"{_num(row['geomean'])} (n={row['n']})"), ("ratio", _num(row["ratio"], 3)),
+                ("change", _signed(row["change_pct"])), ("verdict", row["verdict"])]
     return cells
 
 
@@ -107,11 +125,12 @@ def _relative(comparison) -> None:
     for r in rows:
         cell = _pct(r["relative"], 2)
         if "relative_low" in r:
-            cell += f" {_interval(r['relative_low'], r['relative_high'], lambda v: f'{v * 100:.1f}')}"
+            cell += " " + _interval(r["relative_low"], r["relative_high"], lambda v: f"{v * 100:.1f}",
+                                    why=_no_interval(r)) + f" n={r['n']}/{r['baseline_n']}"
         seen.setdefault((r["workload"], r["model"], r[axis]), {})[r["devices"]] = cell
     for (workload, model, value), cells in seen.items():
         table.add_row(workload, str(model), str(value), *(cells.get(d, "-") for d in devices),
-                      style="bold" if workload == "average" else None)
+                      style="bold" if workload == "geometric mean" else None)
     console().print(table)
 
 
@@ -119,6 +138,27 @@ def _title(comparison) -> str:
     unit = f" ({comparison.unit})" if comparison.unit else ""
     flag = "  [NOT LIKE-FOR-LIKE]" if not comparison.like_for_like else ""
     return f"compare {comparison.mode}: {comparison.title}{unit}{flag}"
+
+
+#: What each mode's numbers are, printed under its table.
+MEANING = {
+    "summary": "geo. mean: geometric mean of the n repeats; 95 % CI: t interval on their logs (none below {m} "
+               "repeats); sd: standard deviation of the repeats",
+    "reference": "geo. mean of the n repeats with its 95 % CI (t on logs); ratio: geo. mean / published value; "
+                 "verdict: within when the CI lies inside the tolerance band, OUTSIDE when wholly outside it, "
+                 "else inconclusive",
+    "scaling": "geo. mean of the n repeats, 95 % CI: t on logs; speedup: ratio of geometric means over the "
+               "baseline's, 95 % CI: Welch's t on logs; scaling eff.: speedup / ideal speedup",
+    "relative": "each cell: ratio of geometric means (value / baseline) with its 95 % CI (Welch's t on logs) "
+                "in percent, and n=repeats/baseline repeats; bold: geometric mean of the column's ratios",
+    "regression": "ratio of geometric means (value / baseline), n per side; change and its 95 % CI from "
+                  "Welch's t on logs, the same computation as the test (p)",
+}
+
+
+def _meaning(comparison) -> str:
+    text = MEANING.get(comparison.mode, MEANING["regression"])
+    return text.format(m=comparison.statistics.get("min_repeats", 3))
 
 
 def print_table(comparison) -> None:
@@ -131,10 +171,11 @@ def print_table(comparison) -> None:
         summary = None
         if comparison.summary_rows:
             width = len(cells(comparison.rows[0], comparison.columns)) if comparison.rows else 0
-            summary = [[f"average of {r['model']}", *([""] * (width - 3)), _signed(r["change_pct"]), ""]
-                       for r in comparison.summary_rows] if width else None
+            summary = [[f"geometric mean of {r['model']}", *([""] * (width - 4)), _num(r["ratio"], 3),
+                        _signed(r["change_pct"]), ""] for r in comparison.summary_rows] if width else None
         _print_rows(_title(comparison), comparison.rows, cells, comparison.columns, summary)
     out = console()
+    out.print(f"[dim]{_meaning(comparison)}[/]", highlight=False)
     if not comparison.like_for_like:
         out.print("[bold red]not like-for-like[/] (compared anyway, --allow-mismatch):", highlight=False)
         for line in comparison.differences:

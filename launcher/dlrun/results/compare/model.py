@@ -5,6 +5,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from dlrun.errors import DlrunError
+from dlrun.results.stats import METHOD
 
 #: Modes, and the axis each compares along when `--by` is not given (None: no axis).
 MODES: dict[str, str | None] = {"summary": None, "reference": None, "relative": "system", "scaling": "devices",
@@ -107,8 +108,9 @@ class MismatchError(DlrunError):
 class Comparison:
     """A comparison as data: rows with named columns (the CLI prints them as a table, JSON or CSV).
 
-    `summary_rows` hold averages over rows (Ren et al.'s "Average", Samsi et al.'s average reduction);
-    `differences` is empty exactly when the comparison is like-for-like."""
+    `summary_rows` hold averages over rows (Ren et al.'s "Average", Samsi et al.'s average reduction: the
+    geometric mean of the rows' ratios); `differences` is empty exactly when the comparison is like-for-like;
+    `statistics` says how every estimate and interval was made (dlrun.results.stats.METHOD)."""
 
     mode: str
     title: str
@@ -120,6 +122,7 @@ class Comparison:
     summary_rows: list[dict[str, Any]] = field(default_factory=list)
     differences: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    statistics: dict[str, Any] = field(default_factory=lambda: dict(METHOD))
 
     @property
     def like_for_like(self) -> bool:
