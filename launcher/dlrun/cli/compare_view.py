@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dlrun.cli.output import console, print_json
+from dlrun.text import csv_cell, for_rich, plain
 
 
 def _num(value: Any, digits: int = 2) -> str:
@@ -80,14 +81,14 @@ def _print_rows(title: str, rows: list[dict[str, Any]], cells, columns: list[str
                 summary: list[list[str]] | None = None) -> None:
     from rich.table import Table
 
-    table = Table(title=title)
+    table = Table(title=for_rich(title, newlines=False))
     laid_out = [cells(row, columns) for row in rows]
     for header, _ in (laid_out[0] if laid_out else []):
         table.add_column(header)
     for row in laid_out:
-        table.add_row(*(cell for _, cell in row))
+        table.add_row(*(for_rich(cell) for _, cell in row))
     for row in summary or []:
-        table.add_row(*row, style="bold")
+        table.add_row(*(for_rich(cell) for cell in row), style="bold")
     console().print(table)
 
 
@@ -98,7 +99,7 @@ def _relative(comparison) -> None:
     axis = comparison.axis
     rows = comparison.rows + comparison.summary_rows
     devices = sorted({r["devices"] for r in rows}, key=lambda d: (not isinstance(d, int), str(d).zfill(9)))
-    table = Table(title=_title(comparison))
+    table = Table(title=for_rich(_title(comparison), newlines=False))
     for header in ("workload", "model", axis):
         table.add_column(header)
     for count in devices:
@@ -110,7 +111,7 @@ def _relative(comparison) -> None:
             cell += f" {_interval(r['relative_low'], r['relative_high'], lambda v: f'{v * 100:.1f}')}"
         seen.setdefault((r["workload"], r["model"], r[axis]), {})[r["devices"]] = cell
     for (workload, model, value), cells in seen.items():
-        table.add_row(workload, str(model), str(value), *(cells.get(d, "-") for d in devices),
+        table.add_row(*(for_rich(cell) for cell in (workload, model, value, *(cells.get(d, "-") for d in devices))),
                       style="bold" if workload == "average" else None)
     console().print(table)
 
@@ -138,9 +139,9 @@ def print_table(comparison) -> None:
     if not comparison.like_for_like:
         out.print("[bold red]not like-for-like[/] (compared anyway, --allow-mismatch):", highlight=False)
         for line in comparison.differences:
-            out.print(f"  {line}", markup=False)
+            out.print(f"  {plain(line)}", markup=False)
     for line in comparison.notes:
-        out.print(f"[dim]note: {line}[/]", highlight=False)
+        out.print(f"[dim]note: {for_rich(line)}[/]", highlight=False)
 
 
 def print_csv(comparison) -> None:
@@ -155,8 +156,8 @@ def _csv(value: Any) -> Any:
     if value is None:
         return ""
     if isinstance(value, list):
-        return " ".join(map(str, value))
-    return value
+        return csv_cell(" ".join(map(str, value)))
+    return csv_cell(value)
 
 
 def render(comparison, fmt: str) -> None:

@@ -17,6 +17,7 @@ from dlrun.cli.filters import (ExperimentFilter, ImageFilter, SinceFilter, SiteF
 from dlrun.cli.options import JsonOpt
 from dlrun.cli.output import handle_errors, print_json
 from dlrun.errors import UsageError
+from dlrun.text import plain
 
 
 def _store():
@@ -71,7 +72,7 @@ def export(
                             since=since, experiment=experiment, site=site)
     if chosen != "bundle":
         rows = export_table(store, filters, out, chosen)
-        print(f"wrote {out}: {rows} rows ({chosen})")
+        print(plain(f"wrote {out}: {rows} rows ({chosen})"))
         return
     from dlrun.results.bundle_sign import sign as ssh_sign
     from dlrun.results.site import local_site
@@ -81,8 +82,8 @@ def export(
     written = export_bundle(store, filters, out, site=name, dlrun_version=__version__, with_logs=with_logs,
                             sign=signer)
     logs = f", {written.files} run-directory files" if with_logs else ""
-    print(f"wrote {written.path}: {written.runs} runs from site {name}{logs}, {_size(written.size)}, "
-          f"{'signed with ' + str(sign) if written.signed else 'unsigned'}; sha256 {written.sha256}")
+    print(plain(f"wrote {written.path}: {written.runs} runs from site {name}{logs}, {_size(written.size)}, "
+                f"{'signed with ' + str(sign) if written.signed else 'unsigned'}; sha256 {written.sha256}"))
 
 
 @handle_errors
@@ -106,7 +107,7 @@ def import_(
         return
     who = f"signed by {result.signer}, verified" if result.signer else "not verified (--unsigned)"
     kept = f"; {len(result.skipped)} stored already" if result.skipped else ""
-    print(f"imported {len(result.added)} of {result.runs} runs from site {result.site} ({who}){kept}")
+    print(plain(f"imported {len(result.added)} of {result.runs} runs from site {result.site} ({who}){kept}"))
 
 
 @handle_errors
@@ -131,7 +132,7 @@ def import_log(
         print_json({"added": added, "results": len(pairs)})
         return
     if not added:
-        print(f"nothing added: {file} (sha256 {pairs[0][0]['provenance']['log_sha256'][:12]}...) is stored already")
+        print(plain(f"nothing added: {file} (sha256 {pairs[0][0]['provenance']['log_sha256'][:12]}...) is stored already"))
         return
     states = ", ".join(f"{run['id']} ({run['status']})" for run, _ in pairs if run["id"] in added)
-    print(f"imported {len(added)} run{'s' if len(added) != 1 else ''} from {file}: {states}")
+    print(plain(f"imported {len(added)} run{'s' if len(added) != 1 else ''} from {file}: {states}"))

@@ -20,6 +20,7 @@ from dlrun.results.key import KEY_FIELDS
 from dlrun.results.query import Filters
 from dlrun.results.site import DEFAULT_SITE
 from dlrun.results.store import RUN_COLUMNS, Store
+from dlrun.text import csv_cell
 
 TABLE_FORMATS = ("csv", "jsonl", "parquet")
 FORMATS = ("bundle", *TABLE_FORMATS)
@@ -117,6 +118,16 @@ def _frame(rows: list[dict[str, Any]]):
     return frame
 
 
+def _spreadsheet_safe(frame):
+    """The frame with every text cell a spreadsheet would evaluate as a formula shown as text instead
+    (dlrun.text.csv_cell): stored strings came from logs, bundles and other sites."""
+    safe = frame.copy()
+    for name in TABLE_COLUMNS:
+        if name not in _INTEGERS and name != "value":
+            safe[name] = safe[name].map(csv_cell, na_action="ignore").astype("string")
+    return safe
+
+
 def export_table(store: Store, filters: Filters, out: Path, fmt: str) -> int:
     """Write the selected runs as a flat table in `fmt` (csv, jsonl, parquet), atomically; the row count."""
     records = selected_records(store, filters)
@@ -135,7 +146,7 @@ def export_table(store: Store, filters: Filters, out: Path, fmt: str) -> int:
     os.close(fd)
     try:
         if fmt == "csv":
-            frame.to_csv(tmp, index=False)
+            _spreadsheet_safe(frame).to_csv(tmp, index=False)
         elif fmt == "jsonl":  # by hand: pandas rounds floats to 10 digits and escapes every `/`
             Path(tmp).write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
         else:
