@@ -18,9 +18,10 @@ SIGNAL_TEXT = {signal.strsignal(sig).lower(): int(sig) for sig in signal.Signals
 OMPI_SIGNAL = re.compile(r"\b(?P<tool>mpirun|mpiexec|orterun|prterun) noticed that process rank (?P<rank>\d+) with "
                          r"PID \d+ on node (?P<host>\S+) exited on signal (?P<signal>\d+)")
 OMPI_EXIT = re.compile(r"\b(?P<tool>mpirun|mpiexec|orterun|prterun) detected that one or more processes exited with "
-                       r"non-zero status.*?Process name: \[\[\d+,\d+\],(?P<rank>\d+)\](?: Local host: (?P<host>\S+))?"
+                       r"non-zero status.{0,400}?Process name: \[\[\d+,\d+\],(?P<rank>\d+)\](?: Local host: (?P<host>\S+))?"
                        r" Exit code: (?P<code>-?\d+)")
-SRUN_TASK = re.compile(r"^srun: error: (?P<host>[^\s:]+): tasks? (?P<rank>\d+)[-,\d]*: (?P<what>.+?)\s*$", re.MULTILINE)
+# (`.*\S\s*$`, not `.+?\s*$`: a lazy match before `\s*$` retries the spaces of a long line at every character)
+SRUN_TASK = re.compile(r"^srun: error: (?P<host>[^\s:]+): tasks? (?P<rank>\d+)[-,\d]*: (?P<what>.*\S)\s*$", re.MULTILINE)
 SRUN_EXIT = re.compile(r"Exited with exit code (\d+)")
 TORCHRUN_ROOT = re.compile(r"Root Cause \(first observed failure\): \[\d+\]: time ?: \S+ host ?: (?P<host>\S+) "
                            r"rank ?: (?P<rank>\d+)(?: \(local_rank: \d+\))? exitcode ?: (?P<code>-?\d+)")
