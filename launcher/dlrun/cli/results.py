@@ -13,7 +13,7 @@ from dlrun.cli.filters import (ExperimentFilter, ImageFilter, SinceFilter, SiteF
 from dlrun.cli.options import JsonOpt
 from dlrun.cli.output import fields_table, handle_errors, print_json, table
 from dlrun.cli.store import open_store
-from dlrun.errors import DlrunError, UsageError
+from dlrun.errors import UsageError
 
 results_app = typer.Typer(help="Stored results and their run directories.", no_args_is_help=True)
 results_app.command("export")(results_share.export)
@@ -70,12 +70,10 @@ def results_show(run_id: Annotated[str, typer.Argument(help="Run id (a unique pr
 def parse(file: Annotated[Path, typer.Argument(help="Log file (dlrun harness or tf_cnn_benchmarks output).")],
           as_json: JsonOpt = False) -> None:
     """Parse a benchmark log and print the extracted result."""
+    from dlrun.results.import_log import read_log
     from dlrun.results.parsers import parse_text
 
-    try:
-        text = file.read_text(errors="replace")
-    except OSError as exc:
-        raise DlrunError(f"cannot read {str(file)!r}: {exc.strerror}", exit_code=2) from None
+    text, _ = read_log(file)  # regular files only, at most limits.log_bytes
     result = parse_text(text).to_dict()
     if as_json:
         print_json(result)
