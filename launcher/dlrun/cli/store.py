@@ -1,5 +1,6 @@
 """The result store as every command opens it: first the runs of a dlrun that died are recovered (stored,
-published), and runs still in progress are named, so that no run directory is left unlisted."""
+published), runs still in progress are named, so that no run directory is left unlisted, and what an
+interrupted bundle import left behind is removed."""
 from __future__ import annotations
 
 from dlrun.cli.output import warn
@@ -10,6 +11,10 @@ def open_store():
     from dlrun.results.store import Store
 
     store = Store(store_path())
+    from dlrun.paths import dlrun_home
+    from dlrun.results.bundle_import import clean_interrupted_imports
+
+    clean_interrupted_imports(dlrun_home())  # what an import killed by a signal left in imported/.staging-*
     if staging_dirs(runs_dir()):  # the executor (and what it imports) is loaded only when there is work for it
         from dlrun.execute.recovery import recover_runs
 

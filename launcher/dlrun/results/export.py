@@ -17,6 +17,7 @@ from typing import Any
 from dlrun.errors import UsageError, unknown_name
 from dlrun.results.bundle import LogFile, Written, run_directory_files, write_bundle
 from dlrun.results.key import KEY_FIELDS
+from dlrun.results.limits import site_limits
 from dlrun.results.query import Filters
 from dlrun.results.site import DEFAULT_SITE
 from dlrun.results.store import RUN_COLUMNS, Store
@@ -85,7 +86,8 @@ def export_bundle(store: Store, filters: Filters, out: Path, *, site: str, dlrun
         if record.get("site") in (None, DEFAULT_SITE):
             record["site"] = site
     chosen = {name: list(value) if isinstance(value, tuple) else value for name, value in asdict(filters).items()}
-    return write_bundle(out, records, site=site, dlrun_version=dlrun_version, filters=chosen, logs=logs, sign=sign)
+    return write_bundle(out, records, site=site, dlrun_version=dlrun_version, filters=chosen, logs=logs, sign=sign,
+                        limits=site_limits())
 
 
 def table_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:

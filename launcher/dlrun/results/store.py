@@ -17,7 +17,7 @@ import random
 import sqlite3
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -31,6 +31,8 @@ from dlrun.results.schema import (ORIGINS, PRIMARY_METRICS, RUN_COLUMNS, SCHEMA_
 from dlrun.results.site import local_site
 
 T = TypeVar("T")
+Pair = tuple[dict[str, Any], list[dict[str, Any]]]
+Pairs = list[Pair]
 #: How long a writer keeps trying while other writers hold the store (SQLite's busy handler, then retries).
 BUSY_TIMEOUT_S = 30
 RETRY_FOR_S = 120
@@ -154,22 +156,28 @@ class Store:
         imported logs, bundles, matmul measurements) stores one; a run that names no site was made here."""
         self.add_runs([(run, results)])
 
-    def add_runs(self, runs: list[tuple[dict[str, Any], list[dict[str, Any]]]], *, skip_existing: bool = False,
+    def add_runs(self, runs: Pairs | Callable[[], Iterable[Pair]], *, skip_existing: bool = False,
                  same_provenance: tuple[str, ...] = ()) -> list[str]:
         """Insert (run, rows) pairs in one transaction: all of them or none; returns the ids inserted.
 
+        `runs` is a list of pairs, or a function that returns a fresh iterable of them each time it is called
+        (a bundle's runs are read one at a time from disk, and read again if the transaction is retried).
         With `skip_existing`, a run whose id is stored already is left out; with `same_provenance`, so is a
         run for which a stored run has equal values of all these provenance fields (a log imported twice).
         Both are decided inside the transaction, so parallel importers of the same data add it once. The
         transaction is tried again while other writers hold the store."""
-        prepared = [self._row(run, results) for run, results in runs]
+        if not callable(runs):
+            prepared = [self._row(run, results) for run, results in runs]
+            pairs: Callable[[], Iterable[Pair]] = lambda: prepared  # noqa: E731
+        else:
+            pairs = lambda: (self._row(run, results) for run, results in runs())  # noqa: E731
 
         def write() -> list[str]:
             added: list[str] = []
             with self.connect() as conn:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
-                    for row, results in prepared:
+                    for row, results in pairs():
                         if skip_existing and conn.execute("SELECT 1 FROM runs WHERE id = ?",
                                                           (row["id"],)).fetchone():
                             continue
