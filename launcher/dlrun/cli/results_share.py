@@ -21,10 +21,9 @@ from dlrun.text import plain
 
 
 def _store():
-    from dlrun.paths import store_path
-    from dlrun.results.store import Store
+    from dlrun.cli.store import open_store
 
-    return Store(store_path())
+    return open_store()
 
 
 def _site_name(value: str, option: str) -> str:

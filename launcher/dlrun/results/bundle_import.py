@@ -35,10 +35,8 @@ it lives; the next import, or any command that opens the store, removes what a k
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import fnmatch
 import os
-import secrets
 import shutil
 import sqlite3
 import time
@@ -52,14 +50,13 @@ from dlrun.results.bundle import BundleError
 from dlrun.results.bundle_read import Manifest, ReadBundle, read_bundle
 from dlrun.results.bundle_records import spooled_runs
 from dlrun.results.bundle_sign import verify
+from dlrun.results.import_staging import IMPORTED_DIR, clean_interrupted_imports, import_staging
 from dlrun.results.key import key_from_run
 from dlrun.results.limits import Limits, site_limits
 from dlrun.results.query import Filters
 from dlrun.results.site import DEFAULT_SITE, config_file, local_site
 from dlrun.results.store import Store
 
-IMPORTED_DIR = "imported"
-STAGING_PREFIX = ".staging-"
 
 
 def _config() -> tuple[Path, dict[str, Any]]:
@@ -187,58 +184,6 @@ def _record(raw: dict[str, Any], bundle: ReadBundle, site: str, run_dir: Path | 
             "run_dir": str(run_dir) if run_dir is not None else None}, rows
 
 
-def _lock(path: Path) -> int | None:
-    """An open descriptor holding the exclusive lock on `path` (created 0600), or None when another holds it."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        return None
-    return fd
-
-
-def clean_interrupted_imports(home: Path) -> list[Path]:
-    """Remove the staging directories of imports that no longer run (killed: their lock is free); the ones
-    removed. An import locks `.staging-X.lock` before it makes `.staging-X`, so a live one is never taken."""
-    imported = home / IMPORTED_DIR
-    if not imported.is_dir() or imported.is_symlink():
-        return []
-    removed = []
-    for staging in sorted(imported.glob(STAGING_PREFIX + "*")):
-        if staging.suffix == ".lock" or not staging.is_dir() or staging.is_symlink():
-            continue
-        lock_path = staging.with_name(staging.name + ".lock")
-        fd = _lock(lock_path)
-        if fd is None:
-            continue
-        try:
-            shutil.rmtree(staging, ignore_errors=True)
-            lock_path.unlink(missing_ok=True)
-            removed.append(staging)
-        finally:
-            os.close(fd)
-    return removed
-
-
-@contextlib.contextmanager
-def _staging(imported: Path) -> Iterator[Path]:
-    """A fresh staging directory under `imported`, locked while the import lives, removed after it."""
-    name = STAGING_PREFIX + secrets.token_hex(6)
-    lock_path = imported / f"{name}.lock"
-    fd = _lock(lock_path)
-    if fd is None:  # a random name nobody else has: only a planted file holds it
-        raise DlrunError(f"cannot lock {str(lock_path)!r}; remove it and import again")
-    staging = imported / name
-    try:
-        staging.mkdir(mode=0o700)
-        yield staging
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        lock_path.unlink(missing_ok=True)
-        os.close(fd)
-
-
 def _run_site(site: str | None, bundle: ReadBundle) -> str:
     return site if site not in (None, DEFAULT_SITE) else bundle.manifest.site
 
@@ -270,7 +215,7 @@ def import_bundle(store: Store, path: Path, home: Path, *, allowed_signers: Path
     clean_interrupted_imports(home)
     label = f"bundle {str(path)!r}"
     placed: list[Path] = []
-    with _staging(imported) as staging:
+    with import_staging(imported) as staging:
         try:
             bundle = read_bundle(path, staging=staging, limits=limits, admit=policy.admit,
                                  check_signature=lambda data, signature: policy.check(data, signature, label))
