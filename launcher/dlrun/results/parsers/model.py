@@ -57,6 +57,18 @@ def check_name(name: str, value: Any) -> str | None:
     return value
 
 
+def non_finite(data: Any, where: str = "") -> str | None:
+    """The path (`a.b[2]`) of the first float in `data` that is NaN or infinite, else None."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return where or "value"
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, (list, tuple)) else ()
+    for key, value in items:
+        found = non_finite(value, f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}".lstrip("."))
+        if found is not None:
+            return found
+    return None
+
+
 def _show(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -144,6 +156,9 @@ class ParsedResult:
             object.__setattr__(self, "avg_busbw", check_rate("average bus bandwidth", self.avg_busbw))
         if not isinstance(self.extra, dict):
             raise ParseError(f"extra must be a mapping, got {_show(self.extra)}")
+        where = non_finite(self.extra)
+        if where is not None:  # JSON has no NaN or Infinity: `--json` output and the store stay JSON
+            raise ParseError(f"extra field {where} is not a finite number (NaN or Infinity)")
 
     @property
     def multi_node(self) -> bool | None:
