@@ -236,6 +236,57 @@ def test_the_signature_policy(site_a, tmp_path, keys, monkeypatch):
     assert _import(tmp_path / "c", signed).signer == "alice@site-a.example.org"
     with pytest.raises(BundleError, match="this site accepts only bundles signed by"):
         _import(tmp_path / "d", unsigned)
+    # as the README says: a site that names its allowed signers takes no unsigned bundle, --unsigned or not
+    with pytest.raises(BundleError, match=r"is not signed, and this site accepts only bundles signed by .* "
+                                          r"\(allowed_signers in config.yaml; --unsigned does not lift it\)") as exc:
+        _import(tmp_path / "d", unsigned, unsigned=True)
+    assert exc.value.exit_code == 1 and _stored(tmp_path / "d") == 0
+
+
+def _config(tmp_path: Path, monkeypatch, text: str) -> None:
+    (tmp_path / "config" / "dlrun").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "config" / "dlrun" / "config.yaml").write_text(text)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+
+
+def test_a_signer_speaks_only_for_the_sites_it_is_bound_to(site_a, tmp_path, keys, monkeypatch):
+    monkeypatch.setenv("DLRUN_SITE", "site-b")
+    signed = _export(site_a, tmp_path / "s.bundle", key=keys["alice"])
+    policy = f"allowed_signers: {keys['allowed']}\nsigner_sites:\n  alice@site-a.example.org: "
+    _config(tmp_path, monkeypatch, policy + "[site-c, '*.example.org']\n")
+    with pytest.raises(BundleError, match=r"the bundle's manifest claims site 'site-a', but its signer "
+                                          r"alice@site-a.example.org may speak only for site-c, \*.example.org "
+                                          r"\(signer_sites in config.yaml\); refused") as exc:
+        _import(tmp_path / "b", signed)
+    assert exc.value.exit_code == 1 and _stored(tmp_path / "b") == 0
+
+    # runs another site made, in a bundle its own signer signed: the manifest is right, the runs are not
+    other = filled_store(tmp_path / "z", site="site-z")
+    mixed = _export(other, tmp_path / "z.bundle", key=keys["alice"])
+    _config(tmp_path, monkeypatch, policy + "[site-a]\n")
+    with pytest.raises(BundleError, match=r"run \S+ of bundle .* claims site 'site-z', but its signer "
+                                          r"alice@site-a.example.org may speak only for site-a"):
+        _import(tmp_path / "b", mixed)
+    assert _stored(tmp_path / "b") == 0 and list((tmp_path / "b" / "imported").iterdir()) == []
+    assert len(_import(tmp_path / "b", signed).added) == 3  # what it may speak for, it does
+
+
+def test_no_bundle_may_claim_this_sites_own_name(site_a, tmp_path, keys, monkeypatch):
+    monkeypatch.setenv("DLRUN_SITE", "site-a")
+    _config(tmp_path, monkeypatch, f"allowed_signers: {keys['allowed']}\n")
+    signed = _export(site_a, tmp_path / "s.bundle", key=keys["alice"])
+    with pytest.raises(BundleError, match=r"the bundle's manifest claims site 'site-a', this site's own name; "
+                                          r"refused \(runs made here are never imported\)"):
+        _import(tmp_path / "b", signed)
+    # a bundle from another site that carries runs this site made: refused for the runs it does not hold,
+    # skipped (it made them) where it holds them
+    export_bundle(site_a, Filters(), tmp_path / "back.bundle", site="site-b", dlrun_version="0.1.0",
+                  sign=lambda manifest: sign(manifest, keys["alice"]))
+    with pytest.raises(BundleError, match=r"run \S+ of bundle .* claims site 'site-a', this site's own name"):
+        _import(tmp_path / "b", tmp_path / "back.bundle")
+    assert _stored(tmp_path / "b") == 0
+    again = _import(tmp_path / "a", tmp_path / "back.bundle")  # site A's own home holds all three
+    assert (again.added, len(again.skipped)) == ([], 3)
 
 
 def test_an_import_that_fails_in_the_store_leaves_nothing(site_a, tmp_path):

@@ -134,7 +134,7 @@ class SignaturePolicy:
                               f"{', '.join(allowed)} (signer_sites in config.yaml); refused")
 
     def admit(self, manifest: Manifest, signer: str | None) -> None:
-        self.check_site(signer, manifest.site, f"bundle from site {manifest.site!r}")
+        self.check_site(signer, manifest.site, "the bundle's manifest")
 
 
 def signature_policy(allowed_signers: Path | None, unsigned: bool) -> SignaturePolicy:
