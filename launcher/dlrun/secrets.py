@@ -4,8 +4,9 @@ row and printed line.
 A variable is secret when its NAME has a secret word as one of its parts (`HF_TOKEN`, `GITHUB_PAT`,
 `DB_PASS`, `apiKey`), when its VALUE is a URL carrying a password (`postgres://user:pw@db/x`), when the
 user marks it (`--secret-env NAME`), or when its value is the value of a secret variable (`COPY=$HF_TOKEN`
-passed again under a harmless name; `reused_secret_names` finds those among dlrun's own environment too). Names are split into parts at `_`, `-`, `.` and lower-to-upper case
-changes, so `KEY` matches `AWS_ACCESS_KEY_ID` but not `MONKEY` or `KEYBOARD_LAYOUT`.
+passed again under a harmless name; `reused_secret_names` finds those among dlrun's own environment too).
+Names are split into parts at `_`, `-`, `.` and lower-to-upper case changes, so `KEY` matches
+`AWS_ACCESS_KEY_ID` but not `MONKEY` or `KEYBOARD_LAYOUT`.
 
 Secret values reach the ranks through the environment of the job, never as text: rendered scripts refer to
 them by name (`${HF_TOKEN}`), and every capture (plan, environment, argv, store) shows `<redacted>`. What a

@@ -86,9 +86,9 @@ def _print_rows(title: str, rows: list[dict[str, Any]], cells, columns: list[str
     for header, _ in (laid_out[0] if laid_out else []):
         table.add_column(header)
     for row in laid_out:
-        table.add_row(*(for_rich(cell) for _, cell in row))
+        table.add_row(*(for_rich(cell, newlines=False) for _, cell in row))
     for row in summary or []:
-        table.add_row(*(for_rich(cell) for cell in row), style="bold")
+        table.add_row(*(for_rich(cell, newlines=False) for cell in row), style="bold")
     console().print(table)
 
 
@@ -111,7 +111,8 @@ def _relative(comparison) -> None:
             cell += f" {_interval(r['relative_low'], r['relative_high'], lambda v: f'{v * 100:.1f}')}"
         seen.setdefault((r["workload"], r["model"], r[axis]), {})[r["devices"]] = cell
     for (workload, model, value), cells in seen.items():
-        table.add_row(*(for_rich(cell) for cell in (workload, model, value, *(cells.get(d, "-") for d in devices))),
+        shown = (workload, model, value, *(cells.get(d, "-") for d in devices))
+        table.add_row(*(for_rich(cell, newlines=False) for cell in shown),
                       style="bold" if workload == "average" else None)
     console().print(table)
 

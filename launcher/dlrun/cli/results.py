@@ -70,7 +70,8 @@ def results_show(run_id: Annotated[str, typer.Argument(help="Run id (a unique pr
 @handle_errors
 def results_delete(
         run_ids: Annotated[Optional[list[str]], typer.Argument(
-            help="Run ids (unique prefixes are enough); with filters, runs must match both.", show_default=False)] = None,
+            help="Run ids (unique prefixes are enough); with filters, runs must match both.",
+            show_default=False)] = None,
         yes: Annotated[bool, typer.Option("--yes", "-y", help="Delete without asking (for scripts).")] = False,
         workload: WorkloadFilter = None, system: SystemFilter = None, image: ImageFilter = None,
         status: StatusFilter = None, since: SinceFilter = None, experiment: ExperimentFilter = None,

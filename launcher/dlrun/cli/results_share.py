@@ -131,7 +131,8 @@ def import_log(
         print_json({"added": added, "results": len(pairs)})
         return
     if not added:
-        print(plain(f"nothing added: {file} (sha256 {pairs[0][0]['provenance']['log_sha256'][:12]}...) is stored already"))
+        digest = pairs[0][0]["provenance"]["log_sha256"][:12]
+        print(plain(f"nothing added: {file} (sha256 {digest}...) is stored already"))
         return
     states = ", ".join(f"{run['id']} ({run['status']})" for run, _ in pairs if run["id"] in added)
     print(plain(f"imported {len(added)} run{'s' if len(added) != 1 else ''} from {file}: {states}"))

@@ -62,8 +62,8 @@ class Inflated:
                 raise BundleError(f"{self._label}: not a gzip-compressed bundle, or damaged ({exc})") from None
             self._total += len(data)
             if self._total > self._limit:
-                raise BundleError(f"{self._label}: more than {size_text(self._limit)} uncompressed (limits.bundle_bytes)"
-                                  "; refused")
+                raise BundleError(f"{self._label}: more than {size_text(self._limit)} uncompressed "
+                                  "(limits.bundle_bytes); refused")
             self._buffer += data
 
     def read(self, size: int) -> bytes:
