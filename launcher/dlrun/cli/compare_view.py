@@ -154,11 +154,13 @@ def print_csv(comparison) -> None:
 
 
 def _csv(value: Any) -> Any:
+    """A cell of the CSV printed to standard output (often a terminal): no control characters, and nothing a
+    spreadsheet would evaluate."""
     if value is None:
         return ""
     if isinstance(value, list):
-        return csv_cell(" ".join(map(str, value)))
-    return csv_cell(value)
+        value = " ".join(map(str, value))
+    return csv_cell(plain(value)) if isinstance(value, str) else value
 
 
 def render(comparison, fmt: str) -> None:

@@ -21,7 +21,7 @@ from dlrun.results.limits import site_limits
 from dlrun.results.query import Filters
 from dlrun.results.site import DEFAULT_SITE
 from dlrun.results.store import RUN_COLUMNS, Store
-from dlrun.text import csv_cell
+from dlrun.text import csv_cell, plain
 
 TABLE_FORMATS = ("csv", "jsonl", "parquet")
 FORMATS = ("bundle", *TABLE_FORMATS)
@@ -120,13 +120,18 @@ def _frame(rows: list[dict[str, Any]]):
     return frame
 
 
+def _spreadsheet_cell(value: str) -> str:
+    return csv_cell(plain(value, newlines=False))
+
+
 def _spreadsheet_safe(frame):
-    """The frame with every text cell a spreadsheet would evaluate as a formula shown as text instead
-    (dlrun.text.csv_cell): stored strings came from logs, bundles and other sites."""
+    """The frame with its text cells as a spreadsheet should take them: stored strings came from logs,
+    bundles and other sites, so control characters (a bare CR splits a row for most readers) are dropped
+    and a cell a spreadsheet would evaluate as a formula is shown as text (dlrun.text.csv_cell)."""
     safe = frame.copy()
     for name in TABLE_COLUMNS:
         if name not in _INTEGERS and name != "value":
-            safe[name] = safe[name].map(csv_cell, na_action="ignore").astype("string")
+            safe[name] = safe[name].map(_spreadsheet_cell, na_action="ignore").astype("string")
     return safe
 
 
