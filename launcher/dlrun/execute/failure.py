@@ -21,7 +21,8 @@ OMPI_EXIT = re.compile(r"\b(?P<tool>mpirun|mpiexec|orterun|prterun) detected tha
                        r"non-zero status.{0,400}?Process name: \[\[\d+,\d+\],(?P<rank>\d+)\](?: Local host: (?P<host>\S+))?"
                        r" Exit code: (?P<code>-?\d+)")
 # (`.*\S\s*$`, not `.+?\s*$`: a lazy match before `\s*$` retries the spaces of a long line at every character)
-SRUN_TASK = re.compile(r"^srun: error: (?P<host>[^\s:]+): tasks? (?P<rank>\d+)[-,\d]*: (?P<what>.*\S)\s*$",
+# (`\d+(?:[-,][-,\d]*)?`, not `\d+[-,\d]*`: two neighbours that both take digits split a long run every way)
+SRUN_TASK = re.compile(r"^srun: error: (?P<host>[^\s:]+): tasks? (?P<rank>\d+)(?:[-,][-,\d]*)?: (?P<what>.*\S)\s*$",
                        re.MULTILINE)
 SRUN_EXIT = re.compile(r"Exited with exit code (\d+)")
 TORCHRUN_ROOT = re.compile(r"Root Cause \(first observed failure\): \[\d+\]: time ?: \S+ host ?: (?P<host>\S+) "
