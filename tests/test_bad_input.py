@@ -44,6 +44,7 @@ CASES = [
     (["workloads", "show", "vgg61"], ["unknown workload 'vgg61'", "did you mean 'vgg16'?"]),
     (["systems", "show", "localhst"], ["unknown system 'localhst'", "did you mean 'localhost'?"]),
     (["parse", "/nonexistent/log.txt"], ["cannot read log '/nonexistent/log.txt'"]),
+    (["run", "trivial", "--system", "txgaia", "--time", "0", "--dry-run"], ["bad --time '0'"]),  # Slurm: no limit
 ]
 
 
