@@ -92,10 +92,12 @@ def import_(
         "--allowed-signers", help="Verify the signature against this allowed-signers file (ssh-keygen(1)); "
         "default: allowed_signers in config.yaml.", show_default=False)] = None,
     unsigned: Annotated[bool, typer.Option(
-        "--unsigned", help="Import a bundle nobody signed (or without checking its signature).")] = False,
+        "--unsigned", help="Import a bundle nobody signed (or without checking its signature); refused where "
+        "config.yaml names allowed signers.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Verify a bundle (every member's sha256, and its signature) and store the runs this site lacks."""
+    """Verify a bundle (every member's sha256, and its signature) and store the runs this site lacks, within
+    the limits in config.yaml (see README: Limits)."""
     from dlrun.paths import dlrun_home
     from dlrun.results.bundle_import import import_bundle
 
