@@ -27,12 +27,12 @@ def console(stderr: bool = False):
 
 
 def fail(message: str, code: int) -> None:
-    print(f"dlrun: error: {plain(message, newlines=False)}", file=sys.stderr)
+    print(f"dlrun: error: {plain(message)}", file=sys.stderr)
     raise typer.Exit(code)
 
 
 def warn(message: str) -> None:
-    print(f"dlrun: {plain(message, newlines=False)}", file=sys.stderr)
+    print(f"dlrun: {plain(message)}", file=sys.stderr)
 
 
 def handle_errors(func):
