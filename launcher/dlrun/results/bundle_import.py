@@ -211,6 +211,9 @@ def import_bundle(store: Store, path: Path, home: Path, *, allowed_signers: Path
     limits = limits or site_limits()
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() if now is None else now))
     imported = home / IMPORTED_DIR
+    if imported.is_symlink():
+        raise DlrunError(f"{str(imported)!r} is a symbolic link; dlrun places imported runs only in folders it made: "
+                         "remove it and import again")
     imported.mkdir(mode=0o700, parents=True, exist_ok=True)
     clean_interrupted_imports(home)
     label = f"bundle {str(path)!r}"

@@ -102,5 +102,4 @@ def is_damage(exc: sqlite3.Error) -> bool:
     if "locked" in text or "busy" in text or "readonly" in text or "disk is full" in text:
         return False
     return type(exc) is sqlite3.DatabaseError or any(
-        words in text for words in ("malformed", "not a database", "no such table", "no such column", "corrupt",
-                                    "unable to open", "disk i/o error"))
+        words in text for words in ("malformed", "not a database", "no such table", "no such column", "corrupt"))
