@@ -2,8 +2,10 @@
 
 `plain(value)` is what a terminal may show: escape sequences (CSI `ESC [ ... m`, OSC `ESC ] 8 ;; link`,
 any other `ESC x`) removed, other control characters (C0 but newline, DEL, C1) and the Unicode bidirectional
-overrides that reorder what a reader sees removed, tabs as spaces. `for_rich(value)` is `plain(value)` with
-rich's markup escaped (`[/]`, `[link=...]` print as written), for anything that goes through rich.
+overrides that reorder what a reader sees removed, tabs as spaces. `for_rich(value)` is `plain(value)` as a
+rich `Text`, which rich never reads as markup (`[/]`, `[link=...]`, a backslash before `[` print as
+written; escaping the string instead cannot keep every backslash), for every table cell, title and line
+that goes through rich.
 `csv_cell(value)` keeps a spreadsheet from evaluating a text cell (`=`, `+`, `-`, `@`, tab or CR first: a
 leading `'`, OWASP's advice for CSV injection). HTML is escaped where it is written (html.escape).
 """
@@ -28,11 +30,12 @@ def plain(value: Any, *, newlines: bool = True) -> str:
     return text if newlines else text.replace("\n", " ")
 
 
-def for_rich(value: Any, *, newlines: bool = True) -> str:
-    """`plain(value)` with rich markup escaped: what a rich table cell, title or console line may hold."""
-    from rich.markup import escape
+def for_rich(value: Any, *, newlines: bool = True):
+    """`plain(value)` as rich text that is never parsed as markup: what a rich table cell, title or console
+    line may hold (a `rich.text.Text`; `str()` of it is `plain(value)`)."""
+    from rich.text import Text
 
-    return escape(plain(value, newlines=newlines))
+    return Text(plain(value, newlines=newlines))
 
 
 def csv_cell(value: Any) -> Any:

@@ -86,9 +86,9 @@ def _print_rows(title: str, rows: list[dict[str, Any]], cells, columns: list[str
     for header, _ in (laid_out[0] if laid_out else []):
         table.add_column(header)
     for row in laid_out:
-        table.add_row(*(for_rich(cell, newlines=False) for _, cell in row))
+        table.add_row(*(for_rich(cell) for _, cell in row))
     for row in summary or []:
-        table.add_row(*(for_rich(cell, newlines=False) for cell in row), style="bold")
+        table.add_row(*(for_rich(cell) for cell in row), style="bold")
     console().print(table)
 
 
@@ -112,7 +112,7 @@ def _relative(comparison) -> None:
         seen.setdefault((r["workload"], r["model"], r[axis]), {})[r["devices"]] = cell
     for (workload, model, value), cells in seen.items():
         shown = (workload, model, value, *(cells.get(d, "-") for d in devices))
-        table.add_row(*(for_rich(cell, newlines=False) for cell in shown),
+        table.add_row(*(for_rich(cell) for cell in shown),
                       style="bold" if workload == "average" else None)
     console().print(table)
 
@@ -142,7 +142,7 @@ def print_table(comparison) -> None:
         for line in comparison.differences:
             out.print(f"  {plain(line)}", markup=False)
     for line in comparison.notes:
-        out.print(f"[dim]note: {for_rich(line)}[/]", highlight=False)
+        out.print(f"note: {plain(line)}", style="dim", markup=False, highlight=False)
 
 
 def print_csv(comparison) -> None:

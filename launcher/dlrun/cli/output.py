@@ -57,7 +57,7 @@ def table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
     for index, column in enumerate(columns):
         out.add_column(for_rich(column), no_wrap=index == 0)
     for row in rows:
-        out.add_row(*("" if cell is None else for_rich(cell, newlines=False) for cell in row))
+        out.add_row(*("" if cell is None else for_rich(cell) for cell in row))
     console().print(out)
 
 

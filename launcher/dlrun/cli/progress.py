@@ -90,5 +90,5 @@ def print_summary(record: Any) -> None:
     table.add_column(style="bold")
     table.add_column()
     for row in summary_rows(record):
-        table.add_row(*(for_rich(cell, newlines=False) for cell in row))
+        table.add_row(*(for_rich(cell) for cell in row))
     console().print(table)

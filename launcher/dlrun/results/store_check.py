@@ -46,7 +46,7 @@ def check_path(path: Path) -> None:
     for candidate in (path, *(path.with_name(path.name + suffix) for suffix in COMPANIONS)):
         try:
             mode = os.lstat(candidate).st_mode
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # no store yet (whoever makes it says why it cannot)
             continue
         except OSError as exc:
             raise damaged(path, f"cannot be examined ({exc.strerror})") from None
@@ -58,7 +58,7 @@ def check_path(path: Path) -> None:
     try:
         with open(path, "rb") as handle:
             head = handle.read(len(HEADER))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return
     except OSError as exc:
         raise damaged(path, f"cannot be read ({exc.strerror})") from None
