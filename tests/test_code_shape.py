@@ -26,7 +26,6 @@ KNOWN: dict[str, str] = {
     "execute/recovery.py:recover_run": "one case per way a run was found",
     "execute/batch.py:execute_batch": "submit, wait, cancel, collect",
     "cli/reproduce.py:_results": "the reproduce table's columns",
-    "results/bundle_read.py:_read": "being reworked with the bundle budgets",
     "results/parsers/nccl_tests.py:parse": "one branch per line kind",
     "results/compare/select.py:guard": "being reworked with machine identity",
     "results/compare/select.py:pick_baseline": "being reworked with machine identity",

@@ -3,6 +3,7 @@ the plots' pixels, the not-like-for-like box, an experiment's published numbers 
 ones, and bad input refused in one line with nothing written."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from conftest import run_cli
@@ -151,6 +152,35 @@ def test_bad_input_is_one_line_and_writes_nothing(dlrun_home, tmp_path):
     _one_line_error(run_cli("report", "--out", str(someone), env=env), "not a dlrun report")
     assert [p.name for p in someone.iterdir()] == ["thesis.tex"]
     assert not out.exists() and not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_a_report_over_an_earlier_one_keeps_the_users_files(dlrun_home, tmp_path):
+    """--out over an earlier report replaced the whole folder, and deleted what the user had put in it; now the
+    report replaces the files it wrote (listed in its marker) and nothing else. A dangling link is one line."""
+    fill(dlrun_home)
+    env = no_model_counts(tmp_path / "cache")
+    out = tmp_path / "report"
+    _report("--out", str(out), env=env)
+    written = sorted(p.name for p in out.iterdir())
+    assert {".dlrun-report", "index.html"} <= set(written)
+    (out / "notes.txt").write_text("mine\n")
+    (out / "figures").mkdir()
+    (out / "figures" / "fig1.png").write_bytes(b"my figure")
+    stale = out / "old-plot.png"  # a file an earlier version of the report wrote, and this one does not
+    stale.write_bytes(b"old")
+    marker = json.loads((out / ".dlrun-report").read_text())
+    (out / ".dlrun-report").write_text(json.dumps({**marker, "files": [*marker["files"], stale.name, "../x"]}))
+    (tmp_path / "x").write_text("outside\n")
+    _report("--out", str(out), "--title", "second", env=env)
+    assert sorted(p.name for p in out.iterdir()) == sorted([*written, "notes.txt", "figures"])
+    assert (out / "notes.txt").read_text() == "mine\n" and (out / "figures" / "fig1.png").read_bytes() == b"my figure"
+    assert "<title>second</title>" in (out / "index.html").read_text() and (tmp_path / "x").is_file()
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "nowhere")
+    _one_line_error(run_cli("report", "--out", str(dangling), env=env),
+                    f"--out '{dangling}' is a symbolic link to '{tmp_path / 'nowhere'}', which does not exist")
+    assert not (tmp_path / "nowhere").exists()
 
 
 EXPERIMENT = """\

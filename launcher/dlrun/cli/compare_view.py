@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dlrun.cli.output import console, print_json
+from dlrun.text import csv_cell, for_rich, plain
 
 
 def _num(value: Any, digits: int = 2) -> str:
@@ -98,14 +99,14 @@ def _print_rows(title: str, rows: list[dict[str, Any]], cells, columns: list[str
                 summary: list[list[str]] | None = None) -> None:
     from rich.table import Table
 
-    table = Table(title=title)
+    table = Table(title=for_rich(title, newlines=False))
     laid_out = [cells(row, columns) for row in rows]
     for header, _ in (laid_out[0] if laid_out else []):
         table.add_column(header)
     for row in laid_out:
-        table.add_row(*(cell for _, cell in row))
+        table.add_row(*(for_rich(cell) for _, cell in row))
     for row in summary or []:
-        table.add_row(*row, style="bold")
+        table.add_row(*(for_rich(cell) for cell in row), style="bold")
     console().print(table)
 
 
@@ -116,7 +117,7 @@ def _relative(comparison) -> None:
     axis = comparison.axis
     rows = comparison.rows + comparison.summary_rows
     devices = sorted({r["devices"] for r in rows}, key=lambda d: (not isinstance(d, int), str(d).zfill(9)))
-    table = Table(title=_title(comparison))
+    table = Table(title=for_rich(_title(comparison), newlines=False))
     for header in ("workload", "model", axis):
         table.add_column(header)
     for count in devices:
@@ -129,7 +130,8 @@ def _relative(comparison) -> None:
                                     why=_no_interval(r)) + f" n={r['n']}/{r['baseline_n']}"
         seen.setdefault((r["workload"], r["model"], r[axis]), {})[r["devices"]] = cell
     for (workload, model, value), cells in seen.items():
-        table.add_row(workload, str(model), str(value), *(cells.get(d, "-") for d in devices),
+        shown = (workload, model, value, *(cells.get(d, "-") for d in devices))
+        table.add_row(*(for_rich(cell) for cell in shown),
                       style="bold" if workload == "geometric mean" else None)
     console().print(table)
 
@@ -179,9 +181,9 @@ def print_table(comparison) -> None:
     if not comparison.like_for_like:
         out.print("[bold red]not like-for-like[/] (compared anyway, --allow-mismatch):", highlight=False)
         for line in comparison.differences:
-            out.print(f"  {line}", markup=False)
+            out.print(f"  {plain(line)}", markup=False)
     for line in comparison.notes:
-        out.print(f"[dim]note: {line}[/]", highlight=False)
+        out.print(f"note: {plain(line)}", style="dim", markup=False, highlight=False)
 
 
 def print_csv(comparison) -> None:
@@ -193,11 +195,13 @@ def print_csv(comparison) -> None:
 
 
 def _csv(value: Any) -> Any:
+    """A cell of the CSV printed to standard output (often a terminal): no control characters, and nothing a
+    spreadsheet would evaluate."""
     if value is None:
         return ""
     if isinstance(value, list):
-        return " ".join(map(str, value))
-    return value
+        value = " ".join(map(str, value))
+    return csv_cell(plain(value)) if isinstance(value, str) else value
 
 
 def render(comparison, fmt: str) -> None:

@@ -21,6 +21,7 @@ import typer
 from dlrun.cli.filters import (ExperimentFilter, ImageFilter, SinceFilter, SiteFilter, StatusFilter, SystemFilter,
                                WorkloadFilter)
 from dlrun.cli.output import console, handle_errors
+from dlrun.text import for_rich
 
 
 def early_painter(argv: list[str]):
@@ -87,8 +88,8 @@ def report(
             _something_to_report(result)
         written = write(result, out, store.path, painter)  # its tables import pandas: waits for the thread
     flag = "" if result.like_for_like else f" (not like-for-like: {len(result.differences)} difference(s))"
-    console().print(f"wrote {written / 'index.html'}: {result.runs_total} run(s), {len(result.points)} point(s)"
-                    f"{_published_count(result)}{flag}", highlight=False)
+    console().print(for_rich(f"wrote {written / 'index.html'}: {result.runs_total} run(s), "
+                             f"{len(result.points)} point(s){_published_count(result)}{flag}"), highlight=False)
 
 
 def _published_count(result) -> str:

@@ -8,6 +8,7 @@ from typing import Any
 
 from dlrun.cli.output import console, table
 from dlrun.cli.progress import STEP_ROW
+from dlrun.text import plain
 
 POINT_COLUMNS = ["point", "workload", "image", "nodes x ranks", "launcher", "batch/rank", "steps (warm-up+timed)",
                  "precision", "fabric", "runs stored/wanted"]
@@ -129,7 +130,7 @@ class ReproduceDisplay:
         self.progress.stop()
 
     def _say(self, text: str) -> None:
-        self.progress.console.print(text, markup=False, highlight=False)
+        self.progress.console.print(plain(text, newlines=False), markup=False, highlight=False)
 
     def starting(self, step):
         work = step.work
