@@ -5,6 +5,7 @@ Real command lines in subprocesses throughout (a real fake-batch submission wher
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from compare_data import add
@@ -36,6 +37,32 @@ def test_a_catalog_name_without_stored_runs_is_an_empty_answer_and_a_typo_stays_
     _one_line(run_cli("results", "list", "--system", "dgx-2"), 2,
               "bad --system 'dgx-2': no stored run has it; did you mean 'dgx2'? stored: dgx1v")
     assert run_cli("results", "list", "--system", "dgx2").stdout.strip() == "no runs match --system dgx2"
+
+
+# ------------------------------------------------------------------------------------------ --skip-checks
+@pytest.mark.integration
+def test_skip_checks_submits_an_image_this_host_has_no_lock_entry_for_and_says_so_as_warnings(dlrun_home, tmp_path):
+    """A login node submits a Charliecloud job whose image only the compute nodes' site has recorded: refused
+    without --skip-checks (one line); with it, every skipped check is a warning (no `error:`), the job is
+    submitted, and the run records that the image was not verified."""
+    import fake_batch
+
+    env = {**fake_batch.install(tmp_path / "batch"), "DLRUN_IMAGES_LOCK": str(tmp_path / "images.lock"),
+           "DLRUN_IMAGES_DIR": str(tmp_path / "images")}
+    args = ("run", "trivial", "--system", "fake-slurm", "--image", "cpu-reference", "--runtime", "charliecloud",
+            "--steps", "1")
+    _one_line(run_cli(*args, env=env), 2, "refusing to run: image cpu-reference", "has no digest in",
+              "--skip-checks runs anyway")
+    assert not (dlrun_home / "runs").exists()
+    proc = run_cli(*args, "--skip-checks", env=env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # the fake node has no such image: the job fails
+    assert "error" not in proc.stderr.split("dlrun: submitted slurm job 7")[0], proc.stderr
+    assert "dlrun: warn: check image skipped (--skip-checks): image cpu-reference" in proc.stderr
+    [run] = cli_json("results", "list", env=env)
+    provenance = cli_json("results", "show", run["id"], env=env)["provenance"]
+    assert provenance["image_check"]["verified"] is False
+    assert provenance["image_check"]["reason"].startswith("--skip-checks: ")
+    assert "#SBATCH" in (Path(run["run_dir"]) / "run.sh").read_text()
 
 
 # ------------------------------------------------------------------------------------------ compare

@@ -60,6 +60,7 @@ def reproduce(experiment: ExperimentArg, system: ReproduceSystemOpt = None, wher
 
 def _checked(works: list, skip_checks: bool) -> tuple[dict[str, Any], dict[str, list]]:
     """(inventory, findings per point) of the points that will run; refuses before anything runs."""
+    from dlrun.cli.run import said as said_of
     from dlrun.preflight import PreflightError, node_inventory, preflight, refuse_on_errors
 
     planned = [work for work in works if work.plan is not None and work.missing]
@@ -77,14 +78,14 @@ def _checked(works: list, skip_checks: bool) -> tuple[dict[str, Any], dict[str, 
             except PreflightError as exc:
                 raise PreflightError(f"point {work.id!r}: {exc}") from None
         for finding in findings[work.id]:
-            line = f"{finding.level}: {finding.line()}"
-            if (finding.level == "warn" or (finding.level == "error" and skip_checks)) and line not in said:
+            line = said_of(finding, skip_checks)
+            if line and line not in said:
                 said.add(line)
                 warn(line)
         if work.plan.image.kind == "container" and work.plan.image.name not in verified:
             from dlrun.images.verify import verify_plan_image
 
-            verify_plan_image(work.plan)  # refuses an image whose digest differs from the site's lock
+            verify_plan_image(work.plan, skip_checks)  # refuses an image whose digest differs from the site's lock
             verified.add(work.plan.image.name)
     return inventory, findings
 

@@ -13,6 +13,16 @@ from dlrun.cli.options import DryRunOpt, SkipChecksOpt, VerboseOpt, resolve, tak
 from dlrun.cli.output import console, fail, handle_errors, print_json, warn
 
 
+def said(finding, skip_checks: bool) -> str | None:
+    """What a run that goes on says of a finding: a warning as it is, an error that --skip-checks passed over
+    as a warning naming the check skipped (the run is not refused, so it is no error), nothing for the rest."""
+    if finding.level == "warn":
+        return f"warn: {finding.line()}"
+    if finding.level == "error" and skip_checks:
+        return f"warn: check {finding.check} skipped (--skip-checks): {finding.line()}"
+    return None
+
+
 def checked(findings, skip_checks: bool) -> None:
     """Refuse on an error finding (unless --skip-checks); say every warning, and the errors skipped."""
     from dlrun.preflight import refuse_on_errors
@@ -20,8 +30,9 @@ def checked(findings, skip_checks: bool) -> None:
     if not skip_checks:
         refuse_on_errors(findings)
     for finding in findings:
-        if finding.level == "warn" or (finding.level == "error" and skip_checks):
-            warn(f"{finding.level}: {finding.line()}")
+        line = said(finding, skip_checks)
+        if line:
+            warn(line)
 
 
 @handle_errors
@@ -44,7 +55,7 @@ def run(skip_checks: SkipChecksOpt = False, dry_run: DryRunOpt = False, verbose:
     if plan.image.kind == "container":
         from dlrun.images.verify import verify_plan_image
 
-        verify_plan_image(plan)  # refuses (exit 1) an image whose digest differs from the site's lock
+        verify_plan_image(plan, skip_checks)  # refuses (exit 1) an image whose digest differs from the lock
     execute_plan(plan, rendered, inventory, findings, verbose=verbose)
 
 

@@ -111,11 +111,13 @@ def _check_for(plan) -> Check | None:
     return CHECKS.get(plan.runtime)
 
 
-def verify_plan_image(plan) -> dict[str, Any]:
+def verify_plan_image(plan, skip_checks: bool = False) -> dict[str, Any]:
     """Check the plan's image on this machine against images.lock before a run; return provenance.
 
     Refuses (exit 1, both digests) when the copy the runtime will use differs from the lock, and when a
-    container image has no digest in the lock at all: a run must record the digest it ran."""
+    container image has no digest in the lock at all: a run must record the digest it ran. With
+    `skip_checks` (a submit host whose site lock lives elsewhere) an image without a digest here runs, and
+    the run records that nothing was verified (its comparability key's image digest is then unknown)."""
     image = plan.image
     if image.kind != "container":
         return {}
@@ -125,11 +127,17 @@ def verify_plan_image(plan) -> dict[str, Any]:
     arch = plan.system.arch
     entry = lock.entry(image.name, arch) or {}
     check = _check_for(plan)
-    if not entry.get("digest") and not (check and check.field != "digest" and entry.get(check.field)):
+    key = (image.name, arch, plan.runtime)
+    unrecorded = not entry.get("digest") and not (check and check.field != "digest" and entry.get(check.field))
+    if skip_checks and (unrecorded or (check is not None and not entry.get(check.field))):
+        _CHECKED[key] = {"image_check": {"runtime": plan.runtime, "verified": False,
+                                         "reason": f"--skip-checks: {lock.lock_path()} on this host has no digest "
+                                                   f"of {image.name} ({arch})"}}
+        return _CHECKED[key]
+    if unrecorded:
         raise DlrunError(f"image {image.name} ({arch}) has no digest in {lock.lock_path()}, so the run could not "
                          f"record what it ran; build, pull or load it first (dlrun images build {image.name} --engine "
                          "...), or record the copy you have: dlrun images lock " + image.name + " --engine ...")
-    key = (image.name, arch, plan.runtime)
     if check and check.tool and plan.scheduler == "local" and shutil.which(check.tool) is None:
         from dlrun.images.steps import TOOLS
 
