@@ -65,6 +65,29 @@ def test_skip_checks_submits_an_image_this_host_has_no_lock_entry_for_and_says_s
     assert "#SBATCH" in (Path(run["run_dir"]) / "run.sh").read_text()
 
 
+# ------------------------------------------------------------------------------------------ doctor
+def test_doctor_checks_the_launcher_runtime_and_fabric_given(dlrun_home):
+    default = cli_json_any("doctor", "--system", "txgaia", "--image", "pytorch1.0-horovod")
+    assert default["plan"]["fabric"] == "opa"
+    assert any(c["check"] == "fabric" and "fabric opa" in c["message"] for c in default["checks"])
+    roce = cli_json_any("doctor", "--system", "txgaia", "--image", "pytorch1.0-horovod", "--fabric", "roce",
+                        "--launcher", "srun")
+    assert (roce["plan"]["fabric"], roce["plan"]["launcher"]) == ("roce", "srun")
+    assert not any("fabric opa" in c["message"] for c in roce["checks"])
+    charliecloud = cli_json_any("doctor", "--image", "cpu-reference", "--runtime", "charliecloud")
+    assert (charliecloud["plan"]["system"], charliecloud["plan"]["runtime"]) == ("localhost", "charliecloud")
+    _one_line(run_cli("doctor", "--launcher", "mpirunn"), 2, "unknown launcher 'mpirunn'", "mpirun")
+    _one_line(run_cli("doctor", "--system", "txgaia", "--fabric", "tcp"), 2,
+              "--fabric tcp is not a fabric of system 'txgaia'; valid: opa, roce")
+
+
+def cli_json_any(*args: str) -> dict:
+    """doctor's JSON, whatever its verdict (exit 1 when a check fails on this node)."""
+    proc = run_cli(*args, "--json")
+    assert proc.returncode in (0, 1), proc.stderr
+    return json.loads(proc.stdout)
+
+
 # ------------------------------------------------------------------------------------------ compare
 @pytest.fixture
 def stored(dlrun_home):
