@@ -5,6 +5,8 @@ Real command lines in subprocesses throughout (a real fake-batch submission wher
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -86,6 +88,40 @@ def cli_json_any(*args: str) -> dict:
     proc = run_cli(*args, "--json")
     assert proc.returncode in (0, 1), proc.stderr
     return json.loads(proc.stdout)
+
+
+# ------------------------------------------------------------------------------------------ TF 2 without Horovod
+def test_the_tf2_harness_with_several_processes_and_no_horovod_is_refused_before_launch(dlrun_home, tmp_path):
+    from dlrun.paths import HARNESS_DIR
+
+    site = tmp_path / "site" / "images"
+    site.mkdir(parents=True)
+    (site / "tf.yaml").write_text(
+        f"name: tf-no-horovod\ndescription: this host's TensorFlow 2 without Horovod\nkind: host\n"
+        f"arch: [{os.uname().machine}]\nframework: tensorflow\nruns: dlrun-harness\npython: {sys.executable}\n"
+        f"harness_dir: {HARNESS_DIR}\n")
+    env = {"DLRUN_PATH": str(tmp_path / "site")}
+    for extra in ((), ("--dry-run",)):
+        proc = run_cli("run", "resnet50", "--image", "tf-no-horovod", "--ranks-per-node", "2", *extra, env=env)
+        _one_line(proc, 2, "refusing to run: dlrun's TensorFlow 2 harness runs 2 processes through Horovod, but "
+                  "image tf-no-horovod has no Horovod with TensorFlow support", "make horovod",
+                  "--ranks-per-node 1")
+        assert proc.stdout == ""
+    assert not (dlrun_home / "runs").exists()
+    one = run_cli("run", "resnet50", "--image", "tf-no-horovod", "--dry-run", env=env)
+    assert one.returncode == 0 and "harness_tensorflow.py" in one.stdout
+
+
+def test_host_tf_has_horovod_only_when_horovod_was_built_with_tensorflow():
+    from dataclasses import replace
+
+    from dlrun.catalog.localhost import host_image, host_tf_image
+    from dlrun.probe.host import probe_host
+
+    facts = replace(probe_host(), horovod="0.28.1")
+    assert host_tf_image(replace(facts, horovod_tensorflow=False)).horovod_release() is None
+    assert host_tf_image(replace(facts, horovod_tensorflow=True)).horovod_release() == "0.28.1"
+    assert host_image(replace(facts, horovod_tensorflow=False)).horovod_release() == "0.28.1"  # PyTorch's
 
 
 # ------------------------------------------------------------------------------------------ compare
