@@ -13,6 +13,7 @@ import pytest
 from compare_data import add
 from conftest import cli_json, run_cli
 
+from dlrun.errors import unquoted
 from dlrun.results.store import Store
 
 
@@ -151,3 +152,21 @@ def test_compare_filters_by_precision_batch_size_and_nodes(stored):
     _one_line(run_cli("compare", "--nodes", "0"), 2, "bad --nodes 0; valid: a whole number of at least 1")
     _one_line(run_cli("compare", "--batch-size", "-4"), 2, "bad --batch-size -4")
     assert "--precision" in run_cli("compare", "--help").stdout
+
+
+def test_a_regression_along_devices_names_devices_once(stored):
+    proc = run_cli("compare", "--mode", "regression", "--by", "devices", "--precision", "fp32", "--batch-size", "64",
+                   "--nodes", "1")
+    assert proc.returncode == 0, proc.stderr
+    [header] = [line for line in proc.stdout.splitlines() if "baseline" in line and "verdict" in line]
+    assert [cell.strip() for cell in header.strip("┃│ ").split("┃")][:3] == ["workload", "devices", "baseline"]
+
+
+def test_a_quote_given_in_quotation_marks_is_shown_in_one_pair(stored):
+    proc = run_cli("compare", "--precision", "amp", "--reference", "140",
+                   "--source", 'Ren et al.; Table III; "ResNet50 140 images/s"')
+    assert proc.returncode == 0, proc.stderr
+    assert 'note: source: Ren et al., Table III: "ResNet50 140 images/s"' in proc.stdout
+    assert '""' not in proc.stdout
+    assert unquoted("\u201cwords\u201d") == unquoted("'words'") == unquoted(' "words" ') == "words"
+    assert unquoted('say "this" and "that"') == 'say "this" and "that"'  # not one pair around it all

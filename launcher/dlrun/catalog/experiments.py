@@ -19,6 +19,7 @@ from pydantic import Field, field_validator, model_validator
 
 from dlrun.catalog.experiment_vocabulary import AXES, COUNT_AXES, METRICS, WORKLOAD_AXES
 from dlrun.catalog.models import NAME_PATTERN, Strict
+from dlrun.errors import unquoted
 from dlrun.runoptions import PRECISIONS
 
 Scalar = Union[int, float, str]
@@ -94,6 +95,11 @@ class Quote(Strict):
     doc: str | None = None
     where: str = Field(min_length=1)
     quote: str = Field(min_length=1)
+
+    @field_validator("quote")
+    @classmethod
+    def _words(cls, value: str) -> str:
+        return unquoted(value)  # the marks are added where a quote is shown
 
 
 class Tolerance(Strict):

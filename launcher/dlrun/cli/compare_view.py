@@ -69,7 +69,9 @@ def _scaling_cells(row, columns):
 
 def _test_cells(axis: str):
     def cells(row, columns):
-        return [("workload", row["workload"]), *([("devices", str(row["devices"]))] if "devices" in row else []),
+        # the device count is a column of its own unless it is the axis compared along (then it is that column)
+        devices = [("devices", str(row["devices"]))] if "devices" in row and axis != "devices" else []
+        return [("workload", row["workload"]), *devices,
                 (axis, str(row[axis])), ("baseline", f"{_num(row['baseline_mean'])} (n={row['baseline_n']})"),
                 ("mean", f"{_num(row['mean'])} (n={row['n']})"), ("change", _signed(row["change_pct"])),
                 ("verdict", row["verdict"])]
