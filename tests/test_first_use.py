@@ -170,3 +170,19 @@ def test_a_quote_given_in_quotation_marks_is_shown_in_one_pair(stored):
     assert '""' not in proc.stdout
     assert unquoted("\u201cwords\u201d") == unquoted("'words'") == unquoted(' "words" ') == "words"
     assert unquoted('say "this" and "that"') == 'say "this" and "that"'  # not one pair around it all
+
+
+# ------------------------------------------------------------------------------------------ measure matmul
+def test_measure_matmul_shows_a_progress_line_while_it_runs(dlrun_home):
+    from dlrun.measure import measure_matmul, products
+
+    told = []
+    row = measure_matmul("fp32", size=64, repeats=3, device="cpu", progress=lambda *a: told.append(a))
+    assert [done for done, _, _ in told] == list(range(1, len(row["rates"]) * 5 + 1))
+    assert {total for _, total, _ in told} == {products("fp32", 3, "cpu")}
+    # a terminal (rich takes FORCE_COLOR as one) sees the line; it is gone once the table is printed
+    proc = run_cli("measure", "matmul", "--size", "64", "--repeats", "2", "--precision", "amp",
+                   env={"FORCE_COLOR": "1", "COLUMNS": "160"})
+    assert proc.returncode == 0, proc.stderr
+    assert "matmul amp bfloat16 torch.mm" in proc.stderr and "products of 64x64" in proc.stderr
+    assert "4/4" in proc.stderr
