@@ -36,7 +36,7 @@ def doctor(image: Annotated[Optional[str], typer.Option("--image", "-i", help="C
     schedulers) and whether the system's launcher, runtime, fabric (or those given) and the image's MPI fit
     together.
 
-    Example: dlrun doctor --system txgaia --image pytorch1.0-horovod --fabric roce"""
+    Example: `dlrun doctor --system txgaia --image pytorch1.0-horovod --fabric roce`"""
     from dlrun.images.verify import with_local_image
     from dlrun.preflight import doctor_report
 
