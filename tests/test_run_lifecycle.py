@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -229,7 +230,9 @@ def test_the_harness_collective_timeout_ends_a_job_with_a_stopped_rank(tmp_path)
     out, _ = proc.communicate(timeout=120)
     print(f"\n--timeout-s 10, rank 1 stopped: mpirun ended {time.monotonic() - stopped:.1f} s later")
     assert proc.returncode != 0
-    assert "Timed out waiting 10000ms" in out
+    # gloo's words for its timeout depend on the call rank 0 waits in when rank 1 stops (where that happens is
+    # the machine's timing): a receive says the first, a coalesced broadcast of DDP's buffers the second
+    assert re.search(r"Timed out waiting 10000ms|Application timeout caused pair closure", out), out[-3000:]
     assert job_pids(staging) == []
 
 
