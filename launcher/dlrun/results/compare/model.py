@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from dlrun.errors import DlrunError
+from dlrun.errors import DlrunError, unquoted
 from dlrun.results.stats import METHOD
 
 #: Modes, and the axis each compares along when `--by` is not given (None: no axis).
@@ -64,6 +64,9 @@ class Source:
     doc: str
     where: str = ""
     quote: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "quote", unquoted(self.quote))
 
 
 @dataclass(frozen=True)
