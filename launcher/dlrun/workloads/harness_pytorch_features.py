@@ -12,11 +12,21 @@ import torch
 from harness_common import HarnessError
 
 
-def resolve_amp(device_type, torch_mod=torch):
+def resolve_amp(device_type, torch_mod=torch, bf16=False):
     """For --precision amp: (autocast context factory, dtype name,
     needs a gradient scaler).  Raises HarnessError (exit 2) where this
-    PyTorch cannot autocast on ``device_type``."""
+    PyTorch cannot autocast on ``device_type``.  ``bf16``: bfloat16 on
+    CUDA too (the LLMs train in it, without a scaler), else float16."""
     autocast = getattr(torch_mod, "autocast", None)
+    if device_type == "cuda" and bf16:
+        dtype = getattr(torch_mod, "bfloat16", None)
+        supported = getattr(torch_mod.cuda, "is_bf16_supported", None)
+        if autocast is None or dtype is None or supported is None \
+                or not supported():
+            raise HarnessError("--precision amp: the LLMs autocast to "
+                               "bfloat16, which this GPU or PyTorch cannot")
+        return (lambda: autocast(device_type="cuda", dtype=dtype),
+                "bfloat16", False)
     if device_type == "cuda":
         dtype = getattr(torch_mod, "float16", None)
         if autocast is not None and dtype is not None:
