@@ -11,6 +11,7 @@
 8 collectives        dlrun's five collectives vs a bare torch.distributed loop (gloo, 2 ranks), busbw >= 1 MiB
 9 tf                 dlrun run --image host-tf (TensorFlow 2 harness) vs a bare Keras loop (ResNet-50)
 10 realdata           ResNet-50 from a JPEG ImageFolder / TFRecord shards (2 data workers) vs synthetic data
+11 llm                the LLM harness (llama3_tiny) vs a bare PyTorch loop of the same model, tokens/s
 
 Each benchmark writes bench/results/<name>.json; the table goes to stdout and to bench/results/summary.json.
 """
@@ -32,6 +33,7 @@ import containers
 import efficiency
 import efficiency_bert
 import launcher_cost
+import llm
 import overhead
 import realdata
 import tf_overhead
@@ -40,7 +42,7 @@ from common import Row, cpu_count, write_result
 BENCHMARKS = {"overhead": overhead, "efficiency": efficiency, "efficiency_bert": efficiency_bert,
               "launcher": launcher_cost, "containers": containers, "comm": comm, "compare": compare_store,
               "collectives": collectives, "tf": tf_overhead,
-              "realdata": realdata}
+              "realdata": realdata, "llm": llm}
 
 
 def _versions() -> dict:

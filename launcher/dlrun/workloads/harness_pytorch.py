@@ -290,7 +290,8 @@ def build_parser():
                    help="print the model's parameters and forward "
                         "multiply-adds as one JSON line and exit")
     p.add_argument("--batch-size", type=positive, default=32,
-                   help="images per rank and step (default 32)")
+                   help="instances per device and micro-batch: images, "
+                        "BERT examples or windows, LLM sequences (default 32)")
     p.add_argument("--steps", type=positive, default=100,
                    help="timed steps (default 100)")
     p.add_argument("--warmup-steps", type=non_negative, default=10,
