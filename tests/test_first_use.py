@@ -159,7 +159,7 @@ def test_a_regression_along_devices_names_devices_once(stored):
                    "--nodes", "1")
     assert proc.returncode == 0, proc.stderr
     [header] = [line for line in proc.stdout.splitlines() if "baseline" in line and "verdict" in line]
-    assert [cell.strip() for cell in header.strip("┃│ ").split("┃")][:3] == ["workload", "devices", "baseline"]
+    assert [cell.strip() for cell in header.strip("┃│ ").split("┃")][:3] == ["workload", "devices", "baseline geo. mean"]
 
 
 def test_a_quote_given_in_quotation_marks_is_shown_in_one_pair(stored):
