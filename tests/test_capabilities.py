@@ -31,8 +31,13 @@ def test_capabilities_are_read_from_the_code_that_provides_them(catalog):
     collectives = set(load_harness("pytorch", "collectives").COLLECTIVES)
     assert collectives >= {"allreduce", "broadcast", "allgather"}
     assert all(has(f"collective:{name}", catalog) for name in collectives) and not has("collective:p2p", catalog)
-    dists = set(load_harness("pytorch", "horovod").DIST_CHOICES)
-    assert all(has(f"dist:{name}", catalog) for name in dists) and not has("dist:dataparallel", catalog)
+    from dlrun.runoptions import BY_NAME
+
+    harness = set(load_harness("pytorch", "horovod").DIST_CHOICES)
+    dists = harness & set(BY_NAME["dist"].choices)  # what dlrun run takes and the harness runs
+    assert dists and all(has(f"dist:{name}", catalog) for name in dists)
+    assert not any(has(f"dist:{name}", catalog) for name in harness - dists)
+    assert not has("dist:no-such-thing", catalog)
     assert all(has(f"data-format:{name}", catalog) for name in FORMATS)  # dlrun writes what its harness reads
     assert not has("data-format:lmdb", catalog) and has("real-data", catalog)
     assert all(has(f"metric:{name}", catalog) for name in MEASURED_METRICS | {"matmul"})

@@ -8,7 +8,7 @@ here from the code that would provide it, never written down by hand:
     system-storage     the system profile schema has a field naming file systems
     workload:NAME      the catalog has the workload
     collective:NAME    the harness's table of collectives (--benchmark) has it
-    dist:NAME          the PyTorch harness's --dist choices have it
+    dist:NAME          `dlrun run --dist` takes it and the PyTorch harness runs it
     data-format:NAME   a dataset reader of the PyTorch harness reads it (its `format`)
     metric:NAME        some code of dlrun stores result rows of that metric
 
@@ -100,8 +100,11 @@ def _family(family: str, catalog: Catalog) -> set[str]:
         return set(catalog.workloads)
     if family == "collective":
         return _strings(_assigned(_tree(HARNESS_DIR / "harness_pytorch_collectives.py"), "COLLECTIVES"))
-    if family == "dist":
-        return _strings(_assigned(_tree(HARNESS_DIR / "harness_pytorch_horovod.py"), "DIST_CHOICES"))
+    if family == "dist":  # what `dlrun run --dist` takes and the harness runs
+        from dlrun.runoptions import BY_NAME
+
+        harness = _strings(_assigned(_tree(HARNESS_DIR / "harness_pytorch_horovod.py"), "DIST_CHOICES"))
+        return harness & set(BY_NAME["dist"].choices)
     if family == "data-format":
         return set(_data_formats())
     if family == "metric":
