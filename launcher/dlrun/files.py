@@ -3,6 +3,7 @@ rename into place. Reading a file given from outside only when it is one: a FIFO
 before a read could block on it forever or never end (`open_regular`)."""
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import stat
@@ -30,6 +31,21 @@ def open_regular(path: Path, what: str) -> tuple[BinaryIO, int]:
         raise UsageError(f"{what} {str(path)!r} is a {kind}, not a regular file; valid: a file")
     os.set_blocking(fd, True)
     return os.fdopen(fd, "rb"), os.fstat(fd).st_size
+
+
+def try_lock(path: Path) -> int | None:
+    """An open descriptor holding the exclusive lock on `path` (created 0600, never through a symbolic link),
+    or None when another process holds it or the file cannot be opened."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
 
 
 def write_atomic(path: Path, text: str, mode: int | None = None) -> None:

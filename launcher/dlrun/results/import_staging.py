@@ -5,7 +5,6 @@ Kept apart from the importer so that every command can clean up without loading 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import secrets
 import shutil
@@ -13,20 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from dlrun.errors import DlrunError
+from dlrun.files import try_lock
 
 IMPORTED_DIR = "imported"
 STAGING_PREFIX = ".staging-"
-
-
-def _lock(path: Path) -> int | None:
-    """An open descriptor holding the exclusive lock on `path` (created 0600), or None when another holds it."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        return None
-    return fd
 
 
 def clean_interrupted_imports(home: Path) -> list[Path]:
@@ -40,7 +29,7 @@ def clean_interrupted_imports(home: Path) -> list[Path]:
         if staging.suffix == ".lock" or not staging.is_dir() or staging.is_symlink():
             continue
         lock_path = staging.with_name(staging.name + ".lock")
-        fd = _lock(lock_path)
+        fd = try_lock(lock_path)
         if fd is None:
             continue
         try:
@@ -57,7 +46,7 @@ def import_staging(imported: Path) -> Iterator[Path]:
     """A fresh staging directory under `imported`, locked while the import lives, removed after it."""
     name = STAGING_PREFIX + secrets.token_hex(6)
     lock_path = imported / f"{name}.lock"
-    fd = _lock(lock_path)
+    fd = try_lock(lock_path)
     if fd is None:  # a random name nobody else has: only a planted file holds it
         raise DlrunError(f"cannot lock {str(lock_path)!r}; remove it and import again")
     staging = imported / name

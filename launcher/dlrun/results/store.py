@@ -170,6 +170,19 @@ class Store:
         with self.reading() as conn:
             return conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is not None
 
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """A connection in one write transaction (BEGIN IMMEDIATE takes the write lock up front), committed
+        when the block ends, rolled back when it raises."""
+        with self.connect() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+
     def add_run(self, run: dict[str, Any], results: list[dict[str, Any]]) -> None:
         """Insert a run and its result rows atomically (BEGIN IMMEDIATE takes the write lock up front),
         trying again while other writers hold the store.
@@ -196,27 +209,20 @@ class Store:
 
         def write() -> list[str]:
             added: list[str] = []
-            with self.connect() as conn:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    for row, results in pairs():
-                        if skip_existing and conn.execute("SELECT 1 FROM runs WHERE id = ?",
-                                                          (row["id"],)).fetchone():
-                            continue
-                        if same_provenance and self._provenance_stored(conn, row["provenance"], same_provenance):
-                            continue
-                        cols = list(row)
-                        conn.execute(f"INSERT INTO runs ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
-                                     [row[c] for c in cols])
-                        conn.executemany(
-                            "INSERT INTO results (run_id, metric, value, unit, data) VALUES (?, ?, ?, ?, ?)",
-                            [(row["id"], r["metric"], r["value"], r["unit"], json.dumps(r, sort_keys=True))
-                             for r in results])
-                        added.append(row["id"])
-                    conn.execute("COMMIT")
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
+            with self.transaction() as conn:
+                for row, results in pairs():
+                    if skip_existing and conn.execute("SELECT 1 FROM runs WHERE id = ?", (row["id"],)).fetchone():
+                        continue
+                    if same_provenance and self._provenance_stored(conn, row["provenance"], same_provenance):
+                        continue
+                    cols = list(row)
+                    conn.execute(f"INSERT INTO runs ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                                 [row[c] for c in cols])
+                    conn.executemany(
+                        "INSERT INTO results (run_id, metric, value, unit, data) VALUES (?, ?, ?, ?, ?)",
+                        [(row["id"], r["metric"], r["value"], r["unit"], json.dumps(r, sort_keys=True))
+                         for r in results])
+                    added.append(row["id"])
             return added
 
         return retry_busy(write, self.path)
@@ -227,19 +233,13 @@ class Store:
 
         def write() -> list[str]:
             found: list[str] = []
-            with self.connect() as conn:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    for start in range(0, len(ids), chunk):
-                        part = ids[start:start + chunk]
-                        marks = ", ".join("?" * len(part))
-                        found += [row[0] for row in conn.execute(f"SELECT id FROM runs WHERE id IN ({marks})", part)]
-                        conn.execute(f"DELETE FROM results WHERE run_id IN ({marks})", part)
-                        conn.execute(f"DELETE FROM runs WHERE id IN ({marks})", part)
-                    conn.execute("COMMIT")
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
+            with self.transaction() as conn:
+                for start in range(0, len(ids), chunk):
+                    part = ids[start:start + chunk]
+                    marks = ", ".join("?" * len(part))
+                    found += [row[0] for row in conn.execute(f"SELECT id FROM runs WHERE id IN ({marks})", part)]
+                    conn.execute(f"DELETE FROM results WHERE run_id IN ({marks})", part)
+                    conn.execute(f"DELETE FROM runs WHERE id IN ({marks})", part)
             return found
 
         return retry_busy(write, self.path)
