@@ -18,6 +18,15 @@ DIRECTIVE_WORD = r"^[A-Za-z0-9_.,:+=@%/][A-Za-z0-9_.,:+=@%/-]*$"
 DEVICE_WORD = r"[A-Za-z0-9_.:-]+"
 
 
+def all_match(values, pattern: str, what: str):
+    """`values` (or a mapping's keys) when each matches `pattern` whole; else ValueError naming the first
+    that does not, as `what` says a valid one looks."""
+    for item in values:
+        if not re.fullmatch(pattern, item):
+            raise ValueError(f"{item!r} is not {what}")
+    return values
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -192,10 +201,8 @@ class SchedulerOptions(BaseModel):
     @field_validator("extra")
     @classmethod
     def _directive_flags(cls, value: list[str]) -> list[str]:
-        for item in value:
-            if not re.fullmatch(r"-{1,2}[A-Za-z][A-Za-z0-9_-]*(=[A-Za-z0-9_.,:+=@%/-]+)?", item):
-                raise ValueError(f"{item!r} is not a plain scheduler flag (like --mem=0)")
-        return value
+        return all_match(value, r"-{1,2}[A-Za-z][A-Za-z0-9_-]*(=[A-Za-z0-9_.,:+=@%/-]+)?",
+                         "a plain scheduler flag (like --mem=0)")
 
     def time_seconds(self) -> int | None:
         """The limit in seconds, as Slurm reads `time`: MINUTES, MINUTES:SECONDS, HOURS:MINUTES:SECONDS,
