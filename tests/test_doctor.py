@@ -3,7 +3,6 @@ hybrid model (refused with the reason and the fix), and `dlrun doctor` itself.""
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 from conftest import run_cli

@@ -6,6 +6,8 @@ import os
 import socket
 import time
 from pathlib import Path
+from typing import Any
+
 from dlrun.errors import DlrunError
 from dlrun.execute.envcapture import capture_environment
 from dlrun.execute.prerun import Cleared
