@@ -16,8 +16,8 @@ import torch.nn as nn
 from harness_pytorch_allocator import ALLOCATOR
 from harness_common import (EXIT_DIVERGED, EXIT_NONFINITE,
                             NUM_CLASSES, PERTURB_ENV, REPLICA_RTOL,
-                            RULE, HarnessError, NullContext,
-                            error_line, out, perf_stats)
+                            RULE, HarnessError, NullContext, TimedWindow,
+                            error_line, out, perf_stats, quality_fields)
 from harness_pytorch_comm import in_process_group, sync
 from harness_pytorch_data import (FixedBatches, synthetic_images,
                                   synthetic_tokens)
@@ -209,6 +209,7 @@ def run_benchmark(args):
         "data_workers": args.data_workers,
         "final_loss": outcome["final_loss"],
         "fused_optimizer": outcome["fused_optimizer"],
+        "quality": outcome["quality"],
     }
     result.update(task.result_fields(args, timing, outcome["optimizer"]))
     result.update(outcome["data"])
@@ -308,6 +309,8 @@ def _train(args, task, comm, device, autocast, needs_scaler):
 
     step_times = []
     loss = None
+    window = TimedWindow()
+    window.start()
     start = time.perf_counter()
     last = start
     for i in range(args.steps):
@@ -331,6 +334,7 @@ def _train(args, task, comm, device, autocast, needs_scaler):
             last = now
     sync(device)
     wall = time.perf_counter() - start
+    window_row = window.stop(step_times, torch.get_num_threads())
     final_loss = float(loss)
 
     outcome = {"error": None, "params": params, "compiled": compiled,
@@ -365,6 +369,7 @@ def _train(args, task, comm, device, autocast, needs_scaler):
             "wall": max_wall,
             "total": world_size * per_step * args.steps / max_wall,
         }
+        outcome["quality"] = quality_fields(comm.all_gather(window_row))
     # Clean teardown: no rank may destroy the process group while a DDP
     # model is alive anywhere, so meet first, then drop every reference.
     comm.barrier()

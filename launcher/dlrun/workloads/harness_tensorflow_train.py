@@ -15,8 +15,8 @@ import tensorflow as tf
 
 from harness_common import (EXIT_DIVERGED, EXIT_NONFINITE,
                             NUM_CLASSES, PERTURB_ENV,
-                            REPLICA_RTOL, RULE, HarnessError, out,
-                            perf_stats)
+                            REPLICA_RTOL, RULE, HarnessError, TimedWindow,
+                            out, perf_stats, quality_fields)
 from harness_tensorflow_data import (detect_format, real_dataset,
                                      synthetic_batch)
 from harness_tensorflow_models import (build_model, count_params,
@@ -177,6 +177,8 @@ def run_benchmark(args):
     per_step = args.batch_size
     step_times = []
     loss = None
+    window = TimedWindow()
+    window.start()
     start = last = time.perf_counter()
     for i in range(args.steps):
         loss = float(run_step())  # waits for the step: per-step times real
@@ -196,6 +198,7 @@ def run_benchmark(args):
         else:
             last = now
     wall = time.perf_counter() - start
+    window_row = window.stop(step_times, base["threads"])
 
     bad = max(row[0] for row in comm.all_gather([0.0 if _finite(loss)
                                                  else 1.0]))
@@ -215,6 +218,7 @@ def run_benchmark(args):
                                              args.gradient_averaging),
                 EXIT_DIVERGED)
     gathered = comm.all_gather([per_step * args.steps / wall, wall])
+    quality = quality_fields(comm.all_gather(window_row))
     max_wall = max(g[1] for g in gathered)
     total = world_size * per_step * args.steps / max_wall
     result = dict(base)
@@ -233,7 +237,7 @@ def run_benchmark(args):
         # whether the optimizer step is fused, what was read.
         "dist": "horovod" if comm.hvd is not None else "none",
         "fused_optimizer": False,  # Keras applies its own update ops
-        "data_source": data_source})
+        "data_source": data_source, "quality": quality})
     if args.data_dir:
         result["data_path"] = args.data_dir
     result.update(run_fields(device_type, comm))
