@@ -48,7 +48,8 @@ def results_list(as_json: JsonOpt = False,
 @handle_errors
 def results_show(run_id: Annotated[str, typer.Argument(help="Run id (a unique prefix is enough).")],
                  as_json: JsonOpt = False) -> None:
-    """Show one stored run with its results and provenance."""
+    """Show one stored run with its results, provenance, machine (hardware fingerprint), quality verdict and
+    comparability key (--json: `fingerprint`, `quality.verdict`, `quality.reasons`, `key`)."""
     run = open_store().get_run(run_id)
     if as_json:
         print_json(run)
@@ -59,8 +60,13 @@ def results_show(run_id: Annotated[str, typer.Argument(help="Run id (a unique pr
                                         "key_hash")]
     for res in run["results"]:
         rows.append([res["metric"], f"{res['value']:.2f} {res['unit']}"])
+    from dlrun.results.fingerprint import describe
     from dlrun.results.key import KEY_FIELDS
 
+    rows += [[f"machine: {label}", text] for label, text in describe(run.get("fingerprint"))]
+    quality = run.get("quality") or {}
+    rows.append(["quality", quality.get("verdict", "unknown")])
+    rows += [["quality: why", reason] for reason in quality.get("reasons") or []]
     for name in KEY_FIELDS if run["key"] else ():  # what decides the value: compared by `dlrun compare`
         rows.append([f"key: {name}", run["key"].get(name)])
     fields_table(f"run {run['id']}", rows)

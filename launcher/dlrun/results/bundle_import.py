@@ -40,7 +40,9 @@ from dlrun.errors import DlrunError, UsageError
 from dlrun.results.bundle import RUN_ID, BundleError
 from dlrun.results.bundle_read import Manifest, ReadBundle, read_bundle
 from dlrun.results.bundle_sign import verify
+from dlrun.results.fingerprint import checked
 from dlrun.results.key import key_from_run
+from dlrun.results.schema import recovered_fingerprint
 from dlrun.results.query import STATUSES, Filters
 from dlrun.results.site import DEFAULT_SITE, SITE_PATTERN
 from dlrun.results.store import ORIGINS, Store
@@ -95,6 +97,10 @@ class BundleRun(BaseModel):
     provenance: dict[str, Any]
     results: list[ResultRow]
     inventory: dict[str, Any] | None = None
+    # format version 2: the machine and the quality verdict (checked again when stored: dlrun.results.store)
+    fingerprint: dict[str, Any] | None = None
+    quality: dict[str, Any] | None = None
+    verdict: str | None = Field(default=None, max_length=20)
 
 
 @dataclass(frozen=True)
@@ -175,7 +181,11 @@ def _record(raw: dict[str, Any], bundle: ReadBundle, site: str, run_dir: Path | 
     data.pop("key_hash", None)
     original_origin = data.get("origin") or "local"
     # The key is this dlrun's own reading of the record (as for runs made here), from the run's first origin.
-    key = key_from_run({**data, "origin": original_origin}, rows)
+    if data.get("fingerprint") is None and isinstance(inventory, dict):
+        data["fingerprint"] = recovered_fingerprint({**data, "origin": original_origin, "run_dir": None}, rows,
+                                                    inventory)  # a version-1 bundle: its run's node inventory
+    data["fingerprint"] = checked(data.get("fingerprint"))
+    key = key_from_run({**data, "origin": original_origin, "site": site}, rows)
     provenance = dict(data["provenance"])
     if inventory is not None:
         provenance.setdefault("inventory", inventory)
