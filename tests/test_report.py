@@ -37,7 +37,7 @@ def test_two_systems_two_fabrics_tables_plots_and_provenance(dlrun_home, tmp_pat
     assert {"scaling", "relative", "fabrics", "runs"} <= page.tables
     _linked(page)
     # not like-for-like: the two runs at batch 32 are shown, and the box says why
-    assert "not-like-for-like" in page.ids and "batch per device: 32 (2 runs), 64 (" in page.text
+    assert "not-like-for-like" in page.ids and "batch per device: 32 (2 runs) ≠ 64 (" in page.text
     # every run is listed with its provenance, and every point links to its runs
     runs = store.list_runs(None)
     assert {f"run-{r['id']}" for r in runs} <= set(page.rows)

@@ -39,6 +39,11 @@ def _efficiency(row: dict[str, Any], columns: list[str]) -> list[tuple[str, str]
     return out
 
 
+def _quality(row: dict[str, Any]) -> list[tuple[str, str]]:
+    """The point's verdict beside its numbers (dlrun.results.quality); the reasons are listed below the table."""
+    return [("quality", str(row.get("quality") or "unknown"))] if "quality" in row else []
+
+
 def _stats(row: dict[str, Any]) -> list[tuple[str, str]]:
     return [("n", str(row["n"])), ("mean", _num(row["mean"])), ("95 % CI", _interval(row["ci_low"], row["ci_high"])),
             ("sd", _num(row["stdev"]))]
@@ -47,7 +52,7 @@ def _stats(row: dict[str, Any]) -> list[tuple[str, str]]:
 def _summary_cells(row, columns):
     return [("workload", row["workload"]), ("model", str(row["model"])), ("system", str(row["system"])),
             ("devices", str(row["devices"])), ("precision", str(row["precision"])),
-            ("batch/dev", str(row["batch_per_device"])), *_stats(row), *_efficiency(row, columns)]
+            ("batch/dev", str(row["batch_per_device"])), *_stats(row), *_efficiency(row, columns), *_quality(row)]
 
 
 def _reference_cells(row, columns):
@@ -56,7 +61,7 @@ def _reference_cells(row, columns):
             ("precision", str(row["precision"])), *_stats(row)[:3], ("reference", _num(row["reference"])),
             ("ratio", _pct(row["ratio"])), ("within", ("yes" if row["within"] else "NO")
                                              + f" (±{row['tolerance'] * 100:g} %)"),
-            ("source", source), *_efficiency(row, columns)]
+            ("source", source), *_efficiency(row, columns), *_quality(row)]
 
 
 def _scaling_cells(row, columns):
@@ -64,7 +69,7 @@ def _scaling_cells(row, columns):
             *_stats(row)[:3], ("speedup", f"{_num(row['speedup'])} {_interval(row['speedup_low'], row['speedup_high'])}"),
             ("scaling eff.", f"{_pct(row['scaling_efficiency'])} "
                              f"{_interval(row['scaling_efficiency_low'], row['scaling_efficiency_high'], _pct)}"),
-            *_efficiency(row, columns)]
+            *_efficiency(row, columns), *_quality(row)]
 
 
 def _test_cells(axis: str):
@@ -72,7 +77,7 @@ def _test_cells(axis: str):
         return [("workload", row["workload"]), *([("devices", str(row["devices"]))] if "devices" in row else []),
                 (axis, str(row[axis])), ("baseline", f"{_num(row['baseline_mean'])} (n={row['baseline_n']})"),
                 ("mean", f"{_num(row['mean'])} (n={row['n']})"), ("change", _signed(row["change_pct"])),
-                ("verdict", row["verdict"])]
+                ("verdict", row["verdict"]), *_quality(row)]
     return cells
 
 
@@ -108,6 +113,8 @@ def _relative(comparison) -> None:
         cell = _pct(r["relative"], 2)
         if "relative_low" in r:
             cell += f" {_interval(r['relative_low'], r['relative_high'], lambda v: f'{v * 100:.1f}')}"
+        if r.get("quality") not in (None, "ok"):
+            cell += f" ({r['quality']})"
         seen.setdefault((r["workload"], r["model"], r[axis]), {})[r["devices"]] = cell
     for (workload, model, value), cells in seen.items():
         table.add_row(workload, str(model), str(value), *(cells.get(d, "-") for d in devices),
@@ -139,8 +146,29 @@ def print_table(comparison) -> None:
         out.print("[bold red]not like-for-like[/] (compared anyway, --allow-mismatch):", highlight=False)
         for line in comparison.differences:
             out.print(f"  {line}", markup=False)
+    print_provenance(comparison)
     for line in comparison.notes:
         out.print(f"[dim]note: {line}[/]", highlight=False)
+
+
+def print_provenance(comparison) -> None:
+    """Which sites and machines the runs come from, how many are not ok, and why each point is not."""
+    from dlrun.results.quality import not_ok_sentence
+
+    out = console()
+    if comparison.sites:
+        out.print(f"sites: {', '.join(comparison.sites)}; machines: {'; '.join(comparison.machines)}", markup=False,
+                  highlight=False)
+    if comparison.quality:
+        bad = any(verdict != "ok" for verdict in comparison.quality)
+        out.print(("[yellow]" if bad else "") + not_ok_sentence(comparison.quality) + ("[/]" if bad else ""),
+                  highlight=False)
+    for row in comparison.rows:
+        if row.get("quality_reasons"):
+            where = ", ".join(f"{name} {row[name]}" for name in dict.fromkeys(("workload", "model", "devices",
+                                                                               comparison.axis)) if name in row)
+            out.print(f"  {row['quality']}: {where}: {'; '.join(row['quality_reasons'])}", markup=False,
+                      highlight=False)
 
 
 def print_csv(comparison) -> None:

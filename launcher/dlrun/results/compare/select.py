@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dlrun.errors import DlrunError, UsageError, closest
-from dlrun.results.key import KEY_FIELDS, UNKNOWN, spread
+from dlrun.results.key import KEY_FIELDS, UNKNOWN, machine_label, spread
 from dlrun.results.query import Filters
 from dlrun.results.store import Store
 
@@ -25,10 +25,13 @@ class Group:
     run_ids: list[str]
     values: list[float]
     images: list[str] = field(default_factory=list)
+    verdicts: list[str] = field(default_factory=list)  # each run's quality verdict, in run_ids' order
 
     def axis_value(self, axis: Axis | None) -> Any:
         if axis is None:
             return None
+        if axis.field == "host":
+            return machine_label(self.key)
         return self.site if axis.field == "site" else self.key.get(axis.field, UNKNOWN)
 
 
@@ -68,7 +71,7 @@ def load_groups(store: Store, filters: Filters, by_site: bool = False) -> list[G
             row["key"] = {name: UNKNOWN for name in KEY_FIELDS}
             row["key_hash"] = "unknown"
         groups.append(Group(row["key"], row["key_hash"], row["site"], row["metric"], row["unit"],
-                            row["run_ids"], row["values"], row.get("images") or []))
+                            row["run_ids"], row["values"], row.get("images") or [], row.get("verdicts") or []))
     if not groups:
         raise DlrunError("nothing to compare: no successful run with a result matches the selection")
     return groups
@@ -109,7 +112,7 @@ def guard(cells: dict[tuple, dict[Any, Cell]], axis: Axis | None, series_fields:
                            ignore=set(KEY_FIELDS) - {name})
             where = ", ".join(f"{field} {value}" for field, value in zip(series_fields, series))
             out += [f"{line} (in the row {where})" for line in found]
-    placing = list(series_fields) + ([axis.field] if axis and axis.field != "site" else [])
+    placing = list(series_fields) + ([axis.field] if axis and axis.field not in ("site", "host") else [])
     for name in placing:
         unknown = sum(len(g.values) for g in groups if g.key.get(name, UNKNOWN) == UNKNOWN)
         if unknown:
@@ -119,6 +122,11 @@ def guard(cells: dict[tuple, dict[Any, Cell]], axis: Axis | None, series_fields:
         missing = sum(len(g.values) for g in groups if not g.site)
         if missing:
             out.append(f"site: unknown for {missing} run{'s' if missing != 1 else ''}")
+    if axis and axis.field == "host":
+        missing = sum(len(g.values) for g in groups if g.axis_value(axis) == UNKNOWN)
+        if missing:
+            out.append(f"host: the machine is unknown for {missing} run{'s' if missing != 1 else ''} (cannot tell "
+                       "where they belong in the comparison)")
     return out
 
 
