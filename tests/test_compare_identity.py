@@ -69,8 +69,10 @@ def test_along_host_the_sites_must_still_match_and_along_system_both_may_differ(
     add(store, [140.0, 141.0, 142.0], devices=1, site="b.example.org", machine=H100_NODE, system="h100-box",
         verdict_inputs=CALM)
     both = compare(store, Filters(), by="system", baseline="dgx2", allow_mismatch=True)
-    named = {line.split(":")[0] for line in both.differences}
-    assert "site" not in named and "cpu" not in named and "gpu" not in named  # along the system axis
+    # along the system axis dgx2 and h100-box may differ in site and machine; dgx2's own runs may not
+    assert both.differences and all(line.endswith("(pooled in system dgx2)") for line in both.differences)
+    apart = compare(store, Filters(site=("b.example.org",)), by="system", baseline="h100-box")
+    assert apart.like_for_like and [r["system"] for r in apart.rows] == ["dgx2"]
 
 
 def test_a_machine_nobody_recorded_cannot_be_shown_to_match(store):
@@ -139,3 +141,16 @@ def test_the_cli_names_the_fields_and_marks_points(home, dlrun_home):
     data = json.loads(run_cli("compare", "--by", "devices", "--site", "a.example.org", "--allow-mismatch",
                               "--json", env=home, check=True).stdout)
     assert data["quality"] == {"contended": 3, "ok": 9} and data["sites"] == ["a.example.org"]
+
+
+def test_along_system_two_sites_runs_of_one_system_name_are_not_pooled(store):
+    """Both sites call their machine `localhost`: compared along system, one place of the axis would hold
+    two machines; refused, and --by site or --by host is what tells them apart."""
+    add(store, [98.0, 100.0, 102.0], devices=1, system="localhost", site="a.example.org")
+    add(store, [148.0, 150.0, 152.0], devices=1, system="localhost", site="b.example.org", machine=H100_NODE)
+    add(store, [48.0, 50.0, 52.0], devices=1, system="dgx1v")
+    with pytest.raises(MismatchError) as refused:
+        compare(store, Filters(), by="system", baseline="dgx1v")
+    assert "site: a.example.org (3 runs) ≠ b.example.org (3 runs) (pooled in system localhost)" in \
+        refused.value.differences
+    assert compare(store, Filters(system=("localhost",)), by="site").like_for_like

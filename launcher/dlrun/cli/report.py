@@ -1,13 +1,15 @@
 """`dlrun report`: stored runs as one self-contained HTML page with PNG plots, written into a folder.
 
     dlrun report [RUN_ID ...] [--experiment E] [filters] --out DIR [--baseline SYSTEM] [--title TEXT]
+                 [--allow-mismatch]
 
 The filters are those of `dlrun results list`. The page holds throughput against devices on log-log axes
 with ideal scaling (Ren et al. Fig. 4), bars per fabric or system (Samsi et al. Fig. 4), the speedup and
 scaling-efficiency table with 95 % intervals (PRACE guide Tables 8 and 9), systems relative to a baseline
 (Ren et al. Table III), an experiment's published numbers beside the measured ones, and every run's
-provenance, linked from each point. Runs that are not like-for-like are reported with a box listing the
-differences.
+provenance, linked from each point, and each point's quality verdict. A table that would pool runs of
+different sites or machines is refused (exit 1, naming each differing field) unless --allow-mismatch; other
+differences are reported with a box listing them.
 """
 from __future__ import annotations
 
@@ -48,6 +50,9 @@ def report(
         "--baseline", help="The system the others are compared with (default: the first in order).",
         show_default=False)] = None,
     title: Annotated[Optional[str], typer.Option("--title", help="The page's title.", show_default=False)] = None,
+    allow_mismatch: Annotated[bool, typer.Option(
+        "--allow-mismatch", help="Report runs of different sites or machines in one table; the page says they "
+        "are not like-for-like.")] = False,
 ) -> None:
     """Write an HTML report with plots of stored runs: scaling, systems and fabrics compared, published
     numbers beside the measured ones, each point's runs and provenance a click away."""
@@ -55,6 +60,8 @@ def report(
     from dlrun.cli.filters import build_filters
     from dlrun.cli.store import open_store
     from dlrun.report import Painter, check_out, gather, write
+    from dlrun.results.compare import MismatchError
+    from dlrun.results.compare.select import pooled_identities
 
     check_out(out)
     # forked before the store is read (by main(), or here): it imports matplotlib meanwhile, then draws
@@ -73,6 +80,9 @@ def report(
                                               else ", ".join(workload or []) or "stored runs"))
         result = gather(store, filters, title=heading, selection=selection, baseline=baseline,
                         facts=efficiency_inputs)
+        pooled = pooled_identities(result.differences)
+        if pooled and not allow_mismatch:
+            raise MismatchError(pooled)
         if specs:
             from dlrun.cli.options import load_catalog
             from dlrun.report.published import add_published

@@ -10,7 +10,9 @@ reads them), set out by compare's own modes, with the provenance of every point.
              tables and plots link to
 
 Whatever differs between the runs beyond what a table compares is collected from compare's like-for-like
-guard: the report is written anyway and says it is not like-for-like.
+guard: the report is written anyway and says it is not like-for-like. Every point carries its quality verdict
+(dlrun.results.compare.verdicts), and the report says which sites and machines each table holds and how many
+runs are not ok.
 """
 from __future__ import annotations
 
@@ -22,8 +24,10 @@ from dlrun.errors import DlrunError, UsageError
 from dlrun.results.compare import EfficiencyInputs, FactsProvider
 from dlrun.results.compare import axes as modes
 from dlrun.results.compare.model import AXES, Comparison, sort_value
+from dlrun.results.compare.verdicts import annotate
 from dlrun.results.compare.select import Group, load_groups
 from dlrun.results.key import NOT_APPLICABLE, UNKNOWN
+from dlrun.results.quality import summarize_verdicts
 from dlrun.results.query import Filters
 from dlrun.results.store import Store
 
@@ -57,8 +61,11 @@ class Point:
         """One line for a tooltip: what the point is and where its runs come from."""
         ids = self.run_ids
         shown = ", ".join(ids[:IDS_PER_ROW]) + (f" and {len(ids) - IDS_PER_ROW} more" if len(ids) > IDS_PER_ROW else "")
+        quality = self.row.get("quality") or "unknown"
+        why = f" ({'; '.join(self.row['quality_reasons'])})" if self.row.get("quality_reasons") else ""
         return (f"{self.series[0]} ({self.series[1]}) on {self.line}, {self.devices} device(s): "
-                f"mean {self.row['mean']:.4g} of {self.row['n']} run(s); site {', '.join(self.sites) or 'unknown'}; "
+                f"mean {self.row['mean']:.4g} of {self.row['n']} run(s), quality {quality}{why}; "
+                f"site {', '.join(self.sites) or 'unknown'}; "
                 f"image {', '.join(self.images) or 'unknown'} {', '.join(d[:19] for d in self.digests)}; runs {shown}")
 
 
@@ -105,6 +112,8 @@ class Report:
     published: list[Published] = field(default_factory=list)
     findings: list[dict[str, str]] = field(default_factory=list)   # qualitative references: id, quote
     experiments: list[Any] = field(default_factory=list)            # the catalog's ExperimentSpecs, if any
+    quality: dict[str, int] = field(default_factory=dict)           # verdict -> successful runs reported
+    holds: list[str] = field(default_factory=list)                  # per table: its sites and machines
 
     @property
     def like_for_like(self) -> bool:
@@ -133,10 +142,12 @@ def gather(store: Store, filters: Filters, *, title: str, selection: str, baseli
     notes: list[str] = []
     points: list[Point] = []
     scaling: list[tuple[str, Comparison]] = []
+    holds: list[str] = []
     for system in systems:
         mine = [g for g in groups if str(g.key.get("system")) == system]
         for line, members in _lines(system, mine):
-            result = modes.scaling(members, AXES["devices"], None, inputs)
+            result = annotate(modes.scaling(members, AXES["devices"], None, inputs), members)
+            holds.append(_holds(f"scaling on {line}", result))
             differences += [f"on {line}: {text}" for text in result.differences]
             notes += result.notes
             for row in result.rows:
@@ -144,7 +155,8 @@ def gather(store: Store, filters: Filters, *, title: str, selection: str, baseli
             scaling.append((line, result))
     relative = None
     if len(systems) > 1:
-        relative = modes.relative(groups, AXES["system"], baseline)
+        relative = annotate(modes.relative(groups, AXES["system"], baseline), groups)
+        holds.append(_holds("systems relative to the baseline", relative))
         differences += [f"between systems: {line}" for line in relative.differences]
         notes += relative.notes
     elif baseline is not None:
@@ -155,7 +167,8 @@ def gather(store: Store, filters: Filters, *, title: str, selection: str, baseli
         wired = [g for g in groups if str(g.key.get("system")) == system
                  and g.key.get("fabric") not in (NOT_APPLICABLE, UNKNOWN, None)]
         if len({g.key.get("fabric") for g in wired}) > 1:
-            result = modes.fabrics(wired, AXES["fabric"], None)
+            result = annotate(modes.fabrics(wired, AXES["fabric"], None), wired)
+            holds.append(_holds(f"fabrics on {system}", result))
             differences += [f"between fabrics on {system}: {line}" for line in result.differences]
             notes += result.notes
             fabrics.append((system, result))
@@ -163,7 +176,14 @@ def gather(store: Store, filters: Filters, *, title: str, selection: str, baseli
     return Report(title=title, selection=selection, unit=units.pop() if len(units) == 1 else None, points=points,
                   scaling=scaling, relative=relative, fabrics=fabrics,
                   differences=list(dict.fromkeys(differences)), notes=list(dict.fromkeys(notes)), runs=runs,
-                  runs_total=total)
+                  runs_total=total, holds=holds,
+                  quality=summarize_verdicts(v for g in groups for v in (g.verdicts or ["unknown"] * len(g.run_ids))))
+
+
+def _holds(table: str, result: Comparison) -> str:
+    machines = "; ".join(result.machines) or "unknown"
+    return f"{table}: site{'s' if len(result.sites) != 1 else ''} {', '.join(result.sites)}; " \
+           f"machine{'s' if len(result.machines) != 1 else ''} {machines}"
 
 
 def _lines(system: str, groups: list[Group]) -> list[tuple[str, list[Group]]]:

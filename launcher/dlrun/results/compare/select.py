@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dlrun.errors import DlrunError, UsageError, closest
-from dlrun.results.key import KEY_FIELDS, UNKNOWN, machine_label, spread
+from dlrun.results.key import KEY_FIELDS, MACHINE_FIELDS, UNKNOWN, machine_label, spread
 from dlrun.results.query import Filters
 from dlrun.results.store import Store
 
@@ -96,6 +96,29 @@ def place(groups: list[Group], axis: Axis | None, series_fields: tuple[str, ...]
 #: Fields that follow from the device count: they may differ between rows of different device counts,
 #: but within a row they must match like any other field.
 FOLLOW_DEVICES = frozenset({"global_batch", "nodes"})
+#: Where a run was made and on what: compared only along an axis that lets them differ, and even then never
+#: pooled within one place of that axis (two sites' `localhost` runs are not one system's repeats).
+IDENTITY_FIELDS = frozenset({"site", *MACHINE_FIELDS})
+_IDENTITY_LABELS = {KEY_FIELDS[name] for name in IDENTITY_FIELDS}
+
+
+def pooled_identities(differences: list[str]) -> list[str]:
+    """The differences that pool runs of different sites or machines (their field is an identity field)."""
+    return [line for line in differences
+            if any(line.startswith(f"{label}: ") or f": {label}: " in line for label in _IDENTITY_LABELS)]
+
+
+def _pooled_in_cells(cells: dict[tuple, dict[Any, Cell]], axis: Axis) -> list[str]:
+    """Along an axis that lets the site or the machine differ: runs of several sites or machines in one cell."""
+    allowed = (set(axis.varies) & IDENTITY_FIELDS) - {axis.field}
+    if not allowed:
+        return []
+    out = []
+    for row in cells.values():
+        for value, cell in row.items():
+            found = spread([(g.key, len(g.values)) for g in cell.groups], ignore=set(KEY_FIELDS) - allowed)
+            out += [f"{line} (pooled in {axis.name} {value})" for line in found]
+    return list(dict.fromkeys(out))
 
 
 def guard(cells: dict[tuple, dict[Any, Cell]], axis: Axis | None, series_fields: tuple[str, ...]) -> list[str]:
@@ -122,6 +145,8 @@ def guard(cells: dict[tuple, dict[Any, Cell]], axis: Axis | None, series_fields:
         missing = sum(len(g.values) for g in groups if not g.site)
         if missing:
             out.append(f"site: unknown for {missing} run{'s' if missing != 1 else ''}")
+    if axis is not None:
+        out += _pooled_in_cells(cells, axis)
     if axis and axis.field == "host":
         missing = sum(len(g.values) for g in groups if g.axis_value(axis) == UNKNOWN)
         if missing:
