@@ -24,6 +24,21 @@ def checked(findings, skip_checks: bool) -> None:
             warn(f"{finding.level}: {finding.line()}")
 
 
+def busy_findings(plans) -> list:
+    """A warning when other processes keep this node busy and one of `plans` runs here (a local job):
+    its numbers would be contended (dlrun.results.quality)."""
+    if not any(plan.scheduler == "local" for plan in plans):
+        return []
+    from dlrun.preflight import Finding
+    from dlrun.probe.load import node_load
+    from dlrun.results.quality import BUSY_SAMPLE_S, busy_warning
+
+    load = node_load(BUSY_SAMPLE_S)
+    said = busy_warning(load.others_cpus, load.cpus, load.load1)
+    return [Finding("warn", "busy-node", said, "wait for the other work to end, or run where nothing else runs")] \
+        if said else []
+
+
 @handle_errors
 @takes_plan_options
 def run(skip_checks: SkipChecksOpt = False, dry_run: DryRunOpt = False, verbose: VerboseOpt = False,
@@ -39,7 +54,7 @@ def run(skip_checks: SkipChecksOpt = False, dry_run: DryRunOpt = False, verbose:
         sys.stdout.write(rendered.script)
         return
     inventory = node_inventory()
-    findings = preflight(plan, inventory)
+    findings = preflight(plan, inventory) + busy_findings([plan])
     checked(findings, skip_checks)
     if plan.image.kind == "container":
         from dlrun.images.verify import verify_plan_image
