@@ -60,8 +60,6 @@ def report(
     from dlrun.cli.filters import build_filters
     from dlrun.cli.store import open_store
     from dlrun.report import Painter, check_out, gather, write
-    from dlrun.results.compare import MismatchError
-    from dlrun.results.compare.select import pooled_identities
 
     check_out(out)
     # forked before the store is read (by main(), or here): it imports matplotlib meanwhile, then draws
@@ -80,9 +78,7 @@ def report(
                                               else ", ".join(workload or []) or "stored runs"))
         result = gather(store, filters, title=heading, selection=selection, baseline=baseline,
                         facts=efficiency_inputs)
-        pooled = pooled_identities(result.differences)
-        if pooled and not allow_mismatch:
-            raise MismatchError(pooled)
+        _refuse_pooled(result, allow_mismatch)
         if specs:
             from dlrun.cli.options import load_catalog
             from dlrun.report.published import add_published
@@ -94,6 +90,16 @@ def report(
     flag = "" if result.like_for_like else f" (not like-for-like: {len(result.differences)} difference(s))"
     console().print(f"wrote {written / 'index.html'}: {result.runs_total} run(s), {len(result.points)} point(s)"
                     f"{flag}", highlight=False)
+
+
+def _refuse_pooled(result, allow_mismatch: bool) -> None:
+    """A table that would pool runs of different sites or machines is refused unless --allow-mismatch."""
+    from dlrun.results.compare import MismatchError
+    from dlrun.results.compare.select import pooled_identities
+
+    pooled = pooled_identities(result.differences)
+    if pooled and not allow_mismatch:
+        raise MismatchError(pooled)
 
 
 def _preload() -> None:

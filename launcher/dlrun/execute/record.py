@@ -95,9 +95,11 @@ def with_fingerprint(record: dict[str, Any], rows: list[dict[str, Any]], run_pat
         except (OSError, ValueError):
             inventory = None
     result = rows[0] if rows else None
+    declared = (((record.get("plan") or {}).get("system") or {}).get("fabric_config") or {}).get(record.get("fabric"))
     fingerprint = fingerprint_of(result=result, inventory=inventory if isinstance(inventory, dict) else None,
                                  image=(record.get("provenance") or {}).get("image_stack"),
-                                 fabric=record.get("fabric"), nodes=record.get("nodes"))
+                                 fabric=record.get("fabric"), nodes=record.get("nodes"),
+                                 declared_rate_gbps=(declared or {}).get("speed_gbps"))
     return {**record, "fingerprint": fingerprint or None}
 
 

@@ -117,7 +117,8 @@ def _from_job(node: Mapping[str, Any]) -> dict[str, Any]:
     return {"cpu": short_cpu_name(node.get("cpu_model")), "sockets": sockets,
             "cores_per_socket": cores // sockets if isinstance(cores, int) and isinstance(sockets, int) and sockets
             else None, "memory_gib": _gib(node.get("memory_kib"), 1024 ** 2),
-            "gpu": gpus[0].get("name") if gpus else None, "gpu_count": len(gpus) if "gpus" in node else None,
+            "gpu": gpus[0].get("name") if gpus else None,
+            "gpu_count": node.get("gpus_on_node") or (len(gpus) if "gpus" in node else None),
             "gpu_memory_gib": _gib(gpus[0].get("memory_mib"), 1024) if gpus else None,
             "driver": node.get("driver"), "fabrics": node.get("fabrics")}
 
@@ -130,7 +131,8 @@ def _from_inventory(inventory: Mapping[str, Any]) -> dict[str, Any]:
     sockets, cores = cpu.get("sockets"), cpu.get("physical_cores")
     return {"cpu": short_cpu_name(cpu.get("model")), "sockets": sockets,
             "cores_per_socket": cores // sockets if isinstance(cores, int) and isinstance(sockets, int) and sockets
-            else None, "memory_gib": _gib(inventory.get("memory_gb"), 1.0),
+            else None, "memory_gib": _gib(inventory.get("memory_kib"), 1024 ** 2) if inventory.get("memory_kib")
+            else _gib(inventory.get("memory_gb"), 1.0),
             "gpu": gpus[0].get("name") if gpus else None, "gpu_count": len(gpus) if "gpus" in gpu else None,
             "gpu_memory_gib": _gib(gpus[0].get("memory_mib"), 1024) if gpus else None,
             "driver": gpus[0].get("driver") if gpus else None, "fabrics": inventory.get("fabrics")}
@@ -138,10 +140,12 @@ def _from_inventory(inventory: Mapping[str, Any]) -> dict[str, Any]:
 
 def fingerprint_of(*, result: Mapping[str, Any] | None, inventory: Mapping[str, Any] | None,
                    image: Mapping[str, Any] | None = None, fabric: str | None = None, nodes: int | None = None,
+                   declared_rate_gbps: float | None = None,
                    topology: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The fingerprint of a run from its result (the harness's `extra`, or a parser's), the inventory of the
     node it ran on (None where dlrun did not run on that node: a batch job), the image record of its plan
-    (its pinned CUDA stack), its fabric and node count."""
+    (its pinned CUDA stack), its fabric and node count, and the fabric's line rate its system profile
+    declares (used where the node does not say: a virtual NIC reports no speed)."""
     extra = result.get("extra") if isinstance(result, Mapping) and isinstance(result.get("extra"), Mapping) \
         else (result or {})
     node = extra.get("node") if isinstance(extra.get("node"), Mapping) else None
@@ -155,12 +159,22 @@ def fingerprint_of(*, result: Mapping[str, Any] | None, inventory: Mapping[str, 
         "cuda": _text(extra.get("cuda_version") or image.get("cuda")),
         "cudnn": _text(extra.get("cudnn_version") or image.get("cudnn")),
         "nccl": _text(extra.get("nccl_version") or image.get("nccl")),
-        "fabric": fabric, "fabric_rate_gbps": fabric_rate(part.get("fabrics"), fabric) if fabric else None,
+        "fabric": fabric,
+        "fabric_rate_gbps": (fabric_rate(part.get("fabrics"), fabric) if fabric else None) or declared_rate_gbps,
         "nodes": nodes, "node_from": "job" if node else "inventory" if part else None,
     }
     if topology:  # the topology summary of dlrun.probe.topology, once runs capture it (issue 20)
         found["topology"] = dict(topology)
     return checked(found) or {}
+
+
+def this_machine(*, fabric: str | None, nodes: int | None, device: str | None) -> dict[str, Any]:
+    """The fingerprint a run on this node would record, as far as the node decides it (no CUDA stack: only
+    the job tells which it saw)."""
+    from dlrun.probe.host import machine_inventory
+
+    return checked({**fingerprint_of(result=None, inventory=machine_inventory(), fabric=fabric, nodes=nodes),
+                    "device": device}) or {}
 
 
 def _text(value: Any) -> str | None:

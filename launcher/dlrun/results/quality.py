@@ -39,9 +39,14 @@ SUPERLINEAR = 1.20
 CEILING = 1.05
 #: Fraction of the fabric's line rate (links x Gb/s) a bus bandwidth may reach before it is `implausible`.
 FABRIC_CEILING = 1.0
-#: How long the pre-launch check watches the node (seconds), and the share of its CPUs other processes may
-#: use before `dlrun run` and `dlrun reproduce` warn that the node is busy.
+#: How long the pre-launch check watches the node (seconds); it warns when other processes use more than
+#: CONTENDED_SHARE of its CPUs.
 BUSY_SAMPLE_S = 0.5
+#: `reproduce --until-stable`: a point is stable when its 95 % interval lies within this fraction of the
+#: estimate on either side (half the interval's width over its middle), and repeats stop there.
+STABLE_WITHIN = 0.02
+#: ... or when a point has this many runs (`--max-repeats`).
+MAX_REPEATS = 10
 
 VERDICTS = ("implausible", "contended", "short", "noisy", "unknown", "ok")
 
