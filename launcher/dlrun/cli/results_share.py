@@ -3,7 +3,7 @@
     dlrun results export [RUN_ID ...] [filters] --out FILE [--format bundle|csv|jsonl|parquet]
                          [--with-logs] [--sign KEY] [--exporting-site NAME]
     dlrun results import BUNDLE [--allowed-signers FILE | --unsigned]
-    dlrun results import-log FILE --system SYSTEM [--format FORMAT] [--site SITE]
+    dlrun results import-log FILE --system SYSTEM [--format FORMAT] [--site SITE] [--machine here|RUN_ID]
 """
 from __future__ import annotations
 
@@ -119,14 +119,21 @@ def import_log(
         "horovod, dllogger, mllog.", show_default=False)] = None,
     site: Annotated[Optional[str], typer.Option(
         "--site", help="The site the log was produced at (default: this site).", show_default=False)] = None,
+    machine: Annotated[Optional[str], typer.Option(
+        "--machine", help="The machine the log was produced on: `here` (this node) or a stored run's id (its "
+        "site and machine); without it the machine is unknown and matches nothing.", show_default=False)] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Store the results of another tool's log as runs (origin import-log); a log imported before adds nothing."""
+    from dlrun.cli.machine import machine_of, with_machine
     from dlrun.results.import_log import import_log as records_of
     if not system.strip():
         raise UsageError("--system must name the system the log was produced on, e.g. --system dgx2")
-    pairs = records_of(file.resolve(), system=system, fmt=fmt, site=_site_name(site, "--site") if site else None)
-    added = _store().add_runs(pairs, same_provenance=("log_sha256", "log_result_index"))
+    store = _store()
+    site = _site_name(site, "--site") if site else None
+    site, fingerprint = machine_of(machine, store, site) if machine is not None else (site, None)
+    pairs = with_machine(records_of(file.resolve(), system=system, fmt=fmt, site=site), site, fingerprint)
+    added = store.add_runs(pairs, same_provenance=("log_sha256", "log_result_index"))
     if as_json:
         print_json({"added": added, "results": len(pairs)})
         return
