@@ -582,3 +582,20 @@ def test_batch_points_are_submitted_at_once_cancelled_on_sigint_and_resumed(slur
                                                                   "model=trivial nodes=2": 2}
     assert set(finished) <= {run_id for ids in points.values() for run_id in ids}
     assert proc.stderr.count("dlrun: submitted slurm job") == 4 - len(finished)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_until_stable_runs_again_until_the_most_runs_allowed(dlrun_home):
+    """Two runs per point are too few for an interval: after the one run each point asks for, one more
+    round runs each point again, and the rounds stop at --max-repeats."""
+    proc = run_cli("reproduce", SMOKE, "--repeats", "1", "--until-stable", "--max-repeats", "2", "--json",
+                   timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stderr.count("until stable: 2 more run(s), one per point whose interval is wider than ±2 %") == 1
+    data = json.loads(proc.stdout)
+    assert sorted((run["point"], run["status"]) for run in data["runs"]) == sorted(
+        [(point, "ok") for point in SMOKE_POINTS] * 2)
+    assert [len(point["run_ids"]) for point in data["points"]] == [2, 2]
+    bad = run_cli("reproduce", SMOKE, "--until-stable", "--max-repeats", "0")
+    assert bad.returncode == 2 and "--max-repeats must be a positive integer, got 0" in bad.stderr

@@ -38,10 +38,11 @@ def results_list(as_json: JsonOpt = False,
     if as_json:
         print_json(runs)
         return
-    table("results", ["id", "status", "workload", "system", "site", "image", "ranks", "batch", "value"],
+    table("results", ["id", "status", "workload", "system", "site", "image", "ranks", "batch", "value", "quality"],
           [[r["id"], r["status"], r["workload"], r["system"], r["site"], r["image"], r["world_size"],
             "-" if r["batch_size"] is None else r["batch_size"],
-            f"{r['value']:.2f} {r['unit']}" if r["value"] is not None else "-"] for r in runs])
+            f"{r['value']:.2f} {r['unit']}" if r["value"] is not None else "-", r.get("verdict") or "unknown"]
+           for r in runs])
 
 
 @results_app.command("show")
