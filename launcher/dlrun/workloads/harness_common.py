@@ -105,7 +105,7 @@ def non_negative(text):
 def cpu_name():
     """The CPU's model name as /proc/cpuinfo gives it (else what platform knows)."""
     for line in (_read("/proc/cpuinfo") or "").splitlines():
-        if line.lower().startswith("model name"):
+        if line.lower().startswith(("model name", "cpu\t")):  # cpu: POWER
             return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine() or "cpu"
 
@@ -364,6 +364,8 @@ def node_facts(gpus=None):
              "physical_cores": len(cores) or None,
              "memory_kib": int(memory.group(1)) if memory else None,
              "driver": (match.group(1) or match.group(2)) if match else None,
+             # the node's GPUs, also those CUDA_VISIBLE_DEVICES hides from a rank
+             "gpus_on_node": len(_listdir("/proc/driver/nvidia/gpus")) or None,
              "fabrics": _fabrics()}
     if gpus is not None:
         facts["gpus"] = gpus
