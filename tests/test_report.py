@@ -206,7 +206,7 @@ def test_the_smoke_report_of_a_busy_node_marks_every_point(dlrun_home, tmp_path,
     result (such a point is implausible)."""
     env = no_model_counts(tmp_path / "cache")
     made = run_cli("reproduce", "localhost_scaling_smoke", "--repeats", "1", env=env, timeout=900)
-    assert "warn: this node is busy: other processes use " in made.stderr  # said before the runs start
+    assert "warning: this node is busy: other processes use " in made.stdout  # said before the runs start
     runs = Store(dlrun_home / "results.sqlite").get_runs(Filters(experiment=("localhost_scaling_smoke",)))
     assert len(runs) == 2 and all(run["status"] == "ok" for run in runs), [r["provenance"] for r in runs]
     for run in runs:

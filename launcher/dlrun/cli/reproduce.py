@@ -82,15 +82,12 @@ def _checked(works: list, skip_checks: bool) -> tuple[dict[str, Any], dict[str, 
     planned = [work for work in works if work.plan is not None and work.missing]
     if not planned:
         return {}, {}
-    from dlrun.cli.run import busy_findings
-
     inventory = node_inventory()
     findings: dict[str, list] = {}
     said: set[str] = set()
     verified: set[str] = set()
-    busy = busy_findings([work.plan for work in planned])
     for work in planned:
-        findings[work.id] = preflight(work.plan, inventory) + (busy if work.plan.scheduler == "local" else [])
+        findings[work.id] = preflight(work.plan, inventory)
         if not skip_checks:
             try:
                 refuse_on_errors(findings[work.id])
@@ -127,6 +124,9 @@ def _run(spec, system_work, store, *, skip_checks: bool, verbose: bool, as_json:
         print_skipped(works)
     report = None
     if steps:
+        from dlrun.cli.run import say_if_busy
+
+        say_if_busy([step.work.plan for step in steps if step.work.plan is not None], out)
         describe = None
         if spec.measure == "model-facts":
             from dlrun.workloads import describe_model as describe

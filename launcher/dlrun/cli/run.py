@@ -24,19 +24,19 @@ def checked(findings, skip_checks: bool) -> None:
             warn(f"{finding.level}: {finding.line()}")
 
 
-def busy_findings(plans) -> list:
-    """A warning when other processes keep this node busy and one of `plans` runs here (a local job):
-    its numbers would be contended (dlrun.results.quality)."""
+def say_if_busy(plans, out) -> None:
+    """Before a job of `plans` starts on this node (a local job): a line on `out` (the run's own output) when
+    other processes keep the node busy, so that its numbers would be contended (dlrun.results.quality)."""
     if not any(plan.scheduler == "local" for plan in plans):
-        return []
-    from dlrun.preflight import Finding
+        return
     from dlrun.probe.load import node_load
     from dlrun.results.quality import BUSY_SAMPLE_S, busy_warning
 
     load = node_load(BUSY_SAMPLE_S)
     said = busy_warning(load.others_cpus, load.cpus, load.load1)
-    return [Finding("warn", "busy-node", said, "wait for the other work to end, or run where nothing else runs")] \
-        if said else []
+    if said:
+        out.print(f"[yellow]warning: {said}; wait for the other work to end, or run where nothing else runs[/]",
+                  highlight=False)
 
 
 @handle_errors
@@ -54,7 +54,7 @@ def run(skip_checks: SkipChecksOpt = False, dry_run: DryRunOpt = False, verbose:
         sys.stdout.write(rendered.script)
         return
     inventory = node_inventory()
-    findings = preflight(plan, inventory) + busy_findings([plan])
+    findings = preflight(plan, inventory)
     checked(findings, skip_checks)
     if plan.image.kind == "container":
         from dlrun.images.verify import verify_plan_image
@@ -76,6 +76,7 @@ def execute_plan(plan, rendered, inventory=None, findings=None, *, verbose: bool
              f"batch {plan.batch_size}/rank, {plan.warmup_steps}+{plan.steps} steps, {plan.precision}, "
              f"image {plan.image.name}")
     console().print(f"[bold]dlrun[/bold] {title}")
+    say_if_busy([plan], console())
     with RunDisplay(plan, verbose=verbose) as display:
         record = execute(plan, rendered, runs_root=runs_dir(), store=store, sink=display.sink,
                          inventory=inventory, findings=findings)
