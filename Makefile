@@ -18,7 +18,7 @@ APT_PACKAGES := openmpi-bin libopenmpi-dev slurm-wlm munge charliecloud podman r
 # under $XDG_CACHE_HOME/dlrun/wheels: minutes the first time, seconds after (scripts/build-horovod.sh).
 HOROVOD_VERSION := 0.28.1
 
-.PHONY: all setup sysdeps horovod demo test bench lint clean
+.PHONY: all setup sysdeps horovod demo test bench gpu-wheels lint clean
 
 all: test
 
@@ -62,6 +62,10 @@ test: setup sysdeps horovod
 
 bench: setup sysdeps
 	$(BIN)/python bench/run.py
+
+# The wheels bench/gpu.sh carries to the GPU machine (Python 3.12, no network there) into .whl/ (git-ignored).
+gpu-wheels: setup
+	$(BIN)/python scripts/gpu_wheels.py .whl
 
 lint: setup
 	$(BIN)/dlrun images render --check

@@ -11,6 +11,7 @@
 8 collectives        dlrun's five collectives vs a bare torch.distributed loop (gloo, 2 ranks), busbw >= 1 MiB
 9 tf                 dlrun run --image host-tf (TensorFlow 2 harness) vs a bare Keras loop (ResNet-50)
 10 realdata           ResNet-50 from a JPEG ImageFolder / TFRecord shards (2 data workers) vs synthetic data
+11 telemetry          ResNet-50 with the telemetry sampler at 1 s vs without it
 
 Each benchmark writes bench/results/<name>.json; the table goes to stdout and to bench/results/summary.json.
 """
@@ -34,13 +35,14 @@ import efficiency_bert
 import launcher_cost
 import overhead
 import realdata
+import telemetry_cost
 import tf_overhead
 from common import Row, cpu_count, write_result
 
 BENCHMARKS = {"overhead": overhead, "efficiency": efficiency, "efficiency_bert": efficiency_bert,
               "launcher": launcher_cost, "containers": containers, "comm": comm, "compare": compare_store,
               "collectives": collectives, "tf": tf_overhead,
-              "realdata": realdata}
+              "realdata": realdata, "telemetry": telemetry_cost}
 
 
 def _versions() -> dict:

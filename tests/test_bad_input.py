@@ -24,7 +24,7 @@ CASES = [
     (["run", "resnet50", "--global-batch-size", "5", "--ranks-per-node", "2"],
      ["--global-batch-size 5 does not divide over 2 ranks", "valid: a multiple of 2, e.g. 4 or 6"]),
     (["run", "resnet50", "--batch-size", "4", "--global-batch-size", "8"], ["either --batch-size", "not both"]),
-    (["run", "resnet50", "--precision", "fp8"], ["unknown --precision 'fp8'", "valid: amp, fp32"]),
+    (["run", "resnet50", "--precision", "fp8"], ["unknown --precision 'fp8'", "valid: amp, bf16, fp16, fp32, tf32"]),
     (["run", "resnet50", "--allocator", "tcmaloc"],
      ["unknown --allocator 'tcmaloc'", "did you mean 'tcmalloc'?", "valid: auto, glibc-tuned, jemalloc, system"]),
     (["run", "resnet50", "--image", "tf1.14-nccl", "--allocator", "jemalloc"],

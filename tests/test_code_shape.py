@@ -23,7 +23,6 @@ KNOWN: dict[str, str] = {
     "report/gather.py:gather": "being reworked with the report's statistics",
     "reproduce/derived.py:evaluate": "being reworked with the statistics",
     "reproduce/references.py:_row": "being reworked with the statistics",
-    "preflight/node.py:image_findings": "one finding per image check",
     "workloads/harness_pytorch_train.py:_train": "the training loop and its options",
     "workloads/harness_tensorflow_train.py:run_benchmark": "the training loop and its options",
     "workloads/harness_tensorflow_ps.py:run_ps": "the parameter-server cluster's roles",
@@ -34,7 +33,6 @@ KNOWN: dict[str, str] = {
     "cli/reproduce.py:_results": "the reproduce table's columns",
     "results/bundle_read.py:_read": "being reworked with the bundle budgets",
     "results/parsers/nccl_tests.py:parse": "one branch per line kind",
-    "results/parsers/tf_cnn_benchmarks.py:parse": "one branch per line kind",
     "results/compare/select.py:guard": "being reworked with machine identity",
     "results/compare/select.py:pick_baseline": "being reworked with machine identity",
 }

@@ -432,6 +432,63 @@ def test_guards_pick_intermediate_apis():
     assert isinstance(features.make_grad_scaler(mid), LegacyScaler)
 
 
+@pytest.fixture
+def tf32_flags():
+    """torch's TF32 switches, restored after the test (they exist on a CPU build too)."""
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def test_fp32_on_cuda_turns_tf32_off_and_tf32_turns_it_on(tf32_flags):
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True  # cuDNN's own default
+    factory, ran, scaler, tf32 = features.resolve_precision("fp32", "cuda")
+    assert (factory, ran, scaler, tf32) == (None, "float32", False, {"matmul": False, "cudnn": False})
+    assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+    factory, ran, scaler, tf32 = features.resolve_precision("tf32", "cuda")
+    assert (factory, ran, tf32) == (None, "tf32", {"matmul": True, "cudnn": True})
+    assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+    assert features.resolve_precision("fp32", "cpu")[3] == {}  # no TF32 on a CPU: nothing set, nothing claimed
+
+
+@pytest.mark.parametrize("precision,device,dtype,scaler", [
+    ("fp16", "cuda", "float16", True), ("bf16", "cuda", "bfloat16", False), ("amp", "cuda", "float16", True),
+    ("bf16", "cpu", "bfloat16", False), ("amp", "cpu", "bfloat16", False)])
+def test_each_precision_runs_the_type_it_names(tf32_flags, precision, device, dtype, scaler):
+    factory, ran, needs_scaler, _ = features.resolve_precision(precision, device)
+    assert (ran, needs_scaler) == (dtype, scaler) and factory is not None
+    assert features.RAN[ran] == {"float16": "fp16", "bfloat16": "bf16"}[dtype]
+
+
+@pytest.mark.parametrize("precision", ["tf32", "fp16"])
+def test_gpu_only_precisions_are_refused_on_a_cpu(precision):
+    with pytest.raises(common.HarnessError, match="^--precision %s" % precision) as exc:
+        features.resolve_precision(precision, "cpu")
+    assert exc.value.code == common.EXIT_USAGE
+
+
+def test_native_bf16_is_read_from_the_cpu_flags(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse avx512f avx512_bf16 amx_tile\n")
+    assert common.cpu_has_native_bf16(str(cpuinfo)) is True
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse avx2 avx512f\n")
+    assert common.cpu_has_native_bf16(str(cpuinfo)) is False
+    cpuinfo.write_text("Features\t: fp asimd bf16 i8mm\n")  # an Arm core
+    assert common.cpu_has_native_bf16(str(cpuinfo)) is True
+    assert common.cpu_has_native_bf16(str(tmp_path / "absent")) is None
+
+
+def test_a_bf16_run_records_what_ran():
+    proc = _run(["--model", "trivial", "--batch-size", "4", "--steps", "2", "--warmup-steps", "1",
+                 "--precision", "bf16", "--device", "cpu"])
+    assert proc.returncode == 0, proc.stderr
+    res = _results(proc.stdout)[0]
+    native = common.cpu_has_native_bf16()
+    assert (res["precision"], res["precision_ran"], res["amp_dtype"], res["tf32"]) == ("bf16", "bf16", "bfloat16", {})
+    assert res["native_bf16"] is native
+    assert ("without bfloat16 instructions" in proc.stderr) is (native is False)
+
+
 def test_guards_use_features_of_current_torch():
     factory, dtype, scaler = features.resolve_amp("cpu")
     assert (dtype, scaler) == ("bfloat16", False)

@@ -91,3 +91,28 @@ def test_default_options_still_train(capsys, model, extra):
     assert len(losses) == 8 and losses[-1] < losses[0] and sum(losses[-3:]) < sum(losses[:3]) - 0.05, losses
     (line,) = [ln for ln in out.splitlines() if ln.startswith("DLRUN_RESULT ")]
     assert json.loads(line[len("DLRUN_RESULT "):])["fused_optimizer"] is True
+
+
+def test_the_step_clock_times_cpu_steps_as_they_return_and_the_timed_window_is_recorded(capsys, monkeypatch):
+    """On the CPU every step is timed as it returns (one time per step, a printed row's own time left out, as
+    before CUDA steps were timed with events); the result says where its timed window starts."""
+    comm = load_harness("pytorch", "comm")
+    ticks = iter([10.0, 10.5, 11.0, 20.0, 21.5])  # restart, two steps, restart after a row, one step
+    monkeypatch.setattr(comm.time, "perf_counter", lambda: next(ticks))
+    clock = comm.StepClock(torch.device("cpu"))
+    clock.step_done()
+    clock.step_done()
+    assert clock.settle() == [0.5, 0.5] and clock.pending == []
+    clock.restart()
+    clock.step_done()
+    assert clock.settle() == [0.5, 0.5, 1.5]
+    monkeypatch.undo()
+    before = __import__("time").time()
+    code = entry.main(["--model", "trivial", "--steps", "3", "--warmup-steps", "1", "--batch-size", "2",
+                       "--display-every", "2"])
+    out = capsys.readouterr().out
+    assert code == 0
+    result = json.loads(out.split("DLRUN_RESULT ", 1)[1].splitlines()[0])
+    assert before <= result["timed_start_unix"] <= before + 600 and result["wall_time_s"] > 0
+    rows = [line for line in out.splitlines() if line[:1].isdigit() and "images/sec" in line]
+    assert [row.split("\t")[0] for row in rows] == ["1", "2"]

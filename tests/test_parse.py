@@ -127,6 +127,120 @@ def test_tf_cnn_benchmarks(name, value):
     assert (res.model, res.batch_size, res.num_devices, res.extra["reports"]) == (None, None, None, [value])
 
 
+# Logs with tf_cnn_benchmarks' header: (file, value, model, batch per device, devices, processes, variables, data)
+TF_CNN_HEADERS = [
+    ("tf_cnn_benchmarks/lambda_rtx3080_replicated_2gpu_tf1.15.log", 735.72, "resnet50", 56, 2, 1, "replicated",
+     "synthetic"),
+    ("tf_cnn_benchmarks/mpioperator_horovod_2gpu_tf1.14.log", 308.27, "resnet101", 64, 2, 2, "horovod", "synthetic"),
+]
+
+
+@pytest.mark.parametrize("name,value,model,batch,devices,processes,variables,data", TF_CNN_HEADERS)
+def test_tf_cnn_benchmarks_header(name, value, model, batch, devices, processes, variables, data):
+    res = parse_text(log(name))
+    assert (res.value, res.model, res.batch_size, res.num_devices, res.num_ranks) == \
+        (value, model, batch, devices, processes)
+    assert (res.extra["variables"], res.extra["data_source"], res.extra["data_format"]) == (variables, data, "NCHW")
+    assert res.extra["global_batch_size"] == batch * devices and res.problems == ()
+    assert res.value_is == "the `total images/sec` line"
+
+
+def test_tf_cnn_benchmarks_counts_devices_from_the_batch_line_not_the_ranks_that_printed():
+    # Two Horovod ranks each printing the header and a total (as they do): the Devices list already names
+    # both workers, so the device count stays 2 (it used to be multiplied by the number of reports).
+    text = log("tf_cnn_benchmarks/mpioperator_horovod_2gpu_tf1.14.log")
+    tagged = "\n".join(f"[1,{rank}]<stdout>:{line}" for rank in (1, 0) for line in text.splitlines())
+    res = parse_text(tagged)
+    assert (res.num_devices, res.num_ranks, res.extra["reports"]) == (2, 2, [308.27, 308.27])
+    assert res.value_is.startswith("the `total images/sec` line of rank 0 (each of the 2 reports")
+
+
+def test_tf_cnn_benchmarks_forward_only_is_not_a_training_throughput():
+    res = parse_text(log("tf_cnn_benchmarks/lambda_rtx3080_forward_only_1gpu_tf1.15.log"))
+    assert (res.value, res.num_devices, res.extra["mode"]) == (3330.51, 1, "forward only")
+    assert res.problems == ("tf_cnn_benchmarks ran in mode forward only: its images/sec is not a training "
+                            "throughput",)
+
+
+# DeepLearningExamples logs (dllogger): (file, value, value_is, model, batch, devices, precision, data, compute)
+DLLOGGER = [
+    ("dllogger/perfreport_pytorch_rn50_8gpu_amp_stdout.log", 6014.71, "train.total_ips of the summary line",
+     "resnet50", 128, 8, "amp", "jpeg", 6058.55),
+    ("dllogger/perfreport_tensorflow_rn50_1gpu_amp_stdout.log", 954.9404604342288,
+     "train_throughput of the summary line", "resnet50", 128, None, "amp", "tfrecord", None),
+    ("dllogger/dllogger_example_resnet_json.log", 661.9801574510492, "train.total_ips of the summary line",
+     "resnet50", 128, 1, "amp", "jpeg", 663.9765207522363),
+]
+
+
+@pytest.mark.parametrize("name,value,value_is,model,batch,devices,precision,data,compute", DLLOGGER)
+def test_dllogger(name, value, value_is, model, batch, devices, precision, data, compute):
+    res = parse_text(log(name))
+    assert (res.kind, res.metric, res.value, res.unit, res.value_is) == \
+        ("dllogger", "throughput", value, "images/sec", value_is)
+    assert (res.model, res.batch_size, res.num_devices, res.extra["precision"]) == (model, batch, devices, precision)
+    assert (res.extra["data_source"], res.extra["compute_only_rate"], res.problems) == (data, compute, ())
+
+
+def test_dllogger_takes_the_end_to_end_rate_not_the_compute_only_one():
+    # The JSON summary logs train.total_ips on one line and train.compute_ips (higher: no data loading) on the
+    # next; the stdout summary does the same. The end-to-end figure is the one reported.
+    for name in ("dllogger/dllogger_example_resnet_json.log", "dllogger/perfreport_pytorch_rn50_8gpu_amp_stdout.log"):
+        res = parse_text(log(name))
+        assert res.extra["key"] == "train.total_ips" and res.value < res.extra["compute_only_rate"]
+
+
+def test_dllogger_without_an_end_to_end_rate_says_it_took_the_compute_only_one():
+    # The published 8-GPU log with every train.total_ips line taken out.
+    text = "\n".join(line for line in log("dllogger/perfreport_pytorch_rn50_8gpu_amp_stdout.log").splitlines()
+                     if "train.total_ips" not in line)
+    res = parse_text(text)
+    assert (res.value, res.extra["key"]) == (6058.55, "train.compute_ips")
+    assert "compute only, without data loading" in res.value_is
+
+
+def test_dllogger_iteration_lines_only_give_the_mean_after_warm_up():
+    # The published 8-GPU log cut to its PARAMETER and iteration lines (no epoch or summary line).
+    lines = log("dllogger/perfreport_pytorch_rn50_8gpu_amp_stdout.log").splitlines()
+    res = parse_text("\n".join(line for line in lines if "Iteration" in line or "PARAMETER" in line))
+    rates = [float(line.split("train.total_ips : ")[1].split()[0]) for line in lines if "Iteration" in line]
+    assert len(rates) == 99 and res.value == pytest.approx(sum(rates[49:]) / 50)
+    assert res.value_is == ("mean of train.total_ips over the last 50 of 99 iteration lines (the first 49 count as "
+                            "warm-up; no summary or epoch line)")
+    # 1024 images per iteration, 0.16 s apart: the printed rate agrees with the line times
+    assert res.problems == () and res.extra["wall_clock_rate"] == pytest.approx(res.value, rel=0.01)
+
+
+def test_dllogger_a_rate_the_line_times_cannot_allow_is_flagged():
+    # The log quoted in DLPerf: 16 GPUs x 128 images per iteration, lines 0.40 s apart (5,137 img/s), but
+    # train.total_ips prints about 10,300: DeepLearningExamples stopped the clock before the GPUs finished.
+    res = parse_text(log("dllogger/dlperf_pytorch_rn50_2n8g_fp32_stdout.log"))
+    assert (res.value, res.num_devices, res.batch_size, res.extra["precision"]) == \
+        (pytest.approx(10290.795), 16, 128, "fp32")
+    assert res.extra["wall_clock_rate"] == pytest.approx(5137.2954, abs=1e-3)
+    assert res.problems == ("train.total_ips averages 10,290.8 images/sec over the iterations used, 2.0x the "
+                            "5,137.3 images/sec their line times allow (128 x 16 images per iteration); the "
+                            "printed rate cannot be right",)
+
+
+def test_dllogger_tensorflow_tuple_steps_and_launcher_tags():
+    text = log("dllogger/perfreport_tensorflow_rn50_1gpu_amp_stdout.log").split("DLL 2020-12-16 07:26:00.914848")[0]
+    res = parse_text(text)  # without its `() train_throughput` summary: the `(0, 200) total_ips` lines
+    assert res.value_is.startswith("mean of total_ips over the last 150 of 300 iteration lines")
+    # the same lines as mpirun --tag-output prints them, with rank 1's copy (other numbers) interleaved
+    rank1 = text.replace("total_ips : 9", "total_ips : 1")
+    tagged = "\n".join(f"[1,{rank}]<stdout>:{line}" for pair in zip(text.splitlines(), rank1.splitlines())
+                       for rank, line in zip((0, 1), pair))
+    assert parse_text(tagged).value == res.value
+
+
+@pytest.mark.parametrize("name", sorted(str(p.relative_to(LOGS)) for p in LOGS.rglob("*.log")
+                                        if p.parent.name != "launcher-failures"))
+def test_every_result_says_which_figure_it_took(name):
+    for res in parse_all(log(name)):
+        assert res.value_is and res.to_dict()["value_is"] == res.value_is
+
+
 @pytest.mark.parametrize("name,value,throughputs,status", [
     ("mllog/lambda_v4.0_bert_srun_label.log", 12792.219630021962, [14214.65962521748, 12792.219630021962],
      "aborted"),
@@ -224,6 +338,15 @@ def test_parse_cli_json(dlrun_home):
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert (data["kind"], data["value"], data["num_devices"], data["model"]) == ("horovod", 432.8, 4, "resnet50")
+
+
+def test_parse_cli_says_which_figure_and_what_is_wrong(dlrun_home):
+    data = json.loads(run_cli("parse", str(LOGS / "dllogger/dllogger_example_resnet_json.log"), "--json",
+                              check=True).stdout)
+    assert (data["value"], data["value_is"]) == (661.9801574510492, "train.total_ips of the summary line")
+    table = run_cli("parse", str(LOGS / "dllogger/dlperf_pytorch_rn50_2n8g_fp32_stdout.log"), check=True).stdout
+    assert "value_is" in table and "mean of train.total_ips over the last 6 of 12" in table
+    assert "2.0x the 5,137.3 images/sec their line times allow" in " ".join(table.split())
 
 
 @pytest.mark.parametrize("content", [b"nothing here\nat all\n", b"\xff\xfe\x00junk \xc3\x28 total images/sec: \xff\n",

@@ -117,15 +117,19 @@ RESULT_KEYS = st.fixed_dictionaries({}, optional={
     st.integers(1, 200000).map(lambda depth: "[" * depth),
     st.integers(1, 5000).map(lambda depth: '{"a":' * depth + "1" + "}" * depth),
     st.integers(4000, 6000).map(lambda digits: '{"value": ' + "7" * digits + "}"),
-), st.sampled_from(["DLRUN_RESULT ", "[1,0]<stdout>:DLRUN_RESULT ", ":::MLLOG ", " 3: DLLL "]))
+), st.sampled_from(["DLRUN_RESULT ", "[1,0]<stdout>:DLRUN_RESULT ", ":::MLLOG ", " 3: DLLL ",
+                      "DLL 2020-12-16 11:37:44.312825 - Summary: train.total_ips : ",
+                      "DLL 2020-12-16 11:37:27.155029 - Epoch: 0 Iteration: 1  train.loss : "]))
 def test_json_lines(payload, prefix):
     check(prefix + payload + "\n")
 
 
 @fuzz(300)
 @given(st.sampled_from(["total images/sec: ", "# Avg bus bandwidth    : ", "Total img/sec on 8 GPU(s): ",
-                        "#   Rank  0 Pid 1 on ", "# nThread 1 nGpus ", "Devices: ", "A" * 100]),
-       st.integers(10**4, 3 * 10**5), st.sampled_from(["9", "x", "[", " ", "'a',"]))
+                        "#   Rank  0 Pid 1 on ", "# nThread 1 nGpus ", "Devices: ", "A" * 100,
+                        "DLL 2020-12-16 11:37:44.312825 - Summary: train.total_ips : ",
+                        "DLL 2020-12-16 11:37:19.683203 - PARAMETER batch_size : ", "DLL 2020-12-16 07:25:18.740833 - ("]),
+       st.integers(10**4, 3 * 10**5), st.sampled_from(["9", "x", "[", " ", "'a',", " : ", "  "]))
 def test_very_long_lines(prefix, length, fill):
     check(prefix + fill * (length // len(fill)) + "\n")
 

@@ -168,3 +168,118 @@ def test_cpu_names_are_shortened_to_the_part():
     assert driver_version("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  565.57.01  Release Build  "
                           "(dvs-builder@U16-A24-9-2)  Thu Oct 10 12:15:00 UTC 2024\n"
                           "GCC version:  gcc version 13.3.0 (Ubuntu 13.3.0-6ubuntu2~24.04)\n") == "565.57.01"
+
+
+# ------------------------------------------------------------------ imported logs told what they are
+#: Where a log ran and on what machine: said with `import-log --machine` (unknown here, where it is not).
+WHERE = ("site", *keys.MACHINE_FIELDS)
+DIGEST = "sha256:" + "5e" * 32  # the site's lock entry for the image (as `dlrun images build` records it)
+KUBEFLOW = LOGS / "tf_cnn_benchmarks/mpioperator_horovod_2gpu_tf1.14.log"
+
+
+def _locked_catalog(image: str = "tf1.14-nccl"):
+    from dlrun.cli.options import load_catalog
+    from dlrun.images import lock
+
+    lock.record(image, "x86_64", digest=DIGEST)
+    return load_catalog()
+
+
+def test_an_imported_tf_cnn_benchmarks_log_gets_the_key_of_the_dlrun_run_of_the_same_thing(dlrun_home):
+    # The dlrun run: `dlrun run resnet101_v1 --system txgaia --image tf1.14-nccl --nodes 1 --ranks-per-node 2
+    # --batch-size 64` renders tf_cnn_benchmarks with Horovod in NCHW, and had its job printed this log, the
+    # executor would store run_row(plan.summary()) with the log's parsed result. The import, told the workload,
+    # image and precision, must be stored with the same key, field by field.
+    from pathlib import Path
+
+    from dlrun.execute.record import run_row
+    from dlrun.images.verify import with_local_image
+    from dlrun.plan import resolve_plan
+    from dlrun.results.import_log import import_log_as_runs
+    from dlrun.results.import_plan import ImportOptions
+    from dlrun.results.parsers import parse_text
+    from dlrun.results.schema import RUN_COLUMNS
+
+    catalog = _locked_catalog()
+    plan = resolve_plan(catalog, "resnet101_v1", image="tf1.14-nccl", system="txgaia", nodes=1, ranks_per_node=2,
+                        batch_size=64, local_image=with_local_image)
+    dlrun_run = run_row(plan.summary(), run_id="20260101-000000-000000", run_dir=Path("/nonexistent"), status="ok",
+                        started=0, finished=1, provenance={})
+    dlrun_key = keys.key_from_run(dlrun_run, [parse_text(KUBEFLOW.read_text()).to_dict()])
+    [(run, rows, imported_plan)] = import_log_as_runs(
+        KUBEFLOW, catalog=catalog, system="txgaia", local_image=with_local_image,
+        options=ImportOptions(workload="resnet101_v1", image="tf1.14-nccl", precision="fp32", nodes=1))
+    imported_key = keys.key_from_run({**run, "origin": "import-log"}, rows)
+    for name in set(keys.KEY_FIELDS) - set(WHERE):
+        assert imported_key[name] == dlrun_key[name], name
+    assert keys.has_unknown(imported_key, WHERE) == [] and keys.differences(imported_key, dlrun_key, WHERE) == []
+    assert imported_key["framework"] == "tensorflow/horovod layout=NCHW" and imported_key["image_digest"] == DIGEST
+    # stored in the same shape: the columns and the plan record a dlrun run of the plan gets
+    same = [c for c in RUN_COLUMNS if c not in ("id", "created_at", "finished_at", "site", "origin", "run_dir",
+                                                "experiment", "point")]
+    assert {c: run.get(c) for c in same} == {c: dlrun_run.get(c) for c in same}
+    assert run["plan"] == dlrun_run["plan"] == imported_plan.summary()
+    assert run["origin"] == run["provenance"]["origin"] == "import-log"
+    assert run["provenance"]["plan_from"]["batch_size"] == "log"
+    assert run["provenance"]["plan_from"]["precision"] == "option"
+
+
+def test_an_imported_dllogger_log_is_keyed_as_the_code_that_ran_it(dlrun_home):
+    # A DeepLearningExamples log, told its workload and image, has every key field known. It differs from
+    # the key dlrun's harness gets on the same plan in what the log says ran differently: ImageNet JPEGs
+    # (through DALI) where the plan, without --data, trains on synthetic data, and the framework, which
+    # names the code that ran, so the two are never pooled as like-for-like ("the same A100 ... 1.56x
+    # slower in one vendor's harness than in another's").
+    from dlrun.images.verify import with_local_image
+    from dlrun.reproduce.resume import planned_key
+    from dlrun.results.import_log import import_log_as_runs
+    from dlrun.results.import_plan import ImportOptions
+
+    catalog = _locked_catalog("pytorch1.0-nvcr18.11")
+    [(run, rows, plan)] = import_log_as_runs(
+        LOGS / "dllogger/perfreport_pytorch_rn50_8gpu_amp_stdout.log", catalog=catalog, system="dgx1v",
+        local_image=with_local_image,
+        options=ImportOptions(workload="resnet50", image="pytorch1.0-nvcr18.11", nodes=1))
+    key = keys.key_from_run({**run, "origin": "import-log"}, rows)
+    assert keys.has_unknown(key, WHERE) == []
+    assert (key["precision"], key["batch_per_device"], key["global_batch"], key["devices"], key["nodes"]) == \
+        ("amp", 128, 1024, 8, 1)
+    assert (key["data"], key["data_format"], key["framework"]) == ("real:imagenet", "jpeg",
+                                                                    "pytorch/deeplearningexamples")
+    planned = planned_key(plan)  # the harness's run of the same plan, as far as the plan decides it
+    assert [name for name in keys.KEY_FIELDS if planned[name] not in (keys.UNKNOWN, key[name])
+            and name != "precision" and name not in WHERE] == ["data", "data_format", "framework"]
+
+
+def test_an_imported_log_without_options_takes_the_input_its_log_names():
+    assert _imported("tf_cnn_benchmarks/mpioperator_horovod_2gpu_tf1.14.log")["data"] == "synthetic"
+    assert _imported("dllogger/dllogger_example_resnet_json.log")["data"] == "real:imagenet"
+    assert _imported("tf_cnn_benchmarks/tensorflow23032_1gpu_nightly.log")["data"] == "unknown"  # no header
+
+
+def test_an_imported_nccl_tests_log_gets_the_key_of_the_dlrun_run_of_the_same_thing(dlrun_home):
+    # 16 H100 over 2 hosts (the log lists them), as `dlrun run nccl_all_reduce_perf --system dgx-h100 --nodes 2
+    # --image pytorch2.6-ngc24.12 --fabric ib` would run the image's own all_reduce_perf
+    from pathlib import Path
+
+    from dlrun.execute.record import run_row
+    from dlrun.images.verify import with_local_image
+    from dlrun.plan import resolve_plan
+    from dlrun.results.import_log import import_log_as_runs
+    from dlrun.results.import_plan import ImportOptions
+    from dlrun.results.parsers import parse_text
+
+    catalog = _locked_catalog("pytorch2.6-ngc24.12")
+    log = LOGS / "nccl-tests/a3mega_allreduce_2node.log"
+    plan = resolve_plan(catalog, "nccl_all_reduce_perf", image="pytorch2.6-ngc24.12", system="dgx-h100", nodes=2,
+                        fabric="ib", local_image=with_local_image)
+    dlrun_run = run_row(plan.summary(), run_id="20260101-000000-000001", run_dir=Path("/nonexistent"), status="ok",
+                        started=0, finished=1, provenance={})
+    dlrun_key = keys.key_from_run(dlrun_run, [parse_text(log.read_text()).to_dict()])
+    [(run, rows, _)] = import_log_as_runs(log, catalog=catalog, system="dgx-h100", local_image=with_local_image,
+                                          options=ImportOptions(workload="nccl_all_reduce_perf",
+                                                                image="pytorch2.6-ngc24.12", fabric="ib"))
+    imported_key = keys.key_from_run({**run, "origin": "import-log"}, rows)
+    assert {k: v for k, v in imported_key.items() if k != "site"} == {k: v for k, v in dlrun_key.items() if k != "site"}
+    assert keys.has_unknown(imported_key, WHERE) == ["framework_version"]  # this log prints no NCCL version line
+    assert (imported_key["devices"], imported_key["nodes"], imported_key["fabric"]) == (16, 2, "ib")

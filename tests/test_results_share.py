@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
 import subprocess
 from pathlib import Path
@@ -303,3 +304,143 @@ def test_an_imported_log_says_which_machine_it_came_from(dlrun_home, tmp_path):
                                                   "nope"), 2)
     assert f"run {unknown} has no recorded machine" in _error(
         run_cli("results", "import-log", str(log), "--system", "box", "--machine", unknown), 2)
+
+
+# ------------------------------------------------ a log imported as a run of a dlrun workload
+KUBEFLOW = LOGS / "tf_cnn_benchmarks/mpioperator_horovod_2gpu_tf1.14.log"  # TF 1.14, Horovod, 2 x 64, ResNet-101
+AS_RUN = ("--system", "txgaia", "--workload", "resnet101_v1", "--image", "tf1.14-nccl", "--precision", "fp32",
+          "--nodes", "1")
+#: A site's own experiment with the one point that log is a run of (the site's config, not a log).
+EXPERIMENT = """id: site_resnet101_horovod
+title: "ResNet-101 (v1) with Horovod on one TX-GAIA node"
+document: {name: "kubeflow/mpi-operator README", title: "the MPI operator's TensorFlow example", authors: "Kubeflow"}
+where: "README, tensorflow-benchmarks example"
+description: "tf_cnn_benchmarks ResNet-101 on the two GPUs of one node with Horovod, 64 images per GPU."
+measure: training
+systems: [txgaia]
+axes:
+  - name: model
+    values: [{paper: ResNet-101, dlrun: resnet101_v1}]
+  - name: gpus
+    values: [2]
+run: {steps: 100, warmup_steps: 10, repeats: 3, why: "tf_cnn_benchmarks' default of 100 timed batches"}
+settings:
+  - {batch_per_device: 64, why: "the example's batch"}
+status: {kind: runnable}
+"""
+
+
+@pytest.fixture
+def locked(dlrun_home):
+    """This site's lock records a digest for tf1.14-nccl, as `dlrun images build` would."""
+    from dlrun.images import lock
+
+    lock.record("tf1.14-nccl", "x86_64", digest="sha256:" + "5e" * 32)
+    return dlrun_home
+
+
+def _dlrun_run_of_the_same_plan(value: float) -> str:
+    """Store the record the executor stores for `dlrun run resnet101_v1 --system txgaia --image tf1.14-nccl
+    --nodes 1 --ranks-per-node 2 --batch-size 64` whose job printed the kubeflow log with `value` as its
+    total; returns its id."""
+    from dlrun.cli.options import load_catalog
+    from dlrun.execute.record import run_row
+    from dlrun.images.verify import with_local_image
+    from dlrun.paths import store_path
+    from dlrun.plan import resolve_plan
+    from dlrun.results.parsers import parse_text
+
+    plan = resolve_plan(load_catalog(), "resnet101_v1", image="tf1.14-nccl", system="txgaia", nodes=1,
+                        ranks_per_node=2, batch_size=64, local_image=with_local_image)
+    result = {**parse_text(KUBEFLOW.read_text()).to_dict(), "value": value}
+    record = run_row(plan.summary(), run_id="20260101-000000-d1a2b3", run_dir=Path("/nonexistent"), status="ok",
+                     started=0, finished=1, provenance={})
+    Store(store_path()).add_run(record, [result])
+    return record["id"]
+
+
+def test_an_imported_log_with_its_workload_is_compared_with_dlrun_runs(locked):
+    imported = json.loads(run_cli("results", "import-log", str(KUBEFLOW), *AS_RUN, "--json", check=True).stdout)
+    [run_id] = imported["added"]
+    local = _dlrun_run_of_the_same_plan(300.0)
+    shown = json.loads(run_cli("results", "show", run_id, "--json", check=True).stdout)
+    assert (shown["workload"], shown["image"], shown["world_size"], shown["batch_size"], shown["origin"]) == \
+        ("resnet101_v1", "tf1.14-nccl", 2, 64, "import-log")
+    assert shown["key"] == json.loads(run_cli("results", "show", local, "--json", check=True).stdout)["key"]
+    assert shown["results"][0]["value_is"] == "the `total images/sec` line"
+    assert "total images/sec" in run_cli("results", "show", run_id, check=True).stdout  # `throughput is` row
+    compared = json.loads(run_cli("compare", "--workload", "resnet101_v1", "--json", check=True).stdout)
+    assert compared["like_for_like"] and compared["differences"] == []
+    [row] = compared["rows"]
+    assert row["n"] == 2 and sorted(row["runs"]) == sorted([run_id, local])
+
+
+def test_an_imported_log_tagged_with_an_experiment_counts_for_its_point(locked, tmp_path):
+    experiments = Path(os.environ["XDG_CONFIG_HOME"]) / "dlrun" / "experiments"
+    experiments.mkdir(parents=True)
+    (experiments / "site_resnet101_horovod.yaml").write_text(EXPERIMENT)
+    out = json.loads(run_cli("results", "import-log", str(KUBEFLOW), *AS_RUN, "--experiment",
+                             "site_resnet101_horovod", "--json", check=True).stdout)
+    assert [(r["experiment"], r["point"]) for r in out["runs"]] == [("site_resnet101_horovod", "model=ResNet-101 gpus=2")]
+    plan = json.loads(run_cli("reproduce", "site_resnet101_horovod", "--system", "txgaia", "--dry-run", "--json",
+                              check=True).stdout)
+    [point] = plan["systems"][0]["points"]
+    assert (point["stored"], point["missing"]) == (1, 2)
+    # told it ran in amp, the same log is no point of it (the experiment plans fp32): refused, naming the
+    # points there are, and nothing is stored
+    refused = _error(run_cli("results", "import-log", str(KUBEFLOW), *AS_RUN[:6], "--precision", "amp", "--nodes",
+                             "1", "--experiment", "site_resnet101_horovod"), 2)
+    assert ("the log (resnet101_v1, image tf1.14-nccl, 1 x 2 ranks, batch 64, amp, opa) is no point of experiment "
+            "site_resnet101_horovod on system 'txgaia'; valid: model=ResNet-101 gpus=2 (resnet101_v1, image "
+            "tf1.14-nccl, 1 x 2 ranks, batch 64, fp32, opa)") in refused
+    assert len(_runs({})) == 1
+
+
+@pytest.mark.parametrize("args,message", [
+    (("--workload", "resnt50"), "unknown workload 'resnt50'; did you mean 'resnet50'?"),
+    (("--precision", "amp"), "--precision says how the log's run was made, as a run of a dlrun workload; name the "
+                             "workload with --workload NAME or --model NAME"),
+    (("--experiment", "site_x"), "--experiment site_x counts the log for one of its points; name the workload"),
+    (("--workload", "resnet50_v1"), "the log trained resnet101 (tf_cnn_benchmarks' name), but workload "
+                                    "'resnet50_v1' trains resnet50; valid: --workload resnet101_v1"),
+    (("--workload", "nccl_all_reduce_perf"), "workload 'nccl_all_reduce_perf' (nccl-tests: all_reduce_perf) is not "
+                                             "what the log measured, a training throughput (tf_cnn_benchmarks)"),
+    (("--model", "resnet50_v1.5"), "--model resnet50_v1.5 is trained by workloads resnet50, resnet50_v1.5; valid: "
+                                   "--workload resnet50 or --workload resnet50_v1.5"),
+    (("--workload", "resnet101_v1"), "the log does not say which image it ran in; valid: --image NAME"),
+    (("--workload", "resnet101_v1", "--image", "pytorch2.6-ngc24.12"),
+     "the log is tf_cnn_benchmarks output, but image 'pytorch2.6-ngc24.12' runs dlrun's harness; valid: "
+     "--image tf1.14-nccl or --image tf1.8-cuda9"),
+    (("--workload", "resnet101_v1", "--image", "tf1.8-cuda9"),
+     "the log ran tensorflow 1.14, but image 'tf1.8-cuda9' pins 1.8.0"),
+    (("--workload", "resnet101_v1", "--image", "tf1.14-nccl", "--nodes", "1"),
+     "the log does not say its precision; valid: --precision fp32 or amp"),
+    (("--workload", "resnet101_v1", "--image", "tf1.14-nccl", "--precision", "fp8"),
+     "unknown --precision 'fp8'; did you mean 'fp32'? valid: amp, bf16, fp16, fp32, tf32"),
+    (("--workload", "resnet101_v1", "--image", "tf1.14-nccl", "--precision", "fp32"),
+     "the log does not say how many nodes its 2 devices sat on; valid: --nodes N with N dividing 2"),
+    (AS_RUN[2:] + ("--batch-size", "32"), "--batch-size 32 disagrees with the log, whose batch per device is 64; "
+                                          "valid: --batch-size 64, or leave it out"),
+    (AS_RUN[2:-2] + ("--ranks-per-node", "0"), "--ranks-per-node must be a positive integer, got 0"),
+    (AS_RUN[2:-2] + ("--nodes", "2"), "the log ran on 2 nodes, whose traffic crossed a fabric it does not name; "
+                                      "valid: --fabric opa or --fabric roce"),
+    (AS_RUN[2:] + ("--fabric", "ib"), "--fabric ib is not a fabric of system 'txgaia'; valid: opa, roce"),
+    (AS_RUN[2:] + ("--experiment", "E001_mixed_precision_resnet50"),
+     "system 'txgaia' is not a system of experiment E001_mixed_precision_resnet50"),
+])
+def test_import_log_options_are_checked_like_dlrun_runs(dlrun_home, args, message):
+    system = () if "--system" in args else ("--system", "txgaia")
+    assert message in _error(run_cli("results", "import-log", str(KUBEFLOW), *system, *args), 2)
+    assert _runs({}) == []
+
+
+def test_a_log_of_other_code_is_never_counted_for_a_point_dlrun_runs(dlrun_home):
+    # DeepLearningExamples' ResNet-50 on 8 GPUs in amp at 128 per GPU is planned like this DGX-2 point of
+    # Ren et al.'s experiment, but its code (and its ImageNet input) is not what the point runs.
+    refused = _error(run_cli("results", "import-log", str(LOGS / "dllogger/perfreport_pytorch_rn50_8gpu_amp_stdout.log"),
+                             "--system", "dgx2", "--workload", "resnet50", "--image", "pytorch1.0-nvcr18.11", "--nodes",
+                             "1", "--experiment", "E001_mixed_precision_resnet50"), 2)
+    assert ("the log is no run of point model=ResNet50 gpus=8 precision=FP16 batch_per_device=128 data_workers=4 of "
+            "experiment E001_mixed_precision_resnet50: data: synthetic planned, real:imagenet in the log; ") in refused
+    assert "framework: pytorch planned, pytorch/deeplearningexamples in the log" in refused
+    assert _runs({}) == []

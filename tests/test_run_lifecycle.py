@@ -53,6 +53,31 @@ def job_pids(staging: Path, rank: int | None = None) -> list[int]:
     return found
 
 
+def sampler_ended(run_dir: Path, reasons: tuple[str, ...] = ("SIGTERM",), timeout: float = 30) -> None:
+    """The run's telemetry series is complete (its end line, after at least one sample) and no sampler of the run
+    is left."""
+    deadline = time.monotonic() + timeout
+    while True:
+        (series,) = (run_dir / "telemetry").glob("*.jsonl")
+        last = json.loads(series.read_text().splitlines()[-1])
+        alive = [pid for pid in os.listdir("/proc") if pid.isdigit() and _sampler_of(pid, run_dir)]
+        if ("end" in last and not alive) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert last.get("reason") in reasons and last["samples"] >= 1, last
+    assert alive == [], "a telemetry sampler outlived its run"
+
+
+def _sampler_of(pid: str, run_dir: Path) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    staging = str(run_dir.parent / (".staging-" + run_dir.name.removeprefix(".staging-")))
+    return any(part.endswith(b"telemetry_sampler.py") and (part.startswith(str(run_dir).encode())
+                                                            or part.startswith(staging.encode())) for part in cmdline)
+
+
 def _stored(home: Path, run_id: str) -> dict:
     return cli_json("results", "show", run_id, env={"DLRUN_HOME": str(home)})
 
@@ -76,6 +101,7 @@ def test_a_signal_to_dlrun_ends_the_job_and_stores_it_cancelled(dlrun_home, sign
     run_dir = Path(run["run_dir"])
     assert run_dir == dlrun_home / "runs" / run_id and not staging.exists()
     assert "images/sec" in (run_dir / "logs" / "1" / "rank.0" / "stdout").read_text()  # logs kept
+    sampler_ended(run_dir)
 
 
 @pytest.mark.integration
@@ -90,6 +116,7 @@ def test_a_sigkilled_dlruns_run_is_found_by_the_next_command(dlrun_home, attempt
     status = json.loads((Path(runs[0]["run_dir"]) / "status.json").read_text())
     assert status["recovered"] is True and "ended while its job ran; the job was ended" in status["reason"]
     assert job_pids(staging) == [] and not list((dlrun_home / "runs").glob(".staging-*"))
+    sampler_ended(Path(runs[0]["run_dir"]), ("SIGTERM", "parent exited"))  # it watches dlrun
 
 
 @pytest.mark.integration
@@ -126,6 +153,7 @@ def test_time_limit_ends_a_job_with_a_stopped_rank(dlrun_home):
     assert run["status"] == "timeout"
     assert run["provenance"]["reason"] == "the time limit of 60 s (--time 1) was reached; the job was ended"
     assert f"run {run['id']} timeout: the time limit of 60 s" in err
+    sampler_ended(Path(run["run_dir"]))
 
 
 @pytest.mark.integration

@@ -24,6 +24,7 @@ SAMPLES = {
     "dist": "horovod", "launcher_arg": ["--exclusive"], "fabric": "roce", "partition": "debug", "account": "proj",
     "time": "01:00:00", "exclusive": False, "allocator": "jemalloc", "variable_update": "replicated",
     "all_reduce_spec": "xring", "ps": 1, "data_format": "NHWC", "benchmark_arg": ["--optimizer=momentum"],
+    "telemetry": "off",
 }
 #: Options that cannot be shown on the `matrix` system's PyTorch image (they need a TensorFlow image), with
 #: the system and image where they apply.
@@ -176,3 +177,47 @@ def test_the_default_system_comes_from_the_environment_then_config_then_the_host
     proc = cli("plan", "resnet50", "--nodes", "8")
     assert proc.returncode == 0, proc.stderr
     assert '"name": "mine"' in proc.stdout
+
+
+@pytest.mark.parametrize("system,image,precision,message", [
+    ("localhost", None, "tf32", "--precision tf32: pytorch on CPUs (image 'host') cannot train in it; valid: fp32, bf16, amp"),
+    ("localhost", None, "fp16", "--precision fp16: pytorch on CPUs"),
+    ("txgaia", None, "bf16", "--precision bf16: tf_cnn_benchmarks on GPUs (image 'tf1.14-nccl') cannot train in it; "
+                             "valid: fp32, fp16, amp"),
+    ("localhost", "host-tf", "fp16", "valid: fp32, bf16, amp"),
+])
+def test_a_precision_the_code_or_device_cannot_run_is_refused(dlrun_home, system, image, precision, message):
+    from dlrun.cli.options import load_catalog
+    from dlrun.errors import UsageError
+
+    with pytest.raises(UsageError) as exc:
+        resolve_plan(load_catalog(), "resnet50", system=system, image=image, precision=precision)
+    assert message in str(exc.value)
+
+
+def test_every_precision_the_device_can_run_reaches_the_harness(dlrun_home):
+    from dlrun.cli.options import load_catalog
+    from dlrun.render import workload_command
+
+    catalog = load_catalog()
+    for system, precisions in (("localhost", ("fp32", "bf16", "amp")), ("dgx2", ("fp32", "tf32", "fp16", "bf16", "amp"))):
+        for precision in precisions:
+            image = "pytorch2.6-ngc24.12" if system == "dgx2" else None
+            argv = workload_command(resolve_plan(catalog, "resnet50", system=system, image=image, precision=precision))
+            assert argv[argv.index("--precision") + 1] == precision
+
+
+@pytest.mark.parametrize("given,period", [(None, 1.0), ("off", None), ("OFF", None), ("0.5", 0.5), ("3600", 3600.0)])
+def test_telemetry_takes_off_or_a_period(dlrun_home, given, period):
+    from dlrun.cli.options import load_catalog
+
+    plan = resolve_plan(load_catalog(), "trivial", **({"telemetry": given} if given else {}))
+    assert plan.telemetry_period == period
+
+
+@pytest.mark.parametrize("given", ["0", "0.01", "nan", "inf", "-1", "1h", "3601"])
+def test_a_telemetry_period_outside_the_samplers_limits_is_one_line(dlrun_home, cli, given):
+    proc = cli("run", "trivial", "--telemetry", given, "--dry-run")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"dlrun: error: bad --telemetry {given!r}; valid: off, or seconds from 0.05 to 3600"]

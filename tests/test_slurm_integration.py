@@ -92,6 +92,13 @@ def test_two_node_job_trains_and_is_collected(slurm_cluster, dlrun_home, tmp_pat
     assert "JobState=COMPLETED" in slurm_cluster.scontrol_job(job["job_id"])
     assert not list((dlrun_home / "runs").glob(".staging-*"))
     assert not list(tmp_path.glob("pwned*")), "an injected command ran inside the batch job"
+    # One telemetry sampler per node (an overlapping srun step), stopped by the script's EXIT trap.
+    series = sorted((run_dir / "telemetry").glob("*.jsonl"))
+    assert [path.stem for path in series] == ["n1", "n2"], (run_dir / "telemetry" / "sampler.log").read_text()
+    for path in series:
+        last = json.loads(path.read_text().splitlines()[-1])
+        assert last["reason"] in ("stop file", "SIGTERM") and last["samples"] >= 1, last
+    assert json.loads((run_dir / "status.json").read_text())["telemetry"]["nodes"] == 2
     print(f"two-node slurm run: {time.time() - started:.1f} s wall, {extra['value']:.1f} images/sec")
 
 

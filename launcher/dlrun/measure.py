@@ -19,7 +19,11 @@ from typing import Any
 
 from dlrun.results.fingerprint import this_machine
 
-PRECISIONS = ("fp32", "amp")
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "amp")
+#: What `dlrun measure matmul` measures unless --precision says: the two a training run compares against.
+DEFAULT_PRECISIONS = ("fp32", "amp")
+#: The element type of the product per precision (tf32: float32 tensors through TF32 tensor cores).
+_DTYPES = {"fp32": "float32", "tf32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 
 
 def _rate(fn, flop: float, repeats: int, sync) -> float:
@@ -49,9 +53,11 @@ def measure_matmul(precision: str, size: int = 4096, repeats: int = 7, threads: 
     a = torch.randn(size, size, device=device)
     b = torch.randn(size, size, device=device)
     rates: dict[str, float] = {}
-    if precision == "fp32":
-        if device == "cuda":
-            torch.backends.cuda.matmul.allow_tf32 = False  # a true fp32 product, as the fp32 peak is quoted
+    if precision == "tf32" and device != "cuda":
+        raise ValueError("tf32 is a mode of NVIDIA tensor cores; this node measures on its CPU")
+    if precision in ("fp32", "tf32"):
+        if device == "cuda":  # fp32: a true fp32 product, as the fp32 peak is quoted; tf32: tensor cores
+            torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
         rates["mm"] = _rate(lambda: torch.mm(a, b), flop, repeats, sync)
         if device == "cpu":
             try:
@@ -59,9 +65,9 @@ def measure_matmul(precision: str, size: int = 4096, repeats: int = 7, threads: 
                 rates["onednn"] = _rate(lambda: torch._C._nn.mkldnn_linear(am, bm, None), flop, repeats, sync)
             except (RuntimeError, AttributeError):  # torch without oneDNN tensors
                 pass
-        dtype = "float32"
+        dtype = "tf32" if precision == "tf32" else "float32"
     else:
-        dtype = "float16" if device == "cuda" else "bfloat16"
+        dtype = _DTYPES.get(precision) or ("float16" if device == "cuda" else "bfloat16")
         ah, bh = a.to(getattr(torch, dtype)), b.to(getattr(torch, dtype))
         rates["mm"] = _rate(lambda: torch.mm(ah, bh), flop, repeats, sync)
     method = max(rates, key=rates.get)

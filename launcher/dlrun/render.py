@@ -13,6 +13,7 @@ from dlrun.runoptions import harness_args
 from dlrun.registry import LAUNCHERS, RUNTIMES, SCHEDULERS
 from dlrun.shell import Expand, SecretRef
 from dlrun.staging import stage_argv
+from dlrun.telemetry.launch import batch_lines, batch_sampler_argv
 from dlrun.tfbench import TF_CNN_BENCHMARKS_DIR, tf_cnn_benchmarks_command, tf_layout, tf_node_launch
 
 __all__ = ["TF_CNN_BENCHMARKS_DIR", "render_job", "tf_cnn_benchmarks_command", "workload_command"]
@@ -125,4 +126,8 @@ def render_job(plan: Plan) -> RenderedJob:
                              "slurm, pbs, lsf)")
         stage = stage_argv(plan.data.path, plan.data.staged_copy)
         launch = replace(launch, setup=[*scheduler.once_per_node(plan, stage), *launch.setup])
+    if plan.telemetry_period and scheduler.batch and not scheduler.runs_image:  # local: the executor starts it
+        start = scheduler.per_node_background(plan, batch_sampler_argv(plan.telemetry_period))
+        if start:
+            launch = replace(launch, setup=[*batch_lines(start), *launch.setup])
     return scheduler.render(plan, launch)

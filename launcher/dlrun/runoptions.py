@@ -24,8 +24,11 @@ from typing import Any
 from dlrun.errors import UsageError, unknown_name
 from dlrun.registry import LAUNCHERS, RUNTIMES, SCHEDULERS
 
+#: --precision: what the matrix products run in (dlrun.plan checks which the device and image can run).
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "amp")
 #: The resolvers of dlrun.plan, in the order they run; `RunOption.resolver` names one of them.
-RESOLVERS = ("names", "layout", "batch", "data", "environment", "backends", "fabric", "scheduler", "framework")
+RESOLVERS = ("names", "layout", "batch", "data", "environment", "backends", "fabric", "scheduler", "framework",
+             "telemetry")
 
 
 @dataclass(frozen=True)
@@ -114,8 +117,9 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
     _opt("warmup_steps", "Untimed warm-up steps before timing.", type=int,
          default_from="the system's, else the workload's", minimum=0, field="warmup_steps", axis="warmup_steps",
          resolver="batch"),
-    _opt("precision", "fp32, or amp: mixed precision (bf16 autocast on CPU, fp16 on GPU).", default="fp32",
-         choices=("fp32", "amp"), field="precision", key=("precision",), axis="precision", resolver="framework"),
+    _opt("precision", "fp32 (IEEE: TF32 off), tf32 (GPU tensor cores), fp16 (autocast + gradient scaler, GPU), "
+         "bf16 (autocast), or amp: the device's mixed precision (fp16 on GPU, bf16 on CPU).", default="fp32",
+         choices=PRECISIONS, field="precision", key=("precision",), axis="precision", resolver="framework"),
     # data: what the ranks train on
     _opt("data", "Dataset directory: the ranks train on it (bound read-only at /data) instead of synthetic data.",
          field="data", key=("data", "data_format"), resolver="data", metavar="DIR"),
@@ -159,6 +163,10 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
          default_from="the system's, 30 minutes", field="scheduler_options", resolver="scheduler"),
     _opt("exclusive", "Whole nodes (batch jobs).", type=bool, aliases=("--exclusive/--shared",),
          default_from="the system's", field="scheduler_options", resolver="scheduler"),
+    # telemetry: what the nodes did during the run
+    _opt("telemetry", "Sample utilisation, clocks, power and energy on every node every PERIOD seconds "
+         "(0.05 to 3600), or off.", default_from="1 second", field="telemetry_period", resolver="telemetry",
+         metavar="off|PERIOD"),
     # framework: how the benchmark code runs
     _opt("allocator", "Memory allocator of the PyTorch harness: auto (tcmalloc, else jemalloc, else "
          "glibc-tuned), tcmalloc, jemalloc, glibc-tuned or system.", default="auto",

@@ -76,7 +76,7 @@ def tf_cnn_benchmarks_command(plan: Plan) -> list[str]:
                  Expand("--worker_hosts=${DLRUN_TF_WORKER_HOSTS}")]
         if plan.parameter_servers:
             argv.append(Expand("--ps_hosts=${DLRUN_TF_PS_HOSTS}"))
-    if plan.precision == "amp":
+    if plan.precision in ("amp", "fp16"):
         argv.append("--use_fp16=True")
     if not gpu:
         argv += [f"--num_intra_threads={plan.threads_per_rank * per_process}", "--num_inter_threads=1"]

@@ -277,9 +277,9 @@ def _fabric_problem(fabric: str | None, system: SystemSpec) -> str | None:
 def _precision_problem(precision: str, device: str, system: SystemSpec) -> str | None:
     """amp on a GPU whose nominal peaks are known but include no half-precision units (e.g. GTX 1080 Ti)."""
     gpus = system.gpus
-    if precision != "amp" or device != "gpu" or gpus is None or not gpus.peak:
+    if precision in ("fp32", "tf32") or device != "gpu" or gpus is None or not gpus.peak:
         return None
-    if peak_for(gpus.peak, "amp") is None:
+    if peak_for(gpus.peak, precision) is None:
         return f"{gpus.model} has no fast half-precision units (its nominal peaks: " \
                f"{', '.join(p.precision for p in gpus.peak)})"
     return None

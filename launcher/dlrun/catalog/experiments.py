@@ -19,6 +19,7 @@ from pydantic import Field, field_validator, model_validator
 
 from dlrun.catalog.experiment_vocabulary import AXES, COUNT_AXES, METRICS, WORKLOAD_AXES
 from dlrun.catalog.models import NAME_PATTERN, Strict
+from dlrun.runoptions import PRECISIONS
 
 Scalar = Union[int, float, str]
 Conditions = dict[str, Union[Scalar, list[Scalar]]]
@@ -79,8 +80,8 @@ class Axis(Strict):
                 raise ValueError(f"{self.name}: dlrun value {value.dlrun!r} must be a positive integer")
             if self.name == "fabric" and value.dlrun not in ("ib", "opa", "roce", "tcp"):
                 raise ValueError(f"fabric: dlrun value {value.dlrun!r} is not a fabric; valid: ib, opa, roce, tcp")
-            if self.name == "precision" and value.dlrun not in ("fp32", "amp"):
-                raise ValueError(f"precision: dlrun value {value.dlrun!r}; valid: fp32, amp")
+            if self.name == "precision" and value.dlrun not in PRECISIONS:
+                raise ValueError(f"precision: dlrun value {value.dlrun!r}; valid: {', '.join(PRECISIONS)}")
         return self
 
     def find(self, value: Scalar) -> AxisValue | None:

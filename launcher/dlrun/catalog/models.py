@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+
+from dlrun.errors import DlrunError
+from dlrun.registry import SCHEDULERS
 
 Arch = Literal["x86_64", "ppc64le", "aarch64"]
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]*$"
@@ -100,7 +103,9 @@ class WorkloadSpec(Strict):
 PeakPrecision = Literal["fp64", "fp32", "tf32-tensor", "fp16", "fp16-tensor", "bf16-tensor"]
 # The peaks that bound a run's arithmetic, fastest first: amp runs half precision on tensor units where the
 # device has them (fp16 autocast on CUDA), else plain fp16; fp32 runs count against the fp32 units.
-RUN_PRECISION_PEAKS: dict[str, tuple[str, ...]] = {"fp32": ("fp32",), "amp": ("fp16-tensor", "bf16-tensor", "fp16")}
+RUN_PRECISION_PEAKS: dict[str, tuple[str, ...]] = {
+    "fp32": ("fp32",), "tf32": ("tf32-tensor",), "fp16": ("fp16-tensor", "fp16"), "bf16": ("bf16-tensor",),
+    "amp": ("fp16-tensor", "bf16-tensor", "fp16")}
 
 
 class PeakRate(Strict):
@@ -160,21 +165,19 @@ class FabricConfig(Strict):
         return value
 
 
-class SchedulerOptions(Strict):
-    """Batch job settings. Values go into scheduler directives, so they are restricted to plain words."""
+class SchedulerOptions(BaseModel):
+    """Batch job settings every scheduler takes. Values go into scheduler directives, so they are restricted
+    to plain words. A scheduler's own settings (Slurm's qos and srun_mpi, LSF's alloc flags, a Kubernetes
+    namespace) are declared by the scheduler (`Scheduler.options`, a subclass) and ride here as extra fields:
+    a system's are checked against its scheduler when the system is loaded (`own_scheduler_options`)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
 
     partition: str | None = Field(default=None, pattern=DIRECTIVE_WORD)  # Slurm partition, LSF/PBS queue
     account: str | None = Field(default=None, pattern=DIRECTIVE_WORD)    # Slurm account, LSF -P, PBS -A
-    qos: str | None = Field(default=None, pattern=DIRECTIVE_WORD)
-    constraint: str | None = Field(default=None, pattern=DIRECTIVE_WORD)
-    reservation: str | None = Field(default=None, pattern=DIRECTIVE_WORD)
     # Wall-clock limit: MINUTES, HH:MM, HH:MM:SS or D-HH:MM:SS. A dead rank can never hold nodes longer.
     time: str | None = Field(default="00:30:00", pattern=r"^(\d+-)?\d+(:\d{2}){0,2}$")
     exclusive: bool = False
-    gpu_request: Literal["gpus-per-node", "gres"] = "gpus-per-node"  # Slurm >= 19.05, or --gres=gpu:N
-    srun_mpi: str = Field(default="pmix", pattern=r"^[a-z0-9_]+$")   # srun --mpi=
-    lsf_alloc_flags: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_ ]+$")  # e.g. smt4
-    namespace: str | None = Field(default=None, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")  # kubernetes
     extra: list[str] = []  # further directives, e.g. --mem=0
 
     @field_validator("extra")
@@ -221,6 +224,29 @@ class SchedulerOptions(Strict):
         return None if minutes is None else f"{minutes // 60:02d}:{minutes % 60:02d}:00"
 
 
+class OwnSchedulerOptions(SchedulerOptions):
+    """The base of a scheduler's own options model: its fields and the common ones, nothing else."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def own_scheduler_options(scheduler: str, options: SchedulerOptions) -> SchedulerOptions:
+    """`options` checked against the options `scheduler` declares, its defaults filled in. A name that is
+    no scheduler (or one that cannot load here) is left to the plan, which refuses it when it is chosen."""
+    try:
+        model = SCHEDULERS.get_class(scheduler).options
+    except DlrunError:
+        return options
+    try:
+        own = model.model_validate(options.model_dump())
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(part) for part in err["loc"])
+        takes = ", ".join(sorted(model.model_fields))
+        raise ValueError(f"{field}: {err['msg']} (scheduler {scheduler} takes {takes})") from None
+    return SchedulerOptions(**own.model_dump())
+
+
 class SystemSpec(Strict):
     name: str = Field(pattern=NAME_PATTERN)
     description: str
@@ -249,7 +275,8 @@ class SystemSpec(Strict):
     # Timed and warm-up steps unless given on the command line; None: the workload's defaults.
     default_steps: int | None = Field(default=None, gt=0)
     default_warmup_steps: int | None = Field(default=None, ge=0)
-    scheduler_options: SchedulerOptions = SchedulerOptions()
+    # Checked against `scheduler`'s own options, whose defaults fill in what a system leaves out.
+    scheduler_options: SchedulerOptions = Field(default=SchedulerOptions(), validate_default=True)
     # Data-loader worker processes per GPU (Ren et al.'s j); passed to the harness, recorded with the result.
     data_loader_workers: int = Field(default=0, ge=0)
     # The site's host MPI and PMI, for the hybrid-model compatibility check, e.g. "openmpi 4.0.1".
@@ -273,6 +300,11 @@ class SystemSpec(Strict):
                 raise ValueError(f"bad regular expression {pattern!r}: {exc}") from None
         return value
 
+    @field_validator("scheduler_options")
+    @classmethod
+    def _scheduler_takes_them(cls, value: SchedulerOptions, info: ValidationInfo) -> SchedulerOptions:
+        return own_scheduler_options(info.data["scheduler"], value) if "scheduler" in info.data else value
+
     @field_validator("batch_sizes")
     @classmethod
     def _positive_batches(cls, value: dict[str, int]) -> dict[str, int]:
@@ -280,6 +312,25 @@ class SystemSpec(Strict):
             if batch <= 0:
                 raise ValueError(f"batch size for {workload} must be > 0, got {batch}")
         return value
+
+
+def system_json_schema() -> dict[str, Any]:
+    """SystemSpec's JSON Schema, with each scheduler's own options: `scheduler_options` takes what the entry's
+    `scheduler` declares (`local`'s where it names none)."""
+    document = SystemSpec.model_json_schema()
+    defs = document.setdefault("$defs", {})
+    default = SystemSpec.model_fields["scheduler"].default
+    branches = []
+    for name, scheduler in SCHEDULERS.available().items():
+        own = scheduler.options.model_json_schema(ref_template="#/$defs/{model}")
+        defs.update(own.pop("$defs", {}))
+        defs[scheduler.options.__name__] = own
+        named = {"properties": {"scheduler": {"const": name}}, "required": ["scheduler"]}
+        condition = {"anyOf": [named, {"not": {"required": ["scheduler"]}}]} if name == default else named
+        branches.append({"if": condition, "then": {"properties": {
+            "scheduler_options": {"$ref": f"#/$defs/{scheduler.options.__name__}"}}}})
+    document["allOf"] = branches
+    return document
 
 
 #: The models of dlrun's TensorFlow 2 harness (harness_tensorflow.py's MODEL_NAMES; a test keeps them equal).

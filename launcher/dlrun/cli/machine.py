@@ -36,8 +36,12 @@ def machine_of(value: str, store, site: str | None) -> tuple[str | None, dict[st
 
 
 def with_machine(pairs: list[tuple[dict, list]], site: str | None, fingerprint: dict[str, Any] | None):
-    """The (run, rows) pairs of a log with the machine's site and fingerprint (its node count and fabric the
-    log's own; where the log says the device it computed on, that too)."""
+    """The (run, rows) pairs of a log with the machine's site (this site where none is named: the store would
+    record it, and the key must hold it before) and fingerprint (its node count and fabric the log's own;
+    where the log says the device it computed on, that too)."""
+    from dlrun.results.site import local_site
+
+    site = site or local_site()
     if fingerprint is None:
         return [({**run, "site": site}, rows) for run, rows in pairs]
     out = []

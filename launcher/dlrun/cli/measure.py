@@ -18,7 +18,8 @@ measure_app = typer.Typer(help="Measure this node and store the figure as a resu
 def matmul(system: Annotated[str, typer.Option("--system", "-s", help="System profile this node belongs to.")]
            = "localhost",
            precision: Annotated[Optional[list[str]], typer.Option(
-               "--precision", help="fp32 or amp (repeatable; default both).", show_default=False)] = None,
+               "--precision", help="fp32, tf32 (GPU), fp16, bf16 or amp (repeatable; default fp32 and amp).",
+               show_default=False)] = None,
            size: Annotated[int, typer.Option("--size", help="Matrix order n (2 n^3 FLOP per product).")] = 4096,
            repeats: Annotated[int, typer.Option("--repeats", help="Timed products (the median counts).")] = 7,
            threads: Annotated[Optional[int], typer.Option("--threads", help="CPU threads (default: all).",
@@ -28,12 +29,12 @@ def matmul(system: Annotated[str, typer.Option("--system", "-s", help="System pr
     from dlrun.cli.options import load_catalog
     from dlrun.cli.store import open_store
     from dlrun.errors import unknown_name
-    from dlrun.measure import PRECISIONS, matmul_record, measure_matmul
+    from dlrun.measure import DEFAULT_PRECISIONS, PRECISIONS, matmul_record, measure_matmul
 
     for option, value, low in (("--size", size, 64), ("--repeats", repeats, 1), ("--threads", threads, 1)):
         if value is not None and value < low:
             raise UsageError(f"{option} must be >= {low}, got {value}")
-    chosen = precision or list(PRECISIONS)
+    chosen = precision or list(DEFAULT_PRECISIONS)
     for value in chosen:
         if value not in PRECISIONS:
             raise unknown_name("precision", value, PRECISIONS)
@@ -41,9 +42,12 @@ def matmul(system: Annotated[str, typer.Option("--system", "-s", help="System pr
     if system not in systems:
         raise unknown_name("system", system, systems)
     try:
-        import torch  # noqa: F401
+        import torch
     except ImportError:
         raise UsageError("measuring needs PyTorch: pip install -e '.[torch]'") from None
+    if "tf32" in chosen and not torch.cuda.is_available():
+        raise UsageError("--precision tf32 is a mode of NVIDIA tensor cores, and this node has no CUDA device; "
+                         "valid here: fp32, fp16, bf16, amp")
     store = open_store()
     stored = []
     for value in chosen:

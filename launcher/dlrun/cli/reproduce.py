@@ -75,35 +75,38 @@ def reproduce(experiment: ExperimentArg, system: ReproduceSystemOpt = None, wher
     raise typer.Exit(code)
 
 
-def _checked(works: list, skip_checks: bool) -> tuple[dict[str, Any], dict[str, list]]:
-    """(inventory, findings per point) of the points that will run; refuses before anything runs."""
-    from dlrun.preflight import PreflightError, node_inventory, preflight, refuse_on_errors
+def _checked(works: list, skip_checks: bool, every_point: bool = False) -> dict[str, Any]:
+    """What the pre-run steps found for each point that will run (by point id; with `every_point`, each point
+    that can run: --until-stable may run it again); refuses before anything runs."""
+    from dlrun.execute.prerun import clear
+    from dlrun.preflight import node_inventory
 
-    planned = [work for work in works if work.plan is not None and work.missing]
+    planned = [work for work in works if work.plan is not None and (work.missing or every_point)]
     if not planned:
-        return {}, {}
+        return {}
     inventory = node_inventory()
-    findings: dict[str, list] = {}
     said: set[str] = set()
-    verified: set[str] = set()
-    for work in planned:
-        findings[work.id] = preflight(work.plan, inventory)
+    verified: dict = {}  # each copy of an image is checked once
+    return {work.id: clear(work.plan, inventory, _judge(work.id, skip_checks, said), verified) for work in planned}
+
+
+def _judge(point: str, skip_checks: bool, said: set[str]):
+    """Refuse on an error finding (unless --skip-checks), naming the point; say every warning, and the errors
+    skipped, once per reproduce."""
+    from dlrun.preflight import PreflightError, refuse_on_errors
+
+    def judge(findings: list) -> None:
         if not skip_checks:
             try:
-                refuse_on_errors(findings[work.id])
+                refuse_on_errors(findings)
             except PreflightError as exc:
-                raise PreflightError(f"point {work.id!r}: {exc}") from None
-        for finding in findings[work.id]:
+                raise PreflightError(f"point {point!r}: {exc}") from None
+        for finding in findings:
             line = f"{finding.level}: {finding.line()}"
             if (finding.level == "warn" or (finding.level == "error" and skip_checks)) and line not in said:
                 said.add(line)
                 warn(line)
-        if work.plan.image.kind == "container" and work.plan.image.name not in verified:
-            from dlrun.images.verify import verify_plan_image
-
-            verify_plan_image(work.plan)  # refuses an image whose digest differs from the site's lock
-            verified.add(work.plan.image.name)
-    return inventory, findings
+    return judge
 
 
 def _run(spec, system_work, store, *, skip_checks: bool, verbose: bool, as_json: bool, command: str,
@@ -113,7 +116,7 @@ def _run(spec, system_work, store, *, skip_checks: bool, verbose: bool, as_json:
     from dlrun.reproduce import is_batch, run_batch, run_local, schedule
 
     works = system_work.works
-    inventory, findings = _checked(works, skip_checks)
+    cleared = _checked(works, skip_checks, every_point=stable is not None)
     steps = schedule(works)
     out = console(stderr=as_json)
     stored = sum(len(work.stored) for work in works if not work.skip)
@@ -134,16 +137,16 @@ def _run(spec, system_work, store, *, skip_checks: bool, verbose: bool, as_json:
         with ReproduceDisplay(len(steps), verbose=verbose, stderr=as_json, follow_steps=not batch) as display:
             if batch:
                 report = run_batch(steps, store_path=store.path, runs_root=runs_dir(), progress=display,
-                                   inventory=inventory, findings=findings)
+                                   cleared=cleared)
             else:
                 report = run_local(steps, store_path=store.path, runs_root=runs_dir(), progress=display,
-                                   describe=describe, inventory=inventory, findings=findings)
+                                   describe=describe, cleared=cleared)
     if stable is not None:
-        report = _until_stable(works, store, report, stable, inventory, findings, verbose=verbose, as_json=as_json)
+        report = _until_stable(works, store, report, stable, cleared, verbose=verbose, as_json=as_json)
     return _results(spec, system_work, store, report, as_json=as_json, command=command)
 
 
-def _until_stable(works, store, report, stable, inventory, findings, *, verbose: bool, as_json: bool):
+def _until_stable(works, store, report, stable, cleared, *, verbose: bool, as_json: bool):
     """Rounds of one more run of each point whose interval is still wide (dlrun.reproduce.stable), while none
     fails and nothing interrupts."""
     from dlrun.cli.reproduce_view import ReproduceDisplay
@@ -164,8 +167,7 @@ def _until_stable(works, store, report, stable, inventory, findings, *, verbose:
         batch = any(is_batch(step.work) for step in steps)
         with ReproduceDisplay(len(steps), verbose=verbose, stderr=as_json, follow_steps=not batch) as display:
             run = run_batch if batch else run_local
-            more = run(steps, store_path=store.path, runs_root=runs_dir(), progress=display,
-                       inventory=inventory or None, findings=findings)  # None: each run takes the inventory
+            more = run(steps, store_path=store.path, runs_root=runs_dir(), progress=display, cleared=cleared)
         report.outcomes += more.outcomes
         report.not_run += more.not_run
         report.interrupted = more.interrupted

@@ -61,8 +61,13 @@ def results_show(run_id: Annotated[str, typer.Argument(help="Run id (a unique pr
                                         "key_hash")]
     for res in run["results"]:
         rows.append([res["metric"], f"{res['value']:.2f} {res['unit']}"])
+        if res.get("value_is"):  # which printed figure it is (results stored before dlrun said so have none)
+            rows.append([f"{res['metric']} is", res["value_is"]])
     from dlrun.results.fingerprint import describe
     from dlrun.results.key import KEY_FIELDS
+    from dlrun.telemetry.show import telemetry_rows
+
+    rows += telemetry_rows(run["provenance"].get("telemetry"))
 
     rows += [[f"machine: {label}", text] for label, text in describe(run.get("fingerprint"))]
     quality = run.get("quality") or {}
@@ -74,9 +79,11 @@ def results_show(run_id: Annotated[str, typer.Argument(help="Run id (a unique pr
 
 
 @handle_errors
-def parse(file: Annotated[Path, typer.Argument(help="Log file (dlrun harness or tf_cnn_benchmarks output).")],
+def parse(file: Annotated[Path, typer.Argument(help="Log file: dlrun harness, nccl-tests, tf_cnn_benchmarks, "
+                                                   "Horovod, dllogger (DeepLearningExamples) or MLPerf output.")],
           as_json: JsonOpt = False) -> None:
-    """Parse a benchmark log and print the extracted result."""
+    """Parse a benchmark log and print the extracted result, which printed figure it is (value_is) and
+    anything that makes it untrustworthy (problems)."""
     from dlrun.results.parsers import parse_text
 
     try:
@@ -87,5 +94,7 @@ def parse(file: Annotated[Path, typer.Argument(help="Log file (dlrun harness or 
     if as_json:
         print_json(result)
         return
-    fields_table(f"{file}", [[key, result[key]] for key in
-                             ("kind", "metric", "value", "unit", "model", "batch_size", "num_devices")])
+    rows = [[key, result[key]] for key in ("kind", "metric", "value", "unit", "value_is", "model", "batch_size",
+                                            "num_devices")]
+    rows += [["problem", problem] for problem in result["problems"]]
+    fields_table(f"{file}", rows)

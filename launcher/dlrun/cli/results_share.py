@@ -4,6 +4,8 @@
                          [--with-logs] [--sign KEY] [--exporting-site NAME]
     dlrun results import BUNDLE [--allowed-signers FILE | --unsigned]
     dlrun results import-log FILE --system SYSTEM [--format FORMAT] [--site SITE] [--machine here|RUN_ID]
+                             [--workload W | --model M] [--image I] [--precision P] [--batch-size B]
+                             [--nodes N] [--ranks-per-node R] [--fabric F] [--experiment E]
 """
 from __future__ import annotations
 
@@ -109,11 +111,34 @@ def import_(
     print(f"imported {len(result.added)} of {result.runs} runs from site {result.site} ({who}){kept}")
 
 
+WorkloadOpt = Annotated[Optional[str], typer.Option(
+    "--workload", "-w", help="The dlrun workload the log ran (see `dlrun workloads list`): the run is stored as a "
+    "dlrun run of it, with the comparability key such a run gets.", show_default=False)]
+ModelOpt = Annotated[Optional[str], typer.Option(
+    "--model", help="The model the log trained, in dlrun's (tf_cnn_benchmarks') names; picks the workload when "
+    "--workload is not given.", show_default=False)]
+ImportImageOpt = Annotated[Optional[str], typer.Option(
+    "--image", "-i", help="The image the log ran in (needed with --workload or --model).", show_default=False)]
+ImportPrecisionOpt = Annotated[Optional[str], typer.Option(
+    "--precision", help="fp32 or amp, where the log does not say it.", show_default=False)]
+ImportFabricOpt = Annotated[Optional[str], typer.Option(
+    "--fabric", help="The fabric between the nodes (needed for a log of several nodes).", show_default=False)]
+ImportBatchOpt = Annotated[Optional[int], typer.Option(
+    "--batch-size", "-b", help="Batch per device, where the log does not say it.", show_default=False)]
+ImportNodesOpt = Annotated[Optional[int], typer.Option(
+    "--nodes", "-N", help="Nodes, where the log does not name its hosts.", show_default=False)]
+ImportRanksOpt = Annotated[Optional[int], typer.Option(
+    "--ranks-per-node", "-r", help="Ranks (devices) per node, where the log does not say it.", show_default=False)]
+ImportExperimentOpt = Annotated[Optional[str], typer.Option(
+    "--experiment", help="Tag the run with this experiment and the point it is a run of (with --workload), so "
+    "that it counts for that point.", show_default=False)]
+
+
 @handle_errors
 def import_log(
     file: Annotated[Path, typer.Argument(help="A benchmark log (see `dlrun parse`).", show_default=False)],
-    system: Annotated[str, typer.Option("--system", "-s", help="The system the log was produced on.",
-                                        show_default=False)] = ...,
+    system: Annotated[str, typer.Option("--system", "-s", help="The system the log was produced on (a catalog "
+                                        "system with --workload).", show_default=False)] = ...,
     fmt: Annotated[Optional[str], typer.Option(
         "--format", help="The log's format (default: detected): dlrun-harness, nccl-tests, tf_cnn_benchmarks, "
         "horovod, dllogger, mllog.", show_default=False)] = None,
@@ -122,23 +147,78 @@ def import_log(
     machine: Annotated[Optional[str], typer.Option(
         "--machine", help="The machine the log was produced on: `here` (this node) or a stored run's id (its "
         "site and machine); without it the machine is unknown and matches nothing.", show_default=False)] = None,
+    workload: WorkloadOpt = None, model: ModelOpt = None, image: ImportImageOpt = None,
+    precision: ImportPrecisionOpt = None, fabric: ImportFabricOpt = None, batch_size: ImportBatchOpt = None,
+    nodes: ImportNodesOpt = None, ranks_per_node: ImportRanksOpt = None, experiment: ImportExperimentOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Store the results of another tool's log as runs (origin import-log); a log imported before adds nothing."""
-    from dlrun.cli.machine import machine_of, with_machine
-    from dlrun.results.import_log import import_log as records_of
+    """Store the results of another tool's log as runs (origin import-log); a log imported before adds nothing.
+
+    With --workload (or --model) the run is stored as a dlrun run of that workload: the options say what the
+    log does not (image; batch, precision, nodes where it is silent; fabric across nodes), are checked as
+    `dlrun run` checks them, and must agree with what the log says. --machine says which machine it ran on."""
+    from dlrun.cli.machine import machine_of
+    from dlrun.results.import_plan import ImportOptions
+
     if not system.strip():
         raise UsageError("--system must name the system the log was produced on, e.g. --system dgx2")
+    options = ImportOptions(workload=workload, model=model, image=image, precision=precision, fabric=fabric,
+                            batch_size=batch_size, nodes=nodes, ranks_per_node=ranks_per_node)
+    origin = _site_name(site, "--site") if site else None
     store = _store()
-    site = _site_name(site, "--site") if site else None
-    site, fingerprint = machine_of(machine, store, site) if machine is not None else (site, None)
-    pairs = with_machine(records_of(file.resolve(), system=system, fmt=fmt, site=site), site, fingerprint)
+    origin, fingerprint = machine_of(machine, store, origin) if machine is not None else (origin, None)
+    if options.given() or experiment:
+        pairs = _as_dlrun_runs(file.resolve(), system, options, fmt, (origin, fingerprint), experiment, store)
+    else:
+        from dlrun.cli.machine import with_machine
+        from dlrun.results.import_log import import_log as records_of
+
+        pairs = with_machine(records_of(file.resolve(), system=system, fmt=fmt, site=origin), origin, fingerprint)
     added = store.add_runs(pairs, same_provenance=("log_sha256", "log_result_index"))
     if as_json:
-        print_json({"added": added, "results": len(pairs)})
+        print_json({"added": added, "results": len(pairs),
+                    "runs": [{"id": run["id"], "status": run["status"], "workload": run["workload"],
+                              "experiment": run.get("experiment"), "point": run.get("point")} for run, _ in pairs]})
         return
     if not added:
         print(f"nothing added: {file} (sha256 {pairs[0][0]['provenance']['log_sha256'][:12]}...) is stored already")
         return
-    states = ", ".join(f"{run['id']} ({run['status']})" for run, _ in pairs if run["id"] in added)
+    states = ", ".join(f"{run['id']} ({run['status']}{_as_what(run)})" for run, _ in pairs if run["id"] in added)
     print(f"imported {len(added)} run{'s' if len(added) != 1 else ''} from {file}: {states}")
+
+
+def _as_dlrun_runs(path: Path, system: str, options, fmt: Optional[str], machine: tuple, experiment: Optional[str],
+                   store):
+    """(run, rows) pairs in the shape of dlrun runs of the options' workload, on `machine` (site, fingerprint),
+    tagged with the experiment's point."""
+    from dlrun.cli.machine import with_machine
+    from dlrun.cli.options import load_catalog
+    from dlrun.images.verify import with_local_image
+    from dlrun.results.import_log import import_log_as_runs
+    from dlrun.results.key import key_from_run
+
+    if experiment is not None and options.workload is None and options.model is None:
+        raise UsageError(f"--experiment {experiment} counts the log for one of its points; name the workload the "
+                         "log ran with --workload NAME (or --model NAME), and its --image")
+    catalog = load_catalog()
+    site, fingerprint = machine
+    imported = import_log_as_runs(path, catalog=catalog, system=system, options=options, fmt=fmt, site=site,
+                                  local_image=with_local_image)
+    machined = with_machine([(run, rows) for run, rows, _ in imported], site, fingerprint)
+    found = [(run, rows, plan) for (run, rows), (_, _, plan) in zip(machined, imported)]
+    if experiment is not None:
+        from dlrun.reproduce.imported import point_of
+
+        for run, rows, plan in found:
+            run.update(experiment=experiment, point=point_of(catalog, experiment, plan, key_from_run(run, rows),
+                                                             store=store, local_image=with_local_image))
+    return [(run, rows) for run, rows, _ in found]
+
+
+def _as_what(run: dict) -> str:
+    if run["plan"].get("origin") == "import-log":  # stored the old way: the log's format, no plan
+        return ""
+    point = f", experiment {run['experiment']} point {run['point']}" if run.get("experiment") else ""
+    trains = f", batch {run['batch_size']}, {run['precision']}" if run["batch_size"] else ""
+    return (f": {run['workload']} on {run['system']}, image {run['image']}, {run['world_size']} device(s) on "
+            f"{run['nodes']} node(s){trains}{point}")

@@ -53,17 +53,14 @@ def run(skip_checks: SkipChecksOpt = False, dry_run: DryRunOpt = False, verbose:
         checked(preflight(plan), skip_checks)  # the plan's own checks; this node may not be where it runs
         sys.stdout.write(rendered.script)
         return
-    inventory = node_inventory()
-    findings = preflight(plan, inventory)
-    checked(findings, skip_checks)
-    if plan.image.kind == "container":
-        from dlrun.images.verify import verify_plan_image
+    from dlrun.execute.prerun import clear
 
-        verify_plan_image(plan)  # refuses (exit 1) an image whose digest differs from the site's lock
-    execute_plan(plan, rendered, inventory, findings, verbose=verbose)
+    # the node's checks, then the image's digest (refused, exit 1, when its copy differs from the site's lock)
+    cleared = clear(plan, node_inventory(), lambda findings: checked(findings, skip_checks))
+    execute_plan(plan, rendered, cleared, verbose=verbose)
 
 
-def execute_plan(plan, rendered, inventory=None, findings=None, *, verbose: bool = False) -> None:
+def execute_plan(plan, rendered, cleared=None, *, verbose: bool = False) -> None:
     import signal
 
     from dlrun.cli.progress import RunDisplay, print_summary
@@ -78,8 +75,7 @@ def execute_plan(plan, rendered, inventory=None, findings=None, *, verbose: bool
     console().print(f"[bold]dlrun[/bold] {title}")
     say_if_busy([plan], console())
     with RunDisplay(plan, verbose=verbose) as display:
-        record = execute(plan, rendered, runs_root=runs_dir(), store=store, sink=display.sink,
-                         inventory=inventory, findings=findings)
+        record = execute(plan, rendered, runs_root=runs_dir(), store=store, sink=display.sink, cleared=cleared)
     print_summary(record)
     if record.status == "cancelled":
         raise typer.Exit(128 + (signal.Signals[record.signal] if record.signal else signal.SIGINT))

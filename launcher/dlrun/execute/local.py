@@ -7,14 +7,16 @@ import platform
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
 
 from dlrun.execute.failure import failure_reason
 from dlrun.execute.follow import Follower, LineSink, tail_lines
+from dlrun.execute.prerun import Cleared
 from dlrun.execute.procs import end_processes, job_processes, with_parent_death_signal
 from dlrun.execute.record import RunRecord, finish
+from dlrun.execute.rundir import RunDir
 from dlrun.execute.signals import Interrupted, SignalGuard, signal_name
 from dlrun.execute.stage import job_env, stage
+from dlrun.execute.telemetry import sampling
 from dlrun.job import RenderedJob
 from dlrun.plan import Plan
 from dlrun.results.store import Store
@@ -54,40 +56,15 @@ def rank_log_tail(run_path: Path, pattern: str):
 
 
 def execute_local(plan: Plan, rendered: RenderedJob, *, runs_root: Path, store: Store,
-                  sink: LineSink | None = None, inventory: dict[str, Any] | None = None,
-                  findings: list[Any] | None = None) -> RunRecord:
+                  sink: LineSink | None = None, cleared: Cleared | None = None) -> RunRecord:
     with SignalGuard() as guard:
-        run, base_provenance, started = stage(plan, rendered, runs_root, inventory, findings)
+        run, base_provenance, started = stage(plan, rendered, runs_root, cleared)
         out_path, err_path = run.path / "output.log", run.path / "stderr.log"
         files = [(out_path, "stdout"), (err_path, "stderr")]
         follower = Follower(sink)
         limit = plan.scheduler_options.time_seconds()
-        status, reason, exit_code, signum = "failed", None, None, None
-        proc = None
-        try:
-            with guard.armed():
-                with _private(out_path) as out, _private(err_path) as err:
-                    proc = subprocess.Popen(with_parent_death_signal(rendered.submit_argv), cwd=run.path,
-                                            env=job_env(run, plan), stdin=subprocess.DEVNULL, stdout=out,
-                                            stderr=err, start_new_session=True)
-                run.write_json("job.json", {"pid": proc.pid, "session": proc.pid, "host": platform.node(),
-                                            "started_at": time.time()})
-                deadline = None if limit is None else time.monotonic() + limit
-                exit_code = _wait(proc, follower, files, deadline)
-        except (Interrupted, KeyboardInterrupt) as exc:
-            signum = exc.signum if isinstance(exc, Interrupted) else 2
-            status, reason = "cancelled", f"dlrun received {signal_name(signum)}; the job was ended"
-        except TimeLimitReached:
-            status = "timeout"
-            reason = f"the time limit of {limit} s (--time {plan.scheduler_options.time}) was reached; the job was ended"
-        if proc is not None:
-            # Every process of the job, also those a finished job left behind (a rank that daemonized).
-            end_processes(lambda: job_processes(proc.pid, str(run.path)), reap=proc.poll)
-            if exit_code is None:
-                try:
-                    exit_code = proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:  # stuck in the kernel (uninterruptible I/O): record what we know
-                    exit_code = None
+        with sampling(plan, run.path):
+            exit_code, status, reason, signum = _run_job(plan, rendered, run, guard, follower, files, limit)
         follower.poll(files, final=True)
 
         if rendered.rank_log_pattern == "logs/rank.0/stdout":
@@ -105,3 +82,37 @@ def execute_local(plan: Plan, rendered: RenderedJob, *, runs_root: Path, store: 
         return finish(plan, run, store, status=status, reason=reason, exit_code=exit_code, started=started,
                       base_provenance=base_provenance, result_texts=[output], tail=tail, failure=failure,
                       signal=signal_name(signum))
+
+
+def _run_job(plan: Plan, rendered: RenderedJob, run: RunDir, guard: SignalGuard, follower: Follower,
+             files: list[tuple[Path, str]], limit: int | None) -> tuple[int | None, str, str | None, int | None]:
+    """Run the job to its end (or its time limit, or a signal to dlrun); end every process it left.
+    (exit code, status, reason, signal number)."""
+    status, reason, exit_code, signum = "failed", None, None, None
+    (out_path, _), (err_path, _) = files
+    proc = None
+    try:
+        with guard.armed():
+            with _private(out_path) as out, _private(err_path) as err:
+                proc = subprocess.Popen(with_parent_death_signal(rendered.submit_argv), cwd=run.path,
+                                        env=job_env(run, plan), stdin=subprocess.DEVNULL, stdout=out,
+                                        stderr=err, start_new_session=True)
+            run.write_json("job.json", {"pid": proc.pid, "session": proc.pid, "host": platform.node(),
+                                        "started_at": time.time()})
+            deadline = None if limit is None else time.monotonic() + limit
+            exit_code = _wait(proc, follower, files, deadline)
+    except (Interrupted, KeyboardInterrupt) as exc:
+        signum = exc.signum if isinstance(exc, Interrupted) else 2
+        status, reason = "cancelled", f"dlrun received {signal_name(signum)}; the job was ended"
+    except TimeLimitReached:
+        status = "timeout"
+        reason = f"the time limit of {limit} s (--time {plan.scheduler_options.time}) was reached; the job was ended"
+    if proc is not None:
+        # Every process of the job, also those a finished job left behind (a rank that daemonized).
+        end_processes(lambda: job_processes(proc.pid, str(run.path)), reap=proc.poll)
+        if exit_code is None:
+            try:
+                exit_code = proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:  # stuck in the kernel (uninterruptible I/O): record what we know
+                exit_code = None
+    return exit_code, status, reason, signum

@@ -15,12 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dlrun.execute.hardware import record_hardware
 from dlrun.execute.rundir import RunDir
 from dlrun.fabrics import check_nccl_transport
-from dlrun.images.verify import image_provenance
 from dlrun.catalog.models import TRAINING_KINDS
 from dlrun.paths import harness_hashes, source_root
 from dlrun.plan import Plan
+from dlrun.probe.topology import topology_summary
 from dlrun.results.fingerprint import fingerprint_of
 from dlrun.results.parsers import ParseError, ParsedResult, parse_all, parse_text
 from dlrun.results.site import local_site
@@ -56,7 +57,9 @@ def _git_commit() -> str | None:
         return None
 
 
-def provenance(plan: Plan) -> dict[str, Any]:
+def provenance(plan: Plan, image_check: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What the run ran: dlrun's commit, the image and its digest, the harness files' digests, and what the
+    pre-run check of the image's copy found (`image_check`, dlrun.execute.prerun)."""
     # A container's harness files are hashed when its image is built (the image lock); the host runs them
     # from this machine, so they are hashed here.
     framework = plan.image.harness_framework or plan.workload.framework
@@ -70,7 +73,7 @@ def provenance(plan: Plan) -> dict[str, Any]:
         "harness_sha256": digest,
         "harness_files_sha256": per_file,
         "image_stack": pinned_stack(plan),
-        **image_provenance(plan),  # the pre-run digest check of the image the runtime used
+        **(image_check or {}),
     }
 
 
@@ -87,19 +90,22 @@ def pinned_stack(plan: Plan) -> dict[str, str]:
 
 def with_fingerprint(record: dict[str, Any], rows: list[dict[str, Any]], run_path: Path) -> dict[str, Any]:
     """The record with the fingerprint of the machine it ran on: what the job reported of its node, else (a
-    local job, on the node dlrun ran on) the run directory's inventory.json."""
-    inventory = None
-    if record.get("scheduler") == "local":
-        try:
-            inventory = json.loads((run_path / "inventory.json").read_text())
-        except (OSError, ValueError):
-            inventory = None
+    local job, on the node dlrun ran on) the run directory's inventory.json; and the topology summary of the
+    job's nodes (their samplers', or for a local job this node's)."""
+    try:
+        inventory = json.loads((run_path / "inventory.json").read_text())
+    except (OSError, ValueError):
+        inventory = None
+    inventory = inventory if isinstance(inventory, dict) else {}
+    if record.get("scheduler") != "local":  # dlrun's inventory is the submit host's; the samplers saw the nodes
+        inventory = {"nodes_topology": inventory["nodes_topology"]} if "nodes_topology" in inventory else {}
+    topology = topology_summary(inventory) if inventory.get("topology") or inventory.get("nodes_topology") else None
     result = rows[0] if rows else None
     declared = (((record.get("plan") or {}).get("system") or {}).get("fabric_config") or {}).get(record.get("fabric"))
-    fingerprint = fingerprint_of(result=result, inventory=inventory if isinstance(inventory, dict) else None,
+    fingerprint = fingerprint_of(result=result, inventory=inventory if "cpu" in inventory else None,
                                  image=(record.get("provenance") or {}).get("image_stack"),
                                  fabric=record.get("fabric"), nodes=record.get("nodes"),
-                                 declared_rate_gbps=(declared or {}).get("speed_gbps"))
+                                 declared_rate_gbps=(declared or {}).get("speed_gbps"), topology=topology)
     return {**record, "fingerprint": fingerprint or None}
 
 
@@ -247,6 +253,7 @@ def finish(plan: Plan, run: RunDir, store: Store, *, status: str, reason: str | 
         if result is not None:
             result.setdefault("extra", {})["data_stage"] = {k: v for k, v in extra["data_stage"].items()
                                                             if k != "per_node"}
+    record_hardware(plan, run, result, extra)  # telemetry summary, the nodes' topology, a collective's bound
     if result is not None:
         run.write_json("result.json", result)
     run.write_json("status.json", {"state": status, "exit_code": exit_code, "reason": reason,

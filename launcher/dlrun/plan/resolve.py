@@ -178,12 +178,52 @@ def resolve_framework(res: Resolution) -> dict[str, Any]:
         res.image, nodes=res.fields["nodes"], world=res.world, device=res.fields["device"],
         variable_update=req.variable_update, all_reduce_spec=req.all_reduce_spec, ps=req.ps,
         data_format=req.data_format, benchmark_args=list(req.benchmark_arg))
-    return {"precision": req.precision, "allocator": req.allocator, **tf_options}
+    return {"precision": check_precision(req.precision, res.image, res.fields["device"]), "allocator": req.allocator,
+            **tf_options}
+
+
+#: What each benchmark code can train in: dlrun's PyTorch harness all of them (tf32 and fp16 on GPUs only),
+#: its TensorFlow 2 harness Keras' mixed_bfloat16 policy, tf_cnn_benchmarks --use_fp16.
+_CODE_PRECISIONS = {"pytorch": ("fp32", "tf32", "fp16", "bf16", "amp"), "tensorflow": ("fp32", "bf16", "amp"),
+                    "tf_cnn_benchmarks": ("fp32", "fp16", "amp")}
+
+
+def check_precision(precision: str, image: ImageSpec, device: str) -> str:
+    """--precision, if the image's benchmark code and the plan's device can run it (never something else)."""
+    code = image.harness_framework or ("tf_cnn_benchmarks" if image.framework == "tensorflow" else "pytorch")
+    valid = [p for p in _CODE_PRECISIONS[code] if device == "cuda" or p not in ("tf32", "fp16")]
+    if precision not in valid:
+        where = "CPUs" if device == "cpu" else "GPUs"
+        raise UsageError(f"--precision {precision}: {code} on {where} (image {image.name!r}) cannot train in it; "
+                         f"valid: {', '.join(valid)}")
+    return precision
+
+
+#: The sampler's limits (dlrun.telemetry): finer than 50 ms costs more than it tells; coarser than an hour says nothing.
+TELEMETRY_PERIODS = (0.05, 3600.0)
+DEFAULT_TELEMETRY_PERIOD = 1.0
+
+
+def resolve_telemetry(res: Resolution) -> dict[str, Any]:
+    """--telemetry off|PERIOD: seconds between the per-node samples, or None for none."""
+    given = res.request.telemetry
+    if given is None:
+        return {"telemetry_period": DEFAULT_TELEMETRY_PERIOD}
+    if str(given).strip().lower() == "off":
+        return {"telemetry_period": None}
+    low, high = TELEMETRY_PERIODS
+    try:
+        period = float(given)
+    except ValueError:
+        period = float("nan")
+    if not low <= period <= high:  # also refuses nan and inf
+        raise UsageError(f"bad --telemetry {given!r}; valid: off, or seconds from {low:g} to {high:g}")
+    return {"telemetry_period": period}
 
 
 #: Every resolver of dlrun.runoptions.RESOLVERS ("names" runs first, in resolve_plan itself).
 PIPELINE: dict[str, Resolver] = {
     "layout": resolve_layout, "batch": resolve_batch, "data": resolve_data, "environment": resolve_environment,
     "backends": _resolve_backends, "fabric": resolve_fabric, "scheduler": resolve_scheduler,
-    "framework": resolve_framework,
+    "framework": resolve_framework, "telemetry": resolve_telemetry,
 }

@@ -13,7 +13,7 @@ from dlrun.secrets import redact_env, secret_names
 #: Fills in what this site has of an image for one architecture (digest, root filesystem, SIF, squashfs).
 LocalImage = Callable[[ImageSpec, str], ImageSpec]
 
-Precision = Literal["fp32", "amp"]
+Precision = Literal["fp32", "tf32", "fp16", "bf16", "amp"]
 #: Where the ranks find the dataset of `--data` inside the container (the host runtime maps it back).
 DATA_MOUNT = "/data"
 
@@ -78,6 +78,7 @@ class Plan(BaseModel):
     allocator: Allocator = "auto"  # the PyTorch harness's malloc (see harness_pytorch.py)
     # The PyTorch harness's distribution layer (--dist); None where the image runs tf_cnn_benchmarks.
     dist: Dist | None = "ddp"
+    telemetry_period: float | None = Field(default=1.0, gt=0)  # seconds between telemetry samples; None: off
     scheduler_options: SchedulerOptions = SchedulerOptions()
     launcher_args: list[str] = []  # extra flags for the launcher (mpirun, srun, ...), passed as given
     secret_env: list[str] = []  # names in `env` the user marked secret (--secret-env); see dlrun.secrets

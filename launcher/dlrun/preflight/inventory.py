@@ -9,6 +9,7 @@ from dlrun.preflight.checks import host_mpi_from, preflight
 from dlrun.preflight.findings import Finding, findings_json
 from dlrun.probe.host import node_inventory as probe_inventory
 from dlrun.probe.mpi import parse_mpi_version
+from dlrun.probe.topology import topology_problems
 from dlrun.registry import RUNTIMES, SCHEDULERS
 
 
@@ -41,6 +42,8 @@ def doctor_report(catalog: Catalog, *, system: str | None = None, image: str | N
         findings.append(Finding("warn", "fabric", f"this node offers {', '.join(usable)}; system "
                                 f"{plan.system.name} lists {', '.join(plan.system.fabrics)}",
                                 f"run `dlrun doctor --system {plan.system.name}` on a compute node of that system"))
+    for check, message, fix in topology_problems(inventory.get("topology") or {}):
+        findings.append(Finding("warn", check, message, fix))
     if not findings:
         findings.append(Finding("ok", "all", "no problems found"))
     return {

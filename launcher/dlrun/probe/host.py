@@ -22,6 +22,7 @@ from dlrun.probe.files import read_text
 from dlrun.probe.gpu import gpu_inventory, gpus
 from dlrun.probe.mpi import mpi_inventory
 from dlrun.probe.tools import tool_output, tool_versions
+from dlrun.probe.topology import probe_topology
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ def machine_inventory() -> dict[str, Any]:
 
 def scheduler_inventory(commands: Mapping[str, str]) -> dict[str, Any]:
     tools = {name: shutil.which(command) for name, command in commands.items()}
-    text = (tool_output(["sinfo", "--version"]) or "") if tools.get("slurm") else ""
+    text = tool_output(["sinfo", "--version"]) or ""  # None where Slurm's client is not installed
     version = re.search(r"slurm[- ]([\d.]+)", text)
     return {"tools": tools, "slurm_version": version.group(1) if version else None,
             "slurm_config_error": text.splitlines()[-1] if text and not version else None,
@@ -99,6 +100,7 @@ def node_inventory(*, runtimes: Mapping[str, str], schedulers: Mapping[str, str]
         "memory_kib": memory_kib(),
         "gpu": gpu_inventory(topology=gpu_topology),
         "fabrics": detect_fabrics("/"),
+        "topology": probe_topology(with_nvidia_smi=bool(gpus())),  # links of GPUs and NICs, topo -m
         "container_runtimes": {name: versions[command] for name, command in sorted(runtimes.items())},
         "mpi": mpi_inventory(),
         "schedulers": scheduler_inventory(schedulers),

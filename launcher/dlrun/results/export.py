@@ -20,6 +20,7 @@ from dlrun.results.key import KEY_FIELDS
 from dlrun.results.query import Filters
 from dlrun.results.site import DEFAULT_SITE
 from dlrun.results.store import RUN_COLUMNS, Store
+from dlrun.telemetry.show import EXPORT_COLUMNS, export_fields
 
 TABLE_FORMATS = ("csv", "jsonl", "parquet")
 FORMATS = ("bundle", *TABLE_FORMATS)
@@ -28,7 +29,9 @@ FORMATS = ("bundle", *TABLE_FORMATS)
 RUN_FIELDS = ("id", "site", "origin", "status", "created_at", "finished_at", "workload", "model", "system", "image",
               "image_digest", "scheduler", "launcher", "runtime", "fabric", "nodes", "ranks_per_node", "world_size",
               "batch_size", "precision", "experiment", "point", "key_hash", "verdict")
-TABLE_COLUMNS = ("run_id", *RUN_FIELDS[1:], *(f"key_{name}" for name in KEY_FIELDS), "metric", "value", "unit")
+#: ... then the run's telemetry summary (dlrun.telemetry.show), then one metric per row.
+TABLE_COLUMNS = ("run_id", *RUN_FIELDS[1:], *(f"key_{name}" for name in KEY_FIELDS), *EXPORT_COLUMNS, "metric",
+                 "value", "unit")
 _INTEGERS = ("nodes", "ranks_per_node", "world_size", "batch_size")
 
 assert set(RUN_FIELDS) <= set(RUN_COLUMNS)
@@ -96,6 +99,7 @@ def table_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         key = record.get("key") or {}
         # Key fields mix numbers with `unknown`/`n/a`: text keeps one type per column for Parquet.
         base.update({f"key_{name}": None if name not in key else str(key[name]) for name in KEY_FIELDS})
+        base.update(export_fields((record.get("provenance") or {}).get("telemetry")))
         results = sorted(record.get("results") or [], key=lambda r: r["metric"]) or [None]
         for result in results:
             rows.append({**base, "metric": result and result["metric"], "value": result and float(result["value"]),
@@ -111,9 +115,11 @@ def _frame(rows: list[dict[str, Any]]):
     frame = pd.DataFrame(rows, columns=list(TABLE_COLUMNS))
     for name in _INTEGERS:
         frame[name] = frame[name].astype("Int64")
-    frame["value"] = frame["value"].astype("float64")
+    floats = ("value", *(name for name in EXPORT_COLUMNS if name not in ("energy_covers", "energy_per_sample_unit")))
+    for name in floats:
+        frame[name] = frame[name].astype("float64")
     for name in TABLE_COLUMNS:
-        if name not in _INTEGERS and name != "value":
+        if name not in _INTEGERS and name not in floats:
             frame[name] = frame[name].astype("string")
     return frame
 

@@ -13,8 +13,10 @@ framework reported, else those its image pins. A value nobody reported is None, 
 (dlrun.results.key) reads None as `unknown`. CPU model names are shortened to what identifies the part
 ("Intel(R) Xeon(R) Platinum 8480+ CPU @ 2.0GHz" -> "Intel Xeon Platinum 8480+").
 
-`topology` is left for the node's topology summary (dlrun.probe.topology, issue 20): absent until it is
-captured, it is shown but not yet part of the key.
+`topology` is the topology summary of the job's nodes (dlrun.probe.topology.topology_summary: GPUs' PCIe
+links and nearest NICs, NVLinks, NIC rates; one summary when every node looks the same), where it was
+captured: shown with the machine, not part of the key (two nodes of one machine type may train links
+differently, which is worth seeing, not a different machine).
 
 Fingerprints from elsewhere (a bundle from another site) are data: `checked` keeps the known fields with
 values of the right type and bounded length, and drops everything else.

@@ -5,6 +5,12 @@ for a run dlrun launched itself, and so that importing the same file twice can b
 log shows problems (wrong elements, an average that disagrees with the table) is stored as a failed run
 without result rows, the way the executor stores a run whose result cannot be trusted; the parsed numbers
 stay in the provenance for inspection.
+
+Told which workload the log ran (`import_log_as_runs`, dlrun.results.import_plan), the run is stored in the
+shape of a dlrun run of that plan: the columns and the plan record the executor writes
+(dlrun.execute.record.run_row), so that its comparability key is the one such a run gets. Without that, the
+workload column holds the log's format (`tf_cnn_benchmarks`, `nccl-tests:all_reduce`) and what the log does
+not say is unknown.
 """
 from __future__ import annotations
 
@@ -14,6 +20,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dlrun.catalog import Catalog
+from dlrun.catalog.models import TRAINING_KINDS
+from dlrun.plan import LocalImage, Plan
+from dlrun.results.import_plan import FOREIGN_CODE, ImportOptions, resolve_import_plan
 from dlrun.results.parsers import ParsedResult, ParseError, parse_all
 
 ORIGIN = "import-log"
@@ -69,3 +79,59 @@ def import_log(path: Path, *, system: str, fmt: str | None = None,
     return [import_records(parsed, system=system, log_path=path, log_sha256=digest, index=index, now=now,
                            site=site)
             for index, parsed in enumerate(parse_all(text, fmt))]
+
+
+def _stamp_and_id(now: float | None) -> tuple[str, str]:
+    now = time.time() if now is None else now
+    return (time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
+            time.strftime("%Y%m%d-%H%M%S", time.gmtime(now)) + "-" + secrets.token_hex(3))
+
+
+def run_records(parsed: ParsedResult, summary: dict[str, Any], *, sources: dict[str, str], log_path: Path | str,
+                log_sha256: str, index: int = 0, now: float | None = None,
+                site: str | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(run, rows) of a dlrun run of the plan `summary` (`Plan.summary()`) whose job printed `parsed`: the
+    executor's columns and plan record, marked imported. `sources` says which plan field came from the log,
+    which from an option and which is dlrun's default."""
+    stamp, run_id = _stamp_and_id(now)
+    workload, image = summary["workload"], summary["image"]
+    result = parsed.to_dict()
+    if parsed.kind in FOREIGN_CODE:  # the code that ran: compared with itself, never with dlrun's harness
+        result["extra"] = {**result["extra"], "framework": f"{image['framework']}/{FOREIGN_CODE[parsed.kind]}"}
+    reason = None if parsed.ok else "; ".join(parsed.problems)
+    provenance = {"origin": ORIGIN, "log_path": str(log_path), "log_sha256": log_sha256, "log_result_index": index,
+                  "format": parsed.kind, "imported_at": stamp, "reason": reason,
+                  "plan_from": {**{name: "dlrun default (not in the key)" for name in ("steps", "warmup_steps",
+                                                                                      "threads_per_rank", "scheduler",
+                                                                                      "launcher", "runtime")},
+                                **sources},
+                  **({} if parsed.ok else {"parsed": result})}
+    run = {
+        "id": run_id, "created_at": stamp, "finished_at": stamp, "status": "ok" if parsed.ok else "failed",
+        "origin": ORIGIN, "site": site,
+        "workload": workload["name"], "model": workload.get("model"),
+        "image": image["name"], "image_digest": image.get("digest"),
+        "system": summary["system"]["name"], "scheduler": summary["scheduler"], "launcher": summary["launcher"],
+        "runtime": summary["runtime"], "fabric": summary["fabric"],
+        "nodes": summary["nodes"], "ranks_per_node": summary["ranks_per_node"], "world_size": summary["world_size"],
+        "batch_size": summary["batch_size"] if workload.get("kind") in TRAINING_KINDS else None,
+        "precision": summary["precision"], "run_dir": None,
+        "plan": summary, "provenance": provenance,
+    }
+    return run, [result] if parsed.ok else []
+
+
+def import_log_as_runs(path: Path, *, catalog: Catalog, system: str, options: ImportOptions,
+                       fmt: str | None = None, now: float | None = None, site: str | None = None,
+                       local_image: LocalImage | None = None) -> list[tuple[dict[str, Any], list[dict[str, Any]], Plan]]:
+    """Every result of the log at `path` as (run, rows, plan): the records of a dlrun run of the workload
+    `options` name (dlrun.results.import_plan), and its plan; a UsageError when the options and the log do
+    not make one plan."""
+    text, digest = read_log(path)
+    found = []
+    for index, parsed in enumerate(parse_all(text, fmt)):
+        resolved = resolve_import_plan(catalog, parsed, system=system, options=options, local_image=local_image)
+        run, rows = run_records(parsed, resolved.plan.summary(), sources=resolved.sources, log_path=path,
+                                log_sha256=digest, index=index, now=now, site=site)
+        found.append((run, rows, resolved.plan))
+    return found

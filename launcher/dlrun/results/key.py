@@ -267,8 +267,12 @@ def _data(imported: bool, fmt: str | None, workload: Mapping[str, Any], extra: M
     if image.get("framework") == "tensorflow" and has_data:
         return "real:imagenet", "tfrecord"  # --data: tf_cnn_benchmarks reads it as ImageNet TFRecord files
     if imported:
-        # pytorch_synthetic_benchmark (the Horovod example) has no other mode; other logs do not say.
-        return ("synthetic", NOT_APPLICABLE) if fmt == "horovod" else (UNKNOWN, UNKNOWN)
+        # what the log says it read (its parser's data_source); pytorch_synthetic_benchmark (the Horovod
+        # example) has no other mode
+        source = extra.get("data_source") or ("synthetic" if fmt == "horovod" else None)
+        if source in ("jpeg", "tfrecord"):
+            return "real:imagenet", str(source)
+        return ("synthetic", NOT_APPLICABLE) if source == "synthetic" else (UNKNOWN, UNKNOWN)
     if workload.get("framework") == "tensorflow" and workload.get("dataset") not in (None, "synthetic"):
         return f"real:{workload['dataset']}", "tfrecord"  # tf_cnn_benchmarks reads ImageNet as TFRecord files
     if workload.get("dataset") is None and not extra:

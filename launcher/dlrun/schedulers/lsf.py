@@ -6,10 +6,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from pydantic import Field
+
 from dlrun.job import JobState, Launch, RankCommand, RenderedJob
 from dlrun.plan import Plan
 from dlrun.registry import SCHEDULERS, Tool
-from dlrun.schedulers.base import Scheduler, SchedulerError, run_tool
+from dlrun.schedulers.base import OwnSchedulerOptions, Scheduler, SchedulerError, own_options, run_tool
 from dlrun.shell import join
 
 LSF_STATES = {"PEND": "pending", "PSUSP": "pending", "WAIT": "pending", "RUN": "running", "USUSP": "running",
@@ -17,8 +19,14 @@ LSF_STATES = {"PEND": "pending", "PSUSP": "pending", "WAIT": "pending", "RUN": "
               "UNKWN": "unknown"}
 
 
+class LsfOptions(OwnSchedulerOptions):
+    """LSF's own settings in a system's `scheduler_options`."""
+
+    lsf_alloc_flags: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_ ]+$")  # -alloc_flags, e.g. smt4
+
+
 def bsub_directives(plan: Plan, launch: Launch | None = None) -> list[str]:
-    opts = plan.scheduler_options
+    opts = own_options(LsfOptions, plan)
     lines = [f"-J {plan.job_name}"]
     if launch is not None and launch.whole_nodes:
         lines.append(f"-nnodes {plan.nodes}")
@@ -54,12 +62,21 @@ class LsfScheduler(Scheduler):
     tool = Tool("bsub", "the LSF client")
     batch = True
     step_launchers = ("jsrun",)
+    options = LsfOptions
     run_dir_default = "${LS_SUBCWD}"
 
     def once_per_node(self, plan: Plan, argv: list[str]) -> list[str]:
         if plan.nodes == 1:
             return super().once_per_node(plan, argv)
         return [join(self.per_node_launch(plan, RankCommand(argv=argv)).argv)]  # one resource set per host
+
+    def per_node_background(self, plan: Plan, argv: list[str]) -> str | None:
+        if plan.nodes == 1 and plan.launcher != "jsrun":
+            return super().per_node_background(plan, argv)
+        # Under CSM (jsrun) the script runs on a launch node: jsrun reaches the compute hosts. One core and no
+        # GPU per host: the job's own jsrun keeps the rest (NVML still reads every GPU).
+        return join(["jsrun", "--nrs", str(plan.nodes), "--rs_per_host", "1", "--tasks_per_rs", "1",
+                     "--cpu_per_rs", "1", "--gpu_per_rs", "0", "--smpiargs=off", *argv])
 
     def per_node_launch(self, plan: Plan, rank: RankCommand) -> Launch:
         argv = ["jsrun", "--nrs", str(plan.nodes), "--rs_per_host", "1", "--tasks_per_rs", "1",

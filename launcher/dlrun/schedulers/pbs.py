@@ -67,6 +67,11 @@ class PbsScheduler(Scheduler):
         # pbsdsh -u: one task on each host of the job; it passes no PATH, so the program goes by full path.
         return ["pbsdsh -u " + join(["/bin/" + argv[0] if "/" not in argv[0] else argv[0], *argv[1:]])]
 
+    def per_node_background(self, plan: Plan, argv: list[str]) -> str | None:
+        if plan.nodes == 1:
+            return super().per_node_background(plan, argv)
+        return "pbsdsh -u " + join(["/usr/bin/env", *argv])  # pbsdsh passes no PATH; env searches the default
+
     def node_list_shell(self) -> str:
         # One line per host in the node file's order: its first host (the mother superior, where the script
         # runs) is where mpiexec starts rank 0, and the rendezvous address. `sort -u` would reorder them.

@@ -110,6 +110,23 @@ def cpu_name():
     return platform.processor() or platform.machine() or "cpu"
 
 
+def cpu_has_native_bf16(cpuinfo="/proc/cpuinfo"):
+    """True where the CPU computes bfloat16 in hardware (x86 AVX512_BF16 or
+    AMX-BF16, Arm BF16), False where /proc/cpuinfo says it does not, None
+    where it cannot tell."""
+    try:
+        with open(cpuinfo) as handle:
+            text = handle.read(1 << 20)
+    except (IOError, OSError):
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            words = set(value.split())
+            return bool(words & {"avx512_bf16", "amx_bf16", "bf16"})
+    return None
+
+
 def median(values):
     v = sorted(values)
     n = len(v)
@@ -153,10 +170,6 @@ def _read(path):
             return f.read()
     except (IOError, OSError):
         return None
-
-
-def _ticks_per_s():
-    return float(os.sysconf("SC_CLK_TCK"))  # POSIX: every Linux has it
 
 
 def node_cpu_ticks():
@@ -205,33 +218,17 @@ def own_cpu_ticks():
                if t is not None)
 
 
-def _load1():
-    return os.getloadavg()[0]  # Linux always has it
-
-
-def allowed_cpus():
-    try:
-        return sorted(os.sched_getaffinity(0))
-    except AttributeError:
-        return []
-
-
 def cpu_mhz():
     """Mean current frequency of the CPUs this process may use (cpufreq),
     else /proc/cpuinfo's "cpu MHz"; None where neither says."""
     values = []
-    for cpu in allowed_cpus():
+    for cpu in sorted(os.sched_getaffinity(0)):
         text = _read("/sys/devices/system/cpu/cpu%d/cpufreq/scaling_cur_freq"
                      % cpu)
         if text and text.strip().isdigit():
             values.append(int(text) / 1000.0)
-    if not values:
-        for line in (_read("/proc/cpuinfo") or "").splitlines():
-            if line.lower().startswith("cpu mhz"):
-                try:
-                    values.append(float(line.split(":", 1)[1]))
-                except ValueError:
-                    pass
+    values = values or [float(v) for v in re.findall(
+        r"(?im)^cpu mhz\s*:\s*([\d.]+)", _read("/proc/cpuinfo") or "")]
     return sum(values) / len(values) if values else None
 
 
@@ -271,21 +268,24 @@ class TimedWindow(object):
         self.born = self.start()
 
     def start(self):
-        self.at = (node_cpu_ticks(), own_cpu_ticks(), _load1(), time.time())
+        self.at = (node_cpu_ticks(), own_cpu_ticks(), os.getloadavg()[0],
+                   time.time())
         return self.at
 
     def stop(self, step_times, threads):
         window = time.time() - self.at[3]
         whole = window < self.MEASURE_S
         node0, own0, load0, _ = self.born if whole else self.at
-        node, own, hz = node_cpu_ticks(), own_cpu_ticks(), _ticks_per_s()
+        node, own = node_cpu_ticks(), own_cpu_ticks()
+        hz = float(os.sysconf("SC_CLK_TCK"))
         busy = total = cpus = None
         if node is not None and node0 is not None:
             busy, total = [(a - b) / hz for a, b in zip(node, node0)][:2]
             cpus = node[2]
-        values = [window, busy, total, (own - own0) / hz, load0, _load1(),
-                  cpu_mhz(), relative_spread(step_times), len(step_times),
-                  threads, len(allowed_cpus()) or None, cpus, float(whole)]
+        values = [window, busy, total, (own - own0) / hz, load0,
+                  os.getloadavg()[0], cpu_mhz(), relative_spread(step_times),
+                  len(step_times), threads, len(os.sched_getaffinity(0)),
+                  cpus, float(whole)]
         row = [_MISSING if v is None else float(v) for v in values]
         return row + pack_text(platform.node())
 

@@ -42,7 +42,7 @@ Usage
 
 Options (see ``--help``): --model, --describe, --batch-size (per rank,
 default 32), --steps (timed steps, default 100), --warmup-steps (default 10),
---precision fp32|amp, --channels-last auto|on|off, --device auto|cpu|cuda,
+--precision fp32|tf32|fp16|bf16|amp, --channels-last auto|on|off, --device auto|cpu|cuda,
 --threads N, --expected-world-size N, --backend auto|gloo|nccl|mpi,
 --dist ddp|horovod, --seed,
 --display-every N (default 10), --lr (default 0.01 for the CNNs, 5e-5 for
@@ -111,8 +111,13 @@ decay 0.01 (Adam where torch.optim.AdamW does not exist), as BERT's own.
 --batch-size counts instances: SWAG examples (of 4 sequences each, as Ren et
 al.'s batch sizes do) or SQuAD windows; rates count sequences.
 
-* ``--precision amp``: bfloat16 autocast on CPU, float16 autocast plus a
-  gradient scaler on CUDA.  Exit 2 if this PyTorch has no autocast.
+* ``--precision``: ``fp32`` is IEEE fp32 (TF32 turned off for CUDA matrix
+  products and cuDNN); ``tf32`` turns TF32 on (CUDA only); ``fp16`` is
+  float16 autocast plus a gradient scaler (CUDA only); ``bf16`` is bfloat16
+  autocast; ``amp`` is the device's mixed precision: bfloat16 on CPU, float16
+  plus a scaler on CUDA.  The result records what ran (``precision_ran``,
+  ``tf32``, and ``native_bf16`` on a CPU, with a warning where bfloat16 is
+  emulated).  Exit 2 where this PyTorch or device cannot run what was asked.
 * ``--channels-last auto`` means: on for CUDA, on for amp on CPU, on for
   fp32 on CPU where oneDNN (mkldnn) is available - its NHWC convolution
   kernels train ResNet-50 faster than NCHW (1.1x to 1.4x measured on a
@@ -251,6 +256,7 @@ from harness_pytorch_collectives import (BENCHMARKS,  # noqa: E402
 from harness_common import (EXIT_USAGE, ArgumentParser,  # noqa: E402
                             HarnessError, error_line, non_negative, out,
                             positive, report_failures)
+from harness_pytorch_features import PRECISIONS  # noqa: E402
 from harness_pytorch_horovod import DIST_CHOICES  # noqa: E402
 from harness_pytorch_models import MODEL_NAMES, describe_model  # noqa: E402
 from harness_pytorch_train import run_benchmark  # noqa: E402
@@ -274,7 +280,7 @@ def build_parser():
                    help="timed steps (default 100)")
     p.add_argument("--warmup-steps", type=non_negative, default=10,
                    help="untimed warm-up steps (default 10)")
-    p.add_argument("--precision", choices=("fp32", "amp"), default="fp32")
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32")
     p.add_argument("--channels-last", choices=("auto", "on", "off"),
                    default="auto")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"),

@@ -12,28 +12,83 @@ import torch
 from harness_common import HarnessError
 
 
+#: --precision values: IEEE fp32, TensorFloat-32 matrix products (CUDA),
+#: float16 autocast with a gradient scaler, bfloat16 autocast, and amp, the
+#: device's own mixed precision (float16 on CUDA, bfloat16 on a CPU).
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "amp")
+#: The name of the type the matrix products run in, per --precision.
+RAN = {"float32": "fp32", "tf32": "tf32", "float16": "fp16",
+       "bfloat16": "bf16"}
+
+
 def resolve_amp(device_type, torch_mod=torch):
     """For --precision amp: (autocast context factory, dtype name,
     needs a gradient scaler).  Raises HarnessError (exit 2) where this
     PyTorch cannot autocast on ``device_type``."""
+    dtype = "float16" if device_type == "cuda" else "bfloat16"
+    return (_autocast("amp", device_type, dtype, torch_mod), dtype,
+            dtype == "float16")
+
+
+def _autocast(precision, device_type, dtype_name, torch_mod):
+    """A factory of autocast contexts for ``dtype_name`` on the device."""
     autocast = getattr(torch_mod, "autocast", None)
-    if device_type == "cuda":
-        dtype = getattr(torch_mod, "float16", None)
-        if autocast is not None and dtype is not None:
-            return (lambda: autocast(device_type="cuda", dtype=dtype),
-                    "float16", True)
+    dtype = getattr(torch_mod, dtype_name, None)
+    if autocast is not None and dtype is not None:
+        return lambda: autocast(device_type=device_type, dtype=dtype)
+    if device_type == "cuda" and dtype_name == "float16":
         cuda_amp = getattr(getattr(torch_mod, "cuda", None), "amp", None)
         legacy = getattr(cuda_amp, "autocast", None)
         if legacy is not None:
-            return (lambda: legacy(), "float16", True)
-        raise HarnessError("--precision amp: this PyTorch has no CUDA "
-                           "autocast (torch.autocast / torch.cuda.amp)")
-    dtype = getattr(torch_mod, "bfloat16", None)
-    if autocast is None or dtype is None:
-        raise HarnessError("--precision amp: this PyTorch has no CPU bfloat16 "
-                           "autocast (torch.autocast)")
-    return (lambda: autocast(device_type="cpu", dtype=dtype), "bfloat16",
-            False)
+            return lambda: legacy()
+        raise HarnessError("--precision %s: this PyTorch has no CUDA "
+                           "autocast (torch.autocast / torch.cuda.amp)"
+                           % precision)
+    raise HarnessError("--precision %s: this PyTorch has no %s %s autocast "
+                       "(torch.autocast)"
+                       % (precision, device_type.upper(), dtype_name))
+
+
+def set_tf32(enabled, device_type, torch_mod=torch):
+    """TensorFloat-32 for CUDA matrix products and cuDNN convolutions: on
+    for --precision tf32, off otherwise (fp32 means IEEE fp32, where PyTorch
+    would let cuDNN use TF32 by default on Ampere and newer).  The settings
+    as set, for the result; {} on a CPU, where TF32 does not exist."""
+    if device_type != "cuda":
+        return {}
+    backends = getattr(torch_mod, "backends", None)
+    settings = {}
+    for name, holder in (("matmul", getattr(getattr(backends, "cuda", None),
+                                            "matmul", None)),
+                         ("cudnn", getattr(backends, "cudnn", None))):
+        if holder is not None and hasattr(holder, "allow_tf32"):
+            holder.allow_tf32 = bool(enabled)
+            settings[name] = bool(holder.allow_tf32)
+    return settings
+
+
+def resolve_precision(precision, device_type, torch_mod=torch):
+    """--precision -> (autocast context factory or None, the type the
+    matrix products run in (float32, tf32, float16, bfloat16), needs a
+    gradient scaler, TF32 settings as set).  Raises HarnessError (exit 2)
+    for what this device or PyTorch cannot run, never runs another type."""
+    if precision == "tf32" and device_type != "cuda":
+        raise HarnessError("--precision tf32 is a mode of NVIDIA tensor cores "
+                           "(Ampere and newer); this run is on %s"
+                           % device_type)
+    tf32 = set_tf32(precision == "tf32", device_type, torch_mod)
+    if precision in ("fp32", "tf32"):
+        return None, "tf32" if precision == "tf32" else "float32", False, tf32
+    if precision == "fp16" and device_type != "cuda":
+        raise HarnessError("--precision fp16 scales gradients with a CUDA "
+                           "gradient scaler; on %s use bf16 or amp"
+                           % device_type)
+    if precision == "amp":
+        dtype = "float16" if device_type == "cuda" else "bfloat16"
+    else:
+        dtype = "float16" if precision == "fp16" else "bfloat16"
+    return (_autocast(precision, device_type, dtype, torch_mod), dtype,
+            dtype == "float16", tf32)
 
 
 def make_grad_scaler(torch_mod=torch):
@@ -62,7 +117,7 @@ def resolve_channels_last(mode, precision, device_type, torch_mod=torch):
             raise HarnessError("--channels-last on: this PyTorch has no "
                                "torch.channels_last")
         return True
-    wanted = (device_type == "cuda" or precision == "amp"
+    wanted = (device_type == "cuda" or precision in ("amp", "fp16", "bf16")
               or mkldnn_available(torch_mod))
     return bool(wanted and supported)
 

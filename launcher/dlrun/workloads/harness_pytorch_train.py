@@ -8,6 +8,7 @@ import gc
 import json
 import math
 import os
+import sys
 import time
 
 import torch
@@ -17,13 +18,15 @@ from harness_pytorch_allocator import ALLOCATOR
 from harness_common import (EXIT_DIVERGED, EXIT_NONFINITE,
                             NUM_CLASSES, PERTURB_ENV, REPLICA_RTOL,
                             RULE, HarnessError, NullContext, TimedWindow,
-                            error_line, out, perf_stats, quality_fields)
-from harness_pytorch_comm import in_process_group, sync
+                            cpu_has_native_bf16, error_line, out, perf_stats,
+                            quality_fields)
+from harness_pytorch_comm import StepClock, in_process_group, sync
 from harness_pytorch_data import (FixedBatches, synthetic_images,
                                   synthetic_tokens)
 from harness_pytorch_features import (make_adamw, make_grad_scaler,
                                       make_optimizer, maybe_compile,
-                                      mkldnn_available, resolve_amp,
+                                      mkldnn_available, RAN,
+                                      resolve_precision,
                                       resolve_channels_last)
 from harness_pytorch_models import (BERT_BASE, bert_task, build_model,
                                     count_params, default_image_size,
@@ -162,18 +165,34 @@ class _Task(object):
             "optimizer": optimizer, "lr": self.lr, "momentum": args.momentum}
 
 
+def _precision(precision, device_type, rank):
+    """(autocast factory or None, needs a gradient scaler, the result's
+    fields on what ran: precision_ran, amp_dtype, tf32, native_bf16)."""
+    autocast, ran, needs_scaler, tf32 = resolve_precision(precision,
+                                                          device_type)
+    native_bf16 = None
+    if ran == "bfloat16" and device_type == "cpu":
+        native_bf16 = cpu_has_native_bf16()
+        if native_bf16 is False and rank == 0:
+            sys.stderr.write(
+                "dlrun-harness: warning: --precision %s runs bfloat16 on a "
+                "CPU without bfloat16 instructions (no avx512_bf16/amx_bf16): "
+                "emulated, usually slower than fp32\n" % precision)
+    return autocast, needs_scaler, {
+        "precision_ran": RAN[ran], "tf32": tf32, "native_bf16": native_bf16,
+        "amp_dtype": ran if autocast is not None else None}
+
+
 def run_benchmark(args):
     (rank, world_size, rank_source, device_type, device, device_name,
      backend), comm = setup_dist(args)
 
-    if args.precision == "amp":
-        autocast, amp_dtype, needs_scaler = resolve_amp(device_type)
-    else:
-        autocast, amp_dtype, needs_scaler = NullContext, None, False
+    autocast, needs_scaler, ran = _precision(args.precision, device_type,
+                                             rank)
     task = _Task(args, device_type)
 
     outcome = in_process_group(comm, _train, args, task, comm, device,
-                               autocast, needs_scaler)
+                               autocast or NullContext, needs_scaler)
     if outcome["error"] is not None:
         message, code = outcome["error"]
         if rank == 0:
@@ -188,6 +207,7 @@ def run_benchmark(args):
         "wall_time_reduction": "max_over_ranks",
         "per_rank_wall_time_s": timing["per_rank_walls"],
         "wall_time_s": timing["wall"],
+        "timed_start_unix": timing["start_unix"],  # rank 0's clock
         "world_size": world_size,
         "rank_source": rank_source,
         "num_devices": world_size,
@@ -198,7 +218,6 @@ def run_benchmark(args):
         "timed_steps": args.steps,
         "warmup_steps": args.warmup_steps,
         "precision": args.precision,
-        "amp_dtype": amp_dtype,
         "compiled": outcome["compiled"],
         "device": device_type,
         "device_name": device_name,
@@ -211,6 +230,7 @@ def run_benchmark(args):
         "fused_optimizer": outcome["fused_optimizer"],
         "quality": outcome["quality"],
     }
+    result.update(ran)
     result.update(task.result_fields(args, timing, outcome["optimizer"]))
     result.update(outcome["data"])
     result.update(run_fields(device_type))
@@ -308,18 +328,17 @@ def _train(args, task, comm, device, autocast, needs_scaler):
         out("Step\t%s\ttotal_loss"
             % ("Seq/sec" if task.bert else "Img/sec"))
 
-    step_times = []
     loss = None
     window.start()
+    start_unix = time.time()  # where the timed window lies (telemetry)
     start = time.perf_counter()
-    last = start
+    clock = StepClock(device)
     for i in range(args.steps):
         loss = step()
-        sync(device)
-        now = time.perf_counter()
-        step_times.append(now - last)
+        clock.step_done()
         n = i + 1
         if n == 1 or n % args.display_every == 0:
+            step_times = clock.settle()
             value = float(loss)
             if rank == 0:
                 rate, err, jitter = perf_stats(world_size * per_step,
@@ -329,12 +348,10 @@ def _train(args, task, comm, device, autocast, needs_scaler):
             if world_size == 1 and not _finite(value):
                 raise HarnessError("loss is not finite (%r) at step %d"
                                    % (value, n), EXIT_NONFINITE)
-            last = time.perf_counter()
-        else:
-            last = now
+            clock.restart()
     sync(device)
     wall = time.perf_counter() - start
-    window_row = window.stop(step_times, torch.get_num_threads())
+    window_row = window.stop(clock.settle(), torch.get_num_threads())
     final_loss = float(loss)
 
     outcome = {"error": None, "params": params, "compiled": compiled,
@@ -368,6 +385,7 @@ def _train(args, task, comm, device, autocast, needs_scaler):
             "per_rank_walls": [g[1] for g in gathered],
             "wall": max_wall,
             "total": world_size * per_step * args.steps / max_wall,
+            "start_unix": start_unix,
         }
         outcome["quality"] = quality_fields(comm.all_gather(window_row))
     # Clean teardown: no rank may destroy the process group while a DDP

@@ -145,9 +145,10 @@ def build_parser():
                    help="timed steps (default 100)")
     p.add_argument("--warmup-steps", type=non_negative, default=10,
                    help="untimed warm-up steps (default 10)")
-    p.add_argument("--precision", choices=("fp32", "amp", "mixed_bfloat16"),
+    p.add_argument("--precision", choices=("fp32", "bf16", "amp",
+                                           "mixed_bfloat16"),
                    default="fp32",
-                   help="amp = mixed_bfloat16 (Keras policy)")
+                   help="bf16 = amp = mixed_bfloat16 (Keras policy)")
     p.add_argument("--image-size", type=positive, default=None,
                    help="square input size (default: the model's)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"),

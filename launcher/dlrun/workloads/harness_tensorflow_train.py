@@ -16,7 +16,8 @@ import tensorflow as tf
 from harness_common import (EXIT_DIVERGED, EXIT_NONFINITE,
                             NUM_CLASSES, PERTURB_ENV,
                             REPLICA_RTOL, RULE, HarnessError, TimedWindow,
-                            out, perf_stats, quality_fields)
+                            cpu_has_native_bf16, out, perf_stats,
+                            quality_fields)
 from harness_tensorflow_data import (detect_format, real_dataset,
                                      synthetic_batch)
 from harness_tensorflow_models import (build_model, count_params,
@@ -179,6 +180,7 @@ def run_benchmark(args):
     step_times = []
     loss = None
     window.start()
+    start_unix = time.time()  # where the timed window lies (telemetry)
     start = last = time.perf_counter()
     for i in range(args.steps):
         loss = float(run_step())  # waits for the step: per-step times real
@@ -226,7 +228,8 @@ def run_benchmark(args):
         "value": total,
         "per_rank_images_per_sec": [g[0] for g in gathered],
         "per_rank_wall_time_s": [g[1] for g in gathered],
-        "wall_time_s": max_wall, "world_size": world_size,
+        "wall_time_s": max_wall, "timed_start_unix": start_unix,  # rank 0's clock
+        "world_size": world_size,
         "num_devices": world_size, "params": params,
         "global_batch_size": args.batch_size * world_size,
         "backend": "horovod" if world_size > 1 else "none",
@@ -259,7 +262,11 @@ def _base_result(args, image_size, lr, amp_dtype, device_type, device_name,
         "model": args.model, "model_source": model_source(args.model),
         "batch_size_per_rank": args.batch_size,
         "timed_steps": args.steps, "warmup_steps": args.warmup_steps,
-        "precision": "amp" if amp_dtype else "fp32", "amp_dtype": amp_dtype,
+        "precision": {"mixed_bfloat16": "amp"}.get(args.precision,
+                                                   args.precision),
+        "precision_ran": "bf16" if amp_dtype else "fp32", "amp_dtype": amp_dtype,
+        "tf32": {},  # the TensorFlow 2 harness trains on CPUs, which have no TF32
+        "native_bf16": cpu_has_native_bf16() if amp_dtype else None,
         "compiled": False,  # tf.function graphs, no XLA
         "device": device_type, "device_name": device_name,
         "threads": args.threads or tf.config.threading

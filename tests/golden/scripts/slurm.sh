@@ -21,6 +21,20 @@ mkdir -p "${DLRUN_RUN_DIR}/logs"
 DLRUN_MASTER_ADDR=$(hostname)
 export DLRUN_MASTER_ADDR
 DLRUN_ROCE_GID_INDEX=""; dlrun_fallback=""; dlrun_devs=(mlx5_1); for dlrun_dev in "${dlrun_devs[@]}"; do dlrun_dev=${dlrun_dev##*/}; for dlrun_port in "${DLRUN_SYSFS_ROOT:-}/sys/class/infiniband/${dlrun_dev}/ports/"*; do [ "$(cat "${dlrun_port}/link_layer" 2>/dev/null)" = Ethernet ] || continue; dlrun_i=0; while [ -e "${dlrun_port}/gids/${dlrun_i}" ]; do dlrun_type=$(cat "${dlrun_port}/gid_attrs/types/${dlrun_i}" 2>/dev/null || true); dlrun_gid=$(cat "${dlrun_port}/gids/${dlrun_i}" 2>/dev/null || true); if [ "${dlrun_type,,}" = "roce v2" ] && [ -n "${dlrun_gid//[0:]/}" ]; then case "${dlrun_gid,,}" in 0000:0000:0000:0000:0000:ffff:*) DLRUN_ROCE_GID_INDEX=${dlrun_i}; break 3 ;; fe80:*) ;; *) [ -n "${dlrun_fallback}" ] || dlrun_fallback=${dlrun_i} ;; esac; fi; dlrun_i=$((dlrun_i + 1)); done; done; done; DLRUN_ROCE_GID_INDEX=${DLRUN_ROCE_GID_INDEX:-${dlrun_fallback}}; if [ -z "${DLRUN_ROCE_GID_INDEX}" ]; then echo 'dlrun: no RoCE v2 GID on this node; set fabric_config.roce.gid_index in the system profile' >&2; exit 1; fi; export DLRUN_ROCE_GID_INDEX
+mkdir -p "${DLRUN_RUN_DIR}/telemetry"
+srun --overlap --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=1 --kill-on-bad-exit=0 --export=ALL python3 "${DLRUN_RUN_DIR}/telemetry_sampler.py" --period 1 --out "${DLRUN_RUN_DIR}/telemetry" --stop-file "${DLRUN_RUN_DIR}/telemetry/stop" 2>>"${DLRUN_RUN_DIR}/telemetry/sampler.log" &
+dlrun_telemetry_pid=$!
+# shellcheck disable=SC2317  # called by the EXIT trap
+dlrun_stop_telemetry() {
+  touch "${DLRUN_RUN_DIR}/telemetry/stop"
+  for _ in $(seq 75); do
+    kill -0 "$dlrun_telemetry_pid" 2>/dev/null || break
+    sleep 0.2
+  done
+  kill "$dlrun_telemetry_pid" 2>/dev/null || true
+  wait "$dlrun_telemetry_pid" 2>/dev/null || true
+}
+trap dlrun_stop_telemetry EXIT
 mkdir -p "${DLRUN_RUN_DIR}"/logs/rank.{0..3}
 export GLOO_SOCKET_IFNAME=eth2
 export MASTER_ADDR="${DLRUN_MASTER_ADDR}"

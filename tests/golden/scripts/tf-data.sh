@@ -16,6 +16,20 @@ set -euo pipefail
 export DLRUN_RUN_DIR
 cd "${DLRUN_RUN_DIR}"
 mkdir -p "${DLRUN_RUN_DIR}/logs"
+mkdir -p "${DLRUN_RUN_DIR}/telemetry"
+python3 "${DLRUN_RUN_DIR}/telemetry_sampler.py" --period 1 --out "${DLRUN_RUN_DIR}/telemetry" --stop-file "${DLRUN_RUN_DIR}/telemetry/stop" 2>>"${DLRUN_RUN_DIR}/telemetry/sampler.log" &
+dlrun_telemetry_pid=$!
+# shellcheck disable=SC2317  # called by the EXIT trap
+dlrun_stop_telemetry() {
+  touch "${DLRUN_RUN_DIR}/telemetry/stop"
+  for _ in $(seq 75); do
+    kill -0 "$dlrun_telemetry_pid" 2>/dev/null || break
+    sleep 0.2
+  done
+  kill "$dlrun_telemetry_pid" 2>/dev/null || true
+  wait "$dlrun_telemetry_pid" 2>/dev/null || true
+}
+trap dlrun_stop_telemetry EXIT
 DLRUN_HOSTS=$(scontrol show hostnames "${SLURM_JOB_NODELIST}" | sed 's/$/:2/' | paste -sd, -)
 export FI_PROVIDER=psm2
 export MASTER_ADDR=127.0.0.1

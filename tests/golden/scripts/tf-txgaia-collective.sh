@@ -18,6 +18,20 @@ cd "${DLRUN_RUN_DIR}"
 mkdir -p "${DLRUN_RUN_DIR}/logs"
 DLRUN_MASTER_ADDR=$(hostname)
 export DLRUN_MASTER_ADDR
+mkdir -p "${DLRUN_RUN_DIR}/telemetry"
+srun --overlap --nodes=4 --ntasks=4 --ntasks-per-node=1 --cpus-per-task=1 --kill-on-bad-exit=0 --export=ALL python3 "${DLRUN_RUN_DIR}/telemetry_sampler.py" --period 1 --out "${DLRUN_RUN_DIR}/telemetry" --stop-file "${DLRUN_RUN_DIR}/telemetry/stop" 2>>"${DLRUN_RUN_DIR}/telemetry/sampler.log" &
+dlrun_telemetry_pid=$!
+# shellcheck disable=SC2317  # called by the EXIT trap
+dlrun_stop_telemetry() {
+  touch "${DLRUN_RUN_DIR}/telemetry/stop"
+  for _ in $(seq 75); do
+    kill -0 "$dlrun_telemetry_pid" 2>/dev/null || break
+    sleep 0.2
+  done
+  kill "$dlrun_telemetry_pid" 2>/dev/null || true
+  wait "$dlrun_telemetry_pid" 2>/dev/null || true
+}
+trap dlrun_stop_telemetry EXIT
 DLRUN_TF_NODES=$(scontrol show hostnames "${SLURM_JOB_NODELIST}" | head -n 4)
 DLRUN_TF_PORT=${DLRUN_MASTER_PORT:-29500}
 DLRUN_TF_WORKER_HOSTS=$(awk -v port="$DLRUN_TF_PORT" '{ print $0 ":" port }' <<< "$DLRUN_TF_NODES" | paste -sd, -)

@@ -15,6 +15,20 @@ cd "${DLRUN_RUN_DIR}"
 mkdir -p "${DLRUN_RUN_DIR}/logs"
 DLRUN_MASTER_ADDR=$(awk '!seen[$0]++' "${PBS_NODEFILE}" | head -n 1)
 export DLRUN_MASTER_ADDR
+mkdir -p "${DLRUN_RUN_DIR}/telemetry"
+pbsdsh -u /usr/bin/env python3 "${DLRUN_RUN_DIR}/telemetry_sampler.py" --period 1 --out "${DLRUN_RUN_DIR}/telemetry" --stop-file "${DLRUN_RUN_DIR}/telemetry/stop" 2>>"${DLRUN_RUN_DIR}/telemetry/sampler.log" &
+dlrun_telemetry_pid=$!
+# shellcheck disable=SC2317  # called by the EXIT trap
+dlrun_stop_telemetry() {
+  touch "${DLRUN_RUN_DIR}/telemetry/stop"
+  for _ in $(seq 75); do
+    kill -0 "$dlrun_telemetry_pid" 2>/dev/null || break
+    sleep 0.2
+  done
+  kill "$dlrun_telemetry_pid" 2>/dev/null || true
+  wait "$dlrun_telemetry_pid" 2>/dev/null || true
+}
+trap dlrun_stop_telemetry EXIT
 DLRUN_HOSTS=$(awk '!seen[$0]++' "${PBS_NODEFILE}" | sed 's/$/:4/' | paste -sd, -)
 export MASTER_ADDR="${DLRUN_MASTER_ADDR}"
 export MASTER_PORT="${DLRUN_MASTER_PORT:-29500}"

@@ -75,7 +75,7 @@ def system_facts(spec: Any) -> SystemFacts:
     rates = getattr(gpus if gpus else spec.cpu, "peak", None)
     choose = getattr(catalog, "peak_for", None)
     if rates and choose:
-        for precision in ("fp32", "amp"):
+        for precision in catalog.RUN_PRECISION_PEAKS:
             rate = choose(list(rates), precision)
             if rate is not None:
                 where = f", {rate.source.where}" if getattr(rate.source, "where", "") else ""

@@ -24,9 +24,12 @@ def parse(text: str) -> list[ParsedResult]:
 
 
 def _result(rec: dict[str, Any]) -> ParsedResult:
+    metric = rec.get("metric", "throughput")
+    formula = rec.get("formula")
+    how = f": {formula}" if isinstance(formula, str) and 0 < len(formula) <= 300 else ""
     return ParsedResult(
         kind=NAME,
-        metric=rec.get("metric", "throughput"),
+        metric=metric,
         value=rec.get("value"),
         unit=rec.get("unit", "images/sec"),
         model=rec.get("model"),
@@ -37,4 +40,5 @@ def _result(rec: dict[str, Any]) -> ParsedResult:
         # nccl-tests' name of the collective (all_reduce, all_gather, ...); older results name only the benchmark
         collective=rec.get("collective") or ("all_reduce" if rec.get("benchmark") == "allreduce" else None),
         extra=rec,
+        value_is=f"the DLRUN_RESULT line's {metric if isinstance(metric, str) else 'value'}{how}"[:400],
     )

@@ -2,6 +2,7 @@
 
 Rank 0 prints `Model:`, `Batch size:` (per device), `Number of GPUs:`, one `Iter #i: X img/sec per GPU`
 line per timed iteration and `Total img/sec on N GPU(s): X +-Y`, the job total (N x the per-device mean).
+These benchmarks train on random tensors and have no other input: the result says `data_source: synthetic`.
 """
 from __future__ import annotations
 
@@ -48,5 +49,7 @@ def parse(text: str) -> list[ParsedResult]:
         num_ranks=read_int(total.group("n"), "Horovod device count"), gpus_per_rank=1,
         extra={"device": total.group("device"), "per_device": per_device, "iterations": iters,
                "confidence_95": read_float(conf, "Horovod confidence interval") if conf else None,
-               "reports": len(totals)},
+               "reports": len(totals), "data_source": "synthetic"},
+        value_is=f"the job total `Total img/sec on {total.group('n')} {total.group('device')}(s)`"
+                 + (" of the lowest rank that printed one" if len(totals) > 1 else ""),
     )]

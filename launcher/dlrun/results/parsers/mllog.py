@@ -47,4 +47,6 @@ def parse(text: str) -> list[ParsedResult]:
                "global_batch_size": check_count("global_batch_size", batch) if isinstance(batch, int) else None,
                "run_status": facts.get("run_status") if isinstance(facts.get("run_status"), str) else None,
                "mllog_lines": lines, "malformed_lines": malformed},
+        value_is=(f"the last of the {len(throughputs)} throughputs logged (tracked_stats or throughput events)"
+                  if len(throughputs) > 1 else "the one throughput logged (tracked_stats or throughput event)"),
     )]

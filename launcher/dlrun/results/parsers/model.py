@@ -17,6 +17,7 @@ UNITS = ("images/sec", "sequences/sec", "samples/sec", "tokens/sec", "GB/s")
 #: Metrics a result may carry: training throughput, or nccl-tests bus bandwidth.
 METRICS = ("throughput", "busbw")
 MAX_TEXT = 200  # names (model, collective, data type) longer than this are not names
+MAX_VALUE_IS = 400  # the sentence saying which printed figure a result took
 
 
 class ParseError(DlrunError):
@@ -109,7 +110,9 @@ class ParsedResult:
     devices = ranks x gpus_per_rank (nccl-tests `-g`, several GPUs per process); hosts are the machines the
     ranks ran on, in the order the log lists them, so a run that was secretly single-node shows it.
     `problems` lists what makes the numbers untrustworthy (wrong elements, an average that disagrees with
-    the table); a result with problems is still returned so that it can be looked at, never silently used."""
+    the table); a result with problems is still returned so that it can be looked at, never silently used.
+    `value_is` says which printed figure `value` is (a log often prints several: per step, per epoch, a
+    summary, compute-only and end-to-end rates), in words, so that the number can be checked in the log."""
 
     kind: str
     metric: str
@@ -126,6 +129,7 @@ class ParsedResult:
     avg_busbw: float | None = None
     problems: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
+    value_is: str = ""
 
     def __post_init__(self) -> None:
         check_name("kind", self.kind)
@@ -144,6 +148,8 @@ class ParsedResult:
             object.__setattr__(self, "avg_busbw", check_rate("average bus bandwidth", self.avg_busbw))
         if not isinstance(self.extra, dict):
             raise ParseError(f"extra must be a mapping, got {_show(self.extra)}")
+        if not isinstance(self.value_is, str) or not self.value_is.strip() or len(self.value_is) > MAX_VALUE_IS:
+            raise ParseError(f"value_is must say which printed figure the value is, got {_show(self.value_is)}")
 
     @property
     def multi_node(self) -> bool | None:

@@ -152,8 +152,8 @@ def _result(run: _Run, name: str | None, version: str | None) -> ParsedResult:
         collective=name or _infer_collective(largest, devices), sizes=tuple(run.rows), avg_busbw=run.avg,
         problems=tuple(problems),
         extra={"nccl_version": version, "threads_per_process": run.threads, "gpus_per_thread": run.gpus,
-               "check_column": run.check_column, "largest_bytes": largest.size_bytes,
-               "value_is": "in-place busbw at the largest message size"},
+               "check_column": run.check_column, "largest_bytes": largest.size_bytes},
+        value_is=f"the in-place busbw column at the largest message size ({largest.size_bytes} bytes)",
     )
 
 

@@ -1,0 +1,89 @@
+"""Benchmark 11: what telemetry costs a training run.
+
+The same ResNet-50 run (fp32, synthetic data, one rank with every core, batch 16) through dlrun with the
+telemetry sampler at its default period (1 s) and with it off, each in a fresh process, alternated on/off/on/
+off; compared is the throughput dlrun stores (the harness's timed steps). Each process builds the plan through
+dlrun's API with `telemetry=PERIOD|off` (the option `--telemetry`) and renders and executes it as `dlrun run`
+does, so that the sampler's own CPU seconds can be read back. Goal: the median with telemetry at least 0.99 of
+the median without it.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from common import BENCH_DIR, PYTHON, Row, alternate, bench_env, median, spread, write_result
+
+GOAL = 0.99
+CASE = ("resnet50", 16, 10, 2)  # workload, batch, timed steps, warm-up steps
+
+ONE_RUN = r"""
+import json, sys
+from dlrun.cli.options import load_catalog
+from dlrun.execute import execute
+from dlrun.paths import runs_dir
+from dlrun.plan import resolve_plan
+from dlrun.preflight import node_inventory
+from dlrun.render import render_job
+from dlrun.results.store import Store
+from dlrun.paths import store_path
+workload, batch, steps, warmup, threads, period = sys.argv[1:7]
+plan = resolve_plan(load_catalog(), workload, batch_size=int(batch), steps=int(steps), warmup_steps=int(warmup),
+                    threads=int(threads), telemetry=period)
+from dlrun.execute.prerun import Cleared
+record = execute(plan, render_job(plan), runs_root=runs_dir(), store=Store(store_path()),
+                 cleared=Cleared(inventory=node_inventory(), findings=[]))
+assert record.status == "ok", record.reason
+from dlrun.telemetry.series import read_run
+ends = [s.end or {} for s in read_run(record.path)]
+status = json.loads((record.path / "status.json").read_text())
+print(json.dumps({"value": record.result["value"], "run_s": status["duration_s"],
+                  "sampler_cpu_s": sum(e.get("cpu_s", 0) for e in ends) if ends else None}))
+"""
+
+
+COSTS: list[dict] = []  # the sampler's own CPU seconds per telemetry run, with the run's seconds
+
+
+def _once(home: Path, threads: int, period: str) -> float:
+    workload, batch, steps, warmup = CASE
+    env = bench_env(threads, DLRUN_HOME=str(home), PYTHONPATH=str(BENCH_DIR.parent / "launcher"))
+    proc = subprocess.run([PYTHON, "-c", ONE_RUN, workload, str(batch), str(steps), str(warmup), str(threads), period],
+                          capture_output=True, text=True, env=env, timeout=1800)
+    if proc.returncode != 0:
+        raise RuntimeError(f"telemetry {period}: exited {proc.returncode}: {proc.stderr.strip()[-600:]}")
+    data = json.loads(proc.stdout.strip().splitlines()[-1])
+    if data["sampler_cpu_s"] is not None:
+        COSTS.append({"sampler_cpu_s": data["sampler_cpu_s"], "run_s": data["run_s"]})
+    return float(data["value"])
+
+
+def measure(threads: int, repeats: int, log, quick: bool = False) -> list[Row]:
+    with tempfile.TemporaryDirectory(prefix="dlrun-bench-") as tmp:
+        home = Path(tmp)
+        values = alternate({"on": lambda: _once(home, threads, "1"), "off": lambda: _once(home, threads, "off")},
+                           repeats, log)
+    on, off = median(values["on"]), median(values["off"])
+    ratio = on / off
+    share = sum(c["sampler_cpu_s"] for c in COSTS) / sum(c["run_s"] * threads for c in COSTS) if COSTS else None
+    write_result("telemetry_cost", {"goal": GOAL, "threads": threads, "repeats": repeats, "case": CASE,
+                                    "img_s": values, "ratio": ratio, "sampler": COSTS, "sampler_cpu_share": share})
+    log(f"  the sampler's own CPU time: {share:.5f} of the run's {threads} cores" if share is not None else "")
+    return [Row("11 telemetry", "ResNet-50 fp32 b16, telemetry at 1 s / off", ratio, goal=GOAL,
+                detail=f"on {spread(values['on'])} vs off {spread(values['off'])} img/s")]
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None)
+    args = parser.parse_args()
+    from common import cpu_count
+
+    for row in measure(args.threads or cpu_count(), args.repeats, lambda line: print(line, file=sys.stderr)):
+        print(row)
