@@ -45,6 +45,11 @@ def record(value: float, *, workload: str = "resnet50", model: str = "resnet50_v
     return run, [row]
 
 
+def around(value: float, spread: float = 1.02) -> list[float]:
+    """Three repeats spread multiplicatively around `value`: their geometric mean is `value`."""
+    return [value / spread, value, value * spread]
+
+
 def add(store: Store, values: list[float], **fields: Any) -> list[str]:
     ids = []
     for value in values:
@@ -52,3 +57,25 @@ def add(store: Store, values: list[float], **fields: Any) -> list[str]:
         store.add_run(run, rows)
         ids.append(run["id"])
     return ids
+
+
+def on_logs(values: list[float]) -> tuple[float, float, float]:
+    """(geometric mean, 95 % CI low, high) as `scipy.stats` computes them: t.interval on the logs, exp'd."""
+    import numpy as np
+    import scipy.stats
+
+    logs = np.log(values)
+    low, high = scipy.stats.t.interval(0.95, len(values) - 1, loc=logs.mean(), scale=scipy.stats.sem(logs))
+    return float(np.exp(logs.mean())), float(np.exp(low)), float(np.exp(high))
+
+
+def welch_on_logs(base: list[float], other: list[float]) -> dict[str, float]:
+    """The ratio of geometric means other / base, its 95 % CI, p and degrees of freedom, as `scipy.stats`
+    computes them: ttest_ind(log other, log base, equal_var=False), exp'd."""
+    import numpy as np
+    import scipy.stats
+
+    test = scipy.stats.ttest_ind(np.log(other), np.log(base), equal_var=False)
+    low, high = test.confidence_interval(0.95)
+    return {"ratio": float(scipy.stats.gmean(other) / scipy.stats.gmean(base)), "low": float(np.exp(low)),
+            "high": float(np.exp(high)), "p": float(test.pvalue), "dof": float(test.df), "t": float(test.statistic)}

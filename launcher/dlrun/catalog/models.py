@@ -180,6 +180,14 @@ class SchedulerOptions(BaseModel):
     exclusive: bool = False
     extra: list[str] = []  # further directives, e.g. --mem=0
 
+    @field_validator("time")
+    @classmethod
+    def _not_zero(cls, value: str | None) -> str | None:
+        # Slurm reads --time=0 as no limit at all (PBS and LSF similarly); a local job would end at once
+        if value is not None and not any(ch not in "0:-" for ch in value):
+            raise ValueError(f"a time limit of zero ({value!r}) is no limit to Slurm; valid: at least one second")
+        return value
+
     @field_validator("extra")
     @classmethod
     def _directive_flags(cls, value: list[str]) -> list[str]:

@@ -86,7 +86,9 @@ def main() -> None:
         hint = ""
         if exc.ctx is not None:
             hint = f" (see '{exc.ctx.command_path} --help')"
-        print(f"dlrun: error: {exc.format_message()}{hint}", file=sys.stderr)
+        from dlrun.text import plain
+
+        print(f"dlrun: error: {plain(exc.format_message(), newlines=False)}{hint}", file=sys.stderr)
         sys.exit(2)
     except typer.Abort:
         sys.exit(130)

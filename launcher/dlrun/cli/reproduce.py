@@ -2,8 +2,8 @@
 after another, or submitted all at once to a batch scheduler), and set the results against the published
 numbers.
 
-Exit codes: 0 every run ok and every judged reference within its tolerance; 1 a run failed or a reference is
-outside its tolerance; 2 bad input or refused by the pre-launch checks; 130 interrupted (Ctrl-C): the runs
+Exit codes: 0 every run ok and no judged reference outside its tolerance (an inconclusive one is named, with
+the repeats that would decide); 1 a run failed or a reference is outside its tolerance; 2 bad input or refused by the pre-launch checks; 130 interrupted (Ctrl-C): the runs
 that finished are stored, and the same command continues where it stopped.
 """
 from __future__ import annotations
@@ -186,7 +186,6 @@ def _results(spec, system_work, store, report, *, as_json: bool, command: str) -
     references = compare_references(spec, system_work.works, system_work.system)
     comparisons = compare_points(store, spec, system_work.works, facts=efficiency_inputs)
     failed = [o for o in (report.outcomes if report else []) if o.status not in ("ok", "cancelled")]
-    outside = [row for row in references if row.verdict == "outside"]
     interrupted = bool(report and report.interrupted)
     if as_json:
         print_json({"experiment": spec.id, "system": system_work.system, "interrupted": interrupted,
@@ -210,6 +209,20 @@ def _results(spec, system_work, store, report, *, as_json: bool, command: str) -
         return 130
     if failed:
         warn(f"{len(failed)} run(s) failed: " + "; ".join(f"{o.step.work.id}: {o.reason}" for o in failed[:3]))
+    outside = _say_verdicts(references)
+    return 1 if failed or outside else 0
+
+
+def _say_verdicts(references: list) -> bool:
+    """Name the references outside their tolerance (a failure) and the inconclusive ones (not one: more
+    repeats decide, about as many as the largest estimate); whether any is outside."""
+    outside = [row for row in references if row.verdict == "outside"]
     if outside:
         warn(f"{len(outside)} reference(s) outside their tolerance: " + ", ".join(r.reference.id for r in outside))
-    return 1 if failed or outside else 0
+    inconclusive = [row for row in references if row.verdict == "inconclusive"]
+    if inconclusive:
+        needed = max((row.repeats_needed or 0 for row in inconclusive), default=0)
+        more = f"; about {needed} repeats per point would decide (--repeats {needed})" if needed else ""
+        warn(f"{len(inconclusive)} reference(s) inconclusive, their interval not yet inside or outside the "
+             f"tolerance band: {', '.join(r.reference.id for r in inconclusive)}{more}")
+    return bool(outside)

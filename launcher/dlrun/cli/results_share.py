@@ -19,13 +19,13 @@ from dlrun.cli.filters import (ExperimentFilter, ImageFilter, SinceFilter, SiteF
 from dlrun.cli.options import JsonOpt
 from dlrun.cli.output import handle_errors, print_json
 from dlrun.errors import UsageError
+from dlrun.text import plain
 
 
 def _store():
-    from dlrun.paths import store_path
-    from dlrun.results.store import Store
+    from dlrun.cli.store import open_store
 
-    return Store(store_path())
+    return open_store()
 
 
 def _site_name(value: str, option: str) -> str:
@@ -73,7 +73,7 @@ def export(
                             since=since, experiment=experiment, site=site)
     if chosen != "bundle":
         rows = export_table(store, filters, out, chosen)
-        print(f"wrote {out}: {rows} rows ({chosen})")
+        print(plain(f"wrote {out}: {rows} rows ({chosen})"))
         return
     from dlrun.results.bundle_sign import sign as ssh_sign
     from dlrun.results.site import local_site
@@ -83,8 +83,8 @@ def export(
     written = export_bundle(store, filters, out, site=name, dlrun_version=__version__, with_logs=with_logs,
                             sign=signer)
     logs = f", {written.files} run-directory files" if with_logs else ""
-    print(f"wrote {written.path}: {written.runs} runs from site {name}{logs}, {_size(written.size)}, "
-          f"{'signed with ' + str(sign) if written.signed else 'unsigned'}; sha256 {written.sha256}")
+    print(plain(f"wrote {written.path}: {written.runs} runs from site {name}{logs}, {_size(written.size)}, "
+                f"{'signed with ' + str(sign) if written.signed else 'unsigned'}; sha256 {written.sha256}"))
 
 
 @handle_errors
@@ -94,10 +94,12 @@ def import_(
         "--allowed-signers", help="Verify the signature against this allowed-signers file (ssh-keygen(1)); "
         "default: allowed_signers in config.yaml.", show_default=False)] = None,
     unsigned: Annotated[bool, typer.Option(
-        "--unsigned", help="Import a bundle nobody signed (or without checking its signature).")] = False,
+        "--unsigned", help="Import a bundle nobody signed (or without checking its signature); refused where "
+        "config.yaml names allowed signers.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Verify a bundle (every member's sha256, and its signature) and store the runs this site lacks."""
+    """Verify a bundle (every member's sha256, and its signature) and store the runs this site lacks, within
+    the limits in config.yaml (see README: Limits)."""
     from dlrun.paths import dlrun_home
     from dlrun.results.bundle_import import import_bundle
 
@@ -108,7 +110,7 @@ def import_(
         return
     who = f"signed by {result.signer}, verified" if result.signer else "not verified (--unsigned)"
     kept = f"; {len(result.skipped)} stored already" if result.skipped else ""
-    print(f"imported {len(result.added)} of {result.runs} runs from site {result.site} ({who}){kept}")
+    print(plain(f"imported {len(result.added)} of {result.runs} runs from site {result.site} ({who}){kept}"))
 
 
 WorkloadOpt = Annotated[Optional[str], typer.Option(
@@ -181,10 +183,11 @@ def import_log(
                               "experiment": run.get("experiment"), "point": run.get("point")} for run, _ in pairs]})
         return
     if not added:
-        print(f"nothing added: {file} (sha256 {pairs[0][0]['provenance']['log_sha256'][:12]}...) is stored already")
+        digest = pairs[0][0]["provenance"]["log_sha256"][:12]
+        print(plain(f"nothing added: {file} (sha256 {digest}...) is stored already"))
         return
     states = ", ".join(f"{run['id']} ({run['status']}{_as_what(run)})" for run, _ in pairs if run["id"] in added)
-    print(f"imported {len(added)} run{'s' if len(added) != 1 else ''} from {file}: {states}")
+    print(plain(f"imported {len(added)} run{'s' if len(added) != 1 else ''} from {file}: {states}"))
 
 
 def _as_dlrun_runs(path: Path, system: str, options, fmt: Optional[str], machine: tuple, experiment: Optional[str],

@@ -13,6 +13,17 @@ from dlrun.cli.options import DryRunOpt, SkipChecksOpt, VerboseOpt, resolve, tak
 from dlrun.cli.output import console, fail, handle_errors, print_json, warn
 
 
+def with_reused_secrets(plan):
+    """The plan with every variable marked secret whose value is a secret of dlrun's own environment
+    (`--env COPY=<value of $HF_TOKEN>`): rendered by reference and redacted like the original."""
+    import os
+
+    from dlrun.secrets import reused_secret_names
+
+    extra = reused_secret_names(plan.env, os.environ) - set(plan.secret_env)
+    return plan.model_copy(update={"secret_env": sorted({*plan.secret_env, *extra})}) if extra else plan
+
+
 def checked(findings, skip_checks: bool) -> None:
     """Refuse on an error finding (unless --skip-checks); say every warning, and the errors skipped."""
     from dlrun.preflight import refuse_on_errors
@@ -44,7 +55,7 @@ def say_if_busy(plans, out) -> None:
 def run(skip_checks: SkipChecksOpt = False, dry_run: DryRunOpt = False, verbose: VerboseOpt = False,
         **options: Any) -> None:
     """Run a workload: resolve a plan, render it, check it, execute it, store the result."""
-    plan = resolve(options)
+    plan = with_reused_secrets(resolve(options))
     from dlrun.preflight import node_inventory, preflight
     from dlrun.render import render_job
 
@@ -87,7 +98,7 @@ def execute_plan(plan, rendered, cleared=None, *, verbose: bool = False) -> None
 @takes_plan_options
 def plan(skip_checks: SkipChecksOpt = False, **options: Any) -> None:
     """Print the resolved plan as JSON (what `run` would do, as data; secret values redacted)."""
-    resolved = resolve(options)
+    resolved = with_reused_secrets(resolve(options))
     from dlrun.preflight import preflight
 
     checked(preflight(resolved), skip_checks)

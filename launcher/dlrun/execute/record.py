@@ -26,6 +26,7 @@ from dlrun.results.fingerprint import fingerprint_of
 from dlrun.results.parsers import ParseError, ParsedResult, parse_all, parse_text
 from dlrun.results.site import local_site
 from dlrun.results.store import Store, StoreError
+from dlrun.secrets import plan_secret_values, redact_data, redact_file, redact_text
 from dlrun.staging import stage_records, stage_summary
 
 #: Statuses a stored run can have. `lost`: its dlrun died and the job's result could not be recovered.
@@ -233,21 +234,37 @@ def decide_status(plan: Plan, status: str, reason: str | None, exit_code: int | 
     return "ok", None, result
 
 
+def redact_run_directory(path: Path, values: list[str]) -> None:
+    """Every file of a run directory without the run's secret values: what its ranks printed stays in its
+    logs, which bundles (--with-logs) carry elsewhere. The job has ended: nothing writes them any more."""
+    if not any(len(value) >= 4 for value in values):
+        return
+    for file in sorted(path.rglob("*")):
+        if file.is_file() and not file.is_symlink():
+            redact_file(file, values)
+
+
 def finish(plan: Plan, run: RunDir, store: Store, *, status: str, reason: str | None, exit_code: int | None,
            started: float, base_provenance: dict[str, Any], result_texts: list[str], tail: list[str],
            failure: Any, extra: dict[str, Any] | None = None, signal: str | None = None) -> RunRecord:
     finished = time.time()
     status, reason, result = decide_status(plan, status, reason, exit_code, result_texts, failure)
+    # What the ranks printed may hold a secret they were given (a bad port, a token in an error): one net
+    # for every text of theirs that is written, stored or shown from here on.
+    secrets = plan_secret_values(plan)
+    reason, tail, result = (None if reason is None else redact_text(reason, secrets)), \
+        [redact_text(line, secrets) for line in tail], redact_data(result, secrets)
+    redact_run_directory(run.path, secrets)
 
     nccl = None
     if plan.device == "cuda":
         text = "\n".join(result_texts) + "\n" + rank_log_texts(run.path)
-        ok, why, nccl = check_nccl_transport(plan.fabric, text, plan.nodes)
+        ok, why, nccl = redact_data(check_nccl_transport(plan.fabric, text, plan.nodes), secrets)
         run.write_json("nccl.json", {"fabric": plan.fabric, "ok": ok, "reason": why, **nccl})
         if not ok and status == "ok":
             status, reason = "failed", why
 
-    extra = {**(extra or {}), **({"signal": signal} if signal else {})}
+    extra = redact_data({**(extra or {}), **({"signal": signal} if signal else {})}, secrets)
     if plan.data is not None and plan.data.staged_copy:  # --stage-data: what each node's copy cost
         extra["data_stage"] = stage_summary(plan.data.path, plan.data.staged_copy, stage_records(run.path))
         if result is not None:

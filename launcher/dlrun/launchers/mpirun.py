@@ -28,7 +28,7 @@ MPIRUN_TOOL = Tool("mpirun", "OpenMPI (Debian: apt-get install openmpi-bin; HPC 
 OMPI_SIGNAL = re.compile(r"\b(?P<tool>mpirun|mpiexec|orterun|prterun) noticed that process rank (?P<rank>\d+) with "
                          r"PID \d+ on node (?P<host>\S+) exited on signal (?P<signal>\d+)")
 OMPI_EXIT = re.compile(r"\b(?P<tool>mpirun|mpiexec|orterun|prterun) detected that one or more processes exited with "
-                       r"non-zero status.*?Process name: \[\[\d+,\d+\],(?P<rank>\d+)\](?: Local host: (?P<host>\S+))?"
+                       r"non-zero status.{0,400}?Process name: \[\[\d+,\d+\],(?P<rank>\d+)\](?: Local host: (?P<host>\S+))?"
                        r" Exit code: (?P<code>-?\d+)")
 
 

@@ -19,7 +19,10 @@ SLURM_RANK_ENV = ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_NTASKS
 SLURM_RANK_PREFIXES = ("SLURM_", "PMIX_", "PMI_", "OMPI_")
 #: srun's --mpi under a scheduler whose options have no `srun_mpi` (Slurm's own options default to it too).
 DEFAULT_SRUN_MPI = "pmix"
-SRUN_TASK = re.compile(r"^srun: error: (?P<host>[^\s:]+): tasks? (?P<rank>\d+)[-,\d]*: (?P<what>.+?)\s*$", re.MULTILINE)
+# (`.*\S\s*$`, not `.+?\s*$`: a lazy match before `\s*$` retries the spaces of a long line at every character)
+# (`\d+(?:[-,][-,\d]*)?`, not `\d+[-,\d]*`: two neighbours that both take digits split a long run every way)
+SRUN_TASK = re.compile(r"^srun: error: (?P<host>[^\s:]+): tasks? (?P<rank>\d+)(?:[-,][-,\d]*)?: (?P<what>.*\S)\s*$",
+                       re.MULTILINE)
 SRUN_EXIT = re.compile(r"Exited with exit code (\d+)")
 #: strsignal() text -> signal number: srun prints the text (`srun: error: n1: task 1: Killed`).
 SIGNAL_TEXT = {signal.strsignal(sig).lower(): int(sig) for sig in signal.Signals

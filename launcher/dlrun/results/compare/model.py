@@ -6,6 +6,7 @@ from typing import Any
 
 from dlrun.errors import DlrunError
 from dlrun.results.key import MACHINE_FIELDS, STACK_FIELDS
+from dlrun.results.stats import METHOD
 
 #: Modes, and the axis each compares along when `--by` is not given (None: no axis).
 MODES: dict[str, str | None] = {"summary": None, "reference": None, "relative": "system", "scaling": "devices",
@@ -112,10 +113,12 @@ class MismatchError(DlrunError):
 class Comparison:
     """A comparison as data: rows with named columns (the CLI prints them as a table, JSON or CSV).
 
-    `summary_rows` hold averages over rows (Ren et al.'s "Average", Samsi et al.'s average reduction);
-    `differences` is empty exactly when the comparison is like-for-like. `sites` and `machines` are those of
-    the compared runs (dlrun.results.key.machine_label), `quality` their verdicts (verdict -> runs), and every
-    row carries its point's verdict (`quality`, `quality_reasons`: dlrun.results.compare.verdicts)."""
+    `summary_rows` hold averages over rows (Ren et al.'s "Average", Samsi et al.'s average reduction: the
+    geometric mean of the rows' ratios); `differences` is empty exactly when the comparison is like-for-like;
+    `statistics` says how every estimate and interval was made (dlrun.results.stats.METHOD). `sites` and
+    `machines` are those of the compared runs (dlrun.results.key.machine_label), `quality` their verdicts
+    (verdict -> runs), and every row carries its point's verdict (`quality`, `quality_reasons`:
+    dlrun.results.compare.verdicts)."""
 
     mode: str
     title: str
@@ -127,6 +130,7 @@ class Comparison:
     summary_rows: list[dict[str, Any]] = field(default_factory=list)
     differences: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    statistics: dict[str, Any] = field(default_factory=lambda: dict(METHOD))
     sites: list[str] = field(default_factory=list)
     machines: list[str] = field(default_factory=list)
     quality: dict[str, int] = field(default_factory=dict)

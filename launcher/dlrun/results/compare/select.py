@@ -2,6 +2,7 @@
 and the like-for-like guard over them."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +26,8 @@ class Group:
     run_ids: list[str]
     values: list[float]
     images: list[str] = field(default_factory=list)
+    #: runs left out because their value is no rate (zero, negative or not finite)
+    dropped: list[str] = field(default_factory=list)
     verdicts: list[str] = field(default_factory=list)  # each run's quality verdict, in run_ids' order
 
     def axis_value(self, axis: Axis | None) -> Any:
@@ -65,16 +68,37 @@ class Cell:
 
 
 def load_groups(store: Store, filters: Filters, by_site: bool = False) -> list[Group]:
+    """The selected successful runs grouped by key (and site), with positive finite values only."""
     groups = []
+    dropped_only: list[str] = []
     for row in store.grouped_values(filters, by_site=by_site):
         if row["key"] is None:  # written around the store (no key): it can only be unknown
             row["key"] = {name: UNKNOWN for name in KEY_FIELDS}
             row["key_hash"] = "unknown"
-        groups.append(Group(row["key"], row["key_hash"], row["site"], row["metric"], row["unit"],
-                            row["run_ids"], row["values"], row.get("images") or [], row.get("verdicts") or []))
+        verdicts = row.get("verdicts") or ["unknown"] * len(row["run_ids"])
+        kept = [(run_id, value, verdict) for run_id, value, verdict in zip(row["run_ids"], row["values"], verdicts)
+                if math.isfinite(value) and value > 0]
+        dropped = sorted(set(row["run_ids"]) - {run_id for run_id, _, _ in kept})
+        if kept:
+            groups.append(Group(row["key"], row["key_hash"], row["site"], row["metric"], row["unit"],
+                                [r for r, _, _ in kept], [v for _, v, _ in kept], row.get("images") or [], dropped,
+                                [q for _, _, q in kept]))
+        else:
+            dropped_only.extend(dropped)
     if not groups:
-        raise DlrunError("nothing to compare: no successful run with a result matches the selection")
+        raise DlrunError("nothing to compare: no successful run with a result matches the selection"
+                         + (f" ({len(dropped_only)} with a value that is no rate: zero, negative or not finite)"
+                            if dropped_only else ""))
     return groups
+
+
+def dropped_note(groups: list[Group]) -> list[str]:
+    """What load_groups left out, as a note for the comparison (rates are positive: their logs are taken)."""
+    dropped = sorted(r for g in groups for r in g.dropped)
+    if not dropped:
+        return []
+    shown = ", ".join(dropped[:6]) + (f" and {len(dropped) - 6} more" if len(dropped) > 6 else "")
+    return [f"{len(dropped)} run(s) left out: their value is no rate (zero, negative or not finite): {shown}"]
 
 
 def place(groups: list[Group], axis: Axis | None, series_fields: tuple[str, ...]) -> dict[tuple, dict[Any, Cell]]:

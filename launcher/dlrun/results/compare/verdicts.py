@@ -68,9 +68,9 @@ def annotate(comparison: Comparison, groups: list[Group]) -> Comparison:
     for row in comparison.rows:
         row["quality"], row["quality_reasons"] = _row_verdict(row, verdicts, flagged)
         if comparison.mode == "reference" and row["quality"] == "implausible":
-            row["within"] = None
-            if "verdict" in row:
-                row["verdict"] = "left out: implausible"
+            for name, left_out in (("within", None), ("verdict", "left out: implausible")):
+                if name in row:
+                    row[name] = left_out
             comparison.notes.append(f"left out of the verdict against {row.get('label') or row.get('reference')}: "
                                     f"the point is implausible ({'; '.join(row['quality_reasons'])})")
     comparison.columns = [c for c in comparison.columns if c not in COLUMNS and c != "runs"] + COLUMNS + \
