@@ -57,7 +57,9 @@ def test_along_site_or_host_they_are_compared(store, axis):
     result = compare(store, Filters(), by=axis)
     assert result.like_for_like and result.mode == "relative"
     rows = {r["devices"]: r for r in result.rows}
-    assert rows[1]["relative"] == pytest.approx(150 / 100) and rows[2]["relative"] == pytest.approx(295 / 198)
+    # ratios of geometric means (dlrun.results.stats): close to the ratios of the middle values
+    assert rows[1]["relative"] == pytest.approx(150 / 100, rel=1e-3)
+    assert rows[2]["relative"] == pytest.approx(295 / 198, rel=1e-3)
     if axis == "host":  # two machines of one site, both `dgx2` to it: the machine is the axis
         assert rows[1]["host"] == "Intel Xeon Platinum 8480+ 2x56 2015 GiB, 8x NVIDIA H100 80GB HBM3"
 
@@ -112,7 +114,8 @@ def test_a_superlinear_point_is_implausible_and_left_out_of_the_published_verdic
                           source=Source("a forged paper", "Table 1", "400 img/s on 2 GPUs"), label="two GPUs")
     judged = compare(store, Filters(), references=[published], allow_mismatch=False)
     [row] = judged.rows
-    assert row["runs"] == sorted(forged) and row["quality"] == "implausible" and row["within"] is None
+    assert row["runs"] == sorted(forged) and row["quality"] == "implausible"
+    assert row["verdict"] == "left out: implausible"  # not within, outside or inconclusive
     assert any(note.startswith("left out of the verdict against two GPUs: the point is implausible")
                for note in judged.notes)
 

@@ -263,6 +263,8 @@ def test_published_numbers_beside_the_measured_ones(dlrun_home, tmp_path, monkey
     assert "ref-refs_report-it_scales" in page.ids and "two ranks are faster" in page.text
     assert [a for a in page.areas if a["href"].startswith("#pt-")]  # beside the measured points
     check_png(out / "scaling.png", *(int(page.images[0][k]) for k in ("width", "height")))
+    # each published point is labelled with its source on the plot, and the caption says so
+    assert "Open diamonds: published numbers, labelled with their source (dlrun, Table 1)." in page.text
 
 
 BUSY = "import time\nend = time.time() + 900\nwhile time.time() < end:\n    pass\n"
@@ -319,5 +321,3 @@ def test_a_report_that_would_pool_two_sites_machines_is_refused(dlrun_home, tmp_
     _report("--out", str(out), "--allow-mismatch", env=env)
     page = read(out)
     assert "not-like-for-like" in page.ids and "sites a.example.org, b.example.org" in page.text
-    # each published point is labelled with its source on the plot, and the caption says so
-    assert "Open diamonds: published numbers, labelled with their source (dlrun, Table 1)." in page.text

@@ -67,8 +67,14 @@ def _reference_cells(row, columns):
     source = row["source_where"] or row["source_doc"]  # the document and its words are printed below
     return [("workload", row["workload"]), ("system", str(row["system"])), ("devices", str(row["devices"])),
             ("precision", str(row["precision"])), *_stats(row)[:3], ("reference", _num(row["reference"])),
-            ("ratio", _pct(row["ratio"])), ("verdict", _verdict(row)), ("source", source), *_efficiency(row, columns),
-            *_quality(row)]
+            ("ratio", _pct(row["ratio"])), ("verdict", _verdict(row) + _quality_note(row)), ("source", source),
+            *_efficiency(row, columns)]
+
+
+def _quality_note(row: dict[str, Any]) -> str:
+    """The point's quality verdict after the verdict against the published number, unless ok (a column of its
+    own would push this wide table past the terminal)."""
+    return f"; quality {row['quality']}" if row.get("quality") not in (None, "ok") else ""
 
 
 def _verdict(row: dict[str, Any]) -> str:
