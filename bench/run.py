@@ -12,6 +12,7 @@
 9 tf                 dlrun run --image host-tf (TensorFlow 2 harness) vs a bare Keras loop (ResNet-50)
 10 realdata           ResNet-50 from a JPEG ImageFolder / TFRecord shards (2 data workers) vs synthetic data
 11 telemetry          ResNet-50 with the telemetry sampler at 1 s vs without it
+12 llm                the LLM harness (llama3_tiny) vs a bare PyTorch loop of the same model, tokens/s
 
 Each benchmark writes bench/results/<name>.json; the table goes to stdout and to bench/results/summary.json.
 """
@@ -33,6 +34,7 @@ import containers
 import efficiency
 import efficiency_bert
 import launcher_cost
+import llm
 import overhead
 import realdata
 import telemetry_cost
@@ -42,7 +44,7 @@ from common import Row, cpu_count, write_result
 BENCHMARKS = {"overhead": overhead, "efficiency": efficiency, "efficiency_bert": efficiency_bert,
               "launcher": launcher_cost, "containers": containers, "comm": comm, "compare": compare_store,
               "collectives": collectives, "tf": tf_overhead,
-              "realdata": realdata, "telemetry": telemetry_cost}
+              "realdata": realdata, "telemetry": telemetry_cost, "llm": llm}
 
 
 def _versions() -> dict:

@@ -18,7 +18,6 @@ KNOWN: dict[str, str] = {
     "catalog/experiment_checks.py:_condition_problems": "one check per condition kind",
     "probe/fabrics.py:_configs": "one branch per fabric kind",
     "images/recipes.py:build_stage": "one branch per recipe step",
-    "workloads/harness_pytorch_train.py:_train": "the training loop and its options",
     "workloads/harness_tensorflow_train.py:run_benchmark": "the training loop and its options",
     "workloads/harness_tensorflow_ps.py:run_ps": "the parameter-server cluster's roles",
     "workloads/harness_pytorch.py:build_parser": "one argument per harness option",

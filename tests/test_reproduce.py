@@ -11,12 +11,12 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from browser import check_in_browser
 from conftest import run_cli
+from job_gate import JobGate, wait_until
 from report_data import check_png, read
 
 from dlrun.catalog import load_catalog
@@ -522,26 +522,33 @@ def _tagged_runs_of(home: Path, experiment: str) -> list[tuple[str, str, str]]:
 
 @pytest.mark.integration
 @pytest.mark.slow
-def test_smoke_scaling_runs_is_interrupted_and_resumes_without_rerunning(dlrun_home):
+def test_smoke_scaling_runs_is_interrupted_and_resumes_without_rerunning(dlrun_home, tmp_path):
+    """Two runs may start; the third one's job is held at its start by a gate the test controls, and Ctrl-C
+    comes while it waits there: exactly two runs are stored ok and the third cancelled, however fast the
+    machine."""
+    gate = JobGate(tmp_path / "gate", tokens=2)
     first = subprocess.Popen([sys.executable, "-m", "dlrun.cli", "reproduce", SMOKE], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
-    # Interrupt once two runs are stored and the third one's job has started.
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and first.poll() is None:
-        ok = [run for run in _tagged_runs(dlrun_home) if run[1] == "ok"]
-        if len(ok) >= 2 and list((dlrun_home / "runs").glob(".staging-*/run.sh")):
-            break
-        time.sleep(0.2)
-    assert first.poll() is None, "the reproduce ended before it could be interrupted"
-    time.sleep(1.0)
-    first.send_signal(signal.SIGINT)
-    out, err = first.communicate(timeout=120)
+                             stderr=subprocess.PIPE, text=True, env={**os.environ, **gate.env()})
+    try:
+        wait_until(lambda: first.poll() is not None or gate.held(), "the third run's job held at the gate")
+        assert first.poll() is None, first.communicate()
+        assert [status for _, status, _ in _tagged_runs(dlrun_home)] == ["ok", "ok"]
+        [held] = gate.held()
+        wait_until((dlrun_home / "runs" / held / "job.json").is_file, "the held run's job record")
+        first.send_signal(signal.SIGINT)
+        out, err = first.communicate(timeout=300)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.communicate()
     assert first.returncode == 130, out + err
     assert f"`dlrun reproduce {SMOKE}` continues where it stopped" in err
+    assert [(run_id, status) for run_id, status, _ in _tagged_runs(dlrun_home)][2:] == [
+        (held.removeprefix(".staging-"), "cancelled")]
 
     before = _tagged_runs(dlrun_home)
     finished = [run_id for run_id, status, _ in before if status == "ok"]
-    assert 2 <= len(finished) < 6 and sum(1 for run in before if run[1] == "cancelled") <= 1, before
+    assert len(finished) == 2 and len(before) == 3, before
     assert not list((dlrun_home / "runs").glob(".staging-*")), "the interrupted run left its staging directory"
 
     second = _json("reproduce", SMOKE)
@@ -623,9 +630,17 @@ def _squeue(cluster) -> list[str]:
     return cluster.run("squeue", "-h", "-o", "%i").stdout.split()
 
 
+def _scontrol(cluster, *args: str) -> None:
+    done = cluster.run("scontrol", *args)
+    assert done.returncode == 0, f"scontrol {' '.join(args)}: {done.stderr}"
+
+
 @pytest.mark.integration
 @pytest.mark.slow
 def test_batch_points_are_submitted_at_once_cancelled_on_sigint_and_resumed(slurm_cluster, dlrun_home, tmp_path):
+    """The test decides which jobs may run: the partition is down while reproduce submits (jobs queue, none
+    starts), then every job but one is held and the partition brought up, so exactly one run ends `ok` before
+    Ctrl-C and three are cancelled at the scheduler, however fast or slow the machine."""
     from fixtures_slurm import CLUSTER_SYSTEM
 
     assert CLUSTER_SYSTEM == "dlrun-testcluster"
@@ -635,32 +650,46 @@ def test_batch_points_are_submitted_at_once_cancelled_on_sigint_and_resumed(slur
     env = {**slurm_cluster.env, "DLRUN_PATH": f"{slurm_cluster.catalog}{os.pathsep}{tmp_path / 'site'}"}
     assert _squeue(slurm_cluster) == []
 
+    _scontrol(slurm_cluster, "update", "PartitionName=debug", "State=DOWN")
     first = subprocess.Popen([sys.executable, "-m", "dlrun.cli", "reproduce", "testcluster_nodes"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and len(list((dlrun_home / "runs").glob(".staging-*/job.json"))) < 4:
-        time.sleep(0.2)
-    jobs = _squeue(slurm_cluster)
-    assert len(jobs) == 4, "all four runs (2 points x 2 repeats) are submitted before any is collected"
-    first.send_signal(signal.SIGINT)
-    out, err = first.communicate(timeout=180)
+    try:
+        wait_until(lambda: first.poll() is not None or len(_squeue(slurm_cluster)) == 4, "four jobs submitted")
+        assert first.poll() is None, first.communicate()
+        jobs = _squeue(slurm_cluster)
+        assert len(jobs) == 4, "all four runs (2 points x 2 repeats) are submitted before any is collected"
+        wait_until(lambda: len(list((dlrun_home / "runs").glob(".staging-*/job.json"))) == 4, "four job records")
+        runs_first, held = jobs[0], jobs[1:]
+        _scontrol(slurm_cluster, "hold", *held)
+        _scontrol(slurm_cluster, "update", "PartitionName=debug", "State=UP")
+        wait_until(lambda: first.poll() is not None or any(status == "ok" for _, status, _ in
+                                                      _tagged_runs_of(dlrun_home, "testcluster_nodes")),
+              f"slurm job {runs_first} collected")
+        assert first.poll() is None, first.communicate()
+        assert sorted(_squeue(slurm_cluster)) == sorted(held)
+        first.send_signal(signal.SIGINT)
+        out, err = first.communicate(timeout=300)
+    finally:
+        _scontrol(slurm_cluster, "update", "PartitionName=debug", "State=UP")
+        if first.poll() is None:
+            first.kill()
+            first.communicate()
     assert first.returncode == 130, out + err
     assert _squeue(slurm_cluster) == [], "every submitted job was cancelled at its scheduler"
     before = [(run_id, status) for run_id, status, _ in _tagged_runs_of(dlrun_home, "testcluster_nodes")]
-    assert len(before) == 4 and {status for _, status in before} <= {"ok", "cancelled"}, before
-    assert any(status == "cancelled" for _, status in before)
+    assert sorted(status for _, status in before) == ["cancelled", "cancelled", "cancelled", "ok"], before
     assert not list((dlrun_home / "runs").glob(".staging-*"))
 
     proc = run_cli("reproduce", "testcluster_nodes", "--json", env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     second = json.loads(proc.stdout)
-    finished = [run_id for run_id, status in before if status == "ok"]
-    assert len(second["runs"]) == 4 - len(finished) and {run["status"] for run in second["runs"]} == {"ok"}
+    [finished] = [run_id for run_id, status in before if status == "ok"]
+    assert len(second["runs"]) == 3 and {run["status"] for run in second["runs"]} == {"ok"}
     points = {point["point"]: point["run_ids"] for point in second["points"]}
     assert {point: len(ids) for point, ids in points.items()} == {"model=trivial nodes=1": 2,
                                                                   "model=trivial nodes=2": 2}
-    assert set(finished) <= {run_id for ids in points.values() for run_id in ids}
-    assert proc.stderr.count("dlrun: submitted slurm job") == 4 - len(finished)
+    assert finished in {run_id for ids in points.values() for run_id in ids}
+    assert proc.stderr.count("dlrun: submitted slurm job") == 3
 
 
 @pytest.mark.integration

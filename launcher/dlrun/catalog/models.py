@@ -40,9 +40,10 @@ class PublishedValue(Strict):
 TRAINING_KINDS = ("cnn-training", "bert-finetuning")
 #: Collectives the harness measures over torch.distributed (`--benchmark KIND`), and what each is called in text.
 COLLECTIVE_KINDS = {"allreduce": "all-reduce", "broadcast": "broadcast", "allgather": "all-gather",
-                    "reducescatter": "reduce-scatter", "alltoall": "all-to-all"}
+                    "reducescatter": "reduce-scatter", "alltoall": "all-to-all",
+                    "sendrecv": "send/receive between every pair of ranks"}
 WorkloadKind = Literal["cnn-training", "bert-finetuning", "allreduce", "broadcast", "allgather", "reducescatter",
-                       "alltoall", "nccl-tests"]
+                       "alltoall", "sendrecv", "nccl-tests"]
 
 
 class WorkloadSpec(Strict):
@@ -51,7 +52,7 @@ class WorkloadSpec(Strict):
     # cnn-training, bert-finetuning: the harness trains `model` (a BERT model name carries its task and sequence
     # length, e.g. bert_swag); allreduce, broadcast, allgather, reducescatter, alltoall: the harness measures that
     # collective's bus bandwidth over the run's process group (message sizes min_bytes, x size_factor, ...,
-    # max_bytes); nccl-tests: the image's own nccl-tests binary `nccl_test` (e.g. all_reduce_perf), one process
+    # max_bytes); sendrecv: point-to-point bandwidth of every pair of ranks, both directions; nccl-tests: the image's own nccl-tests binary `nccl_test` (e.g. all_reduce_perf), one process
     # per GPU, over the same sizes.
     kind: WorkloadKind = "cnn-training"
     nccl_test: str | None = Field(default=None, pattern=r"^[a-z_]+_perf$")

@@ -25,7 +25,8 @@ QUICK_EXIT = frozenset({"compare", "report"})
 app = typer.Typer(
     name="dlrun",
     help="Run reference deep-learning workloads with pinned software stacks, like-for-like, on any system.\n\n"
-         "Example: dlrun run resnet50 (or, as a shorthand, dlrun --image tf1.14-nccl --nodes 8 resnet50).",
+         "Example: `dlrun run resnet50`, or as a shorthand `dlrun --image tf1.14-nccl --nodes 8 --system txgaia "
+         "resnet50`.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,

@@ -1,6 +1,6 @@
 """`dlrun compare`: stored runs against each other or against a published value, like-for-like or refused.
 
-    dlrun compare [RUN_ID ...] [filters] [--by AXIS] [--baseline VALUE] [--mode MODE]
+    dlrun compare [RUN_ID ...] [filters] [--precision P] [--batch-size N] [--nodes N] [--by AXIS] [--baseline VALUE] [--mode MODE]
                   [--reference VALUE [--unit UNIT] [--tolerance PCT] [--source TEXT] | --references FILE]
                   [--allow-mismatch] [--json | --csv]
 
@@ -19,7 +19,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from dlrun.cli.filters import ExperimentFilter, ImageFilter, SinceFilter, SiteFilter, SystemFilter, WorkloadFilter
+from dlrun.cli.filters import (BatchSizeFilter, ExperimentFilter, ImageFilter, NodesFilter, PrecisionFilter,
+                               SinceFilter, SiteFilter, SystemFilter, WorkloadFilter)
 from dlrun.cli.output import handle_errors
 from dlrun.errors import UsageError
 
@@ -33,6 +34,7 @@ def compare(
         help="Run ids (unique prefixes are enough); with filters, runs must match both.", show_default=False)] = None,
     workload: WorkloadFilter = None, system: SystemFilter = None, image: ImageFilter = None,
     site: SiteFilter = None, experiment: ExperimentFilter = None, since: SinceFilter = None,
+    precision: PrecisionFilter = None, batch_size: BatchSizeFilter = None, nodes: NodesFilter = None,
     by: Annotated[Optional[str], typer.Option("--by", help=f"Axis to compare along: {AXIS_HELP}.",
                                               show_default=False)] = None,
     baseline: Annotated[Optional[str], typer.Option(
@@ -75,7 +77,8 @@ def compare(
         raise UsageError("--reference and --references exclude each other; pick one")
     store = open_store()
     filters = build_filters(store, run_ids, workload=workload, system=system, image=image, site=site,
-                            experiment=experiment, since=since)
+                            experiment=experiment, since=since, precision=precision, batch_size=batch_size,
+                            nodes=nodes)
     refs = _references(reference, unit, tolerance, source, references)
     result = run_compare(store, filters, mode=mode, by=by, baseline=baseline, references=refs,
                          allow_mismatch=allow_mismatch, facts=efficiency_inputs)

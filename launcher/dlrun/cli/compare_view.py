@@ -100,8 +100,9 @@ def _scaling_cells(row, columns):
 
 def _test_cells(axis: str):
     def cells(row, columns):
-        return [("workload", row["workload"]), *([("devices", str(row["devices"]))] if "devices" in row else []),
-                (axis, str(row[axis])),
+        # the device count is a column of its own unless it is the axis compared along (then it is that column)
+        devices = [("devices", str(row["devices"]))] if "devices" in row and axis != "devices" else []
+        return [("workload", row["workload"]), *devices, (axis, str(row[axis])),
                 ("baseline geo. mean", f"{_num(row['baseline_geomean'])} (n={row['baseline_n']})"),
                 ("geo. mean", f"{_num(row['geomean'])} (n={row['n']})"), ("ratio", _num(row["ratio"], 3)),
                 ("change", _signed(row["change_pct"])), ("verdict", row["verdict"]), *_quality(row)]

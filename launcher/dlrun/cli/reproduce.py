@@ -87,12 +87,14 @@ def _checked(works: list, skip_checks: bool, every_point: bool = False) -> dict[
     inventory = node_inventory()
     said: set[str] = set()
     verified: dict = {}  # each copy of an image is checked once
-    return {work.id: clear(work.plan, inventory, _judge(work.id, skip_checks, said), verified) for work in planned}
+    return {work.id: clear(work.plan, inventory, _judge(work.id, skip_checks, said), verified, skip_checks=skip_checks)
+            for work in planned}
 
 
 def _judge(point: str, skip_checks: bool, said: set[str]):
     """Refuse on an error finding (unless --skip-checks), naming the point; say every warning, and the errors
     skipped, once per reproduce."""
+    from dlrun.cli.run import said as said_of
     from dlrun.preflight import PreflightError, refuse_on_errors
 
     def judge(findings: list) -> None:
@@ -102,8 +104,8 @@ def _judge(point: str, skip_checks: bool, said: set[str]):
             except PreflightError as exc:
                 raise PreflightError(f"point {point!r}: {exc}") from None
         for finding in findings:
-            line = f"{finding.level}: {finding.line()}"
-            if (finding.level == "warn" or (finding.level == "error" and skip_checks)) and line not in said:
+            line = said_of(finding, skip_checks)
+            if line and line not in said:
                 said.add(line)
                 warn(line)
     return judge

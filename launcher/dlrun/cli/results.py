@@ -38,6 +38,11 @@ def results_list(as_json: JsonOpt = False,
     if as_json:
         print_json(runs)
         return
+    if not runs:  # an empty answer to a valid question (a catalog's name with no run yet): exit 0
+        given = [f"--{name.replace('_', '-')} {value}" for name, values in filters.active().items() for value in values]
+        given += [f"--since {since}"] if since else []
+        print(f"no runs match {' '.join(given)}" if given else "no runs stored yet (`dlrun run WORKLOAD` stores one)")
+        return
     table("results", ["id", "status", "workload", "system", "site", "image", "ranks", "batch", "value", "quality"],
           [[r["id"], r["status"], r["workload"], r["system"], r["site"], r["image"], r["world_size"],
             "-" if r["batch_size"] is None else r["batch_size"],

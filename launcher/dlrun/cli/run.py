@@ -24,6 +24,16 @@ def with_reused_secrets(plan):
     return plan.model_copy(update={"secret_env": sorted({*plan.secret_env, *extra})}) if extra else plan
 
 
+def said(finding, skip_checks: bool) -> str | None:
+    """What a run that goes on says of a finding: a warning as it is, an error that --skip-checks passed over
+    as a warning naming the check skipped (the run is not refused, so it is no error), nothing for the rest."""
+    if finding.level == "warn":
+        return f"warn: {finding.line()}"
+    if finding.level == "error" and skip_checks:
+        return f"warn: check {finding.check} skipped (--skip-checks): {finding.line()}"
+    return None
+
+
 def checked(findings, skip_checks: bool) -> None:
     """Refuse on an error finding (unless --skip-checks); say every warning, and the errors skipped."""
     from dlrun.preflight import refuse_on_errors
@@ -31,8 +41,9 @@ def checked(findings, skip_checks: bool) -> None:
     if not skip_checks:
         refuse_on_errors(findings)
     for finding in findings:
-        if finding.level == "warn" or (finding.level == "error" and skip_checks):
-            warn(f"{finding.level}: {finding.line()}")
+        line = said(finding, skip_checks)
+        if line:
+            warn(line)
 
 
 def say_if_busy(plans, out) -> None:
@@ -67,7 +78,7 @@ def run(skip_checks: SkipChecksOpt = False, dry_run: DryRunOpt = False, verbose:
     from dlrun.execute.prerun import clear
 
     # the node's checks, then the image's digest (refused, exit 1, when its copy differs from the site's lock)
-    cleared = clear(plan, node_inventory(), lambda findings: checked(findings, skip_checks))
+    cleared = clear(plan, node_inventory(), lambda findings: checked(findings, skip_checks), skip_checks=skip_checks)
     execute_plan(plan, rendered, cleared, verbose=verbose)
 
 

@@ -77,12 +77,14 @@ def copy_digest(copy: ImageCopy, service: ContainerService | None) -> tuple[str,
     return (tree_digest(path) if os.path.isdir(path) else file_sha256(path)), path  # type: ignore[arg-type]
 
 
-def verify_plan_image(plan) -> dict[str, Any]:
+def verify_plan_image(plan, skip_checks: bool = False) -> dict[str, Any]:
     """Check the plan's image on this machine against images.lock before a run; return what was found, for
     the run's provenance (`{"image_check": {...}}`; empty for an image that is no container).
 
     Refuses (exit 1, both digests) when the copy the runtime will use differs from the lock, and when a
-    container image has no digest in the lock at all: a run must record the digest it ran."""
+    container image has no digest in the lock at all: a run must record the digest it ran. With
+    `skip_checks` (a submit host whose site lock lives elsewhere) an image without a digest here runs, and
+    the run records that nothing was verified (its comparability key's image digest is then unknown)."""
     image = plan.image
     if image.kind != "container":
         return {}
@@ -93,7 +95,12 @@ def verify_plan_image(plan) -> dict[str, Any]:
     entry = lock.entry(image.name, arch) or {}
     runtime = RUNTIMES.get(plan.runtime)
     copy = runtime.image_copy(plan)
-    if not entry.get("digest") and not (copy.field not in (None, "digest") and entry.get(copy.field)):
+    unrecorded = not entry.get("digest") and not (copy.field not in (None, "digest") and entry.get(copy.field))
+    if skip_checks and (unrecorded or (copy.field is not None and not entry.get(copy.field))):
+        return {"image_check": {"runtime": plan.runtime, "verified": False,
+                                "reason": f"--skip-checks: {lock.lock_path()} on this host has no digest of "
+                                          f"{image.name} ({arch})"}}
+    if unrecorded:
         raise DlrunError(f"image {image.name} ({arch}) has no digest in {lock.lock_path()}, so the run could not "
                          f"record what it ran; build, pull or load it first (dlrun images build {image.name} --engine "
                          "...), or record the copy you have: dlrun images lock " + image.name + " --engine ...")

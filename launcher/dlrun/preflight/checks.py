@@ -39,7 +39,21 @@ def preflight(plan: Plan, inventory: dict[str, Any] | None = None) -> list[Findi
                                      uses_mpi=uses_image_mpi(plan))
     findings += _fabric_findings(plan, inventory, runtime)
     findings += _host_bind_findings(plan, runtime)
+    findings += tf2_horovod_findings(plan)
     return findings
+
+
+def tf2_horovod_findings(plan: Plan) -> list[Finding]:
+    """dlrun's TensorFlow 2 harness runs several processes only through Horovod: without it every rank would
+    fail after TensorFlow's start-up (seconds to minutes later, in its log noise), so it is refused here."""
+    image = plan.image
+    if image.harness_framework != "tensorflow" or plan.world_size <= 1 or image.horovod_release():
+        return []
+    fix = ("`make horovod` (builds Horovod with TensorFlow support into this Python)" if image.kind == "host"
+           else "an image with Horovod built for TensorFlow")
+    return [Finding("error", "horovod", f"dlrun's TensorFlow 2 harness runs {plan.world_size} processes through "
+                    f"Horovod, but image {image.name} has no Horovod with TensorFlow support",
+                    f"{fix}, or one process (--ranks-per-node 1 --nodes 1)")]
 
 
 def _host_bind_findings(plan: Plan, runtime: Runtime) -> list[Finding]:

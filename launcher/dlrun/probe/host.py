@@ -39,6 +39,7 @@ class HostFacts:
     fabrics: dict[str, Any]
     python: str
     horovod: str | None = None  # the version of Horovod this Python imports, if any
+    horovod_tensorflow: bool = False  # whether that Horovod was built with TensorFlow support
 
 
 @functools.lru_cache(maxsize=1)
@@ -47,7 +48,7 @@ def probe_host() -> HostFacts:
     return HostFacts(hostname=platform.node(), arch=machine_arch(), usable_cpus=usable_cpus(),
                      cpu_model=cpu_model(), numa_nodes=max(len(numa_nodes()), 1), memory_gb=memory_gb() or 1.0,
                      gpus=gpus(), fabrics=detect_fabrics("/"), python=sys.executable,
-                     horovod=_dist_version("horovod"))
+                     horovod=_dist_version("horovod"), horovod_tensorflow=_horovod_has("tensorflow"))
 
 
 @functools.lru_cache(maxsize=1)
@@ -75,6 +76,19 @@ def _dist_version(name: str) -> str | None:
         return dist_version(name)
     except Exception:  # noqa: BLE001 - not installed is a normal answer here
         return None
+
+
+def _horovod_has(framework: str) -> bool:
+    """Whether the installed Horovod has its extension for `framework` (horovod/<framework>/mpi_lib*.so, which
+    a build with HOROVOD_WITHOUT_<FRAMEWORK>=1 leaves out); found on disk, without importing Horovod."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("horovod")
+    except (ImportError, ValueError):
+        return False
+    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    return any(any((Path(folder) / framework).glob("mpi_lib*.so")) for folder in folders)
 
 
 def _torch_version() -> str | None:

@@ -31,6 +31,7 @@ EXIT_WORLD_SIZE = 3
 EXIT_DIVERGED = 4
 EXIT_NONFINITE = 5
 EXIT_WRONG_RESULT = 6
+EXIT_IMPOSSIBLE = 7
 
 
 class HarnessError(Exception):
@@ -243,8 +244,7 @@ def relative_spread(step_times):
 
 
 def pack_text(text, floats=HOST_FLOATS):
-    data = text.encode("utf-8")[:6 * floats]
-    data += b"\0" * (6 * floats - len(data))
+    data = text.encode("utf-8")[:6 * floats].ljust(6 * floats, b"\0")
     return [float(int.from_bytes(data[i:i + 6], "big"))
             for i in range(0, len(data), 6)]
 

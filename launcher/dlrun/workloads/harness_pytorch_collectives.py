@@ -33,7 +33,8 @@ COLLECTIVES = {
     "reducescatter": ("reduce_scatter", "sum", -1, True, False),
     "alltoall": ("alltoall", "none", -1, True, False),
 }
-BENCHMARKS = tuple(sorted(COLLECTIVES))
+#: and point-to-point bandwidth (harness_pytorch_sendrecv.py)
+BENCHMARKS = tuple(sorted(COLLECTIVES)) + ("sendrecv",)
 
 
 def message_sizes(min_bytes, max_bytes, factor=2, granule=1):
@@ -60,7 +61,7 @@ def busbw_factor(benchmark, world_size):
     n = float(world_size)
     if benchmark == "allreduce":
         return 2.0 * (n - 1) / n
-    if benchmark == "broadcast":
+    if benchmark in ("broadcast", "sendrecv"):
         return 1.0
     return (n - 1) / n
 
@@ -184,6 +185,14 @@ class Collective(object):
 
     def wrong(self):
         return int((self.outp != self.expected()).sum().item())
+
+
+def run_communication(args):
+    """--benchmark: a collective's sweep, or sendrecv's pairs."""
+    if args.benchmark == "sendrecv":
+        from harness_pytorch_sendrecv import run_sendrecv
+        return run_sendrecv(args, message_sizes)
+    return run_collective(args)
 
 
 def run_collective(args):

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from dlrun.errors import DlrunError
+from dlrun.errors import DlrunError, unquoted
 from dlrun.results.key import MACHINE_FIELDS, STACK_FIELDS
 from dlrun.results.stats import METHOD
 
@@ -69,6 +69,9 @@ class Source:
     doc: str
     where: str = ""
     quote: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "quote", unquoted(self.quote))
 
 
 @dataclass(frozen=True)

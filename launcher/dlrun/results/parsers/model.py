@@ -13,9 +13,10 @@ from typing import Any
 from dlrun.errors import DlrunError
 
 #: Units a result may carry (what each tool prints, normalised).
-UNITS = ("images/sec", "sequences/sec", "samples/sec", "tokens/sec", "GB/s")
-#: Metrics a result may carry: training throughput, or nccl-tests bus bandwidth.
-METRICS = ("throughput", "busbw")
+UNITS = ("images/sec", "sequences/sec", "samples/sec", "tokens/sec", "GB/s", "us")
+#: Metrics a result may carry: training throughput, nccl-tests bus bandwidth, and what bring-your-own tools
+#: report: point-to-point or storage bandwidth (OSU, fio; GB/s) and latency (OSU; microseconds).
+METRICS = ("throughput", "busbw", "bandwidth", "latency")
 MAX_TEXT = 200  # names (model, collective, data type) longer than this are not names
 MAX_VALUE_IS = 400  # the sentence saying which printed figure a result took
 
