@@ -188,13 +188,13 @@ def test_damaged_compression_and_trailing_data_are_refused(site_a, tmp_path):
 def test_an_unknown_format_version_is_refused_as_bad_input(site_a, tmp_path):
     good = _export(site_a, tmp_path / "x.bundle")
 
-    def version_2(items):
+    def version_3(items):
         manifest = json.loads(items[0][1])
-        manifest["format_version"] = 2
+        manifest["format_version"] = 3
         return [(items[0][0], json.dumps(manifest).encode()), *items[1:]]
-    with pytest.raises(BundleError, match=r"bundle format version 2 is not one this dlrun reads \(valid: 1\); "
+    with pytest.raises(BundleError, match=r"bundle format version 3 is not one this dlrun reads \(valid: 1, 2\); "
                                           "upgrade dlrun") as exc:
-        _import(tmp_path / "b", rebuild(good, tmp_path / "v2.bundle", version_2), unsigned=True)
+        _import(tmp_path / "b", rebuild(good, tmp_path / "v3.bundle", version_3), unsigned=True)
     assert exc.value.exit_code == 2
 
 

@@ -78,8 +78,8 @@ def test_different_batch_sizes_are_refused_then_compared_and_marked(store):
     with pytest.raises(MismatchError) as refused:
         compare(store, Filters(), by="system")
     assert refused.value.differences == [
-        "batch per device: 32 (3 runs), 64 (24 runs)",
-        "global batch: 32 (3 runs), 64 (6 runs) (in the row workload resnet50, model resnet50_v1.5, devices 1)"]
+        "batch per device: 32 (3 runs) ≠ 64 (24 runs)",
+        "global batch: 32 (3 runs) ≠ 64 (6 runs) (in the row workload resnet50, model resnet50_v1.5, devices 1)"]
     assert "compare them anyway with --allow-mismatch" in str(refused.value)
     result = compare(store, Filters(), by="system", allow_mismatch=True)
     assert not result.like_for_like and result.to_dict()["like_for_like"] is False
@@ -233,7 +233,7 @@ def test_mixed_precisions_are_not_repeats_of_one_configuration(store):
     add(store, [99, 100, 101], devices=1)
     add(store, [190, 191], devices=1, precision="amp")
     add(store, [189, 190, 191], devices=2)
-    with pytest.raises(MismatchError, match=r"precision: amp\(bfloat16\) \(2 runs\), fp32 \(6 runs\)"):
+    with pytest.raises(MismatchError, match=r"precision: amp\(bfloat16\) \(2 runs\) ≠ fp32 \(6 runs\)"):
         compare(store, Filters(), by="devices")
     summary = compare(store, Filters())  # statistics per configuration compare nothing: no guard
     assert sorted((r["precision"], r["devices"], r["n"]) for r in summary.rows) == [
@@ -305,11 +305,11 @@ def test_cli_prints_the_relative_table_and_refuses_a_mismatch(home, dlrun_home):
     assert refused.returncode == 1 and refused.stdout == ""
     assert refused.stderr.splitlines() == [
         "dlrun: error: the runs are not like-for-like (1 difference):",
-        "  precision: amp(bfloat16) (2 runs), fp32 (24 runs)",
+        "  precision: amp(bfloat16) (2 runs) ≠ fp32 (24 runs)",
         "compare them anyway with --allow-mismatch (the output is then marked 'not like-for-like')"]
     marked = run_cli("compare", "--by", "system", "--allow-mismatch", "--json", env=home)
     data = json.loads(marked.stdout)
-    assert data["like_for_like"] is False and data["differences"] == ["precision: amp(bfloat16) (2 runs), fp32 (24 runs)"]
+    assert data["like_for_like"] is False and data["differences"] == ["precision: amp(bfloat16) (2 runs) ≠ fp32 (24 runs)"]
     table = run_cli("compare", "--by", "system", "--allow-mismatch", env=home).stdout
     assert "[NOT LIKE-FOR-LIKE]" in table and "not like-for-like (compared anyway, --allow-mismatch):" in table
 

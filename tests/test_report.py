@@ -4,19 +4,27 @@ ones, and bad input refused in one line with nothing written."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 from conftest import run_cli
 from compare_data import add
 from report_data import check_png, fill, no_model_counts, read
 
 from dlrun.catalog import load_catalog
 from dlrun.paths import harness_hashes
+from dlrun.preflight import node_inventory
 from dlrun.probe.host import probe_host
 from dlrun.reproduce import TaggedStore
 from dlrun.report import gather
 from dlrun.report.plots import MAX_DOTS, PAGE_WIDTH_PX, bars_plot, scaling_plot
 from dlrun.reproduce.work import plan_points
+from dlrun.results.fingerprint import fingerprint_of
 from dlrun.results.query import Filters
 from dlrun.results.store import Store
 
@@ -42,7 +50,7 @@ def test_two_systems_two_fabrics_tables_plots_and_provenance(dlrun_home, tmp_pat
     assert {"scaling", "relative", "fabrics", "runs"} <= page.tables
     _linked(page)
     # not like-for-like: the two runs at batch 32 are shown, and the box says why
-    assert "not-like-for-like" in page.ids and "batch per device: 32 (2 runs), 64 (" in page.text
+    assert "not-like-for-like" in page.ids and "batch per device: 32 (2 runs) ≠ 64 (" in page.text
     # every run is listed with its provenance, and every point links to its runs
     runs = store.list_runs(None)
     assert {f"run-{r['id']}" for r in runs} <= set(page.rows)
@@ -211,7 +219,8 @@ references:
 
 
 def _record(run_id: str, plan) -> dict:
-    return {"id": run_id, "created_at": f"2026-01-01T00:00:0{run_id[-1]}Z", "status": "ok",
+    machine = fingerprint_of(result=None, inventory=node_inventory(), fabric=plan.fabric, nodes=plan.nodes)
+    return {"id": run_id, "created_at": f"2026-01-01T00:00:0{run_id[-1]}Z", "status": "ok", "fingerprint": machine,
             "workload": plan.workload.name, "model": plan.workload.model, "image": plan.image.name,
             "image_digest": plan.image.digest, "system": plan.system.name, "fabric": plan.fabric,
             "nodes": plan.nodes, "ranks_per_node": plan.ranks_per_node, "world_size": plan.world_size,
@@ -256,3 +265,59 @@ def test_published_numbers_beside_the_measured_ones(dlrun_home, tmp_path, monkey
     check_png(out / "scaling.png", *(int(page.images[0][k]) for k in ("width", "height")))
     # each published point is labelled with its source on the plot, and the caption says so
     assert "Open diamonds: published numbers, labelled with their source (dlrun, Table 1)." in page.text
+
+
+BUSY = "import time\nend = time.time() + 900\nwhile time.time() < end:\n    pass\n"
+
+
+@pytest.fixture
+def busy_core():
+    """A process that keeps one core busy, started apart from this one (not its child) and stopped after."""
+    started = subprocess.run(["sh", "-c", f"{sys.executable} -c '{BUSY}' >/dev/null 2>&1 & echo $!"],
+                             capture_output=True, text=True, check=True)
+    pid = int(started.stdout)
+    yield pid
+    os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.integration
+def test_the_smoke_report_of_a_busy_node_marks_every_point(dlrun_home, tmp_path, busy_core):
+    """README's report example, on a node whose other core is kept busy: the runs are contended, the page
+    says how many runs are not ok and marks each point, and no scaling efficiency above 120 % stands as a
+    result (such a point is implausible)."""
+    env = no_model_counts(tmp_path / "cache")
+    made = run_cli("reproduce", "localhost_scaling_smoke", "--repeats", "1", env=env, timeout=900)
+    assert "warning: this node is busy: other processes use " in made.stdout  # said before the runs start
+    runs = Store(dlrun_home / "results.sqlite").get_runs(Filters(experiment=("localhost_scaling_smoke",)))
+    assert len(runs) == 2 and all(run["status"] == "ok" for run in runs), [r["provenance"] for r in runs]
+    for run in runs:
+        assert run["verdict"] == "contended", run["quality"]
+        assert any(r.startswith("contended: other processes used") for r in run["quality"]["reasons"])
+    out = tmp_path / "report"
+    _report("--experiment", "localhost_scaling_smoke", "--out", str(out), env=env)
+    page = read(out)
+    assert "quality" in page.ids and "2 of 2 runs are not ok: 2 contended" in page.text
+    scaling = page.text[page.text.index('id="scaling"'):page.text.index("</table>", page.text.index('id="scaling"'))]
+    rows = re.findall(r"<tr id=\"pt-\d+\".*?</tr>", scaling, re.S)
+    assert len(rows) == 2 and all('class="q-mark"' in row for row in rows)
+    for row in rows:
+        efficiency = re.search(r"<td>([\d.]+) %", row.split("<td>", 9)[-1])
+        if efficiency and float(efficiency.group(1)) > 120:
+            assert ">implausible</span>" in row
+
+
+def test_a_report_that_would_pool_two_sites_machines_is_refused(dlrun_home, tmp_path):
+    from compare_data import DGX2_NODE, add
+
+    store = Store(dlrun_home / "results.sqlite")
+    add(store, [98.0, 100.0, 102.0], devices=1, site="a.example.org")
+    add(store, [190.0, 195.0, 200.0], devices=2, site="b.example.org", machine={**DGX2_NODE, "cpu": "AMD EPYC 9B45"})
+    env = no_model_counts(tmp_path / "cache")
+    out = tmp_path / "report"
+    refused = run_cli("report", "--out", str(out), env=env)
+    assert refused.returncode == 1 and not out.exists()
+    assert "on dgx2: site: a.example.org (3 runs) ≠ b.example.org (3 runs)" in refused.stderr
+    assert "on dgx2: cpu: AMD EPYC 9B45 (3 runs) ≠ Intel Xeon Platinum 8168 (3 runs)" in refused.stderr
+    _report("--out", str(out), "--allow-mismatch", env=env)
+    page = read(out)
+    assert "not-like-for-like" in page.ids and "sites a.example.org, b.example.org" in page.text

@@ -25,7 +25,10 @@ from dlrun.probe.host import probe_host
 from dlrun.paths import harness_hashes
 from dlrun.reproduce import TaggedStore, compare_references, planned_key, prepare, schedule, stored_repeats
 from dlrun.reproduce.derived import evaluate
+from dlrun.reproduce.stable import more_repeats, stability
 from dlrun.reproduce.work import PointWork, plan_points
+from dlrun.results.fingerprint import this_machine
+from dlrun.results.site import local_site
 from dlrun.results.stats import summarize
 from dlrun.results.store import Store
 
@@ -240,7 +243,9 @@ def _record(run_id: str, status: str, plan, **changes) -> dict:
             "image_digest": plan.image.digest, "system": plan.system.name, "fabric": plan.fabric,
             "nodes": plan.nodes, "ranks_per_node": plan.ranks_per_node, "world_size": plan.world_size,
             "batch_size": plan.batch_size, "precision": plan.precision, "plan": plan.summary(),
-            "provenance": {"harness_sha256": harness_hashes(Path(plan.image.harness_dir), "pytorch")[0]}, **changes}
+            "provenance": {"harness_sha256": harness_hashes(Path(plan.image.harness_dir), "pytorch")[0]},
+            # made on this machine, as the executor records it
+            "fingerprint": this_machine(fabric=plan.fabric, nodes=plan.nodes, device=plan.device), **changes}
 
 
 def _result(plan, amp_dtype=None, value: float = 100.0) -> dict:
@@ -266,10 +271,16 @@ def test_stored_repeats_count_ok_runs_of_the_point_with_its_key(catalog, tmp_pat
     add("r5", one, _record("r5", "ok", plan, provenance={"harness_sha256": "0" * 64}), _result(plan))  # harness
     add("r6", two, _record("r6", "ok", plan), _result(plan))                            # another point
     add("r7", one, _record("r7", "ok", plan), _result(plan), experiment="E001_table2_model_facts")
+    # made elsewhere: evidence to compare with, never a substitute for a run here
+    add("r9", one, _record("r9", "ok", plan, site="b.example.org"), _result(plan))       # another site
+    add("r10", one, _record("r10", "ok", plan, origin="bundle"), _result(plan))          # a bundle's run
+    elsewhere = {**this_machine(fabric=plan.fabric, nodes=1, device="cpu"), "cpu": "Intel Xeon Platinum 8480+"}
+    add("r11", one, _record("r11", "ok", plan, fingerprint=elsewhere), _result(plan))    # another machine here
     assert stored_repeats(store, SMOKE, one.id, planned_key(plan)) == 2
     assert stored_repeats(store, SMOKE, two.id, two.key) == 0  # r6 is tagged with point two but ran point one's plan
     one.refresh(store)
     assert [run.id for run in one.stored] == ["r1", "r2"] and one.missing == 1
+    assert one.key["site"] == local_site() and one.key["cpu"] == store.get_run("r1")["key"]["cpu"] != "unknown"
     assert one.stored[0].values == {"throughput": 100.0}
     stored = store.get_run("r1")
     assert (stored["experiment"], stored["point"]) == (SMOKE, one.id)
@@ -399,6 +410,50 @@ def test_references_a_point_answers_against_stored_runs(tmp_path, monkeypatch):
     assert rows["other_unit"].why == "images/sec here, GB/s published"
 
 
+def test_a_superlinear_point_is_left_out_of_the_published_verdicts(tmp_path, monkeypatch):
+    """Two ranks at four times one rank's rate (a forged point, 200 % scaling efficiency): its runs answer no
+    published number, and each row says why."""
+    site = tmp_path / "site" / "experiments"
+    site.mkdir(parents=True)
+    (site / "refs.yaml").write_text(REFERENCES_EXPERIMENT)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("DLRUN_PATH", str(tmp_path / "site"))
+    catalog = load_catalog(host=probe_host())
+    spec = catalog.experiment("refs_check")
+    store = Store(tmp_path / "results.sqlite")
+    one, two = plan_points(catalog, spec, "localhost", where={}, repeats=None, local_image=None, store=store)
+    for run_id, work, value in (("r1", one, 95.0), ("r2", one, 105.0), ("r3", two, 400.0)):
+        TaggedStore(store.path, spec.id, work.id).add_run(_record(run_id, "ok", work.plan),
+                                                          [_result(work.plan, value=value)])
+    one.refresh(store)
+    two.refresh(store)
+    rows = {row.reference.id: row for row in compare_references(spec, [one, two], "localhost")}
+    why = f"left out of the verdict: point {two.id} is implausible: scaling efficiency 200 % over {one.id} (above 120 %)"
+    assert (rows["two_ranks"].verdict, rows["two_ranks"].measured, rows["two_ranks"].why) == ("implausible", None, why)
+    assert rows["an_efficiency"].verdict == "implausible" and rows["an_efficiency"].why.endswith(why)
+    # the 1-rank point stands (judged: inconclusive, as two repeats are too few to decide)
+    assert (rows["one_rank"].verdict, rows["one_rank"].runs) == ("inconclusive", 2)
+    assert len(two.stored) == 1  # the point keeps its run: left out of the verdicts, not forgotten
+
+
+def test_until_stable_repeats_the_points_whose_interval_is_wide(catalog, tmp_path):
+    from dlrun.reproduce.resume import StoredRun
+
+    works = plan_points(catalog, catalog.experiment(SMOKE), "localhost", where={}, repeats=3, local_image=None,
+                        store=Store(tmp_path / "none.sqlite"))
+    steady, noisy = works
+    steady.stored = [StoredRun(f"s{i}", "", {"throughput": v}) for i, v in enumerate((100.0, 100.1, 99.9))]
+    noisy.stored = [StoredRun(f"n{i}", "", {"throughput": v}) for i, v in enumerate((60.0, 100.0, 140.0))]
+    assert stability(steady).within(0.02) and not stability(noisy).within(0.02)
+    steps = more_repeats(works, within=0.02, max_repeats=10)
+    assert [(step.work.id, step.repeat) for step in steps] == [(noisy.id, 4)]
+    noisy.stored += [StoredRun(f"n{i}", "", {"throughput": 100.0}) for i in range(3, 10)]
+    assert more_repeats(works, within=0.02, max_repeats=10) == []  # at the most runs allowed
+    two = plan_points(catalog, catalog.experiment(SMOKE), "localhost", where={}, repeats=1, local_image=None,
+                      store=Store(tmp_path / "none.sqlite"))
+    two[0].stored = [StoredRun("x", "", {"throughput": 100.0})]
+    steps = more_repeats(two, within=0.5, max_repeats=2)  # no interval yet: one more of each, fewest runs first
+    assert [(s.work.id, s.repeat) for s in steps] == [(two[1].id, 1), (two[0].id, 2)]
 def test_reproduce_names_the_inconclusive_references_and_the_repeats_that_would_decide(dlrun_home, tmp_path,
                                                                                     monkeypatch):
     _refs_check(tmp_path, monkeypatch, {1: [100 / 1.01, 100.0, 101.0], 2: [150 / 1.01, 150.0, 151.5]},
@@ -635,3 +690,20 @@ def test_batch_points_are_submitted_at_once_cancelled_on_sigint_and_resumed(slur
                                                                   "model=trivial nodes=2": 2}
     assert finished in {run_id for ids in points.values() for run_id in ids}
     assert proc.stderr.count("dlrun: submitted slurm job") == 3
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_until_stable_runs_again_until_the_most_runs_allowed(dlrun_home):
+    """Two runs per point are too few for an interval: after the one run each point asks for, one more
+    round runs each point again, and the rounds stop at --max-repeats."""
+    proc = run_cli("reproduce", SMOKE, "--repeats", "1", "--until-stable", "--max-repeats", "2", "--json",
+                   timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stderr.count("until stable: 2 more run(s), one per point whose interval is wider than ±2 %") == 1
+    data = json.loads(proc.stdout)
+    assert sorted((run["point"], run["status"]) for run in data["runs"]) == sorted(
+        [(point, "ok") for point in SMOKE_POINTS] * 2)
+    assert [len(point["run_ids"]) for point in data["points"]] == [2, 2]
+    bad = run_cli("reproduce", SMOKE, "--until-stable", "--max-repeats", "0")
+    assert bad.returncode == 2 and "--max-repeats must be a positive integer, got 0" in bad.stderr

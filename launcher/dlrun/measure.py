@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from dlrun.results.fingerprint import this_machine
+
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "amp")
 #: What `dlrun measure matmul` measures unless --precision says: the two a training run compares against.
 DEFAULT_PRECISIONS = ("fp32", "amp")
@@ -113,5 +115,6 @@ def matmul_record(system: str, precision: str, row: dict[str, Any],
            "plan": {"benchmark": "matmul", "system": system, "precision": precision, "size": row["size"],
                     "repeats": row["repeats"], "threads": row["threads"], "device": row["device"]},
            "provenance": {"hostname": socket.gethostname(), "python": platform.python_version(),
-                          "framework_version": row["framework_version"]}}
+                          "framework_version": row["framework_version"]},
+           "fingerprint": this_machine(fabric=None, nodes=1, device=row.get("device"))}  # measured on this node
     return run, [row]

@@ -4,7 +4,8 @@
                   [--reference VALUE [--unit UNIT] [--tolerance PCT] [--source TEXT] | --references FILE]
                   [--allow-mismatch] [--json | --csv]
 
-The axis picks the mode: --by system or site: relative throughput (Ren et al. Table III); --by devices:
+The axis picks the mode: --by system, site or host (the machine): relative throughput (Ren et al. Table III),
+the only axes along which runs of different sites or machines are compared; --by devices:
 speedup and scaling efficiency (PRACE guide Tables 8, 9); --by fabric: relative difference (Samsi et al.);
 --by image, precision, batch, data or framework-version: regression test (Welch's t). --reference or
 --references: against published values. Nothing: statistics per configuration. Every estimate is a
@@ -23,7 +24,8 @@ from dlrun.cli.filters import (BatchSizeFilter, ExperimentFilter, ImageFilter, N
 from dlrun.cli.output import handle_errors
 from dlrun.errors import UsageError
 
-AXIS_HELP = "system, site, devices, fabric, image, framework-version, precision, batch or data"
+AXIS_HELP = ("system, site, host (the machine), devices, fabric, image, framework-version, precision, batch or "
+             "data; only system, site and host let runs of different sites or machines be compared")
 
 
 @handle_errors

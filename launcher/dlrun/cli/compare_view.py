@@ -47,6 +47,11 @@ def _efficiency(row: dict[str, Any], columns: list[str]) -> list[tuple[str, str]
     return out
 
 
+def _quality(row: dict[str, Any]) -> list[tuple[str, str]]:
+    """The point's verdict beside its numbers (dlrun.results.quality); the reasons are listed below the table."""
+    return [("quality", str(row.get("quality") or "unknown"))] if "quality" in row else []
+
+
 def _stats(row: dict[str, Any]) -> list[tuple[str, str]]:
     return [("n", str(row["n"])), ("geo. mean", _num(row["geomean"])),
             ("95 % CI", _interval(row["ci_low"], row["ci_high"], why=_no_interval(row))), ("sd", _num(row["stdev"]))]
@@ -55,14 +60,21 @@ def _stats(row: dict[str, Any]) -> list[tuple[str, str]]:
 def _summary_cells(row, columns):
     return [("workload", row["workload"]), ("model", str(row["model"])), ("system", str(row["system"])),
             ("devices", str(row["devices"])), ("precision", str(row["precision"])),
-            ("batch/dev", str(row["batch_per_device"])), *_stats(row), *_efficiency(row, columns)]
+            ("batch/dev", str(row["batch_per_device"])), *_stats(row), *_efficiency(row, columns), *_quality(row)]
 
 
 def _reference_cells(row, columns):
     source = row["source_where"] or row["source_doc"]  # the document and its words are printed below
     return [("workload", row["workload"]), ("system", str(row["system"])), ("devices", str(row["devices"])),
             ("precision", str(row["precision"])), *_stats(row)[:3], ("reference", _num(row["reference"])),
-            ("ratio", _pct(row["ratio"])), ("verdict", _verdict(row)), ("source", source), *_efficiency(row, columns)]
+            ("ratio", _pct(row["ratio"])), ("verdict", _verdict(row) + _quality_note(row)), ("source", source),
+            *_efficiency(row, columns)]
+
+
+def _quality_note(row: dict[str, Any]) -> str:
+    """The point's quality verdict after the verdict against the published number, unless ok (a column of its
+    own would push this wide table past the terminal)."""
+    return f"; quality {row['quality']}" if row.get("quality") not in (None, "ok") else ""
 
 
 def _verdict(row: dict[str, Any]) -> str:
@@ -82,7 +94,8 @@ def _scaling_cells(row, columns):
     efficiency = _interval(row["scaling_efficiency_low"], row["scaling_efficiency_high"], _pct, why=why)
     return [("workload", row["workload"]), ("devices", str(row["devices"])), ("nodes", str(row["nodes"])),
             *_stats(row)[:3], ("speedup", f"{_num(row['speedup'])} {speedup}"),
-            ("scaling eff.", f"{_pct(row['scaling_efficiency'])} {efficiency}"), *_efficiency(row, columns)]
+            ("scaling eff.", f"{_pct(row['scaling_efficiency'])} {efficiency}"), *_efficiency(row, columns),
+            *_quality(row)]
 
 
 def _test_cells(axis: str):
@@ -92,7 +105,7 @@ def _test_cells(axis: str):
         return [("workload", row["workload"]), *devices, (axis, str(row[axis])),
                 ("baseline geo. mean", f"{_num(row['baseline_geomean'])} (n={row['baseline_n']})"),
                 ("geo. mean", f"{_num(row['geomean'])} (n={row['n']})"), ("ratio", _num(row["ratio"], 3)),
-                ("change", _signed(row["change_pct"])), ("verdict", row["verdict"])]
+                ("change", _signed(row["change_pct"])), ("verdict", row["verdict"]), *_quality(row)]
     return cells
 
 
@@ -129,6 +142,8 @@ def _relative(comparison) -> None:
         if "relative_low" in r:
             cell += " " + _interval(r["relative_low"], r["relative_high"], lambda v: f"{v * 100:.1f}",
                                     why=_no_interval(r)) + f" n={r['n']}/{r['baseline_n']}"
+        if r.get("quality") not in (None, "ok"):
+            cell += f" ({r['quality']})"
         seen.setdefault((r["workload"], r["model"], r[axis]), {})[r["devices"]] = cell
     for (workload, model, value), cells in seen.items():
         shown = (workload, model, value, *(cells.get(d, "-") for d in devices))
@@ -183,8 +198,29 @@ def print_table(comparison) -> None:
         out.print("[bold red]not like-for-like[/] (compared anyway, --allow-mismatch):", highlight=False)
         for line in comparison.differences:
             out.print(f"  {plain(line)}", markup=False)
+    print_provenance(comparison)
     for line in comparison.notes:
         out.print(f"note: {plain(line)}", style="dim", markup=False, highlight=False)
+
+
+def print_provenance(comparison) -> None:
+    """Which sites and machines the runs come from, how many are not ok, and why each point is not."""
+    from dlrun.results.quality import not_ok_sentence
+
+    out = console()
+    if comparison.sites:  # stored strings (a bundle's): shown as data
+        out.print(plain(f"sites: {', '.join(comparison.sites)}; machines: {'; '.join(comparison.machines)}"),
+                  markup=False, highlight=False)
+    if comparison.quality:
+        bad = any(verdict != "ok" for verdict in comparison.quality)
+        out.print(("[yellow]" if bad else "") + not_ok_sentence(comparison.quality) + ("[/]" if bad else ""),
+                  highlight=False)
+    for row in comparison.rows:
+        if row.get("quality_reasons"):
+            where = ", ".join(f"{name} {row[name]}" for name in dict.fromkeys(("workload", "model", "devices",
+                                                                               comparison.axis)) if name in row)
+            out.print(plain(f"  {row['quality']}: {where}: {'; '.join(row['quality_reasons'])}"), markup=False,
+                      highlight=False)
 
 
 def print_csv(comparison) -> None:

@@ -1,14 +1,16 @@
 """`dlrun report`: stored runs as one self-contained HTML page with PNG plots, written into a folder.
 
     dlrun report [RUN_ID ...] [--experiment E] [filters] --out DIR [--baseline SYSTEM] [--title TEXT]
+                 [--allow-mismatch]
 
 The filters are those of `dlrun results list`. The page holds throughput against devices on log-log axes
 with ideal scaling (Ren et al. Fig. 4), bars per fabric or system (Samsi et al. Fig. 4), both with each
 point's repeats beside its geometric mean and 95 % interval, the speedup and
 scaling-efficiency table with 95 % intervals (PRACE guide Tables 8 and 9), systems relative to a baseline
 (Ren et al. Table III), an experiment's published numbers beside the measured ones, and every run's
-provenance, linked from each point. Runs that are not like-for-like are reported with a box listing the
-differences.
+provenance, linked from each point, and each point's quality verdict. A table that would pool runs of
+different sites or machines is refused (exit 1, naming each differing field) unless --allow-mismatch; other
+differences are reported with a box listing them.
 """
 from __future__ import annotations
 
@@ -50,6 +52,9 @@ def report(
         "--baseline", help="The system the others are compared with (default: the first in order).",
         show_default=False)] = None,
     title: Annotated[Optional[str], typer.Option("--title", help="The page's title.", show_default=False)] = None,
+    allow_mismatch: Annotated[bool, typer.Option(
+        "--allow-mismatch", help="Report runs of different sites or machines in one table; the page says they "
+        "are not like-for-like.")] = False,
 ) -> None:
     """Write an HTML report with plots of stored runs: scaling, systems and fabrics compared (geometric
     means with 95 % intervals, the repeats drawn beside them), published numbers beside the measured ones
@@ -78,6 +83,7 @@ def report(
         # an experiment's report may hold counted facts only (Table II): its published numbers are the report
         result = gather(store, filters, title=heading, selection=selection, baseline=baseline,
                         facts=efficiency_inputs, measured_only=not specs)
+        _refuse_pooled(result, allow_mismatch)
         if specs:
             from dlrun.cli.options import load_catalog
             from dlrun.report.published import add_published
@@ -104,6 +110,16 @@ def _something_to_report(result) -> None:
     if not result.points and not any(row.measured is not None for row in result.published):
         raise UsageError(f"{result.runs_total} stored run(s) match {result.selection}, but none succeeded with a "
                          "result to report; see dlrun results list")
+
+
+def _refuse_pooled(result, allow_mismatch: bool) -> None:
+    """A table that would pool runs of different sites or machines is refused unless --allow-mismatch."""
+    from dlrun.results.compare import MismatchError
+    from dlrun.results.compare.select import pooled_identities
+
+    pooled = pooled_identities(result.differences)
+    if pooled and not allow_mismatch:
+        raise MismatchError(pooled)
 
 
 def _preload() -> None:

@@ -43,17 +43,19 @@ def results_list(as_json: JsonOpt = False,
         given += [f"--since {since}"] if since else []
         print(f"no runs match {' '.join(given)}" if given else "no runs stored yet (`dlrun run WORKLOAD` stores one)")
         return
-    table("results", ["id", "status", "workload", "system", "site", "image", "ranks", "batch", "value"],
+    table("results", ["id", "status", "workload", "system", "site", "image", "ranks", "batch", "value", "quality"],
           [[r["id"], r["status"], r["workload"], r["system"], r["site"], r["image"], r["world_size"],
             "-" if r["batch_size"] is None else r["batch_size"],
-            f"{r['value']:.2f} {r['unit']}" if r["value"] is not None else "-"] for r in runs])
+            f"{r['value']:.2f} {r['unit']}" if r["value"] is not None else "-", r.get("verdict") or "unknown"]
+           for r in runs])
 
 
 @results_app.command("show")
 @handle_errors
 def results_show(run_id: Annotated[str, typer.Argument(help="Run id (a unique prefix is enough).")],
                  as_json: JsonOpt = False) -> None:
-    """Show one stored run with its results and provenance."""
+    """Show one stored run with its results, provenance, machine (hardware fingerprint), quality verdict and
+    comparability key (--json: `fingerprint`, `quality.verdict`, `quality.reasons`, `key`)."""
     run = open_store().get_run(run_id)
     if as_json:
         print_json(run)
@@ -66,11 +68,16 @@ def results_show(run_id: Annotated[str, typer.Argument(help="Run id (a unique pr
         rows.append([res["metric"], f"{res['value']:.2f} {res['unit']}"])
         if res.get("value_is"):  # which printed figure it is (results stored before dlrun said so have none)
             rows.append([f"{res['metric']} is", res["value_is"]])
+    from dlrun.results.fingerprint import describe
     from dlrun.results.key import KEY_FIELDS
     from dlrun.telemetry.show import telemetry_rows
 
     rows += telemetry_rows(run["provenance"].get("telemetry"))
 
+    rows += [[f"machine: {label}", text] for label, text in describe(run.get("fingerprint"))]
+    quality = run.get("quality") or {}
+    rows.append(["quality", quality.get("verdict", "unknown")])
+    rows += [["quality: why", reason] for reason in quality.get("reasons") or []]
     for name in KEY_FIELDS if run["key"] else ():  # what decides the value: compared by `dlrun compare`
         rows.append([f"key: {name}", run["key"].get(name)])
     fields_table(f"run {run['id']}", rows)

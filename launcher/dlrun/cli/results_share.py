@@ -3,7 +3,7 @@
     dlrun results export [RUN_ID ...] [filters] --out FILE [--format bundle|csv|jsonl|parquet]
                          [--with-logs] [--sign KEY] [--exporting-site NAME]
     dlrun results import BUNDLE [--allowed-signers FILE | --unsigned]
-    dlrun results import-log FILE --system SYSTEM [--format FORMAT] [--site SITE]
+    dlrun results import-log FILE --system SYSTEM [--format FORMAT] [--site SITE] [--machine here|RUN_ID]
                              [--workload W | --model M] [--image I] [--precision P] [--batch-size B]
                              [--nodes N] [--ranks-per-node R] [--fabric F] [--experiment E]
 """
@@ -146,6 +146,9 @@ def import_log(
         "horovod, dllogger, mllog.", show_default=False)] = None,
     site: Annotated[Optional[str], typer.Option(
         "--site", help="The site the log was produced at (default: this site).", show_default=False)] = None,
+    machine: Annotated[Optional[str], typer.Option(
+        "--machine", help="The machine the log was produced on: `here` (this node) or a stored run's id (its "
+        "site and machine); without it the machine is unknown and matches nothing.", show_default=False)] = None,
     workload: WorkloadOpt = None, model: ModelOpt = None, image: ImportImageOpt = None,
     precision: ImportPrecisionOpt = None, fabric: ImportFabricOpt = None, batch_size: ImportBatchOpt = None,
     nodes: ImportNodesOpt = None, ranks_per_node: ImportRanksOpt = None, experiment: ImportExperimentOpt = None,
@@ -155,7 +158,8 @@ def import_log(
 
     With --workload (or --model) the run is stored as a dlrun run of that workload: the options say what the
     log does not (image; batch, precision, nodes where it is silent; fabric across nodes), are checked as
-    `dlrun run` checks them, and must agree with what the log says."""
+    `dlrun run` checks them, and must agree with what the log says. --machine says which machine it ran on."""
+    from dlrun.cli.machine import machine_of
     from dlrun.results.import_plan import ImportOptions
 
     if not system.strip():
@@ -164,12 +168,14 @@ def import_log(
                             batch_size=batch_size, nodes=nodes, ranks_per_node=ranks_per_node)
     origin = _site_name(site, "--site") if site else None
     store = _store()
+    origin, fingerprint = machine_of(machine, store, origin) if machine is not None else (origin, None)
     if options.given() or experiment:
-        pairs = _as_dlrun_runs(file.resolve(), system, options, fmt, origin, experiment, store)
+        pairs = _as_dlrun_runs(file.resolve(), system, options, fmt, (origin, fingerprint), experiment, store)
     else:
+        from dlrun.cli.machine import with_machine
         from dlrun.results.import_log import import_log as records_of
 
-        pairs = records_of(file.resolve(), system=system, fmt=fmt, site=origin)
+        pairs = with_machine(records_of(file.resolve(), system=system, fmt=fmt, site=origin), origin, fingerprint)
     added = store.add_runs(pairs, same_provenance=("log_sha256", "log_result_index"))
     if as_json:
         print_json({"added": added, "results": len(pairs),
@@ -184,9 +190,11 @@ def import_log(
     print(plain(f"imported {len(added)} run{'s' if len(added) != 1 else ''} from {file}: {states}"))
 
 
-def _as_dlrun_runs(path: Path, system: str, options, fmt: Optional[str], site: Optional[str],
-                   experiment: Optional[str], store):
-    """(run, rows) pairs in the shape of dlrun runs of the options' workload, tagged with the experiment's point."""
+def _as_dlrun_runs(path: Path, system: str, options, fmt: Optional[str], machine: tuple, experiment: Optional[str],
+                   store):
+    """(run, rows) pairs in the shape of dlrun runs of the options' workload, on `machine` (site, fingerprint),
+    tagged with the experiment's point."""
+    from dlrun.cli.machine import with_machine
     from dlrun.cli.options import load_catalog
     from dlrun.images.verify import with_local_image
     from dlrun.results.import_log import import_log_as_runs
@@ -196,8 +204,11 @@ def _as_dlrun_runs(path: Path, system: str, options, fmt: Optional[str], site: O
         raise UsageError(f"--experiment {experiment} counts the log for one of its points; name the workload the "
                          "log ran with --workload NAME (or --model NAME), and its --image")
     catalog = load_catalog()
-    found = import_log_as_runs(path, catalog=catalog, system=system, options=options, fmt=fmt, site=site,
-                               local_image=with_local_image)
+    site, fingerprint = machine
+    imported = import_log_as_runs(path, catalog=catalog, system=system, options=options, fmt=fmt, site=site,
+                                  local_image=with_local_image)
+    machined = with_machine([(run, rows) for run, rows, _ in imported], site, fingerprint)
+    found = [(run, rows, plan) for (run, rows), (_, _, plan) in zip(machined, imported)]
     if experiment is not None:
         from dlrun.reproduce.imported import point_of
 

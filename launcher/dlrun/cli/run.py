@@ -46,6 +46,21 @@ def checked(findings, skip_checks: bool) -> None:
             warn(line)
 
 
+def say_if_busy(plans, out) -> None:
+    """Before a job of `plans` starts on this node (a local job): a line on `out` (the run's own output) when
+    other processes keep the node busy, so that its numbers would be contended (dlrun.results.quality)."""
+    if not any(plan.scheduler == "local" for plan in plans):
+        return
+    from dlrun.probe.load import node_load
+    from dlrun.results.quality import BUSY_SAMPLE_S, busy_warning
+
+    load = node_load(BUSY_SAMPLE_S)
+    said = busy_warning(load.others_cpus, load.cpus, load.load1)
+    if said:
+        out.print(f"[yellow]warning: {said}; wait for the other work to end, or run where nothing else runs[/]",
+                  highlight=False)
+
+
 @handle_errors
 @takes_plan_options
 def run(skip_checks: SkipChecksOpt = False, dry_run: DryRunOpt = False, verbose: VerboseOpt = False,
@@ -80,6 +95,7 @@ def execute_plan(plan, rendered, cleared=None, *, verbose: bool = False) -> None
              f"batch {plan.batch_size}/rank, {plan.warmup_steps}+{plan.steps} steps, {plan.precision}, "
              f"image {plan.image.name}")
     console().print(f"[bold]dlrun[/bold] {title}")
+    say_if_busy([plan], console())
     with RunDisplay(plan, verbose=verbose) as display:
         record = execute(plan, rendered, runs_root=runs_dir(), store=store, sink=display.sink, cleared=cleared)
     print_summary(record)

@@ -7,6 +7,7 @@ line, and the next dlrun command that opens the store stores and publishes it (d
 """
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 import time
@@ -20,6 +21,8 @@ from dlrun.fabrics import check_nccl_transport
 from dlrun.catalog.models import TRAINING_KINDS
 from dlrun.paths import harness_hashes, source_root
 from dlrun.plan import Plan
+from dlrun.probe.topology import topology_summary
+from dlrun.results.fingerprint import fingerprint_of
 from dlrun.results.parsers import ParseError, ParsedResult, parse_all, parse_text
 from dlrun.results.site import local_site
 from dlrun.results.store import Store, StoreError
@@ -70,8 +73,41 @@ def provenance(plan: Plan, image_check: dict[str, Any] | None = None) -> dict[st
         "image_uri": plan.image.uri,
         "harness_sha256": digest,
         "harness_files_sha256": per_file,
+        "image_stack": pinned_stack(plan),
         **(image_check or {}),
     }
+
+
+def pinned_stack(plan: Plan) -> dict[str, str]:
+    """The CUDA, cuDNN and NCCL versions the plan's image pins (containers/*/image.yaml), where it pins them:
+    what the job saw when its framework does not report them (tf_cnn_benchmarks)."""
+    out = {}
+    for name in ("cuda", "cudnn", "nccl"):
+        version = getattr(getattr(plan.image, name, None), "version", None)
+        if version:
+            out[name] = str(version)
+    return out
+
+
+def with_fingerprint(record: dict[str, Any], rows: list[dict[str, Any]], run_path: Path) -> dict[str, Any]:
+    """The record with the fingerprint of the machine it ran on: what the job reported of its node, else (a
+    local job, on the node dlrun ran on) the run directory's inventory.json; and the topology summary of the
+    job's nodes (their samplers', or for a local job this node's)."""
+    try:
+        inventory = json.loads((run_path / "inventory.json").read_text())
+    except (OSError, ValueError):
+        inventory = None
+    inventory = inventory if isinstance(inventory, dict) else {}
+    if record.get("scheduler") != "local":  # dlrun's inventory is the submit host's; the samplers saw the nodes
+        inventory = {"nodes_topology": inventory["nodes_topology"]} if "nodes_topology" in inventory else {}
+    topology = topology_summary(inventory) if inventory.get("topology") or inventory.get("nodes_topology") else None
+    result = rows[0] if rows else None
+    declared = (((record.get("plan") or {}).get("system") or {}).get("fabric_config") or {}).get(record.get("fabric"))
+    fingerprint = fingerprint_of(result=result, inventory=inventory if "cpu" in inventory else None,
+                                 image=(record.get("provenance") or {}).get("image_stack"),
+                                 fabric=record.get("fabric"), nodes=record.get("nodes"),
+                                 declared_rate_gbps=(declared or {}).get("speed_gbps"), topology=topology)
+    return {**record, "fingerprint": fingerprint or None}
 
 
 def rank_log_texts(run_path: Path) -> str:
@@ -164,6 +200,7 @@ def run_row(summary: dict[str, Any], *, run_id: str, run_dir: Path, status: str,
 
 def store_and_publish(run: RunDir, store: Store, record: dict[str, Any], rows: list[dict[str, Any]]) -> Path:
     """Store the run (the store retries while other writers hold it), then move its directory into place."""
+    record = with_fingerprint(record, rows, run.path)
     try:
         store.add_run(record, rows)
     except sqlite3.IntegrityError:

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from dlrun import __version__
-from dlrun.probe.cpu import cpu_inventory, cpu_model, machine_arch, memory_gb, numa_nodes, usable_cpus
+from dlrun.probe.cpu import (cpu_inventory, cpu_model, machine_arch, memory_gb, memory_kib, numa_nodes,
+                             usable_cpus)
 from dlrun.probe.fabrics import detect_fabrics
 from dlrun.probe.files import read_text
 from dlrun.probe.gpu import gpu_inventory, gpus
@@ -48,6 +49,14 @@ def probe_host() -> HostFacts:
                      cpu_model=cpu_model(), numa_nodes=max(len(numa_nodes()), 1), memory_gb=memory_gb() or 1.0,
                      gpus=gpus(), fabrics=detect_fabrics("/"), python=sys.executable,
                      horovod=_dist_version("horovod"), horovod_tensorflow=_horovod_has("tensorflow"))
+
+
+@functools.lru_cache(maxsize=1)
+def machine_inventory() -> dict[str, Any]:
+    """The part of the node inventory a hardware fingerprint is made from (dlrun.results.fingerprint): CPUs,
+    memory, GPUs and fabrics, probed once per process."""
+    return {"cpu": cpu_inventory(), "memory_gb": memory_gb(), "memory_kib": memory_kib(), "gpu": gpu_inventory(),
+            "fabrics": detect_fabrics("/")}
 
 
 def scheduler_inventory(commands: Mapping[str, str]) -> dict[str, Any]:
@@ -102,6 +111,7 @@ def node_inventory(*, runtimes: Mapping[str, str], schedulers: Mapping[str, str]
         "arch": platform.machine(),
         "cpu": cpu_inventory(),
         "memory_gb": memory_gb(),
+        "memory_kib": memory_kib(),
         "gpu": gpu_inventory(topology=gpu_topology),
         "fabrics": detect_fabrics("/"),
         "topology": probe_topology(with_nvidia_smi=bool(gpus())),  # links of GPUs and NICs, topo -m

@@ -12,7 +12,9 @@ reads them), set out by compare's own modes, with the provenance of every point.
              tables and plots link to
 
 Whatever differs between the runs beyond what a table compares is collected from compare's like-for-like
-guard: the report is written anyway and says it is not like-for-like.
+guard: the report is written anyway and says it is not like-for-like. Every point carries its quality verdict
+(dlrun.results.compare.verdicts), and the report says which sites and machines each table holds and how many
+runs are not ok.
 """
 from __future__ import annotations
 
@@ -25,7 +27,9 @@ from dlrun.results.compare import EfficiencyInputs, FactsProvider
 from dlrun.results.compare import axes as modes
 from dlrun.results.compare.model import AXES, Comparison, sort_value
 from dlrun.results.compare.select import Group, dropped_note, load_groups
+from dlrun.results.compare.verdicts import annotate
 from dlrun.results.key import NOT_APPLICABLE, UNKNOWN
+from dlrun.results.quality import summarize_verdicts
 from dlrun.results.query import Filters
 from dlrun.results.store import Store
 
@@ -60,8 +64,11 @@ class Point:
         """One line for a tooltip: what the point is and where its runs come from."""
         ids = self.run_ids
         shown = ", ".join(ids[:IDS_PER_ROW]) + (f" and {len(ids) - IDS_PER_ROW} more" if len(ids) > IDS_PER_ROW else "")
+        quality = self.row.get("quality") or "unknown"
+        why = f" ({'; '.join(self.row['quality_reasons'])})" if self.row.get("quality_reasons") else ""
         return (f"{self.series[0]} ({self.series[1]}) on {self.line}, {self.devices} device(s): "
-                f"geometric mean {self.row['geomean']:.4g} of {self.row['n']} run(s){self._interval()}; "
+                f"geometric mean {self.row['geomean']:.4g} of {self.row['n']} run(s){self._interval()}, "
+                f"quality {quality}{why}; "
                 f"site {', '.join(self.sites) or 'unknown'}; "
                 f"image {', '.join(self.images) or 'unknown'} {', '.join(d[:19] for d in self.digests)}; runs {shown}")
 
@@ -119,6 +126,8 @@ class Report:
     published: list[Published] = field(default_factory=list)
     findings: list[dict[str, str]] = field(default_factory=list)   # qualitative references: id, quote
     experiments: list[Any] = field(default_factory=list)            # the catalog's ExperimentSpecs, if any
+    quality: dict[str, int] = field(default_factory=dict)           # verdict -> successful runs reported
+    holds: list[str] = field(default_factory=list)                  # per table: its sites and machines
 
     @property
     def like_for_like(self) -> bool:
@@ -152,7 +161,7 @@ def gather(store: Store, filters: Filters, *, title: str, selection: str, baseli
     notes = [note for _, result in scaling for note in result.notes]
     relative = None
     if len(systems) > 1:
-        relative = modes.relative(groups, AXES["system"], baseline)
+        relative = annotate(modes.relative(groups, AXES["system"], baseline), groups)
         differences += [f"between systems: {line}" for line in relative.differences]
         notes += relative.notes
     elif baseline is not None:
@@ -167,7 +176,23 @@ def gather(store: Store, filters: Filters, *, title: str, selection: str, baseli
     return Report(title=title, selection=selection, unit=units.pop() if len(units) == 1 else None, points=points,
                   scaling=scaling, relative=relative, fabrics=fabrics,
                   differences=list(dict.fromkeys(differences)), notes=list(dict.fromkeys(notes)), runs=runs,
-                  runs_total=total)
+                  runs_total=total, holds=_holds(scaling, relative, fabrics), quality=_verdicts(groups))
+
+
+def _verdicts(groups: list[Group]) -> dict[str, int]:
+    """verdict -> the reported runs that have it."""
+    return summarize_verdicts(v for g in groups for v in (g.verdicts or ["unknown"] * len(g.run_ids)))
+
+
+def _holds(scaling: list[tuple[str, Comparison]], relative: Comparison | None,
+           fabrics: list[tuple[str, Comparison]]) -> list[str]:
+    """Per table, the sites and machines of its runs (the banner's second half)."""
+    tables = [(f"scaling on {line}", result) for line, result in scaling]
+    tables += [("systems relative to the baseline", relative)] if relative is not None else []
+    tables += [(f"fabrics on {system}", result) for system, result in fabrics]
+    return [f"{table}: site{'s' if len(result.sites) != 1 else ''} {', '.join(result.sites)}; "
+            f"machine{'s' if len(result.machines) != 1 else ''} {'; '.join(result.machines) or 'unknown'}"
+            for table, result in tables]
 
 
 def _scaling(groups: list[Group], systems: list[str],
@@ -178,7 +203,7 @@ def _scaling(groups: list[Group], systems: list[str],
     for system in systems:
         mine = [g for g in groups if str(g.key.get("system")) == system]
         for line, members in _lines(system, mine):
-            result = modes.scaling(members, AXES["devices"], None, inputs)
+            result = annotate(modes.scaling(members, AXES["devices"], None, inputs), members)
             points += [_point(len(points) + i, system, line, row, members) for i, row in enumerate(result.rows)]
             scaling.append((line, result))
     return points, scaling
@@ -191,7 +216,7 @@ def _fabrics(groups: list[Group], systems: list[str]) -> list[tuple[str, Compari
         wired = [g for g in groups if str(g.key.get("system")) == system
                  and g.key.get("fabric") not in (NOT_APPLICABLE, UNKNOWN, None)]
         if len({g.key.get("fabric") for g in wired}) > 1:
-            out.append((system, modes.fabrics(wired, AXES["fabric"], None)))
+            out.append((system, annotate(modes.fabrics(wired, AXES["fabric"], None), wired)))
     return out
 
 

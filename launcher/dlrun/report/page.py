@@ -23,6 +23,8 @@ tr:target { background: #fff3b0; } tr:hover { background: #f3f7ff; }
 .mismatch { border: 2px solid #b00; background: #fff0f0; padding: 0.6em 1em; margin: 1em 0; }
 .mismatch h2 { color: #b00; border: none; margin: 0; }
 .like { border: 2px solid #070; background: #f0fff0; padding: 0.4em 1em; margin: 1em 0; }
+.quality { border: 2px solid #b80; background: #fffbe6; padding: 0.4em 1em; margin: 1em 0; }
+.holds { font-size: 0.85em; color: #333; } .q-mark { background: #ffd43b; padding: 0 0.3em; border-radius: 3px; }
 .notes { color: #555; font-size: 0.85em; } figure { margin: 1em 0; } figcaption { font-size: 0.85em; color: #555; }
 q { font-style: italic; }
 """  % PAGE_WIDTH_PX
@@ -50,13 +52,31 @@ def _plot(plot: Plot) -> str:
 
 
 def _mismatch(report: Report) -> str:
+    """The banner: whether the tables are like-for-like (and if not, every differing key field), which sites and
+    machines each table holds, and how many runs are not ok."""
+    holds = ('<ul class="holds">' + "".join(f"<li>{escape(line)}</li>" for line in report.holds) + "</ul>"
+             if report.holds else "")
     if report.like_for_like:
-        return ('<div class="like" id="like-for-like">Like-for-like: within each table the runs differ only in '
-                "what the table compares.</div>")
-    items = "".join(f"<li>{escape(line)}</li>" for line in report.differences)
-    return ('<div class="mismatch" id="not-like-for-like"><h2>Not like-for-like</h2><p>These runs differ in more '
-            "than what the tables compare; they are shown anyway, and a difference below may explain a "
-            f"difference in the numbers:</p><ul>{items}</ul></div>")
+        banner = ('<div class="like" id="like-for-like">Like-for-like: within each table the runs differ only in '
+                  f"what the table compares (site and machine included).{holds}</div>")
+    else:
+        items = "".join(f"<li>{escape(line)}</li>" for line in report.differences)
+        banner = ('<div class="mismatch" id="not-like-for-like"><h2>Not like-for-like</h2><p>These runs differ in '
+                  "more than what the tables compare; they are shown anyway, and a difference below may explain a "
+                  f"difference in the numbers:</p><ul>{items}</ul>{holds}</div>")
+    return banner + _quality(report)
+
+
+def _quality(report: Report) -> str:
+    from dlrun.results.quality import not_ok_sentence
+
+    if not report.quality:
+        return ""
+    if set(report.quality) == {"ok"}:
+        return f'<p id="quality">Quality: {escape(not_ok_sentence(report.quality))}.</p>'
+    return (f'<div class="quality" id="quality"><b>Quality</b>: {escape(not_ok_sentence(report.quality))}. Points '
+            'whose runs are not all ok are marked <span class="q-mark">so</span> beside their numbers (hover for '
+            "why); an implausible point is left out of the verdicts against published numbers.</div>")
 
 
 def _experiments(report: Report) -> str:

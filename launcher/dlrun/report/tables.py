@@ -52,6 +52,15 @@ def html_table(frame, *, ids: Iterable[str] | None = None, titles: Iterable[str]
     return "\n".join(out)
 
 
+def quality_mark(row: dict[str, Any]) -> str:
+    """A point's verdict as HTML: marked yellow unless ok, its reasons on hover."""
+    verdict = str(row.get("quality") or "unknown")
+    if verdict == "ok":
+        return "ok"
+    why = "; ".join(row.get("quality_reasons") or [])
+    return f'<span class="q-mark" title="{escape(why)}">{escape(verdict)}</span>'
+
+
 def run_links(run_ids: list[str], listed: set[str]) -> str:
     shown = [f'<a href="#run-{escape(r)}">{escape(r)}</a>' if r in listed else escape(r) for r in run_ids[:IDS_PER_ROW]]
     more = len(run_ids) - IDS_PER_ROW
@@ -76,7 +85,7 @@ def scaling_table(report: Report) -> str:
                      + (interval(r["scaling_efficiency_low"], r["scaling_efficiency_high"], pct)
                         or no_interval(r["speedup_interval"])),
                      "of peak": pct(r.get("of_peak")), "of matmul": pct(r.get("of_matmul")),
-                     "site": ", ".join(p.sites), "image": ", ".join(p.images),
+                     "quality": quality_mark(r), "site": ", ".join(p.sites), "image": ", ".join(p.images),
                      "runs": run_links(p.run_ids, listed)})
     frame = pd.DataFrame(rows)
     for column in ("of peak", "of matmul"):
@@ -84,7 +93,7 @@ def scaling_table(report: Report) -> str:
             frame = frame.drop(columns=column)
     unit = f" ({report.unit})" if report.unit else ""
     return html_table(frame, ids=[p.anchor for p in report.points], titles=[p.provenance() for p in report.points],
-                      raw=["runs"], table_id="scaling",
+                      raw=["runs", "quality"], table_id="scaling",
                       caption=f"Throughput{unit} as the geometric mean of n repeats, speedup (the ratio of geometric "
                               "means) and scaling efficiency over the fewest devices of each system, with 95 % "
                               "intervals (t on the logs; Welch's t on the logs for the ratios)")
@@ -103,8 +112,9 @@ def relative_table(report: Report) -> str:
         title = (f"{r['system']}: geometric mean {num(r['geomean'])} of {r['n']} run(s) against "
                  f"{comparison.baseline}: {num(r['baseline_geomean'])} of {r['baseline_n']}; "
                  f"runs {', '.join(r['runs'][:IDS_PER_ROW])}")
+        mark = "" if r.get("quality") == "ok" else " " + quality_mark(r)
         cells.append({"workload": r["workload"], "model": r["model"], "system": r["system"],
-                      "devices": r["devices"], "cell": f'<span title="{escape(title)}">{escape(text)}</span>'})
+                      "devices": r["devices"], "cell": f'<span title="{escape(title)}">{escape(text)}</span>{mark}'})
     for r in comparison.summary_rows:
         cells.append({"workload": "geometric mean", "model": r["model"], "system": r["system"],
                       "devices": r["devices"], "cell": f"<b>{escape(pct(r['relative'], 1))}</b>"})
@@ -134,14 +144,15 @@ def fabrics_table(report: Report) -> str:
                   "geometric mean": f"{num(r['geomean'])} (n={r['n']})",
                   "change": f"{r['change_pct']:+.1f} %"
                   + interval(r["change_low_pct"], r["change_high_pct"], lambda v: f"{v:+.1f} %"),
-                  "verdict": r["verdict"]} for r in comparison.rows]
+                  "verdict": r["verdict"], "quality": quality_mark(r)} for r in comparison.rows]
         rows += [{"system": system, "workload": "geometric mean", "model": r["model"], "devices": "",
                   "fabric": r["fabric"], "baseline": r["baseline"], "baseline geometric mean": "",
-                  "geometric mean": "", "change": f"{r['change_pct']:+.1f} %", "verdict": ""}
+                  "geometric mean": "", "change": f"{r['change_pct']:+.1f} %", "verdict": "",
+                  "quality": ""}
                  for r in comparison.summary_rows]
     if not rows:
         return "<p>No row has runs on the baseline fabric.</p>"
-    return html_table(pd.DataFrame(rows), table_id="fabrics",
+    return html_table(pd.DataFrame(rows), table_id="fabrics", raw=["quality"],
                       caption="Fabrics against the baseline fabric of each system: the change is the ratio of "
                               "geometric means less 1, with its 95 % interval and Welch's t-test on the logs per "
                               "row; a row of geometric means of the rows' ratios")

@@ -22,13 +22,15 @@ from dlrun.catalog.experiment_vocabulary import MEASURED_METRICS
 from dlrun.catalog.experiments import ExperimentSpec, Reference
 from dlrun.reproduce.derived import Scale, evaluate
 from dlrun.reproduce.model_facts import FACT_UNITS
+from dlrun.reproduce.trust import trusted
 from dlrun.reproduce.work import PointWork
 from dlrun.results.compare.groups import UNIT_ALIASES
 from dlrun.results.stats import LogEstimate, judge, summarize
 
-#: Verdicts, in the order a reader should worry about them.
-VERDICTS = ("outside", "unit differs", "inconclusive", "within", "informational", "no runs", "skipped", "derived",
-            "not measured")
+#: Verdicts, in the order a reader should worry about them. `implausible`: every run that would answer it was
+#: left out (dlrun.reproduce.trust).
+VERDICTS = ("outside", "unit differs", "implausible", "inconclusive", "within", "informational", "no runs",
+            "skipped", "derived",            "not measured")
 
 
 @dataclass
@@ -63,16 +65,27 @@ def published_text(ref: Reference) -> str:
 
 def compare_references(experiment: ExperimentSpec, works: list[PointWork], system: str | None) -> list[ReferenceRow]:
     """A row for each quantitative reference that reads at least one of `works` (the selected points of one
-    system)."""
+    system), judged without the runs and points that are implausible (saying so in the row)."""
     rows = []
+    kept, left_out = trusted(works)
     for ref in experiment.references:
         if ref.kind != "quantitative":
             continue
-        read = [work for work in works if applies(ref, work.point.values, system)]  # a speedup's baseline too
+        read = [work for work in kept if applies(ref, work.point.values, system)]  # a speedup's baseline too
         if not read:
             continue
-        rows.append(_row(ref, read, system))
+        rows.append(_left_out(_row(ref, read, system), [left_out[w.id] for w in read if w.id in left_out]))
     return rows
+
+
+def _left_out(row: ReferenceRow, reasons: list[str]) -> ReferenceRow:
+    if not reasons:
+        return row
+    said = "left out of the verdict: " + "; ".join(reasons)
+    row.why = f"{row.why}; {said}" if row.why else said
+    if row.verdict == "no runs" and row.measured is None:
+        row.verdict = "implausible"
+    return row
 
 
 def _row(ref: Reference, read: list[PointWork], system: str | None) -> ReferenceRow:

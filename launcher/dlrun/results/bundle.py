@@ -2,14 +2,15 @@
 
 A bundle is a POSIX tar archive compressed with gzip (`tar tzvf BUNDLE` lists it). Its members, in order:
 
-  manifest.json       what the bundle is and holds: {"format": "dlrun-results-bundle", "format_version": 1,
+  manifest.json       what the bundle is and holds: {"format": "dlrun-results-bundle", "format_version": 2,
                       "site" (the exporting site), "dlrun_version", "created_at" (the newest run's end),
                       "filters" (what the export selected), "runs" (how many), "with_logs",
                       "files": {member name: {"sha256", "size"}} for every other member}
   manifest.json.sig   only in a signed bundle: `ssh-keygen -Y sign -n dlrun-bundle` over manifest.json, so the
                       signature covers every other member through its hash
   runs.jsonl          one run per line, sorted by id: every column the store keeps, its comparability key,
-                      plan, provenance, result rows, and the node inventory of its run directory
+                      plan, provenance, hardware fingerprint, quality verdict, result rows, and the node
+                      inventory of its run directory (version 1, before fingerprints, has neither)
   logs/RUN-ID/PATH    with --with-logs: the regular files of each run directory, as they are
 
 The same runs exported twice give the same bytes: members sorted, every member stamped with `created_at`,
@@ -37,7 +38,9 @@ from dlrun.errors import DlrunError
 from dlrun.results.limits import DEFAULT, Limits, size_text
 
 FORMAT = "dlrun-results-bundle"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: The versions a reader takes: 1 is 2 without the runs' fingerprint and quality.
+READ_VERSIONS = (1, 2)
 SIGNATURE_NAMESPACE = "dlrun-bundle"
 MANIFEST = "manifest.json"
 SIGNATURE = "manifest.json.sig"

@@ -52,9 +52,11 @@ from dlrun.results.bundle_read import Manifest, ReadBundle, read_bundle
 from dlrun.results.bundle_records import spooled_runs
 from dlrun.results.bundle_sign import verify
 from dlrun.results.import_staging import IMPORTED_DIR, clean_interrupted_imports, import_staging
+from dlrun.results.fingerprint import checked
 from dlrun.results.key import key_from_run
 from dlrun.results.limits import Limits, site_limits
 from dlrun.results.query import Filters
+from dlrun.results.schema import recovered_fingerprint
 from dlrun.results.site import DEFAULT_SITE, local_site
 from dlrun.results.store import Store
 
@@ -155,8 +157,12 @@ def _record(raw: dict[str, Any], bundle: ReadBundle, site: str, run_dir: Path | 
     exported_key = data.pop("key", None)
     data.pop("key_hash", None)
     original_origin = data.get("origin") or "local"
+    if data.get("fingerprint") is None and isinstance(inventory, dict):
+        data["fingerprint"] = recovered_fingerprint({**data, "origin": original_origin, "run_dir": None}, rows,
+                                                    inventory)  # a version-1 bundle: its run's node inventory
+    data["fingerprint"] = checked(data.get("fingerprint"))
     # The key is this dlrun's own reading of the record (as for runs made here), from the run's first origin.
-    key = key_from_run({**data, "origin": original_origin}, rows)
+    key = key_from_run({**data, "origin": original_origin, "site": site}, rows)
     provenance = dict(data["provenance"])
     if inventory is not None:
         provenance.setdefault("inventory", inventory)

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dlrun.errors import UsageError
 from dlrun.files import open_regular
-from dlrun.results.bundle import (FORMAT, FORMAT_VERSION, MANIFEST, MAX_SIGNATURE_BYTES, RUNS, SIGNATURE, BundleError,
+from dlrun.results.bundle import (FORMAT, MANIFEST, READ_VERSIONS, MAX_SIGNATURE_BYTES, RUNS, SIGNATURE, BundleError,
                                   split_member)
 from dlrun.results.bundle_records import RunsSpool, load_json
 from dlrun.results.bundle_stream import CHUNK, Inflated, TarGuard
@@ -46,7 +46,7 @@ class FileEntry(BaseModel):
 class Manifest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     format: Literal["dlrun-results-bundle"]
-    format_version: Literal[1]
+    format_version: Literal[1, 2]
     site: str = Field(pattern=SITE_PATTERN.pattern)
     dlrun_version: str = Field(max_length=100)
     created_at: str | None
@@ -77,9 +77,9 @@ def parse_manifest(data: bytes, label: str, limits: Limits = DEFAULT) -> Manifes
     if not isinstance(raw, dict) or raw.get("format") != FORMAT:
         raise BundleError(f"{label}: manifest.json does not describe a dlrun results bundle")
     version = raw.get("format_version")
-    if version != FORMAT_VERSION:
+    if version not in READ_VERSIONS or isinstance(version, bool):
         raise BundleError(f"{label}: bundle format version {version!r} is not one this dlrun reads "
-                          f"(valid: {FORMAT_VERSION}); upgrade dlrun", exit_code=2)
+                          f"(valid: {', '.join(map(str, READ_VERSIONS))}); upgrade dlrun", exit_code=2)
     try:
         manifest = Manifest.model_validate(raw)
     except ValidationError as exc:

@@ -98,6 +98,10 @@ class BundleRun(BaseModel):
     provenance: dict[str, Any]
     results: list[ResultRow]
     inventory: dict[str, Any] | None = None
+    # format version 2: the machine and the quality verdict (checked again when stored: dlrun.results.store)
+    fingerprint: dict[str, Any] | None = None
+    quality: dict[str, Any] | None = None
+    verdict: str | None = Field(default=None, max_length=20)
 
 
 def check_run(line: bytes, number: int) -> dict[str, Any]:

@@ -26,10 +26,11 @@ from dlrun.text import csv_cell, plain
 
 TABLE_FORMATS = ("csv", "jsonl", "parquet")
 FORMATS = ("bundle", *TABLE_FORMATS)
-#: Columns of a flat export, in order; key fields are prefixed `key_` (see dlrun.results.key).
+#: Columns of a flat export, in order; key fields are prefixed `key_` (see dlrun.results.key: the machine's
+#: fingerprint is there too, key_cpu ... key_fabric_rate); `verdict` is the run's quality verdict.
 RUN_FIELDS = ("id", "site", "origin", "status", "created_at", "finished_at", "workload", "model", "system", "image",
               "image_digest", "scheduler", "launcher", "runtime", "fabric", "nodes", "ranks_per_node", "world_size",
-              "batch_size", "precision", "experiment", "point", "key_hash")
+              "batch_size", "precision", "experiment", "point", "key_hash", "verdict")
 #: ... then the run's telemetry summary (dlrun.telemetry.show), then one metric per row.
 TABLE_COLUMNS = ("run_id", *RUN_FIELDS[1:], *(f"key_{name}" for name in KEY_FIELDS), *EXPORT_COLUMNS, "metric",
                  "value", "unit")

@@ -24,7 +24,9 @@ from typing import Any, TypeVar
 
 from dlrun.errors import UsageError, unknown_name
 from dlrun.paths import private_dir
+from dlrun.results.fingerprint import checked
 from dlrun.results.key import key_from_run, key_hash, key_json
+from dlrun.results.quality import run_quality
 from dlrun.results.query import Filters, like_prefix, where
 from dlrun.results.schema import (ORIGINS, PRIMARY_METRICS, RUN_COLUMNS, SCHEMA_VERSION,
                                   ensure_schema)
@@ -251,7 +253,12 @@ class Store:
         row["origin"] = run.get("origin") or "local"
         if row["origin"] not in ORIGINS:
             raise ValueError(f"origin {row['origin']!r} is not one of {', '.join(ORIGINS)}")
-        key = run.get("key") or key_from_run({**run, "origin": row["origin"]}, results)
+        fingerprint = checked(run.get("fingerprint"))
+        row["fingerprint"] = json.dumps(fingerprint, sort_keys=True) if fingerprint else None
+        quality = run_quality(row["status"], results)  # judged here by this dlrun's thresholds, as the key is
+        row["quality"], row["verdict"] = json.dumps(quality, sort_keys=True), quality["verdict"]
+        key = run.get("key") or key_from_run({**run, "origin": row["origin"], "site": row["site"],
+                                              "fingerprint": fingerprint}, results)
         row["key"], row["key_hash"] = key_json(key), key_hash(key)
         row["plan"] = json.dumps(run["plan"], sort_keys=True)
         row["provenance"] = json.dumps(run.get("provenance", {}), sort_keys=True)
@@ -315,7 +322,7 @@ class Store:
     def get_run(self, run_id: str) -> dict[str, Any]:
         run_id = self._resolve(run_id)
         with self.reading() as conn:
-            row = conn.execute(f"SELECT {', '.join(RUN_COLUMNS)}, key, plan, provenance FROM runs WHERE id = ?",
+            row = conn.execute(f"SELECT {', '.join(RUN_COLUMNS)}, {', '.join(_RECORD_COLUMNS)} FROM runs WHERE id = ?",
                                (run_id,)).fetchone()
             results = conn.execute("SELECT data FROM results WHERE run_id = ? ORDER BY metric",
                                    (run_id,)).fetchall()
@@ -326,7 +333,7 @@ class Store:
         (exports read thousands of runs)."""
         clause, params = where(filters)
         with self.reading() as conn:
-            rows = conn.execute(f"SELECT r.{', r.'.join(RUN_COLUMNS)}, r.key, r.plan, r.provenance FROM runs r "
+            rows = conn.execute(f"SELECT r.{', r.'.join(RUN_COLUMNS + _RECORD_COLUMNS)} FROM runs r "
                                 f"{clause} ORDER BY r.id", params).fetchall()
             results: dict[str, list[str]] = {}
             for run_id, data in conn.execute(f"SELECT res.run_id, res.data FROM results res JOIN runs r "
@@ -345,15 +352,15 @@ class Store:
         metrics = ", ".join(f"'{m}'" for m in PRIMARY_METRICS)
         query = (f"SELECT r.key_hash, r.key, {site}, res.metric, res.unit, count(*), "
                  "group_concat(r.id, ' '), group_concat(printf('%.17g', res.value), ' '), "
-                 "group_concat(DISTINCT r.image) "
+                 "group_concat(coalesce(r.verdict, 'unknown'), ' '), group_concat(DISTINCT r.image) "
                  f"FROM runs r JOIN results res ON res.run_id = r.id AND res.metric IN ({metrics}) "
                  f"{clause} GROUP BY +r.key_hash, {site}, res.metric, res.unit")
         with self.reading() as conn:
             rows = conn.execute(query, params).fetchall()
         return [{"key_hash": kh, "key": json.loads(key) if key else None, "site": st, "metric": metric,
                  "unit": unit, "n": n, "run_ids": ids.split(" "), "values": [float(v) for v in values.split(" ")],
-                 "images": sorted(images.split(",")) if images else []}
-                for kh, key, st, metric, unit, n, ids, values, images in rows]
+                 "verdicts": verdicts.split(" "), "images": sorted(images.split(",")) if images else []}
+                for kh, key, st, metric, unit, n, ids, values, verdicts, images in rows]
 
     def latest_matmul(self, system: str, precision: str) -> dict[str, Any] | None:
         """The newest stored matrix-multiply rate of `system` at `precision` (run id, time, GFLOP/s, data)."""
@@ -371,11 +378,14 @@ class Store:
         return {"run_id": row[0], "created_at": row[1], "gflops": row[2], "data": json.loads(row[3])}
 
 
+#: The JSON columns a whole record adds to RUN_COLUMNS, in the order `_full_run` reads them.
+_RECORD_COLUMNS = ("key", "plan", "provenance", "fingerprint", "quality")
+
+
 def _full_run(row: tuple, results: list[str]) -> dict[str, Any]:
-    """A runs row (RUN_COLUMNS, key, plan, provenance) and its results' data as one record."""
+    """A runs row (RUN_COLUMNS, then _RECORD_COLUMNS) and its results' data as one record."""
     run = dict(zip(RUN_COLUMNS, row[: len(RUN_COLUMNS)]))
-    run["key"] = json.loads(row[-3]) if row[-3] else None
-    run["plan"] = json.loads(row[-2])
-    run["provenance"] = json.loads(row[-1])
+    for name, text in zip(_RECORD_COLUMNS, row[len(RUN_COLUMNS):]):
+        run[name] = json.loads(text) if text else None
     run["results"] = [json.loads(data) for data in results]
     return run

@@ -18,7 +18,8 @@ import torch
 
 from harness_pytorch_allocator import ALLOCATOR
 from harness_common import (EXIT_NONFINITE, RULE, HarnessError, NullContext,
-                            cpu_has_native_bf16, error_line, out, perf_stats)
+                            TimedWindow, cpu_has_native_bf16, error_line, out,
+                            perf_stats, quality_fields)
 from harness_pytorch_checkpoint import Checkpointer
 from harness_pytorch_comm import (StepClock, in_process_group,  # noqa
                                   param_checksum, replicas_agree, sync)
@@ -136,6 +137,7 @@ def _result(args, task, comm, outcome, rank_source, device_type, device_name,
         "first_loss": outcome["first_loss"],
         "loss_fell": outcome["final_loss"] < outcome["first_loss"],
         "fused_optimizer": outcome["fused_optimizer"],
+        "quality": outcome["quality"],
     }
     result.update(ran)
     result.update(task.result_fields(args, timing, outcome["optimizer"]))
@@ -241,6 +243,7 @@ def make_step(model, optimizer, scaler, criterion, source, autocast, comm,
 def _train(args, task, comm, device, autocast, needs_scaler, accum):
     """Build, warm up, time and check.  All references to the model and the
     optimizer live in this frame, so they are gone when it returns."""
+    window = TimedWindow()  # the node from here on: harness_common
     rank, world_size = comm.rank, comm.world_size
     (model, raw_model, compiled, optimizer, optimizer_name, fused, scaler,
      params) = _build(args, task, comm, device, needs_scaler, accum)
@@ -276,7 +279,7 @@ def _train(args, task, comm, device, autocast, needs_scaler, accum):
         out("Done warm up")
         out("Step\t%s\ttotal_loss" % task.step_label)
     run = _timed_steps(args, step, device, comm, task, world_size * per_step,
-                       ckpt, raw_model, optimizer)
+                       ckpt, raw_model, optimizer, window)
     first_loss = run["first_loss"] if first_loss is None else first_loss
     outcome = {"error": None, "params": params, "compiled": compiled,
                "final_loss": run["final_loss"], "first_loss": first_loss,
@@ -290,6 +293,7 @@ def _train(args, task, comm, device, autocast, needs_scaler, accum):
     outcome["error"] = _checks(comm, raw_model, run["final_loss"], args.steps)
     if outcome["error"] is None:
         outcome.update(_timing(comm, per_step * args.steps, run))
+        outcome["quality"] = quality_fields(comm.all_gather(run["window"]))
     # Clean teardown: no rank may destroy the process group while a DDP
     # model is alive anywhere, so meet first, then drop every reference.
     comm.barrier()
@@ -299,7 +303,7 @@ def _train(args, task, comm, device, autocast, needs_scaler, accum):
 
 
 def _timed_steps(args, step, device, comm, task, global_per_step, ckpt,
-                 raw_model, optimizer):
+                 raw_model, optimizer, window):
     """The timed loop: step times (display and checkpoints excluded; on CUDA
     from events, waited for only where a row is printed, so the GPU is never
     serialised), the data-stall seconds, the wall time without checkpoints,
@@ -307,6 +311,7 @@ def _timed_steps(args, step, device, comm, task, global_per_step, ckpt,
     stall = 0.0
     loss = first_loss = None
     paused = 0.0
+    window.start()
     start_unix = time.time()  # where the timed window lies (telemetry)
     start = time.perf_counter()
     clock = StepClock(device)
@@ -336,7 +341,8 @@ def _timed_steps(args, step, device, comm, task, global_per_step, ckpt,
     sync(device)
     wall = time.perf_counter() - start - paused
     return {"wall": wall, "stall": stall, "final_loss": float(loss),
-            "first_loss": first_loss, "start_unix": start_unix}
+            "first_loss": first_loss, "start_unix": start_unix,
+            "window": window.stop(clock.settle(), torch.get_num_threads())}
 
 
 def _checks(comm, raw_model, final_loss, steps):

@@ -20,7 +20,7 @@ from dlrun.errors import DlrunError, UsageError, unknown_name
 from dlrun.results.query import Filters
 from dlrun.results.store import Store
 
-from dlrun.results.compare import axes, groups as by_key
+from dlrun.results.compare import axes, groups as by_key, verdicts
 from dlrun.results.compare.efficiency import EfficiencyInputs
 from dlrun.results.compare.model import (AXES, AXIS_MODES, MODE_OF_AXIS, MODES, Axis, Comparison, MismatchError,
                                          Reference, Source)
@@ -84,6 +84,7 @@ def compare(store: Store, filters: Filters, *, mode: str | None = None, by: str 
         result = axes.fabrics(selected, axis, baseline)
     else:
         result = axes.regression(selected, axis, baseline)
+    verdicts.annotate(result, selected)
     units = {g.unit for g in selected}
     result.unit = units.pop() if len(units) == 1 else None
     if result.differences and not allow_mismatch:
