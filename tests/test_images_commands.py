@@ -541,7 +541,8 @@ def make_squashfs(tmp_path: Path, content: str) -> Path:
 
 
 def container_image(text: str) -> str:
-    srun = next(line for line in text.splitlines() if line.startswith("srun "))
+    # the job's srun of the ranks (the telemetry sampler's srun step, started first, runs no container)
+    srun = next(line for line in text.splitlines() if line.startswith("srun ") and "--container-image=" in line)
     return next(word for word in shlex.split(srun) if word.startswith("--container-image="))
 
 

@@ -110,7 +110,8 @@ def test_harness_runs_in_the_image_and_the_result_holds_its_digest(cpu_reference
         assert check == {**check, "field": "rootfs", "digest": cpu_reference_in_podman["entry"]["rootfs"]}
     else:
         assert check == {**check, "field": "digest", "digest": digest}
-    assert run["plan"]["binds"] == [{"source": str(dataset), "target": "/data", "read_only": True}]
+    assert run["plan"]["data"] == {"path": str(dataset), "format": "tfrecord", "staged_copy": None, "mount": "/data"}
+    assert run["plan"]["binds"] == []  # the dataset is the plan's data, which the runtime binds at /data
     result = run["results"][0]
     assert result["unit"] == "images/sec" and result["value"] > 0
     assert (result["extra"]["data_source"], result["extra"]["data_path"]) == ("tfrecord", "/data")
