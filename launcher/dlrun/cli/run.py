@@ -49,7 +49,9 @@ def checked(findings, skip_checks: bool) -> None:
 def say_if_busy(plans, out) -> None:
     """Before a job of `plans` starts on this node (a local job): a line on `out` (the run's own output) when
     other processes keep the node busy, so that its numbers would be contended (dlrun.results.quality)."""
-    if not any(plan.scheduler == "local" for plan in plans):
+    from dlrun.registry import SCHEDULERS
+
+    if not any(SCHEDULERS.get(plan.scheduler).runs_here for plan in plans):
         return
     from dlrun.probe.load import node_load
     from dlrun.results.quality import BUSY_SAMPLE_S, busy_warning

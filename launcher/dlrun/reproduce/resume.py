@@ -22,6 +22,7 @@ from typing import Any
 
 from dlrun.paths import harness_hashes
 from dlrun.plan import Plan
+from dlrun.registry import SCHEDULERS
 from dlrun.results.fingerprint import this_machine
 from dlrun.results.key import KEY_FIELDS, UNKNOWN, key_from_run
 from dlrun.results.site import local_site
@@ -61,7 +62,7 @@ def planned_key(plan: Plan) -> Key:
               "origin": "local", "plan": plan.summary(), "site": local_site(),
               # the machine where the job runs on this node; a batch job's node is known once it has run
               "fingerprint": this_machine(fabric=plan.fabric, nodes=plan.nodes, device=plan.device)
-              if plan.scheduler == "local" else None,
+              if SCHEDULERS.get(plan.scheduler).runs_here else None,
               "provenance": {"harness_sha256": _harness_digest(plan.image.harness_dir,
                                                                     plan.image.harness_framework
                                                                     or plan.workload.framework)
