@@ -3,7 +3,8 @@ results.
 
 The store is filled through the store's own schema with rows shaped as `dlrun run` stores them: 5 workloads
 x 5 systems x 4 device counts x 2 images = 200 configurations of 500 repeats, each run with its
-comparability key (computed by `dlrun.results.key` once per configuration). Each command runs as a user
+comparability key (computed by `dlrun.results.key` once per configuration), its system's machine (one
+fingerprint per system) and an `ok` quality verdict. Each command runs as a user
 runs it (a fresh `dlrun` process); the first call, which also counts the models' multiply-adds for the
 efficiency columns (PyTorch import, cached afterwards), is reported on its own and not in the median.
 `dlrun report` writes its page and two PNG plots into a folder of the temporary directory (`{out}`), replaced
@@ -29,6 +30,13 @@ WORKLOADS = {"resnet50": "resnet50_v1.5", "resnet18": "resnet18", "alexnet": "al
 SYSTEMS = ["dgx2", "dgx1v", "rtx-ts4", "ac922", "aws-p3dn"]
 DEVICES = [1, 2, 4, 8]
 IMAGES = {"pytorch-a": ("sha256:" + "a" * 64, "2.12.0"), "pytorch-b": ("sha256:" + "b" * 64, "2.13.0")}
+#: Each system's machine (its hardware fingerprint), and timed steps nothing disturbed (an `ok` verdict).
+MACHINES = {system: {"cpu": f"CPU of {system}", "sockets": 2, "cores_per_socket": 20 + i, "memory_gib": 512,
+                     "gpu": f"GPU of {system}", "gpu_count": 8, "gpu_memory_gib": 32, "driver": "535.104.05",
+                     "device": "cuda", "cuda": "12.2", "cudnn": "8902", "nccl": "2.18.5", "nodes": 1,
+                     "node_from": "job"} for i, system in enumerate(SYSTEMS)}
+CALM = {"window_s": 30.0, "steps": 100, "step_rate_spread": 0.01,
+        "hosts": {"n1": {"others_share": 0.01, "node_cpus": 40, "threads_per_rank": 5, "cpus_per_rank": 5}}}
 COMMANDS = {
     "compare --by system (10,000 runs, Table III shape)":
         ["compare", "--workload", "resnet50", "--image", "pytorch-b", "--by", "system", "--baseline", "dgx2"],
@@ -59,9 +67,10 @@ def _record(i: int, workload: str, system: str, devices: int, image: str) -> tup
                                  "dataset": "synthetic", "model": model},
                     "image": {"name": image, "kind": "container", "framework": "pytorch", "framework_version": version},
                     "global_batch_size": 64 * devices, "note": "synthetic benchmark row"},
-           "provenance": {"hostname": "bench"}}
+           "provenance": {"hostname": "bench"}, "fingerprint": MACHINES[system]}
     row = {"metric": "throughput", "unit": "images/sec", "model": model,
-           "extra": {"framework": "pytorch", "framework_version": version, "global_batch_size": 64 * devices}}
+           "extra": {"framework": "pytorch", "framework_version": version, "global_batch_size": 64 * devices,
+                     "quality": CALM}}
     return run, row
 
 
@@ -70,6 +79,7 @@ def fill_store(path: Path, runs: int) -> float:
     import random
 
     from dlrun.results.key import key_from_run, key_hash, key_json
+    from dlrun.results.quality import run_quality
     from dlrun.results.store import RUN_COLUMNS, Store
 
     start = time.perf_counter()
@@ -84,17 +94,19 @@ def fill_store(path: Path, runs: int) -> float:
         run, row = _record(i, *config)
         if config not in keys:
             key = key_from_run(run, [row])
-            keys[config] = (key_json(key), key_hash(key))
-        run["key"], run["key_hash"] = keys[config]
+            quality = run_quality("ok", [row])
+            keys[config] = (key_json(key), key_hash(key), json.dumps(quality), quality["verdict"])
+        run["key"], run["key_hash"], run["quality"], run["verdict"] = keys[config]
         base = 100.0 * (1 + SYSTEMS.index(config[1])) * config[2] ** 0.9 * (0.97 if config[3] == "pytorch-a" else 1)
         value = rng.gauss(base, base * 0.02)
         run_rows.append([run[c] for c in RUN_COLUMNS] + [run["key"], json.dumps(run["plan"]),
-                                                          json.dumps(run["provenance"])])
+                                                          json.dumps(run["provenance"]),
+                                                          json.dumps(run["fingerprint"]), run["quality"]])
         result_rows.append((run["id"], "throughput", value, "images/sec", json.dumps({**row, "value": value})))
     conn = sqlite3.connect(path)
-    cols = ", ".join((*RUN_COLUMNS, "key", "plan", "provenance"))
+    cols = ", ".join((*RUN_COLUMNS, "key", "plan", "provenance", "fingerprint", "quality"))
     with conn:
-        conn.executemany(f"INSERT INTO runs ({cols}) VALUES ({', '.join('?' * (len(RUN_COLUMNS) + 3))})", run_rows)
+        conn.executemany(f"INSERT INTO runs ({cols}) VALUES ({', '.join('?' * (len(RUN_COLUMNS) + 5))})", run_rows)
         conn.executemany("INSERT INTO results (run_id, metric, value, unit, data) VALUES (?, ?, ?, ?, ?)",
                          result_rows)
     conn.execute("ANALYZE")

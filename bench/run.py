@@ -12,7 +12,8 @@
 9 tf                 dlrun run --image host-tf (TensorFlow 2 harness) vs a bare Keras loop (ResNet-50)
 10 realdata           ResNet-50 from a JPEG ImageFolder / TFRecord shards (2 data workers) vs synthetic data
 11 telemetry          ResNet-50 with the telemetry sampler at 1 s vs without it
-12 tune               dlrun tune's choice for ResNet-50 vs every fixed configuration it tried; knobs recorded
+12 llm                the LLM harness (llama3_tiny) vs a bare PyTorch loop of the same model, tokens/s
+13 tune               dlrun tune's choice for ResNet-50 vs every fixed configuration it tried; knobs recorded
 
 Every row carries the processor it was measured on (model, ISA extensions, bf16 and AMX), also in the table's
 title and summary.json.
@@ -37,6 +38,7 @@ import containers
 import efficiency
 import efficiency_bert
 import launcher_cost
+import llm
 import overhead
 import realdata
 import telemetry_cost
@@ -47,7 +49,7 @@ from common import Row, cpu_count, processor, processor_label, write_result
 BENCHMARKS = {"overhead": overhead, "efficiency": efficiency, "efficiency_bert": efficiency_bert,
               "launcher": launcher_cost, "containers": containers, "comm": comm, "compare": compare_store,
               "collectives": collectives, "tf": tf_overhead,
-              "realdata": realdata, "telemetry": telemetry_cost, "tune": tuned}
+              "realdata": realdata, "telemetry": telemetry_cost, "llm": llm, "tune": tuned}
 
 
 def _versions() -> dict:

@@ -33,7 +33,9 @@ from dlrun.paths import store_path
 workload, batch, steps, warmup, threads, period = sys.argv[1:7]
 plan = resolve_plan(load_catalog(), workload, batch_size=int(batch), steps=int(steps), warmup_steps=int(warmup),
                     threads=int(threads), telemetry=period)
-record = execute(plan, render_job(plan), runs_root=runs_dir(), store=Store(store_path()), inventory=node_inventory())
+from dlrun.execute.prerun import Cleared
+record = execute(plan, render_job(plan), runs_root=runs_dir(), store=Store(store_path()),
+                 cleared=Cleared(inventory=node_inventory(), findings=[]))
 assert record.status == "ok", record.reason
 from dlrun.telemetry.series import read_run
 ends = [s.end or {} for s in read_run(record.path)]

@@ -1,4 +1,4 @@
-"""Benchmark 12: dlrun tune's choice against every fixed configuration it tried, and every knob a run used
+"""Benchmark 13: dlrun tune's choice against every fixed configuration it tried, and every knob a run used
 recorded with its reason.
 
 1. `dlrun tune resnet50 --batch-size 16` in a fresh DLRUN_HOME (the in-process knobs: fused optimizer step,
@@ -62,7 +62,7 @@ def measure(threads: int, repeats: int, log, quick: bool = False) -> list[Row]:
     with tempfile.TemporaryDirectory(prefix="dlrun-bench-tune-") as tmp:
         home = Path(tmp)
         env = bench_env(threads, DLRUN_HOME=str(home), DLRUN_TUNE="auto", DLRUN_TUNE_BUSY_LOAD="1e9")
-        log(f"[12] dlrun tune {workload} --batch-size {batch} --knobs {KNOBS} ({threads} threads)")
+        log(f"[13] dlrun tune {workload} --batch-size {batch} --knobs {KNOBS} ({threads} threads)")
         proc = subprocess.run([DLRUN, "tune", workload, "--batch-size", str(batch), "--threads", str(threads),
                                "--knobs", KNOBS, "--rounds", "2" if quick else "4", "--json"],
                               capture_output=True, text=True, env=env, timeout=7200)
@@ -86,7 +86,7 @@ def measure(threads: int, repeats: int, log, quick: bool = False) -> list[Row]:
     fixed = {name: s for name, s in samples.items() if name != "tuned"}
     best = max(fixed, key=lambda name: median(fixed[name]))
     interval = ratio_interval([t / b for t, b in zip(samples["tuned"], fixed[best])])
-    rows = [Row("12 tune", f"{model} fp32 b{batch}: tuned / best fixed configuration tried ({best})",
+    rows = [Row("13 tune", f"{model} fp32 b{batch}: tuned / best fixed configuration tried ({best})",
                 interval["ratio"], goal=GOAL, status=verdict(interval, GOAL) if rounds >= 3 else "",
                 detail=f"{interval_text(interval)}; tuned {spread(samples['tuned'])} img/s "
                        f"({_knobs_text(configs['tuned'])}); best fixed {best} {spread(fixed[best])}; others: "
@@ -109,7 +109,7 @@ def _recorded(home: Path, env: dict, log, workload: str, batch: int) -> Row:
     proc = subprocess.run([DLRUN, "run", workload, "--batch-size", str(batch), "--steps", "1", "--warmup-steps",
                            "1", "--telemetry", "off"], capture_output=True, text=True, env=env, timeout=3600)
     if proc.returncode != 0:
-        return Row("12 tune", "every knob of a run recorded with its reason", None, status="FAIL",
+        return Row("13 tune", "every knob of a run recorded with its reason", None, status="FAIL",
                    detail=f"dlrun run exited {proc.returncode}: {proc.stderr.strip()[-300:]}")
     run, result = latest_result(home)
     knobs = (result.get("extra") or {}).get("knobs") or {}
@@ -117,7 +117,7 @@ def _recorded(home: Path, env: dict, log, workload: str, batch: int) -> Row:
     complete = len(knobs) == 7 and all(s in ("asked for", "tuned", "default") for s in sources.values())
     tuned = set(run["plan"].get("knob_sources", {}).get(k) for k in ("fused_optimizer", "channels_last"))
     log(f"  run {run['id']}: " + ", ".join(f"{k} {knobs[k].get('value')} ({s})" for k, s in sources.items()))
-    return Row("12 tune", "every knob of a run recorded with its reason (asked for, tuned, default)",
+    return Row("13 tune", "every knob of a run recorded with its reason (asked for, tuned, default)",
                None, status="PASS" if complete and tuned == {"tuned"} else "FAIL",
                detail=", ".join(f"{k} {knobs[k].get('value')} ({s})" for k, s in sources.items()),
                extra={"knobs": knobs, "plan_sources": run["plan"].get("knob_sources")})

@@ -1,5 +1,7 @@
 """Reads a package's imports with `ast` and checks them against a layer order: no module may import from a
-layer below it in the order's list (upward), and no set of modules may import each other in a loop.
+layer below it in the order's list (upward), no set of modules may import each other in a loop, and no two
+entries of one layer line (packages such as launchers and schedulers) may depend on each other both ways,
+even through modules that form no loop.
 
 Every import counts: module level, inside functions, under `if TYPE_CHECKING`. A package's `__init__`
 importing its own submodules (registration, re-exports) is not an edge between layers."""
@@ -76,16 +78,33 @@ def import_edges(modules: dict[str, Path], package: str) -> list[Edge]:
     return edges
 
 
-def layer_index(module: str, layers: list[list[str]]) -> int | None:
-    """The layer of the longest entry that is the module or a package above it."""
+def layer_entry(module: str, layers: list[list[str]]) -> tuple[int, str] | None:
+    """(layer, entry) of the longest entry that is the module or a package above it."""
     best, best_len = None, -1
     for index, entries in enumerate(layers):
         for entry in entries:
             if (module == entry or module.startswith(entry + ".")) and len(entry) > best_len:
                 if entry == module.split(".")[0] and module != entry:
                     continue  # the package's own __init__ entry covers only itself
-                best, best_len = index, len(entry)
+                best, best_len = (index, entry), len(entry)
     return best
+
+
+def layer_index(module: str, layers: list[list[str]]) -> int | None:
+    """The layer of the longest entry that is the module or a package above it."""
+    found = layer_entry(module, layers)
+    return found[0] if found else None
+
+
+def entry_cycles(edges: list[Edge], layers: list[list[str]]) -> list[list[str]]:
+    """Entries of one layer line that depend on each other (through any of their modules), both ways."""
+    entry_edges, entries = [], set()
+    for edge in edges:
+        src, dst = layer_entry(edge.source, layers), layer_entry(edge.target, layers)
+        if src and dst and src[0] == dst[0] and src[1] != dst[1]:
+            entry_edges.append(Edge(src[1], dst[1], edge.line))
+            entries |= {src[1], dst[1]}
+    return cycles(entry_edges, sorted(entries))
 
 
 def cycles(edges: list[Edge], nodes: list[str]) -> list[list[str]]:
@@ -141,6 +160,10 @@ def check(package_dir: Path, layers: list[list[str]]) -> list[str]:
         if src is not None and dst is not None and dst > src:
             problems.append(f"{modules[edge.source]}:{edge.line}: {edge.source} imports {edge.target}, "
                             f"which is in a layer above it ({' '.join(layers[dst])})")
-    for component in cycles(edges, list(modules)):
+    module_cycles = cycles(edges, list(modules))
+    for component in module_cycles:
         problems.append("import cycle: " + " -> ".join(component))
+    for component in entry_cycles(edges, layers):
+        if component not in module_cycles:  # entries that are modules: said above
+            problems.append("entries of one layer depend on each other: " + " <-> ".join(component))
     return problems

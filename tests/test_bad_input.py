@@ -43,7 +43,8 @@ CASES = [
     (["run", "resnet50", "--data", "/nonexistent/data dir"], ["--data '/nonexistent/data dir' is not a directory"]),
     (["workloads", "show", "vgg61"], ["unknown workload 'vgg61'", "did you mean 'vgg16'?"]),
     (["systems", "show", "localhst"], ["unknown system 'localhst'", "did you mean 'localhost'?"]),
-    (["parse", "/nonexistent/log.txt"], ["cannot read '/nonexistent/log.txt'"]),
+    (["parse", "/nonexistent/log.txt"], ["cannot read log '/nonexistent/log.txt'"]),
+    (["run", "trivial", "--system", "txgaia", "--time", "0", "--dry-run"], ["bad --time '0'"]),  # Slurm: no limit
 ]
 
 

@@ -15,10 +15,10 @@ import pytest
 from bundle_data import allowed_signers, filled_store, make_key, members, rebuild, regular
 
 from dlrun.errors import DlrunError, UsageError
-from dlrun.results import bundle_read
 from dlrun.results.bundle import FORMAT_VERSION, BundleError
 from dlrun.results.bundle_import import import_bundle
 from dlrun.results.bundle_sign import sign
+from dlrun.results.limits import Limits
 from dlrun.results.export import export_bundle
 from dlrun.results.query import Filters
 from dlrun.results.store import Store
@@ -116,8 +116,11 @@ def ssh_fingerprint(key: Path) -> str:
 
 
 def _flip_runs(items):
-    return [(info, data.replace(b'"status":"ok"', b'"status":"ko"', 1) if info.name == "runs.jsonl" else data)
-            for info, data in items]
+    """One digit of a result's value changed: the record stays valid, only its hash tells."""
+    def flip(data: bytes) -> bytes:
+        at = data.index(b'"value":') + len(b'"value":')
+        return data[:at] + (b"8" if data[at:at + 1] == b"9" else b"9") + data[at + 1:]
+    return [(info, flip(data) if info.name == "runs.jsonl" else data) for info, data in items]
 
 
 def _forge_manifest(items):
@@ -185,13 +188,13 @@ def test_damaged_compression_and_trailing_data_are_refused(site_a, tmp_path):
 def test_an_unknown_format_version_is_refused_as_bad_input(site_a, tmp_path):
     good = _export(site_a, tmp_path / "x.bundle")
 
-    def version_2(items):
+    def version_3(items):
         manifest = json.loads(items[0][1])
-        manifest["format_version"] = 2
+        manifest["format_version"] = 3
         return [(items[0][0], json.dumps(manifest).encode()), *items[1:]]
-    with pytest.raises(BundleError, match=r"bundle format version 2 is not one this dlrun reads \(valid: 1\); "
+    with pytest.raises(BundleError, match=r"bundle format version 3 is not one this dlrun reads \(valid: 1, 2\); "
                                           "upgrade dlrun") as exc:
-        _import(tmp_path / "b", rebuild(good, tmp_path / "v2.bundle", version_2), unsigned=True)
+        _import(tmp_path / "b", rebuild(good, tmp_path / "v3.bundle", version_3), unsigned=True)
     assert exc.value.exit_code == 2
 
 
@@ -233,6 +236,57 @@ def test_the_signature_policy(site_a, tmp_path, keys, monkeypatch):
     assert _import(tmp_path / "c", signed).signer == "alice@site-a.example.org"
     with pytest.raises(BundleError, match="this site accepts only bundles signed by"):
         _import(tmp_path / "d", unsigned)
+    # as the README says: a site that names its allowed signers takes no unsigned bundle, --unsigned or not
+    with pytest.raises(BundleError, match=r"is not signed, and this site accepts only bundles signed by .* "
+                                          r"\(allowed_signers in config.yaml; --unsigned does not lift it\)") as exc:
+        _import(tmp_path / "d", unsigned, unsigned=True)
+    assert exc.value.exit_code == 1 and _stored(tmp_path / "d") == 0
+
+
+def _config(tmp_path: Path, monkeypatch, text: str) -> None:
+    (tmp_path / "config" / "dlrun").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "config" / "dlrun" / "config.yaml").write_text(text)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+
+
+def test_a_signer_speaks_only_for_the_sites_it_is_bound_to(site_a, tmp_path, keys, monkeypatch):
+    monkeypatch.setenv("DLRUN_SITE", "site-b")
+    signed = _export(site_a, tmp_path / "s.bundle", key=keys["alice"])
+    policy = f"allowed_signers: {keys['allowed']}\nsigner_sites:\n  alice@site-a.example.org: "
+    _config(tmp_path, monkeypatch, policy + "[site-c, '*.example.org']\n")
+    with pytest.raises(BundleError, match=r"the bundle's manifest claims site 'site-a', but its signer "
+                                          r"alice@site-a.example.org may speak only for site-c, \*.example.org "
+                                          r"\(signer_sites in config.yaml\); refused") as exc:
+        _import(tmp_path / "b", signed)
+    assert exc.value.exit_code == 1 and _stored(tmp_path / "b") == 0
+
+    # runs another site made, in a bundle its own signer signed: the manifest is right, the runs are not
+    other = filled_store(tmp_path / "z", site="site-z")
+    mixed = _export(other, tmp_path / "z.bundle", key=keys["alice"])
+    _config(tmp_path, monkeypatch, policy + "[site-a]\n")
+    with pytest.raises(BundleError, match=r"run \S+ of bundle .* claims site 'site-z', but its signer "
+                                          r"alice@site-a.example.org may speak only for site-a"):
+        _import(tmp_path / "b", mixed)
+    assert _stored(tmp_path / "b") == 0 and list((tmp_path / "b" / "imported").iterdir()) == []
+    assert len(_import(tmp_path / "b", signed).added) == 3  # what it may speak for, it does
+
+
+def test_no_bundle_may_claim_this_sites_own_name(site_a, tmp_path, keys, monkeypatch):
+    monkeypatch.setenv("DLRUN_SITE", "site-a")
+    _config(tmp_path, monkeypatch, f"allowed_signers: {keys['allowed']}\n")
+    signed = _export(site_a, tmp_path / "s.bundle", key=keys["alice"])
+    with pytest.raises(BundleError, match=r"the bundle's manifest claims site 'site-a', this site's own name; "
+                                          r"refused \(runs made here are never imported\)"):
+        _import(tmp_path / "b", signed)
+    # a bundle from another site that carries runs this site made: refused for the runs it does not hold,
+    # skipped (it made them) where it holds them
+    export_bundle(site_a, Filters(), tmp_path / "back.bundle", site="site-b", dlrun_version="0.1.0",
+                  sign=lambda manifest: sign(manifest, keys["alice"]))
+    with pytest.raises(BundleError, match=r"run \S+ of bundle .* claims site 'site-a', this site's own name"):
+        _import(tmp_path / "b", tmp_path / "back.bundle")
+    assert _stored(tmp_path / "b") == 0
+    again = _import(tmp_path / "a", tmp_path / "back.bundle")  # site A's own home holds all three
+    assert (again.added, len(again.skipped)) == ([], 3)
 
 
 def test_an_import_that_fails_in_the_store_leaves_nothing(site_a, tmp_path):
@@ -248,15 +302,13 @@ def test_an_import_that_fails_in_the_store_leaves_nothing(site_a, tmp_path):
     assert _stored(home) == 0 and list((home / "imported").iterdir()) == []
 
 
-def test_a_bundle_larger_than_the_limits_is_refused_before_it_is_unpacked(site_a, tmp_path, monkeypatch):
+def test_a_bundle_larger_than_the_limits_is_refused_before_it_is_unpacked(site_a, tmp_path):
     bundle = _export(site_a, tmp_path / "x.bundle")
-    monkeypatch.setattr(bundle_read, "MAX_TOTAL_BYTES", 20_000)
-    with pytest.raises(BundleError, match="more than 20000 bytes uncompressed; refused"):
-        _import(tmp_path / "b", bundle, unsigned=True)
-    monkeypatch.setattr(bundle_read, "MAX_TOTAL_BYTES", 1 << 30)
-    monkeypatch.setattr(bundle_read, "MAX_RUNS_BYTES", 100)
-    with pytest.raises(BundleError, match="member 'runs.jsonl' is .* bytes, more than a bundle carries"):
-        _import(tmp_path / "b", bundle, unsigned=True)
+    with pytest.raises(BundleError, match=r"more than 20,000 bytes uncompressed \(limits.bundle_bytes\); refused"):
+        _import(tmp_path / "b", bundle, unsigned=True, limits=Limits(bundle_bytes=20_000))
+    with pytest.raises(BundleError, match=r"member 'runs.jsonl' is [\d,]+ bytes, more than a bundle carries "
+                                          r"\(100 bytes, limits.runs_bytes\)"):
+        _import(tmp_path / "b", bundle, unsigned=True, limits=Limits(runs_bytes=100))
     assert _stored(tmp_path / "b") == 0
 
 

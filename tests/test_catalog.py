@@ -131,7 +131,8 @@ def test_collective_and_nccl_tests_workloads(dlrun_home):
     assert catalog.workload("broadcast_1mb_1gb").sources[0].where == "Sec. IV-A, Fig. 2b"
     tests = {name: w.nccl_test for name, w in catalog.workloads.items() if w.kind == "nccl-tests"}
     assert tests == {f"nccl_{t}": t for t in ("all_reduce_perf", "all_gather_perf", "broadcast_perf",
-                                              "reduce_scatter_perf", "alltoall_perf")}
+                                              "reduce_scatter_perf", "alltoall_perf", "sendrecv_perf")}
+    assert catalog.workload("sendrecv").measures == "send/receive between every pair of ranks"
     assert catalog.workload("alltoall").measures == "all-to-all"
     assert catalog.workload("nccl_alltoall_perf").label == "alltoall_perf"
 

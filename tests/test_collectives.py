@@ -14,6 +14,7 @@ from matrix_catalog import shellcheck_path
 
 from dlrun.catalog import load_catalog
 from dlrun.execute.record import decide_status, finish
+from dlrun.execute.prerun import Cleared
 from dlrun.execute.stage import stage
 from dlrun.paths import runs_dir, store_path
 from dlrun.plan import resolve_plan
@@ -129,7 +130,7 @@ def test_nccl_tests_refused_where_they_cannot_run(dlrun_home):
     torchrun = run_cli("run", "nccl_alltoall_perf", "--system", "dgx2", "--launcher", "torchrun", "--dry-run")
     assert torchrun.returncode == 2 and torchrun.stderr.strip().splitlines() == [
         "dlrun: error: workload 'nccl_alltoall_perf' runs nccl-tests (an MPI program) and cannot be started by "
-        "launcher torchrun; valid: mpirun, srun, jsrun"]
+        "launcher torchrun; valid: jsrun, mpirun, srun"]
     # The TensorFlow image carries nccl-tests too: its nccl-tests workloads need no tf_cnn_benchmarks model.
     tf = run_cli("run", "nccl_all_reduce_perf", "--system", "txgaia", "--nodes", "2", "--dry-run")
     assert tf.returncode == 0, tf.stderr
@@ -172,7 +173,7 @@ def test_guard_refuses_one_table_per_process(fixed_home):
 def test_guard_stores_the_refused_run_as_failed(dlrun_home):
     """Through the recording path: the run is in the store, failed, with the reason, and no result row."""
     plan = _nccl_plan("nccl_all_reduce_perf", "dgx-h100", nodes=2)
-    run, base, started = stage(plan, render_job(plan), runs_dir(), {}, None)
+    run, base, started = stage(plan, render_job(plan), runs_dir(), Cleared(inventory={}, findings=[]))
     record = finish(plan, run, Store(store_path()), status="failed", reason=None, exit_code=0, started=started,
                     base_provenance=base, result_texts=[(LOGS / "pkb_allreduce_2node.log").read_text()], tail=[],
                     failure=lambda: "")

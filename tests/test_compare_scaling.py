@@ -1,6 +1,7 @@
 """A mini scaling experiment on this machine: `trivial` on 1 and 2 ranks (OpenMPI on localhost), 3 repeats
 each, a measured matmul rate, then `dlrun compare --by devices`: the speedup/efficiency table with 95 %
-confidence intervals, as the PRACE guide's Tables 8 and 9 lay it out."""
+confidence intervals (geometric means; Welch's t on the logs for the speedup), as the PRACE guide's Tables 8
+and 9 lay it out."""
 from __future__ import annotations
 
 import json
@@ -28,11 +29,12 @@ def test_scaling_table_from_real_runs(dlrun_home, tmp_path):
     one, two = data["rows"]
     assert (one["devices"], one["n"], two["devices"], two["n"]) == (1, 3, 2, 3)
     for row in (one, two):
-        assert row["ci_low"] < row["mean"] < row["ci_high"] and row["stdev"] > 0
+        assert 0 < row["ci_low"] < row["geomean"] < row["ci_high"] and row["stdev"] > 0
         assert row["min"] <= row["median"] <= row["max"]
     assert (one["speedup"], one["scaling_efficiency"]) == (1.0, 1.0)
-    assert two["speedup"] == pytest.approx(two["mean"] / one["mean"]) and two["ideal"] == 2.0
-    assert two["speedup_low"] < two["speedup"] < two["speedup_high"] and two["interval"] == "bootstrap"
+    assert two["speedup"] == pytest.approx(two["geomean"] / one["geomean"]) and two["ideal"] == 2.0
+    assert 0 < two["speedup_low"] < two["speedup"] < two["speedup_high"]
+    assert two["speedup_interval"] == "95 % Welch t interval on logs"
     assert two["scaling_efficiency"] == pytest.approx(two["speedup"] / 2)
     # efficiency: 6 x the harness's counted multiply-adds x img/s, over the stored matmul rate of the node
     assert one["train_gflop_per_sample"] > 0

@@ -109,14 +109,15 @@ def _mpirun(args, extra_env=(), np=2, timeout=120):
 # Model definitions
 # ---------------------------------------------------------------------------
 
-IMAGE_MODELS = [n for n in models.MODEL_NAMES if not n.startswith("bert_")]
+IMAGE_MODELS = [n for n in models.MODEL_NAMES if not n.startswith(("bert_", "llama"))]
 
 
 def test_model_names_cover_catalogue():
     assert set(models.MODEL_NAMES) == {
         "alexnet", "resnet18", "resnet34", "resnet50", "resnet101", "resnet152",
         "resnet50_v1.5", "resnet101_v1.5", "resnet152_v1.5", "vgg16",
-        "inception3", "lenet", "trivial", "bert_swag", "bert_squad"}
+        "inception3", "lenet", "trivial", "bert_swag", "bert_squad",
+        "llama3_tiny", "llama3_1b", "llama3_8b"}
     assert [n for n in models.MODEL_NAMES if models.is_bert(n)] == ["bert_swag", "bert_squad"]
     assert models.default_image_size("inception3") == (3, 299, 299)
     assert models.default_image_size("lenet") == (3, 28, 28)
@@ -271,8 +272,10 @@ def test_bert_layers_option_and_its_misuse(capsys):
     assert models.count_params(models.build_model("bert_swag", num_layers=2)) == (
         BERT_BASE_PARAMS - 10 * 7087872 + 768 + 1)
     for args, message in (
-            (["--model", "trivial", "--seq-length", "8"], "--seq-length applies to the BERT models, not to trivial"),
-            (["--model", "trivial", "--num-layers", "2"], "--num-layers applies to the BERT models, not to trivial"),
+            (["--model", "trivial", "--seq-length", "8"],
+             "--seq-length applies to the BERT and LLM models, not to trivial"),
+            (["--model", "trivial", "--num-layers", "2"],
+             "--num-layers applies to the BERT and LLM models, not to trivial"),
             (["--model", "bert_squad", "--seq-length", "513"], "--seq-length 513: BERT takes 1 to 512 tokens"),
             (["--model", "bert_swag", "--channels-last", "on"],
              "--channels-last on: model bert_swag reads tokens, not images")):
@@ -651,7 +654,7 @@ def test_each_sibling_imports_alone_without_side_effects(path, default_threads):
     assert seen["path"] and seen["env"] and seen["dlrun"] == []
     assert seen["threads"] == default_threads
     stdlib_only = path.stem in ("harness_common", "harness_pytorch_allocator", "harness_pytorch_knobs",
-                                "harness_pytorch_tfrecord")
+                                "harness_pytorch_tfrecord", "harness_pytorch_mfu", "harness_pytorch_args")
     assert seen["torch_loaded"] is not stdlib_only
 
 
@@ -960,7 +963,7 @@ def test_message_sizes_and_bus_bandwidth():
     # nccl-tests' doc/PERFORMANCE.md factors
     factors = {b: collectives.busbw_factor(b, 8) for b in collectives.BENCHMARKS}
     assert factors == {"allreduce": 2 * 7 / 8, "broadcast": 1.0, "allgather": 7 / 8, "reducescatter": 7 / 8,
-                       "alltoall": 7 / 8}
+                       "alltoall": 7 / 8, "sendrecv": 1.0}
 
 
 def test_allreduce_needs_two_ranks(capsys):

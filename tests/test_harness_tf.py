@@ -169,6 +169,13 @@ def test_dlrun_run_host_tf_stores_the_pytorch_contract(dlrun_home):
     assert torch_extra["backend"] == "gloo" and tf_extra["backend"] == "horovod"
     assert tf_extra["world_size"] == 2 and tf_extra["gradient_averaging"] == "tape"
     assert tf_extra["horovod_version"] == "0.28.1" and tf_extra["rank_source"] == "openmpi"
+    # both harnesses record the quality inputs (harness_common) and the node; both runs are judged and keyed
+    for extra, detail in ((tf_extra, shown["tensorflow"]), (torch_extra, shown["pytorch"])):
+        [host] = extra["quality"]["hosts"].values()
+        assert host["ranks"] == [0, 1] and extra["quality"]["steps"] == 2 and 0 <= host["others_share"] <= 1
+        assert extra["node"]["cpu_model"] and extra["node"]["gpus"] == []
+        assert detail["fingerprint"]["node_from"] == "job" and detail["quality"]["verdict"] != "ok"  # 2 steps
+    assert shown["tensorflow"]["fingerprint"] == shown["pytorch"]["fingerprint"]
     # The host-tf run hashed the TensorFlow harness files it ran.
     assert sorted(shown["tensorflow"]["provenance"]["harness_files_sha256"]) == sorted(
         p.name for p in harness_files("tensorflow"))

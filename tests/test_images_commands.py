@@ -118,7 +118,8 @@ def test_debootstrap_dry_run(image_home):
     base = next((image_home["cache"] / "debootstrap").glob("*"), None) if (image_home["cache"] / "debootstrap").exists() else None
     assert base is None  # a dry run creates nothing
     assert lines[0].startswith("debootstrap --variant=minbase --arch=amd64 "
-                               "--include=libtcmalloc-minimal4,openmpi-bin,python3,python3-numpy,python3-torch bookworm "
+                               "--include=libtcmalloc-minimal4,openmpi-bin,python3,python3-crc32c,python3-numpy,python3-pil,"
+                               "python3-torch bookworm "
                                f"{image_home['cache']}/debootstrap/bookworm-x86_64-")
     assert lines[0].split("    #")[0].endswith("/rootfs.tmp http://deb.debian.org/debian")
     assert lines[1].startswith("tar --sort=name --format=posix --numeric-owner --owner=0 --group=0 ")
@@ -540,7 +541,8 @@ def make_squashfs(tmp_path: Path, content: str) -> Path:
 
 
 def container_image(text: str) -> str:
-    srun = next(line for line in text.splitlines() if line.startswith("srun "))
+    # the job's srun of the ranks (the telemetry sampler's srun step, started first, runs no container)
+    srun = next(line for line in text.splitlines() if line.startswith("srun ") and "--container-image=" in line)
     return next(word for word in shlex.split(srun) if word.startswith("--container-image="))
 
 

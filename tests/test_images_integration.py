@@ -90,12 +90,15 @@ def test_dataset_is_read_only_under_both_runtimes(cpu_reference_in_podman, datas
 
 @pytest.mark.parametrize("runtime", ["charliecloud", "docker-api"])
 def test_harness_runs_in_the_image_and_the_result_holds_its_digest(cpu_reference_in_podman, run_home,
-                                                                    runtime):
+                                                                    runtime, tmp_path):
     env = {**cpu_reference_in_podman["env"], **run_home}
-    # Synthetic data: --data makes the harness read a dataset, which needs Pillow, and Debian's cpu-reference has
-    # none (the bind itself is tested above, with a probe in place of the harness)
-    proc = dlrun("run", "trivial", "--image", "cpu-reference", "--runtime", runtime,
-                 "--steps", "20", "--warmup-steps", "3", env=env, timeout=900)
+    # Real data, as TFRecord shards: the image's Pillow decodes them and its crc32c checks them
+    dataset = tmp_path / "imagenet-mini"
+    made = dlrun("data", "synth", "--format", "tfrecord", "--images", "64", "--classes", "4", "--size", "64",
+                 str(dataset), env=env)
+    assert made.returncode == 0, made.stderr
+    proc = dlrun("run", "trivial", "--image", "cpu-reference", "--runtime", runtime, "--data", str(dataset),
+                 "--steps", "20", "--warmup-steps", "3", "--batch-size", "4", env=env, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run = stored_run(env)
     digest = cpu_reference_in_podman["entry"]["digest"]
@@ -107,9 +110,12 @@ def test_harness_runs_in_the_image_and_the_result_holds_its_digest(cpu_reference
         assert check == {**check, "field": "rootfs", "digest": cpu_reference_in_podman["entry"]["rootfs"]}
     else:
         assert check == {**check, "field": "digest", "digest": digest}
-    assert run["plan"]["binds"] == []
+    assert run["plan"]["data"] == {"path": str(dataset), "format": "tfrecord", "staged_copy": None, "mount": "/data"}
+    assert run["plan"]["binds"] == []  # the dataset is the plan's data, which the runtime binds at /data
     result = run["results"][0]
     assert result["unit"] == "images/sec" and result["value"] > 0
+    assert (result["extra"]["data_source"], result["extra"]["data_path"]) == ("tfrecord", "/data")
+    assert result["extra"]["images_decoded"] > 0
     assert result["extra"]["framework_version"] == "1.13.0a0"  # Debian's torch 1.13.1 as it reports itself
     # the image carries tcmalloc and the harness preloaded it inside the container
     assert result["extra"]["allocator"] == "tcmalloc"

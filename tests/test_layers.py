@@ -70,6 +70,25 @@ def test_checker_fails_on_a_cycle_within_a_layer(tmp_path):
     assert layercheck.check(_package(tmp_path, files), layers) == ["import cycle: pkg.low -> pkg.low2"]
 
 
+def test_checker_fails_on_packages_of_one_layer_that_depend_on_each_other(tmp_path):
+    """No module imports another in a loop, yet the packages do: a.x -> b.y and b.z -> a.w."""
+    files = {**CLEAN, "a/__init__.py": "", "a/x.py": "import pkg.b.y\n", "a/w.py": "",
+             "b/__init__.py": "", "b/y.py": "", "b/z.py": "from pkg.a import w\n"}
+    layers = layercheck.read_layers("```layers\npkg pkg.base\npkg.low\npkg.a pkg.b\npkg.high\n```\n")
+    assert layercheck.check(_package(tmp_path, files), layers) == [
+        "entries of one layer depend on each other: pkg.a <-> pkg.b"]
+    one_way = {**files, "b/z.py": ""}
+    assert layercheck.check(_package(tmp_path / "one-way", one_way), layers) == []
+
+
+def test_launchers_and_schedulers_depend_one_way():
+    """Schedulers call launchers' functions; a launcher sees its scheduler only through the protocol it defines."""
+    edges = layercheck.import_edges(layercheck.package_modules(PACKAGE), "dlrun")
+    packages = {(e.source.split(".")[1], e.target.split(".")[1]) for e in edges
+                if e.source.count(".") > 1 and e.target.count(".") > 1}
+    assert ("schedulers", "launchers") in packages and ("launchers", "schedulers") not in packages
+
+
 def test_checker_fails_on_a_module_in_no_layer(tmp_path):
     problems = layercheck.check(_package(tmp_path, {**CLEAN, "stray.py": ""}), SYNTHETIC_LAYERS)
     assert problems == ["pkg.stray is in no layer: add it to the layers block"]

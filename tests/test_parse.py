@@ -265,7 +265,7 @@ def test_naming_the_format():
 
 def test_list_formats():
     assert [name for name, _ in list_formats()] == list(FORMATS) == \
-        ["dlrun-harness", "nccl-tests", "tf_cnn_benchmarks", "horovod", "dllogger", "mllog"]
+        ["dlrun-harness", "nccl-tests", "tf_cnn_benchmarks", "horovod", "dllogger", "mllog", "osu", "fio"]
 
 
 def test_dlrun_result_line():

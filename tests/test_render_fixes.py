@@ -16,6 +16,7 @@ from dlrun.catalog.models import SchedulerOptions
 from dlrun.job import RankCommand
 from dlrun.registry import RUNTIMES
 from dlrun.render import render_job
+from dlrun.schedulers.slurm import SlurmOptions
 from dlrun.shell import Expand
 
 
@@ -68,8 +69,8 @@ def test_single_node_jobs_need_no_rendezvous_host():
 @pytest.mark.parametrize("field", ["partition", "account", "qos", "constraint", "reservation"])
 def test_directive_values_cannot_start_with_a_dash(field):
     with pytest.raises(ValidationError, match="String should match pattern"):
-        SchedulerOptions(**{field: "-x"})
-    assert getattr(SchedulerOptions(**{field: "gpu-large"}), field) == "gpu-large"
+        SlurmOptions(**{field: "-x"})
+    assert getattr(SlurmOptions(**{field: "gpu-large"}), field) == "gpu-large"
 
 
 @pytest.mark.parametrize("option,system,directive", [("--partition", "ac922", "#BSUB"),

@@ -347,6 +347,10 @@ SCHEDULER_CASES = {
 }
 
 
+def test_every_scheduler_has_a_whole_script():
+    assert sorted(SCHEDULER_CASES) == SCHEDULERS.names()
+
+
 def _scheduler_script(name: str) -> str:
     case = dict(SCHEDULER_CASES[name])
     plan = matrix_plan(case.pop("runtime"), case.pop("launcher"), case.pop("fabric"), **case)

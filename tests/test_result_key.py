@@ -7,7 +7,9 @@ import pytest
 import torch
 from conftest import REPO, run_cli
 
+from dlrun.probe.cpu import cpu_inventory, memory_gb
 from dlrun.results import key as keys
+from dlrun.results.fingerprint import short_cpu_name
 from dlrun.results.import_log import import_log
 from dlrun.results.store import Store
 
@@ -26,13 +28,22 @@ def test_a_real_run_has_a_complete_key(dlrun_home):
     store = Store(dlrun_home / "results.sqlite")
     run = store.get_run(store.list_runs(1)[0]["id"])
     key = run["key"]
+    cpu = cpu_inventory()  # the machine as dlrun's probe sees it; the job read the same /proc and /sys
+    machine = {"site": run["site"], "cpu": short_cpu_name(cpu["model"]),
+               "cores": f"{cpu['sockets']}x{cpu['physical_cores'] // cpu['sockets']}",
+               "memory_gib": round(memory_gb()), "gpu": "none", "gpu_count": 0, "gpu_memory_gib": "n/a",
+               "driver": "n/a", "cuda": "n/a", "cudnn": "n/a", "nccl": "n/a", "fabric_rate": "n/a"}
     assert key == {"workload": "trivial", "model": "trivial", "precision": "fp32", "batch_per_device": 4,
                    "global_batch": 4, "data": "synthetic", "data_format": "n/a", "framework": "pytorch",
                    "framework_version": torch.__version__,
                    "image_digest": "host:harness-" + run["provenance"]["harness_sha256"].split(":")[-1][:16],
-                   "devices": 1, "nodes": 1, "system": "localhost", "fabric": "n/a"}
+                   "devices": 1, "nodes": 1, "system": "localhost", "fabric": "n/a", **machine}
     assert run["key_hash"] == keys.key_hash(key) and keys.has_unknown(key) == []
     assert run["origin"] == "local" and run["site"]
+    assert run["fingerprint"]["node_from"] == "job"  # what the job reported of its node, not dlrun's inventory
+    # 2 timed steps: too few to judge (and on a busy machine, contended, which is worse)
+    assert "short: 2 timed step(s) (fewer than 5)" in run["quality"]["reasons"]
+    assert run["quality"]["verdict"] == run["verdict"] in ("short", "contended")
 
 
 def test_an_imported_tf_cnn_benchmarks_log_says_what_it_cannot_tell():
@@ -41,7 +52,7 @@ def test_an_imported_tf_cnn_benchmarks_log_says_what_it_cannot_tell():
     assert key["system"] == "dgx1v"
     assert keys.has_unknown(key) == ["model", "precision", "batch_per_device", "global_batch", "data",
                                      "data_format", "framework_version", "image_digest", "devices", "nodes",
-                                     "fabric"]
+                                     "fabric", "site", *keys.MACHINE_FIELDS]  # nobody said where it ran
 
 
 def test_an_imported_nccl_tests_log_is_a_communication_key():
@@ -49,7 +60,8 @@ def test_an_imported_nccl_tests_log_is_a_communication_key():
     assert key == {"workload": "nccl-tests:all_reduce", "model": "all_reduce", "precision": "float32",
                    "batch_per_device": "n/a", "global_batch": "n/a", "data": "n/a", "data_format": "n/a",
                    "framework": "nccl-tests", "framework_version": "2.8.3+cuda11.2", "image_digest": "unknown",
-                   "devices": 16, "nodes": 2, "system": "aws-p3dn", "fabric": "unknown"}
+                   "devices": 16, "nodes": 2, "system": "aws-p3dn", "fabric": "unknown", "site": "unknown",
+                   **dict.fromkeys(keys.MACHINE_FIELDS, "unknown")}
     one_host = _imported("nccl-tests/superbench_allreduce_g8.log")
     assert (one_host["devices"], one_host["nodes"], one_host["fabric"]) == (8, 1, "n/a")
 
@@ -66,9 +78,9 @@ def test_two_imported_logs_are_never_silently_equal():
 def test_differences_in_words_and_the_axis_that_may_differ():
     a = {**{name: "x" for name in keys.KEY_FIELDS}, "devices": 1, "precision": "fp32", "system": "dgx2"}
     b = {**a, "devices": 8, "precision": "amp(float16)", "system": "rtx-ts4", "framework_version": "unknown"}
-    assert keys.differences(a, b) == ["precision: fp32 vs amp(float16)",
-                                      "framework version: x vs unknown (cannot tell whether they match)",
-                                      "devices: 1 vs 8", "system: dgx2 vs rtx-ts4"]
+    assert keys.differences(a, b) == ["precision: fp32 ≠ amp(float16)",
+                                      "framework version: x ≠ unknown (cannot tell whether they match)",
+                                      "devices: 1 ≠ 8", "system: dgx2 ≠ rtx-ts4"]
     assert keys.differences(a, b, ignore={"system", "devices", "precision", "framework_version"}) == []
     assert keys.differences(a, dict(a)) == []
 
@@ -77,8 +89,8 @@ def test_spread_over_many_runs_counts_each_value():
     fp32 = {**{name: "x" for name in keys.KEY_FIELDS}, "precision": "fp32"}
     amp = {**fp32, "precision": "amp(bfloat16)", "image_digest": "unknown"}
     assert keys.spread([(fp32, 3), (amp, 2)]) == [
-        "precision: amp(bfloat16) (2 runs), fp32 (3 runs)",
-        "image digest: x (3 runs), unknown (2 runs) (cannot tell whether they match)"]
+        "precision: amp(bfloat16) (2 runs) ≠ fp32 (3 runs)",
+        "image digest: x (3 runs) ≠ unknown (2 runs) (cannot tell whether they match)"]
     assert keys.spread([(amp, 1)]) == []  # a single run matches nothing, so nothing is in doubt
     assert keys.spread([(amp, 2)]) == ["image digest: unknown for 2 runs (cannot tell whether they match)"]
 
@@ -102,7 +114,65 @@ def test_a_matmul_measurement_has_a_key_of_its_own():
         ("matmul", "n/a", "amp(bfloat16)", "n/a")
 
 
+# ------------------------------------------------------------------------------ site and machine in the key
+A100_NODE = {"cpu": "AMD EPYC 7742", "sockets": 2, "cores_per_socket": 64, "memory_gib": 1008,
+             "gpu": "NVIDIA A100-SXM4-40GB", "gpu_count": 8, "gpu_memory_gib": 40, "driver": "535.104.05",
+             "device": "cuda", "cuda": "12.2", "cudnn": "8902", "nccl": "2.18.5", "fabric": "ib",
+             "fabric_rate_gbps": 200.0, "nodes": 2, "node_from": "job"}
+
+
+def _keyed(fingerprint, site="a.example.org", nodes=2):
+    from compare_data import record
+
+    run, rows = record(100.0, devices=16, nodes=nodes, fabric="ib", site=site, machine=fingerprint)
+    return keys.key_from_run(run, rows)
+
+
+def test_the_machine_and_the_site_are_in_the_key_and_differences_name_them():
+    here = _keyed(A100_NODE)
+    assert {name: here[name] for name in ("site", *keys.MACHINE_FIELDS)} == {
+        "site": "a.example.org", "cpu": "AMD EPYC 7742", "cores": "2x64", "memory_gib": 1008,
+        "gpu": "NVIDIA A100-SXM4-40GB", "gpu_count": 8, "gpu_memory_gib": 40, "driver": "535.104.05",
+        "cuda": "12.2", "cudnn": "8902", "nccl": "2.18.5", "fabric_rate": "200 Gb/s"}
+    there = _keyed({**A100_NODE, "cpu": "Intel Xeon Platinum 8480+", "cuda": "12.4"}, site="b.example.org")
+    assert keys.differences(here, there) == ["site: a.example.org ≠ b.example.org",
+                                             "cpu: AMD EPYC 7742 ≠ Intel Xeon Platinum 8480+", "cuda: 12.2 ≠ 12.4"]
+    assert keys.machine_label(here) == "AMD EPYC 7742 2x64 1008 GiB, 8x NVIDIA A100-SXM4-40GB"
+
+
+def test_a_run_on_cpus_has_no_cuda_stack_and_one_node_no_fabric_rate():
+    cpu_run = _keyed({**A100_NODE, "device": "cpu"}, nodes=1)
+    assert [cpu_run[n] for n in ("cuda", "cudnn", "nccl", "fabric_rate", "gpu")] == \
+        ["n/a", "n/a", "n/a", "n/a", "NVIDIA A100-SXM4-40GB"]  # the node has GPUs; the run did not use them
+    no_gpu = _keyed({**A100_NODE, "gpu_count": 0, "gpu": None, "gpu_memory_gib": None, "driver": None})
+    assert [no_gpu[n] for n in ("gpu", "gpu_memory_gib", "driver", "cuda")] == ["none", "n/a", "n/a", "n/a"]
+
+
+def test_a_run_without_a_fingerprint_cannot_be_shown_to_match_any_machine():
+    before = _keyed(None)
+    assert all(before[name] == "unknown" for name in keys.MACHINE_FIELDS)
+    assert "cpu: unknown ≠ AMD EPYC 7742 (cannot tell whether they match)" in keys.differences(before, _keyed(A100_NODE))
+
+
+def test_cpu_names_are_shortened_to_the_part():
+    from dlrun.results.fingerprint import driver_version
+
+    assert short_cpu_name("Intel(R) Xeon(R) Platinum 8480+ CPU @ 2.00GHz") == "Intel Xeon Platinum 8480+"
+    assert short_cpu_name("AMD EPYC 9B45 128-Core Processor") == "AMD EPYC 9B45"
+    assert short_cpu_name("POWER9, altivec supported") == "POWER9, altivec supported"
+    # /proc/driver/nvidia/version as users posted it: the proprietary module
+    # (https://github.com/dylanaraps/neofetch/issues/876) and the open one
+    # (https://github.com/nix-community/nixGL/issues/186)
+    assert driver_version("NVRM version: NVIDIA UNIX x86_64 Kernel Module  384.98  Thu Oct 26 15:16:01 PDT 2017\n"
+                          "GCC version:  gcc version 7.2.0 (Ubuntu 7.2.0-8ubuntu3) \n") == "384.98"
+    assert driver_version("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  565.57.01  Release Build  "
+                          "(dvs-builder@U16-A24-9-2)  Thu Oct 10 12:15:00 UTC 2024\n"
+                          "GCC version:  gcc version 13.3.0 (Ubuntu 13.3.0-6ubuntu2~24.04)\n") == "565.57.01"
+
+
 # ------------------------------------------------------------------ imported logs told what they are
+#: Where a log ran and on what machine: said with `import-log --machine` (unknown here, where it is not).
+WHERE = ("site", *keys.MACHINE_FIELDS)
 DIGEST = "sha256:" + "5e" * 32  # the site's lock entry for the image (as `dlrun images build` records it)
 KUBEFLOW = LOGS / "tf_cnn_benchmarks/mpioperator_horovod_2gpu_tf1.14.log"
 
@@ -140,9 +210,9 @@ def test_an_imported_tf_cnn_benchmarks_log_gets_the_key_of_the_dlrun_run_of_the_
         KUBEFLOW, catalog=catalog, system="txgaia", local_image=with_local_image,
         options=ImportOptions(workload="resnet101_v1", image="tf1.14-nccl", precision="fp32", nodes=1))
     imported_key = keys.key_from_run({**run, "origin": "import-log"}, rows)
-    for name in keys.KEY_FIELDS:
+    for name in set(keys.KEY_FIELDS) - set(WHERE):
         assert imported_key[name] == dlrun_key[name], name
-    assert keys.has_unknown(imported_key) == [] and keys.differences(imported_key, dlrun_key) == []
+    assert keys.has_unknown(imported_key, WHERE) == [] and keys.differences(imported_key, dlrun_key, WHERE) == []
     assert imported_key["framework"] == "tensorflow/horovod layout=NCHW" and imported_key["image_digest"] == DIGEST
     # stored in the same shape: the columns and the plan record a dlrun run of the plan gets
     same = [c for c in RUN_COLUMNS if c not in ("id", "created_at", "finished_at", "site", "origin", "run_dir",
@@ -171,14 +241,14 @@ def test_an_imported_dllogger_log_is_keyed_as_the_code_that_ran_it(dlrun_home):
         local_image=with_local_image,
         options=ImportOptions(workload="resnet50", image="pytorch1.0-nvcr18.11", nodes=1))
     key = keys.key_from_run({**run, "origin": "import-log"}, rows)
-    assert keys.has_unknown(key) == []
+    assert keys.has_unknown(key, WHERE) == []
     assert (key["precision"], key["batch_per_device"], key["global_batch"], key["devices"], key["nodes"]) == \
         ("amp", 128, 1024, 8, 1)
     assert (key["data"], key["data_format"], key["framework"]) == ("real:imagenet", "jpeg",
                                                                     "pytorch/deeplearningexamples")
     planned = planned_key(plan)  # the harness's run of the same plan, as far as the plan decides it
     assert [name for name in keys.KEY_FIELDS if planned[name] not in (keys.UNKNOWN, key[name])
-            and name != "precision"] == ["data", "data_format", "framework"]
+            and name != "precision" and name not in WHERE] == ["data", "data_format", "framework"]
 
 
 def test_an_imported_log_without_options_takes_the_input_its_log_names():
@@ -210,6 +280,6 @@ def test_an_imported_nccl_tests_log_gets_the_key_of_the_dlrun_run_of_the_same_th
                                           options=ImportOptions(workload="nccl_all_reduce_perf",
                                                                 image="pytorch2.6-ngc24.12", fabric="ib"))
     imported_key = keys.key_from_run({**run, "origin": "import-log"}, rows)
-    assert imported_key == dlrun_key
-    assert keys.has_unknown(imported_key) == ["framework_version"]  # this log prints no NCCL version line
+    assert {k: v for k, v in imported_key.items() if k != "site"} == {k: v for k, v in dlrun_key.items() if k != "site"}
+    assert keys.has_unknown(imported_key, WHERE) == ["framework_version"]  # this log prints no NCCL version line
     assert (imported_key["devices"], imported_key["nodes"], imported_key["fabric"]) == (16, 2, "ib")

@@ -8,6 +8,8 @@ import hashlib
 import json
 import os
 import platform
+import re
+import subprocess
 from pathlib import Path
 
 import pandas as pd
@@ -15,8 +17,11 @@ import pytest
 from bundle_data import LOGS, allowed_signers, make_key, members, rebuild, regular
 from conftest import run_cli
 
+from dlrun.probe.cpu import cpu_inventory
 from dlrun.results.export import TABLE_COLUMNS
+from dlrun.results.fingerprint import short_cpu_name
 from dlrun.results.import_log import import_log
+from dlrun.results.site import local_site
 from dlrun.results.store import Store
 
 ARCH = "ppc64le" if platform.machine() == "ppc64le" else "aarch64" if platform.machine() == "aarch64" else "x86_64"
@@ -48,6 +53,12 @@ def _site(root: Path, site: str, system: str) -> dict[str, str]:
 
 def _runs(env: dict[str, str]) -> list[dict]:
     return json.loads(run_cli("results", "list", "--json", env=env, check=True).stdout)
+
+
+def _one_digit_changed(data: bytes) -> bytes:
+    """The first digit of the first numeric "value" changed: the line stays a valid run."""
+    at = re.search(rb'"value": ?[0-9]', data).end() - 1
+    return data[:at] + (b"8" if data[at:at + 1] == b"9" else b"9") + data[at + 1:]
 
 
 def _error(proc, code: int) -> str:
@@ -82,7 +93,8 @@ def test_two_sites_share_signed_results_and_compare_them(sites, tmp_path):
     assert "which is not an allowed signer in" in _error(
         run_cli("results", "import", str(bundle), "--allowed-signers", str(sites["wrong"]), env=b), 1)
     tampered = {
-        "runs.jsonl": lambda items: [(i, d.replace(b'"status":"ok"', b'"status":"ko"')) for i, d in items],
+        # a valid run, changed (one digit of a result): each line is checked as it streams, only its hash tells
+        "runs.jsonl": lambda items: [(i, _one_digit_changed(d) if i.name == "runs.jsonl" else d) for i, d in items],
         "manifest": lambda items: [(items[0][0], items[0][1].replace(b'"site": "site-a"', b'"site": "site-x"')),
                                    *items[1:]],
         "member": lambda items: [*items, regular("logs/zz/run.sh", b"rm -rf ~\n")],
@@ -106,8 +118,8 @@ def test_two_sites_share_signed_results_and_compare_them(sites, tmp_path):
     assert "DLRUN_RESULT {" in (imported_dir / "output.log").read_text()
 
     table = run_cli("compare", "--by", "site", "--workload", "trivial", "--baseline", "site-b", env=b, check=True)
-    assert "throughput relative to" in table.stdout and "site-b (images/sec)" in table.stdout
-    assert "│ trivial  │ trivial │ site-a │" in table.stdout
+    assert "throughput relative to site-b (images/sec)" in " ".join(table.stdout.split())
+    assert re.search(r"│ trivial +│ trivial │ site-a │", table.stdout), table.stdout
     [row] = json.loads(run_cli("compare", "--by", "site", "--workload", "trivial", "--baseline", "site-b",
                                "--json", env=b, check=True).stdout)["rows"]
     assert (row["site"], row["baseline"], row["runs"], row["baseline_runs"]) == \
@@ -157,6 +169,7 @@ def test_flat_exports_read_back_with_pandas(sites, tmp_path):
             f"wrote {out}: 3 rows ({fmt})\n"
         frame = read(out)
         assert list(frame.columns) == list(TABLE_COLUMNS), fmt
+        assert {"verdict", "key_site", "key_cpu", "key_memory_gib", "key_gpu"} <= set(frame.columns), fmt
         assert sorted(frame["run_id"]) == sorted(stored), fmt
         for row in frame.to_dict("records"):
             run = stored[row["run_id"]]
@@ -213,6 +226,92 @@ def test_only_a_stored_run_with_the_same_log_counts_as_a_repeat(tmp_path):
     local = [({**run, "id": f"{run['id']}-{n}", "origin": "local", "provenance": {}}, rows)
              for n, (run, rows) in enumerate(again)]  # no log_sha256: never the same log as another run
     assert len(store.add_runs(local, same_provenance=("log_sha256", "log_result_index"))) == 2
+
+
+# --------------------------------------------------------------------- two sites, two machines (issue 17)
+SMOKE = "localhost_scaling_smoke"
+#: What site A's machine is said to be in its bundle: the test signs the bundle itself (dlrun has no switch to
+#: fake the machine it runs on), so that two homes on this one machine are two machines.
+ELSEWHERE = {"cpu": "AMD EPYC 9B45", "sockets": 2, "cores_per_socket": 64, "memory_gib": 1536}
+
+
+def _with_machine(bundle: Path, out: Path, key: Path, machine: dict) -> Path:
+    """`bundle` with every run's fingerprint changed to `machine`, its manifest updated and signed again."""
+    def change(items):
+        named = {info.name: (info, data) for info, data in items}
+        runs = [json.loads(line) for line in named["runs.jsonl"][1].splitlines()]
+        for run in runs:
+            run["fingerprint"] = {**run["fingerprint"], **machine}
+        data = "".join(json.dumps(run, sort_keys=True, separators=(",", ":")) + "\n" for run in runs).encode()
+        manifest = json.loads(named["manifest.json"][1])
+        manifest["files"]["runs.jsonl"] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+        text = json.dumps(manifest, indent=1, sort_keys=True).encode()
+        signed = out.parent / "manifest.json"
+        signed.parent.mkdir(parents=True, exist_ok=True)
+        signed.write_bytes(text)
+        subprocess.run(["ssh-keygen", "-Y", "sign", "-q", "-f", str(key), "-n", "dlrun-bundle", str(signed)], check=True)
+        replaced = {"manifest.json": text, "manifest.json.sig": Path(f"{signed}.sig").read_bytes(), "runs.jsonl": data}
+        return [(info, replaced.get(info.name, data_)) for info, data_ in items]
+    return rebuild(bundle, out, change)
+
+
+@pytest.mark.integration
+def test_another_sites_runs_on_another_machine_are_compared_never_counted(tmp_path):
+    keys = tmp_path / "keys"
+    alice = make_key(keys, "alice")
+    allowed = allowed_signers(keys / "allowed", {"ops@a.example.org": alice})
+    a = {"DLRUN_HOME": str(tmp_path / "a"), "XDG_CONFIG_HOME": str(tmp_path / "a-config"), "DLRUN_SITE": "a.example.org"}
+    b = {"DLRUN_HOME": str(tmp_path / "b"), "XDG_CONFIG_HOME": str(tmp_path / "b-config"), "DLRUN_SITE": "b.example.org",
+         "COLUMNS": "250"}
+    run_cli("reproduce", SMOKE, "--repeats", "1", env=a, check=True, timeout=900)
+    exported = tmp_path / "a.bundle"
+    run_cli("results", "export", "--experiment", SMOKE, "--out", str(exported), "--sign", str(alice), env=a, check=True)
+    bundle = _with_machine(exported, tmp_path / "forged" / "a.bundle", alice, ELSEWHERE)
+    run_cli("results", "import", str(bundle), "--allowed-signers", str(allowed), env=b, check=True)
+    imported = _runs(b)
+    assert len(imported) == 2 and {r["site"] for r in imported} == {"a.example.org"}
+
+    dry = json.loads(run_cli("reproduce", SMOKE, "--repeats", "1", "--dry-run", "--json", env=b, check=True).stdout)
+    points = [p for system in dry["systems"] for p in system["points"]]
+    assert len(points) == 2 and all(p["stored"] == 0 and p["missing"] == 1 for p in points)  # every point to run
+
+    run_cli("reproduce", SMOKE, "--repeats", "1", env=b, check=True, timeout=900)
+    refused = run_cli("compare", "--experiment", SMOKE, "--by", "devices", env=b)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    named = {line.strip().split(":")[0] for line in refused.stderr.splitlines()[1:-1]}
+    assert {"site", "cpu", "cores (sockets x cores)", "memory (GiB)"} <= named, refused.stderr
+    assert "  site: a.example.org (2 runs) ≠ b.example.org (2 runs)" in refused.stderr
+    by_site = json.loads(run_cli("compare", "--experiment", SMOKE, "--by", "site", "--baseline", "b.example.org",
+                                 "--json", env=b, check=True).stdout)
+    assert by_site["like_for_like"] and {r["site"] for r in by_site["rows"]} == {"a.example.org"}
+    assert sorted(r["devices"] for r in by_site["rows"]) == [1, 2] and by_site["sites"] == ["a.example.org",
+                                                                                            "b.example.org"]
+
+
+def test_an_imported_log_says_which_machine_it_came_from(dlrun_home, tmp_path):
+    log = LOGS / "horovod/issue712_pytorch_synthetic_4gpu.log"
+    bare = json.loads(run_cli("results", "import-log", str(log), "--system", "box", "--json", check=True).stdout)
+    [unknown] = bare["added"]
+    assert Store(dlrun_home / "results.sqlite").get_run(unknown)["key"]["cpu"] == "unknown"
+    copy = tmp_path / "again.log"
+    copy.write_text(log.read_text() + "\n")  # another file: another import
+    here = json.loads(run_cli("results", "import-log", str(copy), "--system", "box", "--machine", "here", "--json",
+                              check=True).stdout)
+    store = Store(dlrun_home / "results.sqlite")
+    stored = store.get_run(here["added"][0])
+    cpu = cpu_inventory()
+    assert stored["fingerprint"]["cpu"] == short_cpu_name(cpu["model"]) and stored["site"] == local_site()
+    third = tmp_path / "third.log"
+    third.write_text(log.read_text() + "\n\n")
+    copied = json.loads(run_cli("results", "import-log", str(third), "--system", "box", "--machine", stored["id"],
+                                "--json", check=True).stdout)
+    again = store.get_run(copied["added"][0])
+    assert {k: again["key"][k] for k in ("site", "cpu", "cores", "memory_gib")} == \
+        {k: stored["key"][k] for k in ("site", "cpu", "cores", "memory_gib")}
+    assert "--machine 'nope': " in _error(run_cli("results", "import-log", str(log), "--system", "box", "--machine",
+                                                  "nope"), 2)
+    assert f"run {unknown} has no recorded machine" in _error(
+        run_cli("results", "import-log", str(log), "--system", "box", "--machine", unknown), 2)
 
 
 # ------------------------------------------------ a log imported as a run of a dlrun workload

@@ -7,11 +7,11 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from conftest import cli_json, run_cli
+from job_gate import wait_until
 from dlrun.paths import harness_files
 
 SECRET = "hunter2-do-not-record"
@@ -111,13 +111,21 @@ def test_failed_run_is_recorded_failed(dlrun_home, tmp_path):
 def test_sigint_cancels_and_records_cancelled(dlrun_home):
     proc = subprocess.Popen([sys.executable, "-m", "dlrun.cli", "run", "resnet18", "--steps", "100000",
                              "--batch-size", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
     store = dlrun_home / "runs"
-    while time.time() < deadline and not list(store.glob(".staging-*/output.log")):
-        time.sleep(0.2)
-    time.sleep(3)  # let training start
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+
+    def training() -> bool:  # a step row printed: the job runs (and cannot finish 100,000 steps meanwhile)
+        return proc.poll() is not None or any("images/sec" in log.read_text(errors="replace")
+                                              for log in store.glob(".staging-*/output.log"))
+
+    try:
+        wait_until(training, "the run's first training step")
+        assert proc.poll() is None, proc.communicate()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
     assert proc.returncode == 130, out + err
     db = sqlite3.connect(dlrun_home / "results.sqlite")
     assert db.execute("SELECT status FROM runs").fetchall() == [("cancelled",)]

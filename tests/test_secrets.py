@@ -199,3 +199,65 @@ def test_secrets_travel_by_name_in_every_runtime_and_pbs_asks_for_them(dlrun_hom
                 assert "#PBS -v HF_TOKEN\n" in script
             if launcher == "mpirun":
                 assert " -x HF_TOKEN " in script
+
+
+# ------------------------------------------------------------------------- what the ranks print about them
+PLANTED = "PLANTPORT55"
+
+
+def _everywhere(root: Path, value: str) -> list[str]:
+    """Every file under `root` (bundles unpacked, stores dumped) that holds `value`."""
+    found = []
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink()):
+        data = path.read_bytes()
+        if path.suffix == ".bundle":
+            import gzip
+
+            data = gzip.decompress(data)
+        elif path.name.endswith(".sqlite"):
+            data = "\n".join(sqlite3.connect(path).iterdump()).encode()
+        if value.encode() in data:
+            found.append(str(path))
+    return found
+
+
+@pytest.mark.integration
+def test_a_secret_the_ranks_print_is_written_nowhere(dlrun_home, tmp_path):
+    """The audit's reproduction: MASTER_PORT marked secret with a value no rank can use, so both ranks fail
+    printing it (`Port could not be cast to integer value as 'PLANTPORT55'`). The value went into the failure
+    reason in the store and status.json, runs.jsonl in bundles and the logs they carry; now into nothing."""
+    env = {"DLRUN_SITE": "site-s"}
+    proc = run_cli("run", "trivial", "--ranks-per-node", "2", "--secret-env", f"MASTER_PORT={PLANTED}", "--steps", "1",
+                   "--warmup-steps", "1", "--batch-size", "2", env=env)
+    outputs = [proc.stdout, proc.stderr]
+    assert proc.returncode == 1, proc.stderr
+    [run] = json.loads(run_cli("results", "list", "--json", env=env).stdout)
+    run_dir = Path(run["run_dir"])
+    status = json.loads((run_dir / "status.json").read_text())
+    assert run["status"] == "failed" and REDACTED in status["reason"]  # the ranks did print it: redacted
+    logs = [p for p in [run_dir / "output.log", run_dir / "stderr.log", *run_dir.glob("logs/**/*")] if p.is_file()]
+    assert any(REDACTED in p.read_text(errors="replace") for p in logs), "no rank log shows where the value was"
+    out = tmp_path / "out"
+    for command in (["results", "show", run["id"]], ["results", "show", run["id"], "--json"],
+                    ["results", "export", "--out", str(out / "all.bundle"), "--with-logs"],
+                    ["results", "export", "--out", str(out / "all.csv")],
+                    ["results", "export", "--out", str(out / "all.jsonl")],
+                    ["report", "--status", "failed", "--out", str(out / "report")], ["compare", "--status", "failed"]):
+        shown = run_cli(*command, env=env)
+        outputs += [shown.stdout, shown.stderr]
+    assert (out / "all.bundle").is_file()
+    assert [o for o in outputs if PLANTED in o] == []
+    assert _everywhere(dlrun_home, PLANTED) == [] and _everywhere(out, PLANTED) == []
+
+
+def test_a_secrets_value_under_another_name_is_a_secret(dlrun_home):
+    """`--env COPY=<value of a secret>` was written into run.sh and dry-run scripts: the copy is rendered by
+    reference too, whether the original is in the plan or only in dlrun's environment."""
+    value = f"hf_{secrets.token_hex(8)}"
+    for args, env in (([f"--env=HF_TOKEN={value}", f"--env=COPY={value}"], {}),
+                      ([f"--env=COPY={value}"], {"MY_TOKEN": value})):
+        script = run_cli("run", "trivial", *args, "--dry-run", env=env, check=True).stdout
+        plan = run_cli("plan", "trivial", *args, env=env, check=True).stdout
+        assert value not in script + plan
+        assert 'export COPY="${COPY}"' in script and json.loads(plan)["env"]["COPY"] == REDACTED
+    assert secret_names({"HF_TOKEN": value, "COPY": value, "OTHER": "x"}) == {"HF_TOKEN", "COPY"}

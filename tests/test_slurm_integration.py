@@ -120,14 +120,12 @@ def test_sigint_cancels_the_job_and_records_cancelled(slurm_cluster, dlrun_home)
     try:
         run_dir, job_id = _wait_for_job(dlrun_home)
         _wait_until_training(run_dir)
-        sent = time.time()
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130, out + err
-    assert time.time() - sent < 60
     assert _db_status(dlrun_home) == [("cancelled", "slurm", 2)]
     assert "JobState=CANCELLED" in slurm_cluster.scontrol_job(job_id)
     final = dlrun_home / "runs" / run_dir.name.replace(".staging-", "")
@@ -162,7 +160,9 @@ exec {python} "$@"
 """
 
 
-def test_dying_rank_ends_the_job_within_30s_and_is_recorded_failed(slurm_cluster, dlrun_home, tmp_path):
+def test_a_dying_rank_ends_the_job_and_is_recorded_failed(slurm_cluster, dlrun_home, tmp_path):
+    """srun's --kill-on-bad-exit ends the job when rank 1 dies; without it the other rank would wait in its
+    all-reduce until the harness's collective timeout (30 min) or the job's time limit (10 min)."""
     from dlrun.paths import HARNESS_DIR
 
     wrapper = tmp_path / "dying-python"
@@ -185,7 +185,8 @@ def test_dying_rank_ends_the_job_within_30s_and_is_recorded_failed(slurm_cluster
     status = json.loads((run_dir / "status.json").read_text())
     killed_at = float((run_dir / "rank1-killed-at").read_text())
     assert status["state"] == "failed"
-    assert status["finished_at"] - killed_at < 30, f"the job lingered {status['finished_at'] - killed_at:.1f} s"
+    # a bound far from both (and no expectation of speed): which mechanism ended the job, not how fast
+    assert status["finished_at"] - killed_at < 300, f"the job lingered {status['finished_at'] - killed_at:.1f} s"
     assert "FAILED" in status["reason"] or "exit code" in status["reason"]
     # The logs stay with the run: rank 0 trained before the failure, srun reported the killed task.
     assert "images/sec" in (run_dir / "logs" / "rank.0" / "stdout").read_text()

@@ -4,6 +4,9 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import sqlite3
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -123,11 +126,17 @@ def test_a_store_that_cannot_be_written_is_one_line_and_the_run_is_stored_later(
     staging directory (recorded on disk) and the next command that opens the store stores and publishes it."""
     from conftest import cli_json, run_cli
 
-    (dlrun_home / "results.sqlite").mkdir(parents=True)  # in the way of the store file
-    proc = run_cli("run", "trivial", "--steps", "1", "--warmup-steps", "1", "--batch-size", "2")
+    # a folder put in the way of the store file once the run has started (at the start, every command
+    # refuses a store path that is not a file: see test_store_defends_itself)
+    proc = subprocess.Popen([sys.executable, "-m", "dlrun.cli", "run", "trivial", "--steps", "1", "--warmup-steps",
+                             "1", "--batch-size", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while not list((dlrun_home / "runs").glob(".staging-*/status.json")) and proc.poll() is None:
+        time.sleep(0.01)
+    (dlrun_home / "results.sqlite").mkdir(parents=True)
+    _, stderr = proc.communicate(timeout=600)
     assert proc.returncode == 1
-    [line] = proc.stderr.strip().splitlines()
-    assert line.startswith(f"dlrun: error: cannot create the result store '{dlrun_home / 'results.sqlite'}': ")
+    [line] = stderr.strip().splitlines()
+    assert line.startswith(f"dlrun: error: the result store '{dlrun_home / 'results.sqlite'}' is not a regular file")
     assert "the next dlrun command stores it" in line
     [staging] = (dlrun_home / "runs").glob(".staging-*")
     assert json.loads((staging / "status.json").read_text())["state"] == "ok"

@@ -1,5 +1,6 @@
-"""Store schema version 2: an existing store is upgraded in place, the list filters select in SQL, and
-every run records its site. Real SQLite files throughout."""
+"""Store schema version 3: an existing store is upgraded in place (version 2: site, origin, experiment and
+key; version 3: the machine's fingerprint and the quality verdict, the key again with site and machine), the
+list filters select in SQL, and every run records its site. Real SQLite files throughout."""
 from __future__ import annotations
 
 import json
@@ -10,6 +11,8 @@ import pytest
 from conftest import run_cli
 
 from dlrun.errors import DlrunError, UsageError
+from dlrun.preflight import node_inventory
+from dlrun.results.fingerprint import short_cpu_name
 from dlrun.results.key import key_from_run, key_hash
 from dlrun.results.query import Filters, parse_since
 from dlrun.results.site import host_domain, local_site
@@ -40,14 +43,14 @@ V1_RESULT = {"kind": "dlrun-harness", "metric": "throughput", "value": 7.3, "uni
              "extra": {"framework": "pytorch", "framework_version": "2.13.0", "global_batch_size": 32}}
 
 
-def _old_store(path) -> None:
+def _old_store(path, run_dir=None) -> None:
     conn = sqlite3.connect(path)
     conn.executescript(V1_DDL)
-    conn.execute("INSERT INTO runs (id, created_at, status, workload, model, image, system, fabric, nodes, "
-                 "ranks_per_node, world_size, batch_size, precision, plan, provenance) "
+    conn.execute("INSERT INTO runs (id, created_at, status, workload, model, image, system, scheduler, fabric, "
+                 "nodes, ranks_per_node, world_size, batch_size, precision, run_dir, plan, provenance) "
                  "VALUES ('old-1', '2026-01-01T00:00:00Z', 'ok', 'resnet50', 'resnet50_v1.5', 'host', "
-                 "'localhost', 'tcp', 1, 2, 2, 16, 'fp32', ?, ?)",
-                 (json.dumps(V1_PLAN), json.dumps({"harness_sha256": "sha256:" + "ab" * 32})))
+                 "'localhost', 'local', 'tcp', 1, 2, 2, 16, 'fp32', ?, ?, ?)",
+                 (run_dir, json.dumps(V1_PLAN), json.dumps({"harness_sha256": "sha256:" + "ab" * 32})))
     conn.execute("INSERT INTO results VALUES ('old-1', 'throughput', 7.3, 'images/sec', ?)", (json.dumps(V1_RESULT),))
     conn.execute("INSERT INTO runs (id, created_at, status, workload, system, world_size, plan, provenance) "
                  "VALUES ('old-2', '2026-01-02T00:00:00Z', 'ok', 'nccl-tests:all_reduce', 'dgx2', 8, ?, ?)",
@@ -67,7 +70,11 @@ def _schema(path) -> set[str]:
 def test_an_old_store_is_upgraded_in_place(tmp_path, monkeypatch):
     monkeypatch.setenv("DLRUN_SITE", "lab.example.org")
     path = tmp_path / "results.sqlite"
-    _old_store(path)
+    run_dir = tmp_path / "runs" / "old-1"  # a local run's directory keeps the inventory of the node it ran on
+    run_dir.mkdir(parents=True)
+    inventory = node_inventory()
+    (run_dir / "inventory.json").write_text(json.dumps(inventory))
+    _old_store(path, str(run_dir))
     store = Store(path)
     runs = {r["id"]: r for r in store.list_runs(None)}
     assert set(runs) == {"old-1", "old-2"}
@@ -77,7 +84,13 @@ def test_an_old_store_is_upgraded_in_place(tmp_path, monkeypatch):
     assert old["key"]["image_digest"] == "host:harness-" + "ab" * 8 and old["key"]["global_batch"] == 32
     assert old["key_hash"] == key_hash(key_from_run(old, old["results"]))
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert old["fingerprint"]["node_from"] == "inventory" and old["key"]["site"] == "lab.example.org"
+    assert (old["key"]["cpu"], old["key"]["memory_gib"]) == (short_cpu_name(inventory["cpu"]["model"]),
+                                                             round(inventory["memory_gb"]))
+    assert old["quality"]["verdict"] == runs["old-1"]["verdict"] == "unknown"  # no figures of its timed steps
+    imported = store.get_run("old-2")  # a log: nobody said which machine, so no machine can be shown to match
+    assert imported["fingerprint"] is None and imported["key"]["cpu"] == imported["key"]["cuda"] == "unknown"
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
     indexes = {row[1] for row in conn.execute("PRAGMA index_list(runs)")}
     assert {"runs_created", "runs_workload", "runs_system", "runs_image", "runs_status", "runs_site",
             "runs_experiment", "runs_key"} <= indexes
@@ -109,7 +122,7 @@ def test_a_store_from_a_newer_dlrun_is_refused(tmp_path):
     conn = sqlite3.connect(path)
     conn.execute("PRAGMA user_version = 9")
     conn.close()
-    with pytest.raises(DlrunError, match="schema version 9; this dlrun reads up to 2: upgrade dlrun"):
+    with pytest.raises(DlrunError, match="schema version 9; this dlrun reads up to 3: upgrade dlrun"):
         Store(path).list_runs()
 
 

@@ -33,3 +33,16 @@ def unknown_name(kind: str, value: str, choices: Iterable[str]) -> UsageError:
     hint = closest(value, choices)
     did_you_mean = f"; did you mean {hint!r}?" if hint else ";"
     return UsageError(f"unknown {kind} {value!r}{did_you_mean} valid: {', '.join(choices)}")
+
+
+#: Quotation marks a quote may arrive wrapped in (opening -> closing).
+_QUOTE_PAIRS = {'"': '"', "'": "'", "\u201c": "\u201d", "\u2018": "\u2019", "\u00ab": "\u00bb", "\u201e": "\u201c"}
+
+
+def unquoted(text: str) -> str:
+    """`text` without one pair of quotation marks around it: a quote is stored as the words, and whoever shows
+    it adds the marks (else `--source 'DOC; WHERE; "WORDS"'` would print as ""WORDS"")."""
+    stripped = text.strip()
+    if len(stripped) >= 2 and _QUOTE_PAIRS.get(stripped[0]) == stripped[-1]:
+        return stripped[1:-1].strip()
+    return text

@@ -137,7 +137,8 @@ def roce_gid_shell(hcas: list[str]) -> str:
 # ------------------------------------------------------------------------------------ NCCL transport check
 NCCL_CHOSEN = re.compile(r"NCCL INFO Using network (?P<net>\S+(?: Libfabric)?)")
 NCCL_NET_INIT = re.compile(r"NCCL INFO NET/(?P<net>\w+)\s*:\s*Using")
-NCCL_CHANNEL_VIA = re.compile(r"NCCL INFO Channel .* via NET/(?P<net>\w+)")
+# bounded: `.*` would rescan the rest of a long line from every `Channel` on it (a rank's output is input)
+NCCL_CHANNEL_VIA = re.compile(r"NCCL INFO Channel [^\n]{0,400}? via NET/(?P<net>\w+)")
 RDMA_NETS = {"IB", "OFI", "AWS Libfabric", "Libfabric"}
 
 

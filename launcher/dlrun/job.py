@@ -1,7 +1,9 @@
 """What rendering produces and executing consumes: one rank's command, the launch of all ranks, the
-rendered job, and a batch job's state. Plain data shared by the backends, render and execute."""
+rendered job, a batch job's state, and a failed rank as its launcher reported it. Plain data shared by the
+backends, render and execute."""
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass, field
 
 #: The variable every rendered script and every rank sees: the run directory (absolute).
@@ -66,3 +68,32 @@ class JobState:
     @property
     def done(self) -> bool:
         return self.state in DONE_STATES
+
+
+def signal_label(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+@dataclass(frozen=True)
+class RankFailure:
+    """One rank's end as its launcher reported it (`Launcher.rank_failure`)."""
+
+    launcher: str  # the tool that reported it, as it names itself (mpirun, mpiexec, srun, torchrun)
+    rank: int
+    host: str | None
+    signal: int | None = None
+    exit_code: int | None = None
+    detail: str | None = None  # the launcher's words when they name neither a signal nor an exit code
+
+    def describe(self) -> str:
+        where = f"rank {self.rank}" + (f" on host {self.host}" if self.host else "")
+        if self.signal is not None:
+            what = f"was killed by signal {self.signal} ({signal_label(self.signal)})"
+        elif self.exit_code is not None:
+            what = f"exited with code {self.exit_code}"
+        else:
+            what = f"ended: {self.detail}"
+        return f"{where} {what}, as {self.launcher} reports"

@@ -15,32 +15,49 @@ import platform
 import secrets
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
+
+from dlrun.results.fingerprint import this_machine
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "amp")
 #: What `dlrun measure matmul` measures unless --precision says: the two a training run compares against.
 DEFAULT_PRECISIONS = ("fp32", "amp")
 #: The element type of the product per precision (tf32: float32 tensors through TF32 tensor cores).
 _DTYPES = {"fp32": "float32", "tf32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+#: Untimed products before the timed ones.
+WARMUP = 2
+
+#: Told after each product: (products done, products in all, what is being measured).
+Progress = Callable[[int, int, str], None]
 
 
-def _rate(fn, flop: float, repeats: int, sync) -> float:
-    fn()
-    fn()
-    sync()
+def products(precision: str, repeats: int, device: str) -> int:
+    """How many products one measurement computes (warm-up included): fp32 on a CPU times two methods."""
+    methods = 2 if precision == "fp32" and device == "cpu" else 1
+    return methods * (WARMUP + repeats)
+
+
+def _rate(fn, flop: float, repeats: int, sync, tick: Callable[[], None]) -> float:
+    for _ in range(WARMUP):
+        fn()
+        sync()
+        tick()
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         fn()
         sync()
         times.append(time.perf_counter() - start)
+        tick()
     times.sort()
     return flop / times[len(times) // 2] / 1e9
 
 
 def measure_matmul(precision: str, size: int = 4096, repeats: int = 7, threads: int | None = None,
-                   device: str | None = None) -> dict[str, Any]:
-    """One measurement: GFLOP/s and how it was taken, as the result row stores it."""
+                   device: str | None = None, progress: Progress | None = None) -> dict[str, Any]:
+    """One measurement: GFLOP/s and how it was taken, as the result row stores it. `progress` is told after
+    each product (the CLI's progress line)."""
     import torch
 
     if threads:
@@ -48,6 +65,16 @@ def measure_matmul(precision: str, size: int = 4096, repeats: int = 7, threads: 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     flop = 2.0 * size ** 3
+    total, done = products(precision, repeats, device), 0
+
+    def ticker(what: str) -> Callable[[], None]:
+        def tick() -> None:
+            nonlocal done
+            done += 1
+            if progress is not None:
+                progress(min(done, total), total, what)
+        return tick
+
     a = torch.randn(size, size, device=device)
     b = torch.randn(size, size, device=device)
     rates: dict[str, float] = {}
@@ -56,18 +83,19 @@ def measure_matmul(precision: str, size: int = 4096, repeats: int = 7, threads: 
     if precision in ("fp32", "tf32"):
         if device == "cuda":  # fp32: a true fp32 product, as the fp32 peak is quoted; tf32: tensor cores
             torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
-        rates["mm"] = _rate(lambda: torch.mm(a, b), flop, repeats, sync)
+        rates["mm"] = _rate(lambda: torch.mm(a, b), flop, repeats, sync, ticker(f"{precision} torch.mm"))
         if device == "cpu":
             try:
                 am, bm = a.to_mkldnn(), b.to_mkldnn()
-                rates["onednn"] = _rate(lambda: torch._C._nn.mkldnn_linear(am, bm, None), flop, repeats, sync)
+                rates["onednn"] = _rate(lambda: torch._C._nn.mkldnn_linear(am, bm, None), flop, repeats, sync,
+                                        ticker("fp32 oneDNN"))
             except (RuntimeError, AttributeError):  # torch without oneDNN tensors
                 pass
         dtype = "tf32" if precision == "tf32" else "float32"
     else:
         dtype = _DTYPES.get(precision) or ("float16" if device == "cuda" else "bfloat16")
         ah, bh = a.to(getattr(torch, dtype)), b.to(getattr(torch, dtype))
-        rates["mm"] = _rate(lambda: torch.mm(ah, bh), flop, repeats, sync)
+        rates["mm"] = _rate(lambda: torch.mm(ah, bh), flop, repeats, sync, ticker(f"{precision} {dtype} torch.mm"))
     method = max(rates, key=rates.get)
     return {"metric": "matmul", "value": rates[method], "unit": "GFLOP/s", "dtype": dtype, "method": method,
             "rates": rates, "size": size, "repeats": repeats, "threads": torch.get_num_threads(),
@@ -87,5 +115,6 @@ def matmul_record(system: str, precision: str, row: dict[str, Any],
            "plan": {"benchmark": "matmul", "system": system, "precision": precision, "size": row["size"],
                     "repeats": row["repeats"], "threads": row["threads"], "device": row["device"]},
            "provenance": {"hostname": socket.gethostname(), "python": platform.python_version(),
-                          "framework_version": row["framework_version"]}}
+                          "framework_version": row["framework_version"]},
+           "fingerprint": this_machine(fabric=None, nodes=1, device=row.get("device"))}  # measured on this node
     return run, [row]

@@ -2,17 +2,25 @@
 row and printed line.
 
 A variable is secret when its NAME has a secret word as one of its parts (`HF_TOKEN`, `GITHUB_PAT`,
-`DB_PASS`, `apiKey`), when its VALUE is a URL carrying a password (`postgres://user:pw@db/x`), or when the
-user marks it (`--secret-env NAME`). Names are split into parts at `_`, `-`, `.` and lower-to-upper case
-changes, so `KEY` matches `AWS_ACCESS_KEY_ID` but not `MONKEY` or `KEYBOARD_LAYOUT`.
+`DB_PASS`, `apiKey`), when its VALUE is a URL carrying a password (`postgres://user:pw@db/x`), when the
+user marks it (`--secret-env NAME`), or when its value is the value of a secret variable (`COPY=$HF_TOKEN`
+passed again under a harmless name; `reused_secret_names` finds those among dlrun's own environment too).
+Names are split into parts at `_`, `-`, `.` and lower-to-upper case changes, so `KEY` matches
+`AWS_ACCESS_KEY_ID` but not `MONKEY` or `KEYBOARD_LAYOUT`.
 
 Secret values reach the ranks through the environment of the job, never as text: rendered scripts refer to
-them by name (`${HF_TOKEN}`), and every capture (plan, environment, argv, store) shows `<redacted>`.
+them by name (`${HF_TOKEN}`), and every capture (plan, environment, argv, store) shows `<redacted>`. What a
+rank or tool prints is the second net: `redact_text`/`redact_data` take the run's known values out of failure
+reasons, status files, results and the terminal, and `redact_file` out of the run directory's logs.
 """
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Iterable, Mapping
+import tempfile
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
 
 REDACTED = "<redacted>"
 
@@ -62,9 +70,30 @@ def is_secret(name: str, value: str, marked: Iterable[str] = ()) -> bool:
 
 
 def secret_names(env: Mapping[str, str], marked: Iterable[str] = ()) -> set[str]:
-    """The names in `env` whose values must never be written."""
+    """The names in `env` whose values must never be written: secret by the rules above, or holding the
+    value of one that is."""
     marked = set(marked)
-    return {name for name, value in env.items() if is_secret(name, value, marked)}
+    names = {name for name, value in env.items() if is_secret(name, value, marked)}
+    values = {env[name] for name in names if env[name]}
+    return names | {name for name, value in env.items() if value in values}
+
+
+def reused_secret_names(env: Mapping[str, str], environ: Mapping[str, str]) -> set[str]:
+    """Names in `env` (a job's variables) whose value is the value of a secret variable of `environ`
+    (dlrun's own environment): `--env COPY=$HF_TOKEN` is as secret as HF_TOKEN."""
+    values = {value for name, value in environ.items() if value and is_secret(name, value)}
+    return {name for name, value in env.items() if value in values}
+
+
+def plan_secret_values(plan: Any) -> list[str]:
+    """The values of a plan's secret variables (anything with `env` and `secret_names`)."""
+    return [plan.env[name] for name in sorted(plan.secret_names) if plan.env.get(name)]
+
+
+def plan_redactor(plan: Any) -> Callable[[str], str]:
+    """`redact_text` with the values of `plan`'s secret variables: for what its ranks print."""
+    values = plan_secret_values(plan)
+    return lambda text: redact_text(text, values)
 
 
 def redact_url_passwords(text: str) -> str:
@@ -77,6 +106,58 @@ def redact_text(text: str, values: Iterable[str] = ()) -> str:
     for value in sorted({v for v in values if len(v) >= MIN_TEXT_MATCH}, key=len, reverse=True):
         text = text.replace(value, REDACTED)
     return redact_url_passwords(text)
+
+
+def redact_data(data: Any, values: Iterable[str] = ()) -> Any:
+    """`data` (JSON-like: dicts, lists, strings, numbers) with `redact_text` applied to every string in it,
+    keys included."""
+    values = list(values)
+    if isinstance(data, str):
+        return redact_text(data, values)
+    if isinstance(data, Mapping):
+        return {redact_data(key, values): redact_data(value, values) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [redact_data(item, values) for item in data]
+    return data
+
+
+_FILE_CHUNK = 1 << 20
+
+
+def redact_file(path: Path, values: Iterable[str]) -> bool:
+    """Rewrite the file at `path` with every known secret value (as `redact_text` picks them) replaced, read
+    and written in chunks, atomically (same mode); untouched when it holds none. True when it was rewritten."""
+    needles = sorted({v.encode() for v in values if len(v) >= MIN_TEXT_MATCH}, key=len, reverse=True)
+    if not needles:
+        return False
+    keep = max(len(n) for n in needles) - 1  # a value cut by a chunk's end is found with the next chunk
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".redact")
+    changed = False
+    try:
+        with open(path, "rb") as source, os.fdopen(fd, "wb") as out:
+            carry = b""
+            while True:
+                chunk = source.read(_FILE_CHUNK)
+                data = carry + chunk
+                for needle in needles:
+                    if needle in data:
+                        data, changed = data.replace(needle, REDACTED.encode()), True
+                if not chunk:
+                    out.write(data)
+                    break
+                cut = max(len(data) - keep, 0)
+                out.write(data[:cut])
+                carry = data[cut:]
+        if changed:
+            os.chmod(tmp, os.stat(path).st_mode & 0o7777)
+            os.replace(tmp, path)
+        else:
+            os.unlink(tmp)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return changed
 
 
 def redact_env(env: Mapping[str, str], marked: Iterable[str] = (), values: Iterable[str] = ()) -> dict[str, str]:

@@ -59,8 +59,8 @@ def show_rows(catalog: Catalog, name: str) -> list[list[str]]:
     doc = experiment.document
     rows = [["id", experiment.id], ["title", experiment.title], ["document", f"{doc.name}: {doc.title}"],
             ["where", experiment.where], ["status", status_text(effective_status(experiment, catalog.workloads))]]
-    if experiment.status.reason:
-        rows.append(["status reason", experiment.status.reason])
+    if experiment.status.reason and effective_status(experiment, catalog.workloads).kind != "runnable":
+        rows.append(["status reason", experiment.status.reason])  # a runnable experiment's old reason is moot
     rows.append(["systems", ", ".join(experiment.systems) or "- (counted from the harness's models)"])
     for axis in experiment.axes:
         rows.append([f"axis {axis.name}", ", ".join(

@@ -60,3 +60,29 @@ METRICS: dict[str, str] = {
     "checkpoint_time": "time to write one checkpoint",
 }
 MEASURED_METRICS = frozenset({"throughput", "busbw", "params", "forward_macs"})
+
+#: What an experiment's text may say dlrun can or cannot do (`status.requires`, a deviation's `lacks`): fixed
+#: names, and families written FAMILY:NAME. Whether dlrun has each is derived from its code by
+#: `dlrun.capabilities`, so a status or deviation that names one cannot go stale unnoticed.
+CAPABILITIES: dict[str, str] = {
+    "real-data": "training the image models on a dataset read from --data DIR (JPEG ImageFolder or TFRecord "
+                 "shards) instead of synthetic tensors",
+    "system-storage": "system profiles that name their file systems, so that a run records which one its data "
+                      "was read from",
+}
+CAPABILITY_FAMILIES: dict[str, str] = {
+    "workload": "the workload NAME exists in the catalog",
+    "collective": "the harness measures the collective NAME (its --benchmark)",
+    "dist": "the PyTorch harness distributes training as NAME (its --dist)",
+    "data-format": "the PyTorch harness reads datasets in the format NAME",
+    "metric": "dlrun stores results of the metric NAME",
+}
+
+
+def capability_problem(name: str) -> str | None:
+    """Why `name` is no capability an experiment may name, or None."""
+    family, sep, member = name.partition(":")
+    if (not sep and name in CAPABILITIES) or (sep and family in CAPABILITY_FAMILIES and member):
+        return None
+    return (f"unknown capability {name!r}; valid: {', '.join(CAPABILITIES)}, or FAMILY:NAME with FAMILY one of "
+            f"{', '.join(CAPABILITY_FAMILIES)}")

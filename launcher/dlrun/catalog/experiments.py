@@ -17,8 +17,9 @@ from typing import Literal, Union
 
 from pydantic import Field, field_validator, model_validator
 
-from dlrun.catalog.experiment_vocabulary import AXES, COUNT_AXES, METRICS, WORKLOAD_AXES
+from dlrun.catalog.experiment_vocabulary import AXES, COUNT_AXES, METRICS, WORKLOAD_AXES, capability_problem
 from dlrun.catalog.models import NAME_PATTERN, Strict
+from dlrun.errors import unquoted
 from dlrun.runoptions import PRECISIONS
 
 Scalar = Union[int, float, str]
@@ -94,6 +95,11 @@ class Quote(Strict):
     doc: str | None = None
     where: str = Field(min_length=1)
     quote: str = Field(min_length=1)
+
+    @field_validator("quote")
+    @classmethod
+    def _words(cls, value: str) -> str:
+        return unquoted(value)  # the marks are added where a quote is shown
 
 
 class Tolerance(Strict):
@@ -256,13 +262,30 @@ class RunSettings(Strict):
     why: str = Field(min_length=5)
 
 
+def _capabilities(names: list[str]) -> list[str]:
+    for name in names:
+        problem = capability_problem(name)
+        if problem:
+            raise ValueError(problem)
+    return names
+
+
 class Deviation(Strict):
-    """A setting the paper did not state (or dlrun cannot match): what dlrun uses, and why."""
+    """A setting the paper did not state (or dlrun cannot match): what dlrun uses, and why. `lacks`: the
+    capabilities whose absence the deviation stands on; `renders`: text dlrun's job for the experiment's
+    points contains where the deviation describes it (both checked against the code by the tests)."""
 
     setting: str
     paper: str = "not stated"
     dlrun: str
     reason: str = Field(min_length=10)
+    lacks: list[str] = []
+    renders: list[str] = []
+
+    @field_validator("lacks")
+    @classmethod
+    def _known(cls, value: list[str]) -> list[str]:
+        return _capabilities(value)
 
 
 class Status(Strict):
@@ -271,7 +294,13 @@ class Status(Strict):
 
     kind: Literal["runnable", "needs-workload", "needs-feature", "not-reproducible"]
     workloads: list[str] = []
+    requires: list[str] = []  # the capabilities the measurement needs (see experiment_vocabulary.CAPABILITIES)
     reason: str | None = None
+
+    @field_validator("requires")
+    @classmethod
+    def _known(cls, value: list[str]) -> list[str]:
+        return _capabilities(value)
 
     @model_validator(mode="after")
     def _reason(self):

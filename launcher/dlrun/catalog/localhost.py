@@ -80,4 +80,6 @@ def host_tf_image(facts: HostFacts) -> ImageSpec:
         runs="dlrun-harness",
         python=facts.python,
         harness_dir=str(HARNESS_DIR),
+        # several processes need Horovod built with TensorFlow support (`make horovod` builds it)
+        horovod_version=facts.horovod if facts.horovod_tensorflow else None,
     )

@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+
+from dlrun.errors import DlrunError
+from dlrun.registry import SCHEDULERS
 
 Arch = Literal["x86_64", "ppc64le", "aarch64"]
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]*$"
@@ -13,6 +16,15 @@ FabricName = Literal["ib", "opa", "roce", "tcp"]
 # `-` would make the value the next option (`#BSUB -q -x` asks for exclusive nodes, not queue "-x").
 DIRECTIVE_WORD = r"^[A-Za-z0-9_.,:+=@%/][A-Za-z0-9_.,:+=@%/-]*$"
 DEVICE_WORD = r"[A-Za-z0-9_.:-]+"
+
+
+def all_match(values, pattern: str, what: str):
+    """`values` (or a mapping's keys) when each matches `pattern` whole; else ValueError naming the first
+    that does not, as `what` says a valid one looks."""
+    for item in values:
+        if not re.fullmatch(pattern, item):
+            raise ValueError(f"{item!r} is not {what}")
+    return values
 
 
 class Strict(BaseModel):
@@ -37,9 +49,10 @@ class PublishedValue(Strict):
 TRAINING_KINDS = ("cnn-training", "bert-finetuning")
 #: Collectives the harness measures over torch.distributed (`--benchmark KIND`), and what each is called in text.
 COLLECTIVE_KINDS = {"allreduce": "all-reduce", "broadcast": "broadcast", "allgather": "all-gather",
-                    "reducescatter": "reduce-scatter", "alltoall": "all-to-all"}
+                    "reducescatter": "reduce-scatter", "alltoall": "all-to-all",
+                    "sendrecv": "send/receive between every pair of ranks"}
 WorkloadKind = Literal["cnn-training", "bert-finetuning", "allreduce", "broadcast", "allgather", "reducescatter",
-                       "alltoall", "nccl-tests"]
+                       "alltoall", "sendrecv", "nccl-tests"]
 
 
 class WorkloadSpec(Strict):
@@ -48,7 +61,7 @@ class WorkloadSpec(Strict):
     # cnn-training, bert-finetuning: the harness trains `model` (a BERT model name carries its task and sequence
     # length, e.g. bert_swag); allreduce, broadcast, allgather, reducescatter, alltoall: the harness measures that
     # collective's bus bandwidth over the run's process group (message sizes min_bytes, x size_factor, ...,
-    # max_bytes); nccl-tests: the image's own nccl-tests binary `nccl_test` (e.g. all_reduce_perf), one process
+    # max_bytes); sendrecv: point-to-point bandwidth of every pair of ranks, both directions; nccl-tests: the image's own nccl-tests binary `nccl_test` (e.g. all_reduce_perf), one process
     # per GPU, over the same sizes.
     kind: WorkloadKind = "cnn-training"
     nccl_test: str | None = Field(default=None, pattern=r"^[a-z_]+_perf$")
@@ -162,30 +175,34 @@ class FabricConfig(Strict):
         return value
 
 
-class SchedulerOptions(Strict):
-    """Batch job settings. Values go into scheduler directives, so they are restricted to plain words."""
+class SchedulerOptions(BaseModel):
+    """Batch job settings every scheduler takes. Values go into scheduler directives, so they are restricted
+    to plain words. A scheduler's own settings (Slurm's qos and srun_mpi, LSF's alloc flags, a Kubernetes
+    namespace) are declared by the scheduler (`Scheduler.options`, a subclass) and ride here as extra fields:
+    a system's are checked against its scheduler when the system is loaded (`own_scheduler_options`)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
 
     partition: str | None = Field(default=None, pattern=DIRECTIVE_WORD)  # Slurm partition, LSF/PBS queue
     account: str | None = Field(default=None, pattern=DIRECTIVE_WORD)    # Slurm account, LSF -P, PBS -A
-    qos: str | None = Field(default=None, pattern=DIRECTIVE_WORD)
-    constraint: str | None = Field(default=None, pattern=DIRECTIVE_WORD)
-    reservation: str | None = Field(default=None, pattern=DIRECTIVE_WORD)
     # Wall-clock limit: MINUTES, HH:MM, HH:MM:SS or D-HH:MM:SS. A dead rank can never hold nodes longer.
     time: str | None = Field(default="00:30:00", pattern=r"^(\d+-)?\d+(:\d{2}){0,2}$")
     exclusive: bool = False
-    gpu_request: Literal["gpus-per-node", "gres"] = "gpus-per-node"  # Slurm >= 19.05, or --gres=gpu:N
-    srun_mpi: str = Field(default="pmix", pattern=r"^[a-z0-9_]+$")   # srun --mpi=
-    lsf_alloc_flags: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_ ]+$")  # e.g. smt4
-    namespace: str | None = Field(default=None, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")  # kubernetes
     extra: list[str] = []  # further directives, e.g. --mem=0
+
+    @field_validator("time")
+    @classmethod
+    def _not_zero(cls, value: str | None) -> str | None:
+        # Slurm reads --time=0 as no limit at all (PBS and LSF similarly); a local job would end at once
+        if value is not None and not any(ch not in "0:-" for ch in value):
+            raise ValueError(f"a time limit of zero ({value!r}) is no limit to Slurm; valid: at least one second")
+        return value
 
     @field_validator("extra")
     @classmethod
     def _directive_flags(cls, value: list[str]) -> list[str]:
-        for item in value:
-            if not re.fullmatch(r"-{1,2}[A-Za-z][A-Za-z0-9_-]*(=[A-Za-z0-9_.,:+=@%/-]+)?", item):
-                raise ValueError(f"{item!r} is not a plain scheduler flag (like --mem=0)")
-        return value
+        return all_match(value, r"-{1,2}[A-Za-z][A-Za-z0-9_-]*(=[A-Za-z0-9_.,:+=@%/-]+)?",
+                         "a plain scheduler flag (like --mem=0)")
 
     def time_seconds(self) -> int | None:
         """The limit in seconds, as Slurm reads `time`: MINUTES, MINUTES:SECONDS, HOURS:MINUTES:SECONDS,
@@ -223,6 +240,29 @@ class SchedulerOptions(Strict):
         return None if minutes is None else f"{minutes // 60:02d}:{minutes % 60:02d}:00"
 
 
+class OwnSchedulerOptions(SchedulerOptions):
+    """The base of a scheduler's own options model: its fields and the common ones, nothing else."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def own_scheduler_options(scheduler: str, options: SchedulerOptions) -> SchedulerOptions:
+    """`options` checked against the options `scheduler` declares, its defaults filled in. A name that is
+    no scheduler (or one that cannot load here) is left to the plan, which refuses it when it is chosen."""
+    try:
+        model = SCHEDULERS.get_class(scheduler).options
+    except DlrunError:
+        return options
+    try:
+        own = model.model_validate(options.model_dump())
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(part) for part in err["loc"])
+        takes = ", ".join(sorted(model.model_fields))
+        raise ValueError(f"{field}: {err['msg']} (scheduler {scheduler} takes {takes})") from None
+    return SchedulerOptions(**own.model_dump())
+
+
 class SystemSpec(Strict):
     name: str = Field(pattern=NAME_PATTERN)
     description: str
@@ -251,7 +291,8 @@ class SystemSpec(Strict):
     # Timed and warm-up steps unless given on the command line; None: the workload's defaults.
     default_steps: int | None = Field(default=None, gt=0)
     default_warmup_steps: int | None = Field(default=None, ge=0)
-    scheduler_options: SchedulerOptions = SchedulerOptions()
+    # Checked against `scheduler`'s own options, whose defaults fill in what a system leaves out.
+    scheduler_options: SchedulerOptions = Field(default=SchedulerOptions(), validate_default=True)
     # Data-loader worker processes per GPU (Ren et al.'s j); passed to the harness, recorded with the result.
     data_loader_workers: int = Field(default=0, ge=0)
     # The site's host MPI and PMI, for the hybrid-model compatibility check, e.g. "openmpi 4.0.1".
@@ -275,6 +316,11 @@ class SystemSpec(Strict):
                 raise ValueError(f"bad regular expression {pattern!r}: {exc}") from None
         return value
 
+    @field_validator("scheduler_options")
+    @classmethod
+    def _scheduler_takes_them(cls, value: SchedulerOptions, info: ValidationInfo) -> SchedulerOptions:
+        return own_scheduler_options(info.data["scheduler"], value) if "scheduler" in info.data else value
+
     @field_validator("batch_sizes")
     @classmethod
     def _positive_batches(cls, value: dict[str, int]) -> dict[str, int]:
@@ -282,6 +328,25 @@ class SystemSpec(Strict):
             if batch <= 0:
                 raise ValueError(f"batch size for {workload} must be > 0, got {batch}")
         return value
+
+
+def system_json_schema() -> dict[str, Any]:
+    """SystemSpec's JSON Schema, with each scheduler's own options: `scheduler_options` takes what the entry's
+    `scheduler` declares (`local`'s where it names none)."""
+    document = SystemSpec.model_json_schema()
+    defs = document.setdefault("$defs", {})
+    default = SystemSpec.model_fields["scheduler"].default
+    branches = []
+    for name, scheduler in SCHEDULERS.available().items():
+        own = scheduler.options.model_json_schema(ref_template="#/$defs/{model}")
+        defs.update(own.pop("$defs", {}))
+        defs[scheduler.options.__name__] = own
+        named = {"properties": {"scheduler": {"const": name}}, "required": ["scheduler"]}
+        condition = {"anyOf": [named, {"not": {"required": ["scheduler"]}}]} if name == default else named
+        branches.append({"if": condition, "then": {"properties": {
+            "scheduler_options": {"$ref": f"#/$defs/{scheduler.options.__name__}"}}}})
+    document["allOf"] = branches
+    return document
 
 
 #: The models of dlrun's TensorFlow 2 harness (harness_tensorflow.py's MODEL_NAMES; a test keeps them equal).

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from dlrun.catalog.models import ImageSpec
+from dlrun.catalog.models import ImageSpec, all_match
 
 Arch = Literal["x86_64", "ppc64le", "aarch64"]
 SHA256 = r"^sha256:[0-9a-f]{64}$"
@@ -222,10 +222,7 @@ class HorovodSpec(Pin):
     @field_validator("build_env")
     @classmethod
     def _names(cls, value: dict[str, str]) -> dict[str, str]:
-        for name in value:
-            if not re.fullmatch(r"HOROVOD_[A-Z0-9_]+", name):
-                raise ValueError(f"{name!r} is not a Horovod build flag (HOROVOD_...)")
-        return value
+        return all_match(value, r"HOROVOD_[A-Z0-9_]+", "a Horovod build flag (HOROVOD_...)")
 
 
 class Benchmark(GitRef):
@@ -252,10 +249,7 @@ class Harness(Strict):
     @field_validator("files")
     @classmethod
     def _names(cls, value: list[str]) -> list[str]:
-        for name in value:
-            if not re.fullmatch(r"harness_[a-z0-9_]+\.py", name):
-                raise ValueError(f"{name!r} is not a harness script (harness_<framework>.py)")
-        return value
+        return all_match(value, r"harness_[a-z0-9_]+\.py", "a harness script (harness_<framework>.py)")
 
 
 class DebianPackage(Strict):

@@ -25,7 +25,8 @@ QUICK_EXIT = frozenset({"compare", "report"})
 app = typer.Typer(
     name="dlrun",
     help="Run reference deep-learning workloads with pinned software stacks, like-for-like, on any system.\n\n"
-         "Example: dlrun run resnet50 (or, as a shorthand, dlrun --image tf1.14-nccl --nodes 8 resnet50).",
+         "Example: `dlrun run resnet50`, or as a shorthand `dlrun --image tf1.14-nccl --nodes 8 --system txgaia "
+         "resnet50`.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
@@ -87,7 +88,9 @@ def main() -> None:
         hint = ""
         if exc.ctx is not None:
             hint = f" (see '{exc.ctx.command_path} --help')"
-        print(f"dlrun: error: {exc.format_message()}{hint}", file=sys.stderr)
+        from dlrun.text import plain
+
+        print(f"dlrun: error: {plain(exc.format_message(), newlines=False)}{hint}", file=sys.stderr)
         sys.exit(2)
     except typer.Abort:
         sys.exit(130)

@@ -109,14 +109,15 @@ SCHEMA_KINDS = ("images", "workloads", "systems")
 @handle_errors
 def schema(kind: Annotated[str, typer.Argument(help="images, workloads or systems.", show_default=False)]) -> None:
     """Print the JSON Schema of a catalog's YAML entries (for an editor's YAML language server)."""
-    from dlrun.catalog.models import SystemSpec, WorkloadSpec
+    from dlrun.catalog.models import WorkloadSpec, system_json_schema
     from dlrun.catalog.stack import PinnedImageSpec
     from dlrun.errors import unknown_name
 
-    models = {"images": PinnedImageSpec, "workloads": WorkloadSpec, "systems": SystemSpec}
-    if kind not in models:
+    schemas = {"images": PinnedImageSpec.model_json_schema, "workloads": WorkloadSpec.model_json_schema,
+               "systems": system_json_schema}  # a system's scheduler_options: its scheduler's own
+    if kind not in schemas:
         raise unknown_name("catalog", kind, SCHEMA_KINDS)
-    document = models[kind].model_json_schema()
+    document = schemas[kind]()
     document["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     document["title"] = f"dlrun {kind[:-1]} catalog entry"
     print_json(document)

@@ -1,13 +1,16 @@
 """`dlrun compare`: stored runs against each other or against a published value, like-for-like or refused.
 
-    dlrun compare [RUN_ID ...] [filters] [--by AXIS] [--baseline VALUE] [--mode MODE]
+    dlrun compare [RUN_ID ...] [filters] [--precision P] [--batch-size N] [--nodes N] [--by AXIS] [--baseline VALUE] [--mode MODE]
                   [--reference VALUE [--unit UNIT] [--tolerance PCT] [--source TEXT] | --references FILE]
                   [--allow-mismatch] [--json | --csv]
 
-The axis picks the mode: --by system or site: relative throughput (Ren et al. Table III); --by devices:
+The axis picks the mode: --by system, site or host (the machine): relative throughput (Ren et al. Table III),
+the only axes along which runs of different sites or machines are compared; --by devices:
 speedup and scaling efficiency (PRACE guide Tables 8, 9); --by fabric: relative difference (Samsi et al.);
 --by image, precision, batch, data or framework-version: regression test (Welch's t). --reference or
---references: against published values. Nothing: statistics per configuration.
+--references: against published values. Nothing: statistics per configuration. Every estimate is a
+geometric mean of the repeats, every ratio one of geometric means, with 95 % intervals from the logs
+(dlrun.results.stats; none below 3 repeats).
 """
 from __future__ import annotations
 
@@ -16,11 +19,13 @@ from typing import Annotated, Optional
 
 import typer
 
-from dlrun.cli.filters import ExperimentFilter, ImageFilter, SinceFilter, SiteFilter, SystemFilter, WorkloadFilter
+from dlrun.cli.filters import (BatchSizeFilter, ExperimentFilter, ImageFilter, NodesFilter, PrecisionFilter,
+                               SinceFilter, SiteFilter, SystemFilter, WorkloadFilter)
 from dlrun.cli.output import handle_errors
 from dlrun.errors import UsageError
 
-AXIS_HELP = "system, site, devices, fabric, image, framework-version, precision, batch or data"
+AXIS_HELP = ("system, site, host (the machine), devices, fabric, image, framework-version, precision, batch or "
+             "data; only system, site and host let runs of different sites or machines be compared")
 
 
 @handle_errors
@@ -29,6 +34,7 @@ def compare(
         help="Run ids (unique prefixes are enough); with filters, runs must match both.", show_default=False)] = None,
     workload: WorkloadFilter = None, system: SystemFilter = None, image: ImageFilter = None,
     site: SiteFilter = None, experiment: ExperimentFilter = None, since: SinceFilter = None,
+    precision: PrecisionFilter = None, batch_size: BatchSizeFilter = None, nodes: NodesFilter = None,
     by: Annotated[Optional[str], typer.Option("--by", help=f"Axis to compare along: {AXIS_HELP}.",
                                               show_default=False)] = None,
     baseline: Annotated[Optional[str], typer.Option(
@@ -41,7 +47,9 @@ def compare(
         "--reference", help="A published value to compare the selected runs with.", show_default=False)] = None,
     unit: Annotated[Optional[str], typer.Option(
         "--unit", help="Unit of --reference (default: the runs' unit).", show_default=False)] = None,
-    tolerance: Annotated[float, typer.Option("--tolerance", help="Tolerance of --reference, in percent.")] = 5.0,
+    tolerance: Annotated[float, typer.Option(
+        "--tolerance", help="Tolerance of --reference, in percent: within when the 95 % interval lies inside "
+        "it, outside when wholly outside, else inconclusive.")] = 5.0,
     source: Annotated[Optional[str], typer.Option(
         "--source", help="Where --reference comes from: 'DOCUMENT; TABLE/FIGURE; QUOTE'.", show_default=False)] = None,
     references: Annotated[Optional[Path], typer.Option(
@@ -53,7 +61,9 @@ def compare(
     as_csv: Annotated[bool, typer.Option("--csv", help="CSV output: one line per row.")] = False,
 ) -> None:
     """Compare stored runs like-for-like: against a published value, across systems or sites, over
-    device counts, between fabrics, or between image versions with a significance test."""
+    device counts, between fabrics, or between image versions with a significance test. Throughputs are
+    geometric means of the repeats and ratios are ratios of them, with 95 % intervals computed on the logs
+    (none below 3 repeats)."""
     from dlrun.cli.compare_view import render
     from dlrun.cli.facts import efficiency_inputs
     from dlrun.cli.filters import build_filters
@@ -62,15 +72,32 @@ def compare(
 
     if as_json and as_csv:
         raise UsageError("--json and --csv exclude each other; pick one")
+    preload_statistics()
     if reference is not None and references is not None:
         raise UsageError("--reference and --references exclude each other; pick one")
     store = open_store()
     filters = build_filters(store, run_ids, workload=workload, system=system, image=image, site=site,
-                            experiment=experiment, since=since)
+                            experiment=experiment, since=since, precision=precision, batch_size=batch_size,
+                            nodes=nodes)
     refs = _references(reference, unit, tolerance, source, references)
     result = run_compare(store, filters, mode=mode, by=by, baseline=baseline, references=refs,
                          allow_mismatch=allow_mismatch, facts=efficiency_inputs)
     render(result, "json" if as_json else "csv" if as_csv else "table")
+
+
+def preload_statistics() -> None:
+    """Import SciPy's t distribution (scipy.special: 0.2-0.4 s, most of it numpy) on a second thread while
+    the store is read (SQLite lets go of the interpreter while it queries); the statistics' own import
+    waits for this one (Python's per-module import lock), so there is nothing to join."""
+    import threading
+
+    def imports() -> None:
+        try:
+            import scipy.special  # noqa: F401
+        except ImportError:
+            pass  # said where it is used
+
+    threading.Thread(target=imports, name="dlrun-stats-imports", daemon=True).start()
 
 
 def _references(value, unit, tolerance, source, path):

@@ -51,7 +51,13 @@ def experiments_show(name: ExperimentArg, system: ShowSystemOpt = None, as_json:
     if as_json:
         print_json(experiment_data(catalog, experiment.id, system))
         return
-    fields_table(f"experiment {experiment.id}", _with_settings(experiment, show_rows(catalog, experiment.id)))
+    rows = _with_settings(experiment, show_rows(catalog, experiment.id))
+    if experiment.status.requires:  # derived from the code, never written down (dlrun.capabilities)
+        from dlrun.capabilities import requirements_text
+
+        at = next(index for index, row in enumerate(rows) if row[0] == "status") + 1
+        rows.insert(at, ["status requires", requirements_text(experiment.status.requires, catalog)])
+    fields_table(f"experiment {experiment.id}", rows)
     for shown in systems:
         spec = catalog.system(shown) if shown else None
         points_of_catalog(expand(experiment, spec, catalog.workloads, catalog.images), shown)

@@ -14,6 +14,7 @@ import typer
 from dlrun.cli.options import JsonOpt, load_catalog
 from dlrun.cli.output import handle_errors, print_json, table
 from dlrun.errors import DlrunError
+from dlrun.images.engines import DEFAULT_ENGINE
 
 Name = Annotated[str, typer.Argument(help="Image tag (see `dlrun images list`).", show_default=False)]
 EngineOpt = Annotated[str, typer.Option("--engine", "-E", help="docker or docker-api (Docker API via docker-py), podman "
@@ -147,7 +148,7 @@ def render(names: Annotated[Optional[list[str]], typer.Argument(help="Image tags
 
 @images_app.command("build")
 @handle_errors
-def build(name: Name, engine: EngineOpt = "docker", arch: ArchOpt = None, system: SystemOpt = None,
+def build(name: Name, engine: EngineOpt = DEFAULT_ENGINE, arch: ArchOpt = None, system: SystemOpt = None,
           host: HostOpt = None, dry_run: DryRunOpt = False) -> None:
     """Build an image from its generated recipe (Debian specs: --engine debootstrap or charliecloud, no
     registry needed) and record its digest in the site's image lock ($DLRUN_HOME/images.lock)."""
@@ -163,7 +164,7 @@ def pull(name: Name, source: Annotated[str, typer.Option("--from", help="Where t
                                                          "tool takes it); oras://, library://, shub://, https:// "
                                                          "(singularity, apptainer); dockerd://, podman:// "
                                                          "(enroot).")],
-         engine: EngineOpt = "docker", arch: ArchOpt = None, system: SystemOpt = None, host: HostOpt = None,
+         engine: EngineOpt = DEFAULT_ENGINE, arch: ArchOpt = None, system: SystemOpt = None, host: HostOpt = None,
          dry_run: DryRunOpt = False) -> None:
     """Pull a shared copy of an image; refuse it if its digest differs from the site's image lock."""
     from dlrun.images import ops
@@ -174,7 +175,7 @@ def pull(name: Name, source: Annotated[str, typer.Option("--from", help="Where t
 @handle_errors
 def push(name: Name, destination: Annotated[str, typer.Option("--to", help="Registry reference to push to "
                                                               "(singularity, apptainer: oras:// or library://).")],
-         engine: EngineOpt = "docker", arch: ArchOpt = None, system: SystemOpt = None, host: HostOpt = None,
+         engine: EngineOpt = DEFAULT_ENGINE, arch: ArchOpt = None, system: SystemOpt = None, host: HostOpt = None,
          dry_run: DryRunOpt = False) -> None:
     """Push an image (after verifying it) and record the registry's digest."""
     from dlrun.images import ops
@@ -186,7 +187,7 @@ def push(name: Name, destination: Annotated[str, typer.Option("--to", help="Regi
 @handle_errors
 def save(name: Name, output: Annotated[Optional[Path], typer.Option("--output", "-o", help="File to write "
                                                                     "(default: <tag>_<arch>.tar, .sif or .sqsh).")] = None,
-         engine: EngineOpt = "docker", arch: ArchOpt = None, system: SystemOpt = None, host: HostOpt = None,
+         engine: EngineOpt = DEFAULT_ENGINE, arch: ArchOpt = None, system: SystemOpt = None, host: HostOpt = None,
          dry_run: DryRunOpt = False) -> None:
     """Write an image to a file for another site: a Docker archive, the SIF or the squashfs (verified first)."""
     from dlrun.images import ops
@@ -198,7 +199,7 @@ def save(name: Name, output: Annotated[Optional[Path], typer.Option("--output", 
 def load(file: Annotated[Path, typer.Argument(help="Docker archive (.tar), SIF file (singularity, apptainer) "
                                                "or squashfs file (enroot).")],
          name: Annotated[Optional[str], typer.Argument(help="Image tag (default: from the archive's labels).")] = None,
-         engine: EngineOpt = "docker", arch: ArchOpt = None, system: SystemOpt = None, host: HostOpt = None,
+         engine: EngineOpt = DEFAULT_ENGINE, arch: ArchOpt = None, system: SystemOpt = None, host: HostOpt = None,
          dry_run: DryRunOpt = False) -> None:
     """Load an image file; refuse it if its digest differs from the site's image lock."""
     from dlrun.images import ops
@@ -213,7 +214,7 @@ def load(file: Annotated[Path, typer.Argument(help="Docker archive (.tar), SIF f
 
 @images_app.command("verify")
 @handle_errors
-def verify(name: Name, engine: EngineOpt = "docker", arch: ArchOpt = None, system: SystemOpt = None,
+def verify(name: Name, engine: EngineOpt = DEFAULT_ENGINE, arch: ArchOpt = None, system: SystemOpt = None,
            host: HostOpt = None, dry_run: DryRunOpt = False) -> None:
     """Compare this machine's copy of an image with the site's image lock; exit 1 (both digests) if it differs."""
     from dlrun.images import ops
@@ -222,7 +223,7 @@ def verify(name: Name, engine: EngineOpt = "docker", arch: ArchOpt = None, syste
 
 @images_app.command("lock")
 @handle_errors
-def lock_cmd(name: Name, engine: EngineOpt = "docker", arch: ArchOpt = None, system: SystemOpt = None,
+def lock_cmd(name: Name, engine: EngineOpt = DEFAULT_ENGINE, arch: ArchOpt = None, system: SystemOpt = None,
              host: HostOpt = None, dry_run: DryRunOpt = False) -> None:
     """Record the digest of this machine's copy (e.g. built from the committed recipe without dlrun)."""
     from dlrun.images import ops

@@ -2,6 +2,8 @@
 `dlrun compare` quotes training FLOP rates against."""
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Annotated, Optional
 
 import typer
@@ -50,12 +52,33 @@ def matmul(system: Annotated[str, typer.Option("--system", "-s", help="System pr
                          "valid here: fp32, fp16, bf16, amp")
     store = open_store()
     stored = []
-    for value in chosen:
-        run, rows = matmul_record(system, value, measure_matmul(value, size, repeats, threads))
-        store.add_run(run, rows)
-        stored.append({"id": run["id"], "system": system, "precision": value, **rows[0]})
+    with _progress_line(size) as progress:
+        for value in chosen:
+            run, rows = matmul_record(system, value, measure_matmul(value, size, repeats, threads, progress=progress))
+            store.add_run(run, rows)
+            stored.append({"id": run["id"], "system": system, "precision": value, **rows[0]})
     if as_json:
         print_json(stored)
         return
     fields_table(f"matmul on {system}", [[f"{s['precision']} ({s['dtype']}, {s['device']})",
                                           f"{s['value']:.1f} GFLOP/s  run {s['id']}"] for s in stored])
+
+
+@contextmanager
+def _progress_line(size: int) -> Iterator[Callable[[int, int, str], None]]:
+    """A live line on stderr (a minute or more goes by on a small CPU): what is measured, products done of all
+    of that measurement, elapsed time. Gone when the table is printed."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from dlrun.cli.output import console
+
+    line = Progress(TextColumn("matmul {task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn(f"products of {size}x{size}"), TimeElapsedColumn(), console=console(stderr=True),
+                    transient=True)
+    task = line.add_task("starting", total=None)
+
+    def update(done: int, total: int, what: str) -> None:
+        line.update(task, completed=done, total=total, description=what)
+
+    with line:
+        yield update

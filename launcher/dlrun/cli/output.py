@@ -1,6 +1,9 @@
 """How the command line talks: rich tables on the terminal, JSON on request, and errors as one line.
 
-`handle_errors` is the one place a `DlrunError` becomes `dlrun: error: ...` and its exit code."""
+`handle_errors` is the one place a `DlrunError` becomes `dlrun: error: ...` and its exit code. Every string
+shown here may have come from a store, a bundle or a log: table cells and titles go through
+`dlrun.text.for_rich`, errors and warnings through `dlrun.text.plain`, so markup and escape sequences in them
+print as written (or not at all), never as styles, links or terminal commands. JSON escapes them itself."""
 from __future__ import annotations
 
 import functools
@@ -11,24 +14,25 @@ from typing import Any
 import typer
 
 from dlrun.errors import DlrunError
+from dlrun.text import for_rich, plain
 
 
 def console(stderr: bool = False):
     from rich.console import Console
 
-    out = Console(stderr=stderr, highlight=False)
+    out = Console(stderr=stderr, highlight=False, emoji=False)
     if not out.is_terminal:  # pipes and logs: do not squeeze tables into 80 columns
-        out = Console(stderr=stderr, highlight=False, width=160)
+        out = Console(stderr=stderr, highlight=False, emoji=False, width=160)
     return out
 
 
 def fail(message: str, code: int) -> None:
-    print(f"dlrun: error: {message}", file=sys.stderr)
+    print(f"dlrun: error: {plain(message)}", file=sys.stderr)
     raise typer.Exit(code)
 
 
 def warn(message: str) -> None:
-    print(f"dlrun: {message}", file=sys.stderr)
+    print(f"dlrun: {plain(message)}", file=sys.stderr)
 
 
 def handle_errors(func):
@@ -49,11 +53,11 @@ def print_json(data: Any) -> None:
 def table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
     from rich.table import Table
 
-    out = Table(title=title)
+    out = Table(title=for_rich(title, newlines=False))
     for index, column in enumerate(columns):
-        out.add_column(column, no_wrap=index == 0)
+        out.add_column(for_rich(column), no_wrap=index == 0)
     for row in rows:
-        out.add_row(*("" if cell is None else str(cell) for cell in row))
+        out.add_row(*("" if cell is None else for_rich(cell) for cell in row))
     console().print(out)
 
 

@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from dlrun.cli.output import console
+from dlrun.text import for_rich, plain
 
 RESULT_PREFIX = "DLRUN_RESULT "
 # tf_cnn_benchmarks' step row, which dlrun's harness prints too: `10\timages/sec: 12.3 +/- 0.1 (jitter = ...)`
@@ -20,6 +21,9 @@ class RunDisplay:
     def __init__(self, plan: Any, verbose: bool = False):
         from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeRemainingColumn
 
+        from dlrun.secrets import plan_redactor
+
+        self.redact = plan_redactor(plan)
         self.verbose = verbose
         self.out = console()
         self.err = console(stderr=True)
@@ -47,6 +51,7 @@ class RunDisplay:
                                  description=f"step {step}/{self.total} (rank 0)",
                                  rate=f"{float(row.group('rate')):.1f} {row.group('unit')}/s")
         target = self.err if stream == "stderr" else self.out
+        line = plain(self.redact(line), newlines=False)  # a rank's output: no escape sequences, no secret values
         if self.progress.live.is_started and target is self.out:
             self.progress.console.print(line, markup=False, highlight=False)
         else:
@@ -104,9 +109,9 @@ def knob_rows(knobs: Any) -> list[list[str]]:
 def print_summary(record: Any) -> None:
     from rich.table import Table
 
-    table = Table(title=f"run {record.id}: {record.status}", show_header=False)
+    table = Table(title=for_rich(f"run {record.id}: {record.status}"), show_header=False)
     table.add_column(style="bold")
     table.add_column()
     for row in summary_rows(record):
-        table.add_row(*row)
+        table.add_row(*(for_rich(cell) for cell in row))
     console().print(table)

@@ -8,6 +8,7 @@ from typing import Any
 
 from dlrun.cli.output import console, table
 from dlrun.cli.progress import STEP_ROW
+from dlrun.text import plain
 
 POINT_COLUMNS = ["point", "workload", "image", "nodes x ranks", "launcher", "batch/rank", "steps (warm-up+timed)",
                  "precision", "fabric", "runs stored/wanted"]
@@ -129,7 +130,7 @@ class ReproduceDisplay:
         self.progress.stop()
 
     def _say(self, text: str) -> None:
-        self.progress.console.print(text, markup=False, highlight=False)
+        self.progress.console.print(plain(text, newlines=False), markup=False, highlight=False)
 
     def starting(self, step):
         work = step.work
@@ -179,13 +180,13 @@ def print_points(experiment, system_work, summaries: list[dict[str, Any]]) -> No
     for summary in summaries:
         runs = f"{summary['runs']}/{summary['repeats']}"
         for metric, stats in summary["metrics"].items():
-            rows.append([summary["point"], runs, metric, number(stats["mean"]),
+            rows.append([summary["point"], runs, metric, "-" if stats["geomean"] is None else number(stats["geomean"]),
                          f"{number(stats['min'])} .. {number(stats['max'])}", stats["unit"]])
         if not summary["metrics"]:
             rows.append([summary["point"], runs, "-", "-", "-", ""])
     where = f" on {system_work.system}" if system_work.system else ""
-    table(f"{experiment.id}{where}: stored results per point", ["point", "runs", "metric", "mean", "range", "unit"],
-          rows)
+    table(f"{experiment.id}{where}: stored results per point", ["point", "runs", "metric", "geo. mean", "range",
+                                                                   "unit"], rows)
 
 
 def print_references(rows: list) -> None:
@@ -198,12 +199,17 @@ def print_references(rows: list) -> None:
         measured = "-" if row.measured is None else number(row.measured) + (f" {row.unit}" if row.unit else "")
         if row.ci is not None:
             measured += f" [{number(row.ci[0])}, {number(row.ci[1])}]"
+        elif row.interval.startswith("too few repeats"):
+            measured += " (too few repeats for an interval)"
         note = "point skipped (see above)" if row.verdict == "skipped" else row.why
         cells.append([ref.id, "; ".join(row.points), row.published, measured,
                       "-" if row.ratio is None else f"{row.ratio:.4f}", row.verdict + (f": {note}" if note else ""),
                       f"{ref.source.where}: \"{ref.source.quote}\""])
     table(f"against the published numbers ({rows[0].reference.source.doc})",
-          ["reference", "point(s)", "published", "measured", "ratio", "verdict", "source"], cells)
+          ["reference", "point(s)", "published", "measured [95 % CI]", "ratio", "verdict", "source"], cells)
+    console().print("[dim]measured: geometric mean of the runs (a derived quantity: from the ratio of geometric "
+                    "means), 95 % CI from t on logs; within: the CI inside the tolerance band; outside: wholly "
+                    "outside it; else inconclusive[/]", highlight=False)
 
 
 def references_json(rows: list) -> list[dict[str, Any]]:
@@ -211,6 +217,6 @@ def references_json(rows: list) -> list[dict[str, Any]]:
              "published": row.published, "value": row.reference.value,
              "range": list(row.reference.range) if row.reference.range else None, "unit": row.reference.unit,
              "measured": row.measured, "measured_ci": list(row.ci) if row.ci else None, "measured_unit": row.unit,
-             "runs": row.runs, "ratio": row.ratio,
-             "verdict": row.verdict, "why": row.why,
+             "interval": row.interval, "runs": row.runs, "ratio": row.ratio,
+             "verdict": row.verdict, "repeats_needed": row.repeats_needed, "why": row.why,
              "source": row.reference.source.model_dump(mode="json")} for row in rows]

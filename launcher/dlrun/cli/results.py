@@ -3,7 +3,7 @@ export|import|import-log` live in results_share."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -13,7 +13,7 @@ from dlrun.cli.filters import (ExperimentFilter, ImageFilter, SinceFilter, SiteF
 from dlrun.cli.options import JsonOpt
 from dlrun.cli.output import fields_table, handle_errors, print_json, table
 from dlrun.cli.store import open_store
-from dlrun.errors import DlrunError, UsageError
+from dlrun.errors import UsageError
 
 results_app = typer.Typer(help="Stored results and their run directories.", no_args_is_help=True)
 results_app.command("export")(results_share.export)
@@ -38,17 +38,24 @@ def results_list(as_json: JsonOpt = False,
     if as_json:
         print_json(runs)
         return
-    table("results", ["id", "status", "workload", "system", "site", "image", "ranks", "batch", "value"],
+    if not runs:  # an empty answer to a valid question (a catalog's name with no run yet): exit 0
+        given = [f"--{name.replace('_', '-')} {value}" for name, values in filters.active().items() for value in values]
+        given += [f"--since {since}"] if since else []
+        print(f"no runs match {' '.join(given)}" if given else "no runs stored yet (`dlrun run WORKLOAD` stores one)")
+        return
+    table("results", ["id", "status", "workload", "system", "site", "image", "ranks", "batch", "value", "quality"],
           [[r["id"], r["status"], r["workload"], r["system"], r["site"], r["image"], r["world_size"],
             "-" if r["batch_size"] is None else r["batch_size"],
-            f"{r['value']:.2f} {r['unit']}" if r["value"] is not None else "-"] for r in runs])
+            f"{r['value']:.2f} {r['unit']}" if r["value"] is not None else "-", r.get("verdict") or "unknown"]
+           for r in runs])
 
 
 @results_app.command("show")
 @handle_errors
 def results_show(run_id: Annotated[str, typer.Argument(help="Run id (a unique prefix is enough).")],
                  as_json: JsonOpt = False) -> None:
-    """Show one stored run with its results and provenance."""
+    """Show one stored run with its results, provenance, machine (hardware fingerprint), quality verdict and
+    comparability key (--json: `fingerprint`, `quality.verdict`, `quality.reasons`, `key`)."""
     run = open_store().get_run(run_id)
     if as_json:
         print_json(run)
@@ -61,14 +68,57 @@ def results_show(run_id: Annotated[str, typer.Argument(help="Run id (a unique pr
         rows.append([res["metric"], f"{res['value']:.2f} {res['unit']}"])
         if res.get("value_is"):  # which printed figure it is (results stored before dlrun said so have none)
             rows.append([f"{res['metric']} is", res["value_is"]])
+    from dlrun.results.fingerprint import describe
     from dlrun.results.key import KEY_FIELDS
     from dlrun.telemetry.show import telemetry_rows
 
     rows += telemetry_rows(run["provenance"].get("telemetry"))
 
+    rows += [[f"machine: {label}", text] for label, text in describe(run.get("fingerprint"))]
+    quality = run.get("quality") or {}
+    rows.append(["quality", quality.get("verdict", "unknown")])
+    rows += [["quality: why", reason] for reason in quality.get("reasons") or []]
     for name in KEY_FIELDS if run["key"] else ():  # what decides the value: compared by `dlrun compare`
         rows.append([f"key: {name}", run["key"].get(name)])
     fields_table(f"run {run['id']}", rows)
+
+
+@results_app.command("delete")
+@handle_errors
+def results_delete(
+        run_ids: Annotated[Optional[list[str]], typer.Argument(
+            help="Run ids (unique prefixes are enough); with filters, runs must match both.",
+            show_default=False)] = None,
+        yes: Annotated[bool, typer.Option("--yes", "-y", help="Delete without asking (for scripts).")] = False,
+        workload: WorkloadFilter = None, system: SystemFilter = None, image: ImageFilter = None,
+        status: StatusFilter = None, since: SinceFilter = None, experiment: ExperimentFilter = None,
+        site: SiteFilter = None) -> None:
+    """Delete stored runs and the run directories dlrun made for them (undo an import: --site SITE)."""
+    import sys
+
+    from dlrun.paths import dlrun_home
+    from dlrun.results.delete import delete_runs
+
+    if not run_ids and not any((workload, system, image, status, since, experiment, site)):
+        raise UsageError("name the runs to delete; valid: run ids, or filters such as --site SITE or --since 1d")
+    store = open_store()
+    filters = build_filters(store, run_ids, workload=workload, system=system, image=image, status=status, since=since,
+                            experiment=experiment, site=site)
+    runs = store.list_runs(None, filters)
+    if not runs:
+        raise UsageError("no stored run matches; nothing deleted")
+    what = f"{len(runs)} stored run{'s' if len(runs) != 1 else ''}"
+    if not yes:
+        if not sys.stdin.isatty():
+            raise UsageError(f"deleting {what} needs a yes: answer in a terminal, or give --yes")
+        table("to delete", ["id", "status", "workload", "system", "site"],
+              [[r["id"], r["status"], r["workload"], r["system"], r["site"]] for r in runs[:20]])
+        if not typer.confirm(f"delete {what} and their run directories?", default=False):
+            print("nothing deleted")
+            raise typer.Exit(1)
+    done = delete_runs(store, runs, dlrun_home())
+    print(f"deleted {len(done.runs)} run{'s' if len(done.runs) != 1 else ''} and {len(done.directories)} run "
+          f"director{'ies' if len(done.directories) != 1 else 'y'}")
 
 
 @handle_errors
@@ -77,12 +127,10 @@ def parse(file: Annotated[Path, typer.Argument(help="Log file: dlrun harness, nc
           as_json: JsonOpt = False) -> None:
     """Parse a benchmark log and print the extracted result, which printed figure it is (value_is) and
     anything that makes it untrustworthy (problems)."""
+    from dlrun.results.import_log import read_log
     from dlrun.results.parsers import parse_text
 
-    try:
-        text = file.read_text(errors="replace")
-    except OSError as exc:
-        raise DlrunError(f"cannot read {str(file)!r}: {exc.strerror}", exit_code=2) from None
+    text, _ = read_log(file)  # regular files only, at most limits.log_bytes
     result = parse_text(text).to_dict()
     if as_json:
         print_json(result)

@@ -3,7 +3,7 @@
     dlrun results export [RUN_ID ...] [filters] --out FILE [--format bundle|csv|jsonl|parquet]
                          [--with-logs] [--sign KEY] [--exporting-site NAME]
     dlrun results import BUNDLE [--allowed-signers FILE | --unsigned]
-    dlrun results import-log FILE --system SYSTEM [--format FORMAT] [--site SITE]
+    dlrun results import-log FILE --system SYSTEM [--format FORMAT] [--site SITE] [--machine here|RUN_ID]
                              [--workload W | --model M] [--image I] [--precision P] [--batch-size B]
                              [--nodes N] [--ranks-per-node R] [--fabric F] [--experiment E]
 """
@@ -19,13 +19,13 @@ from dlrun.cli.filters import (ExperimentFilter, ImageFilter, SinceFilter, SiteF
 from dlrun.cli.options import JsonOpt
 from dlrun.cli.output import handle_errors, print_json
 from dlrun.errors import UsageError
+from dlrun.text import plain
 
 
 def _store():
-    from dlrun.paths import store_path
-    from dlrun.results.store import Store
+    from dlrun.cli.store import open_store
 
-    return Store(store_path())
+    return open_store()
 
 
 def _site_name(value: str, option: str) -> str:
@@ -73,7 +73,7 @@ def export(
                             since=since, experiment=experiment, site=site)
     if chosen != "bundle":
         rows = export_table(store, filters, out, chosen)
-        print(f"wrote {out}: {rows} rows ({chosen})")
+        print(plain(f"wrote {out}: {rows} rows ({chosen})"))
         return
     from dlrun.results.bundle_sign import sign as ssh_sign
     from dlrun.results.site import local_site
@@ -83,8 +83,8 @@ def export(
     written = export_bundle(store, filters, out, site=name, dlrun_version=__version__, with_logs=with_logs,
                             sign=signer)
     logs = f", {written.files} run-directory files" if with_logs else ""
-    print(f"wrote {written.path}: {written.runs} runs from site {name}{logs}, {_size(written.size)}, "
-          f"{'signed with ' + str(sign) if written.signed else 'unsigned'}; sha256 {written.sha256}")
+    print(plain(f"wrote {written.path}: {written.runs} runs from site {name}{logs}, {_size(written.size)}, "
+                f"{'signed with ' + str(sign) if written.signed else 'unsigned'}; sha256 {written.sha256}"))
 
 
 @handle_errors
@@ -94,10 +94,12 @@ def import_(
         "--allowed-signers", help="Verify the signature against this allowed-signers file (ssh-keygen(1)); "
         "default: allowed_signers in config.yaml.", show_default=False)] = None,
     unsigned: Annotated[bool, typer.Option(
-        "--unsigned", help="Import a bundle nobody signed (or without checking its signature).")] = False,
+        "--unsigned", help="Import a bundle nobody signed (or without checking its signature); refused where "
+        "config.yaml names allowed signers.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Verify a bundle (every member's sha256, and its signature) and store the runs this site lacks."""
+    """Verify a bundle (every member's sha256, and its signature) and store the runs this site lacks, within
+    the limits in config.yaml (see README: Limits)."""
     from dlrun.paths import dlrun_home
     from dlrun.results.bundle_import import import_bundle
 
@@ -108,7 +110,7 @@ def import_(
         return
     who = f"signed by {result.signer}, verified" if result.signer else "not verified (--unsigned)"
     kept = f"; {len(result.skipped)} stored already" if result.skipped else ""
-    print(f"imported {len(result.added)} of {result.runs} runs from site {result.site} ({who}){kept}")
+    print(plain(f"imported {len(result.added)} of {result.runs} runs from site {result.site} ({who}){kept}"))
 
 
 WorkloadOpt = Annotated[Optional[str], typer.Option(
@@ -144,6 +146,9 @@ def import_log(
         "horovod, dllogger, mllog.", show_default=False)] = None,
     site: Annotated[Optional[str], typer.Option(
         "--site", help="The site the log was produced at (default: this site).", show_default=False)] = None,
+    machine: Annotated[Optional[str], typer.Option(
+        "--machine", help="The machine the log was produced on: `here` (this node) or a stored run's id (its "
+        "site and machine); without it the machine is unknown and matches nothing.", show_default=False)] = None,
     workload: WorkloadOpt = None, model: ModelOpt = None, image: ImportImageOpt = None,
     precision: ImportPrecisionOpt = None, fabric: ImportFabricOpt = None, batch_size: ImportBatchOpt = None,
     nodes: ImportNodesOpt = None, ranks_per_node: ImportRanksOpt = None, experiment: ImportExperimentOpt = None,
@@ -153,7 +158,8 @@ def import_log(
 
     With --workload (or --model) the run is stored as a dlrun run of that workload: the options say what the
     log does not (image; batch, precision, nodes where it is silent; fabric across nodes), are checked as
-    `dlrun run` checks them, and must agree with what the log says."""
+    `dlrun run` checks them, and must agree with what the log says. --machine says which machine it ran on."""
+    from dlrun.cli.machine import machine_of
     from dlrun.results.import_plan import ImportOptions
 
     if not system.strip():
@@ -162,12 +168,14 @@ def import_log(
                             batch_size=batch_size, nodes=nodes, ranks_per_node=ranks_per_node)
     origin = _site_name(site, "--site") if site else None
     store = _store()
+    origin, fingerprint = machine_of(machine, store, origin) if machine is not None else (origin, None)
     if options.given() or experiment:
-        pairs = _as_dlrun_runs(file.resolve(), system, options, fmt, origin, experiment, store)
+        pairs = _as_dlrun_runs(file.resolve(), system, options, fmt, (origin, fingerprint), experiment, store)
     else:
+        from dlrun.cli.machine import with_machine
         from dlrun.results.import_log import import_log as records_of
 
-        pairs = records_of(file.resolve(), system=system, fmt=fmt, site=origin)
+        pairs = with_machine(records_of(file.resolve(), system=system, fmt=fmt, site=origin), origin, fingerprint)
     added = store.add_runs(pairs, same_provenance=("log_sha256", "log_result_index"))
     if as_json:
         print_json({"added": added, "results": len(pairs),
@@ -175,15 +183,18 @@ def import_log(
                               "experiment": run.get("experiment"), "point": run.get("point")} for run, _ in pairs]})
         return
     if not added:
-        print(f"nothing added: {file} (sha256 {pairs[0][0]['provenance']['log_sha256'][:12]}...) is stored already")
+        digest = pairs[0][0]["provenance"]["log_sha256"][:12]
+        print(plain(f"nothing added: {file} (sha256 {digest}...) is stored already"))
         return
     states = ", ".join(f"{run['id']} ({run['status']}{_as_what(run)})" for run, _ in pairs if run["id"] in added)
-    print(f"imported {len(added)} run{'s' if len(added) != 1 else ''} from {file}: {states}")
+    print(plain(f"imported {len(added)} run{'s' if len(added) != 1 else ''} from {file}: {states}"))
 
 
-def _as_dlrun_runs(path: Path, system: str, options, fmt: Optional[str], site: Optional[str],
-                   experiment: Optional[str], store):
-    """(run, rows) pairs in the shape of dlrun runs of the options' workload, tagged with the experiment's point."""
+def _as_dlrun_runs(path: Path, system: str, options, fmt: Optional[str], machine: tuple, experiment: Optional[str],
+                   store):
+    """(run, rows) pairs in the shape of dlrun runs of the options' workload, on `machine` (site, fingerprint),
+    tagged with the experiment's point."""
+    from dlrun.cli.machine import with_machine
     from dlrun.cli.options import load_catalog
     from dlrun.images.verify import with_local_image
     from dlrun.results.import_log import import_log_as_runs
@@ -193,8 +204,11 @@ def _as_dlrun_runs(path: Path, system: str, options, fmt: Optional[str], site: O
         raise UsageError(f"--experiment {experiment} counts the log for one of its points; name the workload the "
                          "log ran with --workload NAME (or --model NAME), and its --image")
     catalog = load_catalog()
-    found = import_log_as_runs(path, catalog=catalog, system=system, options=options, fmt=fmt, site=site,
-                               local_image=with_local_image)
+    site, fingerprint = machine
+    imported = import_log_as_runs(path, catalog=catalog, system=system, options=options, fmt=fmt, site=site,
+                                  local_image=with_local_image)
+    machined = with_machine([(run, rows) for run, rows, _ in imported], site, fingerprint)
+    found = [(run, rows, plan) for (run, rows), (_, _, plan) in zip(machined, imported)]
     if experiment is not None:
         from dlrun.reproduce.imported import point_of
 

@@ -13,6 +13,27 @@ from dlrun.cli.options import DryRunOpt, SkipChecksOpt, VerboseOpt, resolve, tak
 from dlrun.cli.output import console, fail, handle_errors, print_json, warn
 
 
+def with_reused_secrets(plan):
+    """The plan with every variable marked secret whose value is a secret of dlrun's own environment
+    (`--env COPY=<value of $HF_TOKEN>`): rendered by reference and redacted like the original."""
+    import os
+
+    from dlrun.secrets import reused_secret_names
+
+    extra = reused_secret_names(plan.env, os.environ) - set(plan.secret_env)
+    return plan.model_copy(update={"secret_env": sorted({*plan.secret_env, *extra})}) if extra else plan
+
+
+def said(finding, skip_checks: bool) -> str | None:
+    """What a run that goes on says of a finding: a warning as it is, an error that --skip-checks passed over
+    as a warning naming the check skipped (the run is not refused, so it is no error), nothing for the rest."""
+    if finding.level == "warn":
+        return f"warn: {finding.line()}"
+    if finding.level == "error" and skip_checks:
+        return f"warn: check {finding.check} skipped (--skip-checks): {finding.line()}"
+    return None
+
+
 def checked(findings, skip_checks: bool) -> None:
     """Refuse on an error finding (unless --skip-checks); say every warning, and the errors skipped."""
     from dlrun.preflight import refuse_on_errors
@@ -20,8 +41,26 @@ def checked(findings, skip_checks: bool) -> None:
     if not skip_checks:
         refuse_on_errors(findings)
     for finding in findings:
-        if finding.level == "warn" or (finding.level == "error" and skip_checks):
-            warn(f"{finding.level}: {finding.line()}")
+        line = said(finding, skip_checks)
+        if line:
+            warn(line)
+
+
+def say_if_busy(plans, out) -> None:
+    """Before a job of `plans` starts on this node (a local job): a line on `out` (the run's own output) when
+    other processes keep the node busy, so that its numbers would be contended (dlrun.results.quality)."""
+    from dlrun.registry import SCHEDULERS
+
+    if not any(SCHEDULERS.get(plan.scheduler).runs_here for plan in plans):
+        return
+    from dlrun.probe.load import node_load
+    from dlrun.results.quality import BUSY_SAMPLE_S, busy_warning
+
+    load = node_load(BUSY_SAMPLE_S)
+    said = busy_warning(load.others_cpus, load.cpus, load.load1)
+    if said:
+        out.print(f"[yellow]warning: {said}; wait for the other work to end, or run where nothing else runs[/]",
+                  highlight=False)
 
 
 @handle_errors
@@ -29,7 +68,7 @@ def checked(findings, skip_checks: bool) -> None:
 def run(skip_checks: SkipChecksOpt = False, dry_run: DryRunOpt = False, verbose: VerboseOpt = False,
         **options: Any) -> None:
     """Run a workload: resolve a plan, render it, check it, execute it, store the result."""
-    plan = resolve(options)
+    plan = with_reused_secrets(resolve(options))
     from dlrun.preflight import node_inventory, preflight
     from dlrun.render import render_job
 
@@ -38,22 +77,19 @@ def run(skip_checks: SkipChecksOpt = False, dry_run: DryRunOpt = False, verbose:
         checked(preflight(plan), skip_checks)  # the plan's own checks; this node may not be where it runs
         sys.stdout.write(rendered.script)
         return
-    inventory = node_inventory()
-    findings = preflight(plan, inventory)
-    checked(findings, skip_checks)
-    if plan.image.kind == "container":
-        from dlrun.images.verify import verify_plan_image
+    from dlrun.execute.prerun import clear
 
-        verify_plan_image(plan)  # refuses (exit 1) an image whose digest differs from the site's lock
+    # the node's checks, then the image's digest (refused, exit 1, when its copy differs from the site's lock)
+    cleared = clear(plan, node_inventory(), lambda findings: checked(findings, skip_checks), skip_checks=skip_checks)
     from dlrun.tune import tuned_plan
 
-    tuned = tuned_plan(plan, inventory, log=warn)  # this machine's decision on the knobs left at auto
+    tuned = tuned_plan(plan, cleared.inventory, log=warn)  # this machine's decision on the knobs left at auto
     if tuned != plan:
         plan, rendered = tuned, render_job(tuned)
-    execute_plan(plan, rendered, inventory, findings, verbose=verbose)
+    execute_plan(plan, rendered, cleared, verbose=verbose)
 
 
-def execute_plan(plan, rendered, inventory=None, findings=None, *, verbose: bool = False) -> None:
+def execute_plan(plan, rendered, cleared=None, *, verbose: bool = False) -> None:
     import signal
 
     from dlrun.cli.progress import RunDisplay, print_summary
@@ -66,9 +102,9 @@ def execute_plan(plan, rendered, inventory=None, findings=None, *, verbose: bool
              f"batch {plan.batch_size}/rank, {plan.warmup_steps}+{plan.steps} steps, {plan.precision}, "
              f"image {plan.image.name}")
     console().print(f"[bold]dlrun[/bold] {title}")
+    say_if_busy([plan], console())
     with RunDisplay(plan, verbose=verbose) as display:
-        record = execute(plan, rendered, runs_root=runs_dir(), store=store, sink=display.sink,
-                         inventory=inventory, findings=findings)
+        record = execute(plan, rendered, runs_root=runs_dir(), store=store, sink=display.sink, cleared=cleared)
     print_summary(record)
     if record.status == "cancelled":
         raise typer.Exit(128 + (signal.Signals[record.signal] if record.signal else signal.SIGINT))
@@ -80,7 +116,7 @@ def execute_plan(plan, rendered, inventory=None, findings=None, *, verbose: bool
 @takes_plan_options
 def plan(skip_checks: SkipChecksOpt = False, **options: Any) -> None:
     """Print the resolved plan as JSON (what `run` would do, as data; secret values redacted)."""
-    resolved = resolve(options)
+    resolved = with_reused_secrets(resolve(options))
     from dlrun.preflight import preflight
 
     checked(preflight(resolved), skip_checks)

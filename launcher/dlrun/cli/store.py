@@ -1,15 +1,19 @@
 """The result store as every command opens it: first the runs of a dlrun that died are recovered (stored,
-published), and runs still in progress are named, so that no run directory is left unlisted."""
+published), runs still in progress are named, so that no run directory is left unlisted, and what an
+interrupted bundle import left behind is removed."""
 from __future__ import annotations
 
 from dlrun.cli.output import warn
 
 
 def open_store():
-    from dlrun.paths import runs_dir, staging_dirs, store_path
+    from dlrun.paths import dlrun_home, runs_dir, staging_dirs, store_path
+    from dlrun.results.import_staging import clean_interrupted_imports
     from dlrun.results.store import Store
 
     store = Store(store_path())
+    clean_interrupted_imports(dlrun_home())  # what an import killed by a signal left in imported/.staging-*
+    store.check()  # a damaged or foreign store file: one line now, not after a run or an import did its work
     if staging_dirs(runs_dir()):  # the executor (and what it imports) is loaded only when there is work for it
         from dlrun.execute.recovery import recover_runs
 

@@ -7,17 +7,17 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
 from dlrun.execute.failure import failure_reason
 from dlrun.execute.follow import Follower, LineSink, tail_lines
 from dlrun.execute.local import rank_log_tail
+from dlrun.execute.prerun import Cleared
 from dlrun.execute.record import RunRecord, finish, parse_first
 from dlrun.execute.signals import Interrupted, SignalGuard, signal_name
 from dlrun.execute.stage import job_env, stage
 from dlrun.job import JobState, RenderedJob
 from dlrun.plan import Plan
-from dlrun.registry import SCHEDULERS
+from dlrun.registry import LAUNCHERS, SCHEDULERS
 from dlrun.results.store import Store
 from dlrun.schedulers.base import Scheduler, SchedulerError
 
@@ -58,12 +58,11 @@ def batch_outcome(scheduler: str, time_limit: str | None, job_id: str, state: Jo
 
 
 def execute_batch(plan: Plan, rendered: RenderedJob, *, runs_root: Path, store: Store, sink: LineSink | None = None,
-                  inventory: dict[str, Any] | None = None, findings: list[Any] | None = None,
-                  poll_interval: float = 2.0) -> RunRecord:
+                  cleared: Cleared | None = None, poll_interval: float = 2.0) -> RunRecord:
     """Submit to a batch scheduler, follow the job until it ends, collect its logs, record the run."""
-    scheduler = SCHEDULERS.get(plan.scheduler)
+    scheduler, launcher = SCHEDULERS.get(plan.scheduler), LAUNCHERS.get(plan.launcher)
     with SignalGuard() as guard:
-        run, base_provenance, started = stage(plan, rendered, runs_root, inventory, findings)
+        run, base_provenance, started = stage(plan, rendered, runs_root, cleared)
         try:
             job_id = scheduler.submit(rendered, run.path, job_env(run, plan))
         except (SchedulerError, OSError) as exc:
@@ -77,9 +76,9 @@ def execute_batch(plan: Plan, rendered: RenderedJob, *, runs_root: Path, store: 
         follower = Follower(sink)
         rank0 = run.path / rendered.rank_log_pattern.format(rank=0)
 
-        def followed() -> list[tuple[Path, str]]:
+        def followed() -> list[tuple[Path, str]]:  # rank 0's own file, where the job's output lacks it
             paths = scheduler.output_files(job_id, run.path)
-            paths += [rank0] if rank0 not in paths and plan.launcher == "srun" else []
+            paths += [rank0] if rank0 not in paths and not launcher.rank_output_in_job_log else []
             return [(path, "stdout") for path in paths]
 
         status, reason, signum = "failed", None, None

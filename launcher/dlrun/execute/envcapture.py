@@ -4,13 +4,12 @@ from __future__ import annotations
 import os
 import platform
 import re
-import shutil
-import subprocess
 import sys
 from collections.abc import Iterable
 from typing import Any
 
 from dlrun import __version__
+from dlrun.probe.mpi import mpirun_version_text
 from dlrun.secrets import REDACTED, redact_argv, redact_env
 
 __all__ = ["REDACTED", "capture_environment", "mpi_version", "redact"]
@@ -20,19 +19,10 @@ def redact(env: dict[str, str], marked: Iterable[str] = (), values: Iterable[str
     return redact_env(env, marked, values)
 
 
-def _first_line(argv: list[str]) -> str | None:
-    if not shutil.which(argv[0]):
-        return None
-    try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    text = (out.stdout or out.stderr).strip()
-    return text.splitlines()[0] if text else None
-
-
 def mpi_version() -> str | None:
-    line = _first_line(["mpirun", "--version"])
+    """The host MPI's version line (what the probe found: `mpirun --version`, run once per process)."""
+    text = mpirun_version_text()
+    line = text.splitlines()[0] if text else None
     if line:
         match = re.search(r"\(Open MPI\)\s*(\S+)|Open MPI\S*\s+(\S+)", line)
         return f"openmpi {match.group(1) or match.group(2)}" if match else line

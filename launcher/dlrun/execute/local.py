@@ -7,10 +7,10 @@ import platform
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
 
 from dlrun.execute.failure import failure_reason
 from dlrun.execute.follow import Follower, LineSink, tail_lines
+from dlrun.execute.prerun import Cleared
 from dlrun.execute.procs import end_processes, job_processes, with_parent_death_signal
 from dlrun.execute.record import RunRecord, finish
 from dlrun.execute.rundir import RunDir
@@ -56,10 +56,9 @@ def rank_log_tail(run_path: Path, pattern: str):
 
 
 def execute_local(plan: Plan, rendered: RenderedJob, *, runs_root: Path, store: Store,
-                  sink: LineSink | None = None, inventory: dict[str, Any] | None = None,
-                  findings: list[Any] | None = None) -> RunRecord:
+                  sink: LineSink | None = None, cleared: Cleared | None = None) -> RunRecord:
     with SignalGuard() as guard:
-        run, base_provenance, started = stage(plan, rendered, runs_root, inventory, findings)
+        run, base_provenance, started = stage(plan, rendered, runs_root, cleared)
         out_path, err_path = run.path / "output.log", run.path / "stderr.log"
         files = [(out_path, "stdout"), (err_path, "stderr")]
         follower = Follower(sink)

@@ -7,6 +7,7 @@ line, and the next dlrun command that opens the store stores and publishes it (d
 """
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 import time
@@ -17,13 +18,15 @@ from typing import Any
 from dlrun.execute.hardware import record_hardware
 from dlrun.execute.rundir import RunDir
 from dlrun.fabrics import check_nccl_transport
-from dlrun.images.verify import image_provenance
 from dlrun.catalog.models import TRAINING_KINDS
 from dlrun.paths import harness_hashes, source_root
 from dlrun.plan import Plan
+from dlrun.probe.topology import topology_summary
+from dlrun.results.fingerprint import fingerprint_of
 from dlrun.results.parsers import ParseError, ParsedResult, parse_all, parse_text
 from dlrun.results.site import local_site
 from dlrun.results.store import Store, StoreError
+from dlrun.secrets import plan_secret_values, redact_data, redact_file, redact_text
 from dlrun.staging import stage_records, stage_summary
 
 #: Statuses a stored run can have. `lost`: its dlrun died and the job's result could not be recovered.
@@ -55,7 +58,9 @@ def _git_commit() -> str | None:
         return None
 
 
-def provenance(plan: Plan) -> dict[str, Any]:
+def provenance(plan: Plan, image_check: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What the run ran: dlrun's commit, the image and its digest, the harness files' digests, and what the
+    pre-run check of the image's copy found (`image_check`, dlrun.execute.prerun)."""
     # A container's harness files are hashed when its image is built (the image lock); the host runs them
     # from this machine, so they are hashed here.
     framework = plan.image.harness_framework or plan.workload.framework
@@ -68,8 +73,41 @@ def provenance(plan: Plan) -> dict[str, Any]:
         "image_uri": plan.image.uri,
         "harness_sha256": digest,
         "harness_files_sha256": per_file,
-        **image_provenance(plan),  # the pre-run digest check of the image the runtime used
+        "image_stack": pinned_stack(plan),
+        **(image_check or {}),
     }
+
+
+def pinned_stack(plan: Plan) -> dict[str, str]:
+    """The CUDA, cuDNN and NCCL versions the plan's image pins (containers/*/image.yaml), where it pins them:
+    what the job saw when its framework does not report them (tf_cnn_benchmarks)."""
+    out = {}
+    for name in ("cuda", "cudnn", "nccl"):
+        version = getattr(getattr(plan.image, name, None), "version", None)
+        if version:
+            out[name] = str(version)
+    return out
+
+
+def with_fingerprint(record: dict[str, Any], rows: list[dict[str, Any]], run_path: Path) -> dict[str, Any]:
+    """The record with the fingerprint of the machine it ran on: what the job reported of its node, else (a
+    local job, on the node dlrun ran on) the run directory's inventory.json; and the topology summary of the
+    job's nodes (their samplers', or for a local job this node's)."""
+    try:
+        inventory = json.loads((run_path / "inventory.json").read_text())
+    except (OSError, ValueError):
+        inventory = None
+    inventory = inventory if isinstance(inventory, dict) else {}
+    if record.get("scheduler") != "local":  # dlrun's inventory is the submit host's; the samplers saw the nodes
+        inventory = {"nodes_topology": inventory["nodes_topology"]} if "nodes_topology" in inventory else {}
+    topology = topology_summary(inventory) if inventory.get("topology") or inventory.get("nodes_topology") else None
+    result = rows[0] if rows else None
+    declared = (((record.get("plan") or {}).get("system") or {}).get("fabric_config") or {}).get(record.get("fabric"))
+    fingerprint = fingerprint_of(result=result, inventory=inventory if "cpu" in inventory else None,
+                                 image=(record.get("provenance") or {}).get("image_stack"),
+                                 fabric=record.get("fabric"), nodes=record.get("nodes"),
+                                 declared_rate_gbps=(declared or {}).get("speed_gbps"), topology=topology)
+    return {**record, "fingerprint": fingerprint or None}
 
 
 def rank_log_texts(run_path: Path) -> str:
@@ -162,6 +200,7 @@ def run_row(summary: dict[str, Any], *, run_id: str, run_dir: Path, status: str,
 
 def store_and_publish(run: RunDir, store: Store, record: dict[str, Any], rows: list[dict[str, Any]]) -> Path:
     """Store the run (the store retries while other writers hold it), then move its directory into place."""
+    record = with_fingerprint(record, rows, run.path)
     try:
         store.add_run(record, rows)
     except sqlite3.IntegrityError:
@@ -195,21 +234,37 @@ def decide_status(plan: Plan, status: str, reason: str | None, exit_code: int | 
     return "ok", None, result
 
 
+def redact_run_directory(path: Path, values: list[str]) -> None:
+    """Every file of a run directory without the run's secret values: what its ranks printed stays in its
+    logs, which bundles (--with-logs) carry elsewhere. The job has ended: nothing writes them any more."""
+    if not any(len(value) >= 4 for value in values):
+        return
+    for file in sorted(path.rglob("*")):
+        if file.is_file() and not file.is_symlink():
+            redact_file(file, values)
+
+
 def finish(plan: Plan, run: RunDir, store: Store, *, status: str, reason: str | None, exit_code: int | None,
            started: float, base_provenance: dict[str, Any], result_texts: list[str], tail: list[str],
            failure: Any, extra: dict[str, Any] | None = None, signal: str | None = None) -> RunRecord:
     finished = time.time()
     status, reason, result = decide_status(plan, status, reason, exit_code, result_texts, failure)
+    # What the ranks printed may hold a secret they were given (a bad port, a token in an error): one net
+    # for every text of theirs that is written, stored or shown from here on.
+    secrets = plan_secret_values(plan)
+    reason, tail, result = (None if reason is None else redact_text(reason, secrets)), \
+        [redact_text(line, secrets) for line in tail], redact_data(result, secrets)
+    redact_run_directory(run.path, secrets)
 
     nccl = None
     if plan.device == "cuda":
         text = "\n".join(result_texts) + "\n" + rank_log_texts(run.path)
-        ok, why, nccl = check_nccl_transport(plan.fabric, text, plan.nodes)
+        ok, why, nccl = redact_data(check_nccl_transport(plan.fabric, text, plan.nodes), secrets)
         run.write_json("nccl.json", {"fabric": plan.fabric, "ok": ok, "reason": why, **nccl})
         if not ok and status == "ok":
             status, reason = "failed", why
 
-    extra = {**(extra or {}), **({"signal": signal} if signal else {})}
+    extra = redact_data({**(extra or {}), **({"signal": signal} if signal else {})}, secrets)
     if plan.data is not None and plan.data.staged_copy:  # --stage-data: what each node's copy cost
         extra["data_stage"] = stage_summary(plan.data.path, plan.data.staged_copy, stage_records(run.path))
         if result is not None:

@@ -20,7 +20,8 @@ from dlrun.execute.procs import end_processes, job_processes
 from dlrun.execute.record import (STATUSES, parse_first, rank_count_refusal, rank_log_texts, run_row,
                                   store_and_publish)
 from dlrun.catalog.models import TRAINING_KINDS
-from dlrun.execute.rundir import LOCK_NAME, STAGING_PREFIX, RunDir, try_lock
+from dlrun.execute.rundir import LOCK_NAME, STAGING_PREFIX, RunDir
+from dlrun.files import try_lock
 from dlrun.job import JobState
 from dlrun.registry import SCHEDULERS
 from dlrun.results.store import Store

@@ -7,7 +7,6 @@ directory (to recover) from one still being run.
 """
 from __future__ import annotations
 
-import fcntl
 import os
 import secrets
 import shutil
@@ -16,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from dlrun.errors import DlrunError
-from dlrun.files import write_atomic, write_json
+from dlrun.files import try_lock, write_atomic, write_json
 from dlrun.paths import STAGING_PREFIX
 
 LOCK_NAME = ".dlrun.lock"
@@ -24,20 +23,6 @@ LOCK_NAME = ".dlrun.lock"
 
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
-
-
-def try_lock(path: Path) -> int | None:
-    """An open descriptor holding the exclusive lock on `path`, or None when another process holds it."""
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        return None
-    return fd
 
 
 class RunDir:

@@ -10,6 +10,7 @@ from typing import Any
 
 from dlrun.errors import DlrunError
 from dlrun.execute.envcapture import capture_environment
+from dlrun.execute.prerun import Cleared
 from dlrun.execute.record import provenance
 from dlrun.execute.rundir import RunDir, new_run_id
 from dlrun.job import RUN_DIR_VAR, RenderedJob
@@ -30,9 +31,10 @@ def secret_values(plan: Plan) -> dict[str, str]:
     return {name: plan.env[name] for name in plan.secret_names}
 
 
-def stage(plan: Plan, rendered: RenderedJob, runs_root: Path, inventory: dict[str, Any] | None,
-          findings: list[Any] | None) -> tuple[RunDir, dict[str, Any], float]:
-    """(run directory, provenance to store with the run, start time)."""
+def stage(plan: Plan, rendered: RenderedJob, runs_root: Path,
+          cleared: Cleared | None) -> tuple[RunDir, dict[str, Any], float]:
+    """(run directory, provenance to store with the run, start time). `cleared`: what the pre-run steps found
+    (without them: this node's inventory, no findings, no image check)."""
     forbidden = RUNTIMES.get(plan.runtime).bind_forbidden  # the run directory is bound into the container
     if any(ch in str(runs_root) for ch in forbidden):
         chars = " or ".join(repr(ch) for ch in forbidden)
@@ -40,8 +42,8 @@ def stage(plan: Plan, rendered: RenderedJob, runs_root: Path, inventory: dict[st
                          "cannot bind; set DLRUN_HOME to a path without them", exit_code=2)
     private_dir(runs_root.parent)
     private_dir(runs_root)
-    if inventory is None:
-        inventory = node_inventory()
+    checked = cleared is not None
+    cleared = cleared or Cleared(inventory=node_inventory(), findings=[])
     run = RunDir(runs_root, new_run_id()).create()
     try:
         run.write_json("plan.json", plan.summary())
@@ -54,11 +56,11 @@ def stage(plan: Plan, rendered: RenderedJob, runs_root: Path, inventory: dict[st
         secrets = secret_values(plan)
         env_capture = capture_environment(marked=plan.secret_env, values=secrets.values())
         run.write_json("environment.json", env_capture)
-        run.write_json("inventory.json", inventory)
-        if findings is not None:
-            run.write_json("preflight.json", findings_json(findings))
-        base = {**provenance(plan), "hostname": env_capture["hostname"], "argv": env_capture["argv"],
-                "mpi": env_capture["mpi"]}
+        run.write_json("inventory.json", cleared.inventory)
+        if checked:
+            run.write_json("preflight.json", findings_json(cleared.findings))
+        base = {**provenance(plan, cleared.image_check), "hostname": env_capture["hostname"],
+                "argv": env_capture["argv"], "mpi": env_capture["mpi"]}
         run.write_json("provenance.json", base)  # for recovery, should this dlrun not live to store the run
         started = time.time()
         run.write_json("status.json", {"state": "running", "started_at": started, "pid": os.getpid()})

@@ -25,7 +25,8 @@ def start_sampler(plan: Plan, run_path: Path) -> subprocess.Popen | None:
         return None
     env = {name: value for name, value in os.environ.items() if name != RUN_DIR_VAR}
     try:
-        with open(run_path / "telemetry-sampler.log", "wb") as log:
+        private = os.open(run_path / "telemetry-sampler.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with open(private, "wb") as log:  # private as every file of the run directory
             return subprocess.Popen(local_sampler_argv(sys.executable, run_path, plan.telemetry_period),
                                     cwd=run_path, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                     start_new_session=True)

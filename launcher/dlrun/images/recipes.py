@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlrun.catalog.stack import (Benchmark, CudaSpec, CudnnSpec, HorovodSpec, MpiSpec, NcclSpec, NcclTests, NotUsed,
+from dlrun.catalog.stack import (CudaSpec, CudnnSpec, HorovodSpec, MpiSpec, NcclSpec, NcclTests, NotUsed,
                                  PinnedImageSpec, UcxSpec)
 from dlrun.images.spec import SpecFile, spec_files
 

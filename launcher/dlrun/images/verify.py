@@ -1,19 +1,21 @@
 """Images in plans and runs: bind the lock's digest and this machine's copies to the plan's image, and
-refuse to run an image whose content differs from the lock."""
+refuse to run an image whose content differs from the lock.
+
+The runtime says where its copy of the image is and how its digest is read (`Runtime.image_copy`, its
+`service`); this module reads it and compares. What it found is returned to the caller, which hands it to
+the run's record (dlrun.execute.prerun): nothing is kept here between calls.
+"""
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from dlrun.catalog.models import ImageSpec
 from dlrun.errors import DlrunError
-
-# The last check per (image, arch, runtime) in this process, for the run's provenance.
-_CHECKED: dict[tuple[str, str, str], dict[str, Any]] = {}
+from dlrun.registry import RUNTIMES, SCHEDULERS
+from dlrun.runtimes.base import ContainerService, ImageCopy
 
 
 def with_local_image(image: ImageSpec, arch: str) -> ImageSpec:
@@ -47,75 +49,42 @@ def _cli_image_id(engine: str, reference: str) -> str | None:
     return found if found.startswith("sha256:") else f"sha256:{found}"
 
 
-def _file(path: str | None, what: str, how: str) -> tuple[str, str]:
-    """(digest, path) of an image file (sha256) or root filesystem (tree digest) the runtime will use."""
-    from dlrun.images.digest import file_sha256, tree_digest
+def _in_service(copy: ImageCopy, service: ContainerService) -> tuple[str, str]:
+    """(image ID, where) of the engine's image `copy.reference`: its CLI, or the Docker API at $DOCKER_HOST."""
+    reference = str(copy.reference)
+    if service.via_api:
+        from dlrun.images import docker_api
 
-    if not path or not os.path.exists(path):
-        raise DlrunError(f"{path} does not exist; build, pull or load the {what} first: {how}")
-    return (tree_digest(path) if os.path.isdir(path) else file_sha256(path)), path  # type: ignore[arg-type]
-
-
-def _in_engine(reference: str, where: str, actual: str | None, image: ImageSpec, arch: str) -> tuple[str, str]:
+        where = f"the Docker API at {docker_api.endpoint(service.engine)}"
+        actual = docker_api.image_id(docker_api.client(service.engine), reference)
+    else:
+        where, actual = service.engine, _cli_image_id(service.engine, reference)
     if actual is None:
-        raise DlrunError(f"image {reference} is not in {where}; load it first: "
-                         f"dlrun images load {image.name}_{arch}.tar {image.name} --engine ...")
+        raise DlrunError(f"image {reference} is not in {where}; load it first: {copy.how}")
     return actual, f"{reference} in {where}"
 
 
-def _api_image(image: ImageSpec, arch: str) -> tuple[str, str]:
-    """The image ID the Docker API ($DOCKER_HOST: Docker, or Podman's service) has for the plan's tag."""
-    from dlrun.images import docker_api
+def copy_digest(copy: ImageCopy, service: ContainerService | None) -> tuple[str, str]:
+    """(digest, where) of a runtime's copy: a file's sha256 or an unpacked tree's digest, or the image ID its
+    engine service reports."""
+    if copy.path is None and copy.reference is not None and service is not None:
+        return _in_service(copy, service)
+    from dlrun.images.digest import file_sha256, tree_digest
 
-    reference = f"{image.uri}:{arch}"
-    return _in_engine(reference, f"the Docker API at {docker_api.endpoint('docker')}",
-                      docker_api.image_id(docker_api.client("docker"), reference), image, arch)
-
-
-def _cli_image(engine: str) -> Callable[[ImageSpec, str], tuple[str, str]]:
-    """The image ID the `docker`/`podman` CLI (what those runtimes run) has for the plan's tag."""
-    def digest(image: ImageSpec, arch: str) -> tuple[str, str]:
-        reference = f"{image.uri}:{arch}"
-        return _in_engine(reference, engine, _cli_image_id(engine, reference), image, arch)
-    return digest
+    path = copy.path
+    if not path or not os.path.exists(path):
+        raise DlrunError(f"{path} does not exist; build, pull or load the {copy.what} first: {copy.how}")
+    return (tree_digest(path) if os.path.isdir(path) else file_sha256(path)), path  # type: ignore[arg-type]
 
 
-@dataclass(frozen=True)
-class Check:
-    """How a runtime's copy of the image is compared with the lock."""
-
-    field: str          #: the lock field compared
-    tool: str | None    #: the program the runtime runs (checked on a local run)
-    digest: Callable[[ImageSpec, str], tuple[str, str]]  #: (digest of the copy, where it is)
-
-
-CHECKS = {
-    "docker-api": Check("digest", None, _api_image),
-    "docker": Check("digest", "docker", _cli_image("docker")),
-    "podman": Check("digest", "podman", _cli_image("podman")),
-    "charliecloud": Check("rootfs", "ch-run", lambda image, arch: _file(
-        image.rootfs, "root filesystem", f"dlrun images build {image.name} --engine charliecloud")),
-    "singularity": Check("sif", None, lambda image, arch: _file(
-        image.sif, "SIF", f"dlrun images pull {image.name} --from ... --engine singularity")),
-    "apptainer": Check("sif", None, lambda image, arch: _file(
-        image.sif, "SIF", f"dlrun images pull {image.name} --from ... --engine apptainer")),
-    # only when the lock records a squashfs file (see _check_for): else pyxis pulls the registry reference
-    "enroot": Check("squashfs", None, lambda image, arch: _file(
-        image.squashfs, "squashfs file", f"dlrun images pull {image.name} --from ... --engine enroot")),
-}
-
-
-def _check_for(plan) -> Check | None:
-    if plan.runtime == "enroot" and not plan.image.squashfs:
-        return None
-    return CHECKS.get(plan.runtime)
-
-
-def verify_plan_image(plan) -> dict[str, Any]:
-    """Check the plan's image on this machine against images.lock before a run; return provenance.
+def verify_plan_image(plan, skip_checks: bool = False) -> dict[str, Any]:
+    """Check the plan's image on this machine against images.lock before a run; return what was found, for
+    the run's provenance (`{"image_check": {...}}`; empty for an image that is no container).
 
     Refuses (exit 1, both digests) when the copy the runtime will use differs from the lock, and when a
-    container image has no digest in the lock at all: a run must record the digest it ran."""
+    container image has no digest in the lock at all: a run must record the digest it ran. With
+    `skip_checks` (a submit host whose site lock lives elsewhere) an image without a digest here runs, and
+    the run records that nothing was verified (its comparability key's image digest is then unknown)."""
     image = plan.image
     if image.kind != "container":
         return {}
@@ -124,35 +93,28 @@ def verify_plan_image(plan) -> dict[str, Any]:
 
     arch = plan.system.arch
     entry = lock.entry(image.name, arch) or {}
-    check = _check_for(plan)
-    if not entry.get("digest") and not (check and check.field != "digest" and entry.get(check.field)):
+    runtime = RUNTIMES.get(plan.runtime)
+    copy = runtime.image_copy(plan)
+    unrecorded = not entry.get("digest") and not (copy.field not in (None, "digest") and entry.get(copy.field))
+    if skip_checks and (unrecorded or (copy.field is not None and not entry.get(copy.field))):
+        return {"image_check": {"runtime": plan.runtime, "verified": False,
+                                "reason": f"--skip-checks: {lock.lock_path()} on this host has no digest of "
+                                          f"{image.name} ({arch})"}}
+    if unrecorded:
         raise DlrunError(f"image {image.name} ({arch}) has no digest in {lock.lock_path()}, so the run could not "
                          f"record what it ran; build, pull or load it first (dlrun images build {image.name} --engine "
                          "...), or record the copy you have: dlrun images lock " + image.name + " --engine ...")
-    key = (image.name, arch, plan.runtime)
-    if check and check.tool and plan.scheduler == "local" and shutil.which(check.tool) is None:
-        from dlrun.images.steps import TOOLS
-
-        raise DlrunError(f"runtime {plan.runtime} needs {check.tool}, which is not installed (not on PATH); "
-                         f"{TOOLS[check.tool].install}")
-    if check is None:
-        _CHECKED[key] = {"image_check": {"runtime": plan.runtime, "verified": False,
-                                         "reason": f"runtime {plan.runtime} has no digest check in dlrun"}}
-        return _CHECKED[key]
-    actual, where = check.digest(image, arch)
-    expected = entry.get(check.field)
+    if copy.tool and SCHEDULERS.get(plan.scheduler).runs_here and shutil.which(copy.tool.command) is None:
+        raise DlrunError(f"runtime {plan.runtime} needs {copy.tool.command}, which is not installed (not on PATH); "
+                         f"install {copy.tool.install}")
+    if copy.field is None:
+        return {"image_check": {"runtime": plan.runtime, "verified": False, "reason": copy.why}}
+    actual, where = copy_digest(copy, runtime.service)
+    expected = entry.get(copy.field)
     if not expected:
-        raise DlrunError(f"images.lock has no {check.field} digest for {image.name} ({arch}); record it: "
+        raise DlrunError(f"images.lock has no {copy.field} digest for {image.name} ({arch}); record it: "
                          f"dlrun images lock {image.name} --engine ...")
     if actual != expected:
         raise mismatch(image.name, arch, f"runtime {plan.runtime}", expected, actual, where)
-    _CHECKED[key] = {"image_check": {"runtime": plan.runtime, "verified": True, "field": check.field,
-                                     "digest": actual, "artifact": where}}
-    return _CHECKED[key]
-
-
-def image_provenance(plan) -> dict[str, Any]:
-    """What the pre-run check found for this plan's image (empty when it was not checked)."""
-    if plan.image.kind != "container":
-        return {}
-    return _CHECKED.get((plan.image.name, plan.system.arch, plan.runtime), {})
+    return {"image_check": {"runtime": plan.runtime, "verified": True, "field": copy.field, "digest": actual,
+                            "artifact": where}}

@@ -1,19 +1,64 @@
 """Launchers start the ranks. Each is given the plan, the (runtime-wrapped) rank command and the scheduler
 object it runs under; it asks the scheduler what it needs (the allocation's hosts, whether it has a step
-launcher of its own, how to start one process per node) instead of branching on the scheduler's name."""
+launcher of its own, how to start one process per node) instead of branching on the scheduler's name.
+
+What a launcher may ask of its scheduler is the `SchedulerView` protocol below, which
+`dlrun.schedulers.base.Scheduler` provides. Launchers never import schedulers (schedulers call launchers'
+functions: PBS starts one process per node with mpiexec), so the two packages depend on each other one way.
+
+A launcher also says what the checks and the executor need to know about it, as attributes and methods:
+whether it is the host MPI's own launcher, whether its ranks load MPI, whether it can start an MPI program,
+the PMI it gives the ranks, where its ranks' output goes, and how it reports a failed rank.
+"""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import Protocol
+
+from pydantic import BaseModel
 
 from dlrun.errors import UsageError
-from dlrun.job import Launch, RankCommand
+from dlrun.job import Launch, RankCommand, RankFailure
 from dlrun.plan import Plan, fabric_for
 from dlrun.registry import SCHEDULERS, Tool
 
-if TYPE_CHECKING:  # the scheduler object is handed in; launchers never import schedulers
-    from dlrun.schedulers.base import Scheduler
+__all__ = ["Launch", "Launcher", "PmiRequest", "SchedulerView"]
 
-__all__ = ["Launch", "Launcher"]
+
+class SchedulerView(Protocol):
+    """What a launcher asks of the scheduler it runs under."""
+
+    name: str
+    #: Jobs are submitted and run elsewhere (the allocation's hosts come from the job's environment).
+    batch: bool
+    #: The scheduler starts the image itself (Kubernetes pods); no launcher of the host starts ranks.
+    runs_image: bool
+    #: The scheduler writes mpirun's hostfile itself (the Kubernetes MPI operator).
+    writes_hostfile: bool
+    #: Launchers that belong to this scheduler (srun to Slurm, jsrun to LSF/CSM).
+    step_launchers: tuple[str, ...]
+    #: How this site's MPI launcher is spelled in jobs of this scheduler.
+    mpirun_command: str
+
+    def node_list_shell(self) -> str: ...
+
+    def per_node_launch(self, plan: Plan, rank: RankCommand) -> Launch: ...
+
+    def options_for(self, plan: Plan) -> BaseModel: ...
+
+
+@dataclass(frozen=True)
+class PmiRequest:
+    """The PMI a launcher starts the ranks with (the ranks' MPI must support it)."""
+
+    plugin: str   #: as the launcher is told it: pmix, pmix_v3, pmi2
+    shown: str    #: as the job shows it: `srun --mpi=pmix_v3`
+    setting: str  #: where a site changes it: `scheduler_options.srun_mpi`
+
+    @property
+    def family(self) -> str:
+        """pmix for every PMIx version, else the plugin."""
+        return "pmix" if self.plugin.startswith("pmix") else self.plugin
 
 
 class Launcher:
@@ -22,15 +67,37 @@ class Launcher:
     #: Variables this launcher sets per rank on the host; containers must inherit them (RankCommand.passthrough).
     rank_env_names: tuple[str, ...] = ()
     rank_env_prefixes: tuple[str, ...] = ()
+    #: The host MPI's own launcher (or a tool that runs it): ranks that load the image's MPI must match the
+    #: host's MPI in family and release series.
+    host_mpi = False
+    #: Its ranks load an MPI library themselves (Horovod), whatever the workload.
+    ranks_load_mpi = False
+    #: It starts the processes of one MPI job (nccl-tests, built with MPI=1): started any other way, every
+    #: process would be a one-rank job of its own.
+    starts_mpi_programs = False
+    #: Its ranks are Horovod's own (horovodrun): the PyTorch harness must distribute with Horovod.
+    horovod_ranks = False
+    #: The ranks' output reaches the job's own output. False: it goes to per-rank files only (srun
+    #: --output), and the executor follows rank 0's file.
+    rank_output_in_job_log = True
 
     def __init__(self, name: str):
         self.name = name
 
-    def supports(self, scheduler: "Scheduler") -> bool:
+    def pmi_request(self, plan: Plan, scheduler: SchedulerView) -> PmiRequest | None:
+        """The PMI this launcher gives the ranks, or None when it wires up no MPI through a PMI."""
+        return None
+
+    def rank_failure(self, text: str) -> RankFailure | None:
+        """The first failed rank this launcher reported in a job's output `text` (its messages as its users
+        published them), or None."""
+        return None
+
+    def supports(self, scheduler: SchedulerView) -> bool:
         """Whether this launcher can start ranks in an allocation of `scheduler`."""
         return not scheduler.runs_image
 
-    def check(self, plan: Plan, scheduler: "Scheduler") -> None:
+    def check(self, plan: Plan, scheduler: SchedulerView) -> None:
         """Raise UsageError when this launcher cannot start the plan's ranks (wrong scheduler, old image)."""
         if not self.supports(scheduler):
             raise UsageError(f"launcher {self.name} needs scheduler {' or '.join(self.schedulers())}, but the plan "
@@ -44,7 +111,7 @@ class Launcher:
         """Change the in-container command before the runtime wraps it (torchrun runs inside the image)."""
         return rank
 
-    def wrap(self, plan: Plan, rank: RankCommand, scheduler: "Scheduler") -> Launch:
+    def wrap(self, plan: Plan, rank: RankCommand, scheduler: SchedulerView) -> Launch:
         raise NotImplementedError
 
 
@@ -81,7 +148,7 @@ def gpu_affinity_argv(plan: Plan) -> list[str]:
     return ["bash", "-c", AFFINITY_SCRIPT.replace("@NUMA@", " ".join(str(int(n)) for n in numa)), AFFINITY_ARG0]
 
 
-def hosts_setup(scheduler: "Scheduler", slots: int) -> list[str]:
+def hosts_setup(scheduler: SchedulerView, slots: int) -> list[str]:
     """Shell lines that set DLRUN_HOSTS to `host:slots,...` from the scheduler's allocation."""
     return [f"DLRUN_HOSTS=$({scheduler.node_list_shell()} | sed 's/$/:{int(slots)}/' | paste -sd, -)"]
 

@@ -5,18 +5,13 @@ horovodrun always gives OpenMPI itself (`-mca pml ob1 -mca btl ^openib`, and btl
 starts the same Horovod ranks with the fabric's settings."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from dlrun.errors import UsageError
-from dlrun.job import RUN_DIR_VAR, Launch, RankCommand
-from dlrun.launchers.base import Launcher, gpu_affinity_argv, require_no_launcher_args
-from dlrun.launchers.mpirun import OMPI_RANK_ENV, OMPI_RANK_PREFIXES, ROOT_OK, mpirun_hosts
+from dlrun.job import RUN_DIR_VAR, Launch, RankCommand, RankFailure
+from dlrun.launchers.base import Launcher, SchedulerView, gpu_affinity_argv, require_no_launcher_args
+from dlrun.launchers.mpirun import OMPI_RANK_ENV, OMPI_RANK_PREFIXES, ROOT_OK, mpirun_hosts, open_mpi_rank_failure
 from dlrun.plan import Plan, fabric_for
 from dlrun.registry import LAUNCHERS, Tool
 from dlrun.shell import Expand
-
-if TYPE_CHECKING:
-    from dlrun.schedulers.base import Scheduler
 
 
 # What horovodrun puts on OpenMPI's mpirun command line itself (horovod.runner.mpi_run, 0.16 to 0.28), and
@@ -30,8 +25,14 @@ class HorovodrunLauncher(Launcher):
     tool = Tool("horovodrun", "Horovod (make horovod, or an image with Horovod)")
     rank_env_names = OMPI_RANK_ENV
     rank_env_prefixes = OMPI_RANK_PREFIXES
+    host_mpi = True        # it runs the host's mpirun
+    ranks_load_mpi = True  # Horovod ranks load the image's MPI
+    horovod_ranks = True   # so the PyTorch harness distributes with Horovod (--dist horovod)
 
-    def check(self, plan: Plan, scheduler: "Scheduler") -> None:
+    def rank_failure(self, text: str) -> RankFailure | None:
+        return open_mpi_rank_failure(text)  # mpirun's own report, in horovodrun's output
+
+    def check(self, plan: Plan, scheduler: SchedulerView) -> None:
         super().check(plan, scheduler)
         mca = fabric_for(plan).mca
         clash = [f"{key} {mca[key]}" for key, value in HOROVODRUN_MCA.items() if mca.get(key, value) != value]
@@ -40,7 +41,7 @@ class HorovodrunLauncher(Launcher):
                              f"fabric {plan.fabric} needs -mca {', '.join(clash)}; valid: --launcher mpirun "
                              "(Horovod ranks too), or --fabric tcp")
 
-    def wrap(self, plan: Plan, rank: RankCommand, scheduler: "Scheduler") -> Launch:
+    def wrap(self, plan: Plan, rank: RankCommand, scheduler: SchedulerView) -> Launch:
         require_no_launcher_args(self.name, rank)
         hosts, setup = mpirun_hosts(scheduler, plan.ranks_per_node)
         mca = fabric_for(plan).mca

@@ -4,15 +4,10 @@ jsrun binds CPUs and sets CUDA_VISIBLE_DEVICES per resource set itself. The harn
 MPI (`--smpiargs=off`), so the JSM rank ids are handed to it as RANK / WORLD_SIZE / LOCAL_RANK."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from dlrun.job import Launch, RankCommand
-from dlrun.launchers.base import Launcher, require_no_launcher_args
+from dlrun.launchers.base import Launcher, SchedulerView, require_no_launcher_args
 from dlrun.plan import Plan
 from dlrun.registry import LAUNCHERS, Tool
-
-if TYPE_CHECKING:
-    from dlrun.schedulers.base import Scheduler
 
 JSM_TO_TORCH = ('export RANK="$JSM_NAMESPACE_RANK" WORLD_SIZE="$JSM_NAMESPACE_SIZE" '
                 'LOCAL_RANK="$JSM_NAMESPACE_LOCAL_RANK"; exec "$@"')
@@ -24,11 +19,12 @@ class JsrunLauncher(Launcher):
     rank_env_names = ("JSM_NAMESPACE_RANK", "JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_LOCAL_RANK", "RANK",
                       "WORLD_SIZE", "LOCAL_RANK", "CUDA_VISIBLE_DEVICES")
     rank_env_prefixes = ("JSM_", "PMIX_", "OMPI_")
+    starts_mpi_programs = True
 
-    def supports(self, scheduler: "Scheduler") -> bool:
+    def supports(self, scheduler: SchedulerView) -> bool:
         return self.name in scheduler.step_launchers
 
-    def wrap(self, plan: Plan, rank: RankCommand, scheduler: "Scheduler") -> Launch:
+    def wrap(self, plan: Plan, rank: RankCommand, scheduler: SchedulerView) -> Launch:
         require_no_launcher_args(self.name, rank)
         cores = plan.threads_per_rank
         gpus = 1 if plan.device == "cuda" else 0

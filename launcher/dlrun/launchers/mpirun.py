@@ -4,19 +4,19 @@
 `-mca` settings of the fabric (ob1/tcp, UCX for ib/roce, PSM2 through OFI for opa), and `-x` for each
 variable so that every rank on every node sees it. The scheduler names the program (PBS sites spell it
 `mpiexec`) and says where the hosts come from.
+
+A failed rank is read from mpirun's own report of it, as its users published it
+(tests/data/logs/launcher-failures); mpirun wraps its messages at 80 columns, so whitespace runs are folded.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import re
 
-from dlrun.job import RUN_DIR_VAR, Launch, RankCommand
-from dlrun.launchers.base import Launcher, gpu_affinity_argv, hosts_setup, require_no_launcher_args
+from dlrun.job import RUN_DIR_VAR, Launch, RankCommand, RankFailure
+from dlrun.launchers.base import Launcher, SchedulerView, gpu_affinity_argv, hosts_setup, require_no_launcher_args
 from dlrun.plan import Plan, fabric_for
 from dlrun.registry import LAUNCHERS, Tool
 from dlrun.shell import Expand
-
-if TYPE_CHECKING:
-    from dlrun.schedulers.base import Scheduler
 
 # OpenMPI refuses to run as root unless told; harmless for other users.
 ROOT_OK = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
@@ -25,9 +25,28 @@ OMPI_RANK_ENV = ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORL
                  "CUDA_VISIBLE_DEVICES")
 OMPI_RANK_PREFIXES = ("OMPI_", "PMIX_", "OPAL_")
 MPIRUN_TOOL = Tool("mpirun", "OpenMPI (Debian: apt-get install openmpi-bin; HPC sites: module load openmpi)")
+OMPI_SIGNAL = re.compile(r"\b(?P<tool>mpirun|mpiexec|orterun|prterun) noticed that process rank (?P<rank>\d+) with "
+                         r"PID \d+ on node (?P<host>\S+) exited on signal (?P<signal>\d+)")
+OMPI_EXIT = re.compile(r"\b(?P<tool>mpirun|mpiexec|orterun|prterun) detected that one or more processes exited with "
+                       r"non-zero status.{0,400}?Process name: \[\[\d+,\d+\],(?P<rank>\d+)\](?: Local host: (?P<host>\S+))?"
+                       r" Exit code: (?P<code>-?\d+)")
 
 
-def mpirun_hosts(scheduler: "Scheduler", slots: int) -> tuple[str | None, list[str]]:
+def open_mpi_rank_failure(text: str) -> RankFailure | None:
+    """The first failed rank Open MPI's launcher (mpirun, mpiexec, orterun, prterun) reported in `text`."""
+    flat = " ".join(text.split())
+    match = OMPI_SIGNAL.search(flat)
+    if match:
+        return RankFailure(match.group("tool"), int(match.group("rank")), match.group("host"),
+                           signal=int(match.group("signal")))
+    match = OMPI_EXIT.search(flat)
+    if match:
+        return RankFailure(match.group("tool"), int(match.group("rank")), match.group("host"),
+                           exit_code=int(match.group("code")))
+    return None
+
+
+def mpirun_hosts(scheduler: SchedulerView, slots: int) -> tuple[str | None, list[str]]:
     """(-H value, setup lines): literal on one local node, from the allocation under a batch scheduler,
     none where the scheduler writes mpirun's hostfile itself (the Kubernetes MPI operator)."""
     if scheduler.writes_hostfile:
@@ -37,7 +56,7 @@ def mpirun_hosts(scheduler: "Scheduler", slots: int) -> tuple[str | None, list[s
     return Expand("${DLRUN_HOSTS}"), hosts_setup(scheduler, slots)
 
 
-def mpirun_argv(plan: Plan, scheduler: "Scheduler", env_names: list[str], hosts: str | None, *,
+def mpirun_argv(plan: Plan, scheduler: SchedulerView, env_names: list[str], hosts: str | None, *,
                 np: int | None = None) -> list[str]:
     argv = [scheduler.mpirun_command, "-np", str(np or plan.world_size)]
     if hosts:
@@ -57,11 +76,16 @@ class MpirunLauncher(Launcher):
     tool = MPIRUN_TOOL
     rank_env_names = OMPI_RANK_ENV
     rank_env_prefixes = OMPI_RANK_PREFIXES
+    host_mpi = True
+    starts_mpi_programs = True
 
-    def supports(self, scheduler: "Scheduler") -> bool:
+    def rank_failure(self, text: str) -> RankFailure | None:
+        return open_mpi_rank_failure(text)
+
+    def supports(self, scheduler: SchedulerView) -> bool:
         return True
 
-    def wrap(self, plan: Plan, rank: RankCommand, scheduler: "Scheduler") -> Launch:
+    def wrap(self, plan: Plan, rank: RankCommand, scheduler: SchedulerView) -> Launch:
         require_no_launcher_args(self.name, rank)
         hosts, setup = mpirun_hosts(scheduler, plan.ranks_per_node)
         argv = mpirun_argv(plan, scheduler, sorted(rank.env), hosts) + list(plan.launcher_args)

@@ -1,21 +1,16 @@
 """`none`: one rank, started directly (no MPI)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from dlrun.errors import UsageError
 from dlrun.job import Launch, RankCommand
-from dlrun.launchers.base import Launcher, require_no_launcher_args
+from dlrun.launchers.base import Launcher, SchedulerView, require_no_launcher_args
 from dlrun.plan import Plan
 from dlrun.registry import LAUNCHERS
-
-if TYPE_CHECKING:
-    from dlrun.schedulers.base import Scheduler
 
 
 @LAUNCHERS.register("none")
 class SingleRankLauncher(Launcher):
-    def check(self, plan: Plan, scheduler: "Scheduler") -> None:
+    def check(self, plan: Plan, scheduler: SchedulerView) -> None:
         super().check(plan, scheduler)
         if plan.world_size != 1:
             raise UsageError(f"launcher 'none' starts exactly one rank, but the plan has {plan.world_size}; "
@@ -24,6 +19,6 @@ class SingleRankLauncher(Launcher):
             raise UsageError(f"launcher 'none' takes no launcher arguments, got {plan.launcher_args}; "
                              "valid: a launcher such as mpirun or srun")
 
-    def wrap(self, plan: Plan, rank: RankCommand, scheduler: "Scheduler") -> Launch:
+    def wrap(self, plan: Plan, rank: RankCommand, scheduler: SchedulerView) -> Launch:
         require_no_launcher_args(self.name, rank)
         return Launch(argv=rank.argv, env=rank.env, rank_log_pattern="logs/rank.0/stdout")

@@ -1,22 +1,21 @@
 """`torchrun` (torch.distributed.run, PyTorch >= 1.10): runs inside the image, once per node, and starts the
 node's ranks itself. The scheduler starts the one-per-node copies with its own tool (srun, mpiexec, jsrun;
-directly on one local node). Multi-node rendezvous is c10d at MASTER_ADDR:MASTER_PORT."""
+directly on one local node). Multi-node rendezvous is c10d at MASTER_ADDR:MASTER_PORT. A failed rank is read
+from torchrun's "Root Cause (first observed failure)" report (tests/data/logs/launcher-failures)."""
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
 from dlrun.errors import UsageError
-from dlrun.job import Launch, RankCommand
-from dlrun.launchers.base import Launcher, gpu_affinity_argv
+from dlrun.job import Launch, RankCommand, RankFailure
+from dlrun.launchers.base import Launcher, SchedulerView, gpu_affinity_argv
 from dlrun.plan import Plan
 from dlrun.registry import LAUNCHERS
 from dlrun.shell import Expand
 
-if TYPE_CHECKING:
-    from dlrun.schedulers.base import Scheduler
-
 MIN_TORCH = (1, 10)
+TORCHRUN_ROOT = re.compile(r"Root Cause \(first observed failure\): \[\d+\]: time ?: \S+ host ?: (?P<host>\S+) "
+                           r"rank ?: (?P<rank>\d+)(?: \(local_rank: \d+\))? exitcode ?: (?P<code>-?\d+)")
 
 
 def _version_tuple(text: str | None) -> tuple[int, ...] | None:
@@ -26,7 +25,16 @@ def _version_tuple(text: str | None) -> tuple[int, ...] | None:
 
 @LAUNCHERS.register("torchrun")
 class TorchrunLauncher(Launcher):
-    def check(self, plan: Plan, scheduler: "Scheduler") -> None:
+    def rank_failure(self, text: str) -> RankFailure | None:
+        match = TORCHRUN_ROOT.search(" ".join(text.split()))  # its report is a table over several lines
+        if not match:
+            return None
+        rank, host, code = int(match.group("rank")), match.group("host"), int(match.group("code"))
+        # torchrun: negative exit codes are signals
+        return RankFailure("torchrun", rank, host, signal=-code if code < 0 else None,
+                           exit_code=code if code >= 0 else None)
+
+    def check(self, plan: Plan, scheduler: SchedulerView) -> None:
         super().check(plan, scheduler)
         version = _version_tuple(plan.image.framework_version)
         if plan.image.framework != "pytorch" or (version is not None and version < MIN_TORCH):
@@ -50,5 +58,5 @@ class TorchrunLauncher(Launcher):
             argv += script
         return rank.with_argv(argv)
 
-    def wrap(self, plan: Plan, rank: RankCommand, scheduler: "Scheduler") -> Launch:
+    def wrap(self, plan: Plan, rank: RankCommand, scheduler: SchedulerView) -> Launch:
         return scheduler.per_node_launch(plan, rank)

@@ -9,8 +9,8 @@ from dlrun.catalog.stack import NcclTests
 from dlrun.errors import UsageError
 from dlrun.registry import LAUNCHERS, RUNTIMES, SCHEDULERS
 
-#: Launchers that start the ranks of one MPI job (nccl-tests is built with MPI=1).
-NCCL_TESTS_LAUNCHERS = ("mpirun", "srun", "jsrun")
+#: The launcher of a job that is one process on this machine: none.
+SINGLE_PROCESS = "none"
 
 
 def resolve_backends(catalog: Catalog, req: Any, work: WorkloadSpec, img: ImageSpec, system: SystemSpec, *,
@@ -18,9 +18,11 @@ def resolve_backends(catalog: Catalog, req: Any, work: WorkloadSpec, img: ImageS
     """--scheduler, --launcher, --runtime (else the system's; one local rank needs no launcher, a host image no
     runtime), --dist and --launcher-arg."""
     scheduler = req.scheduler or system.scheduler
-    launcher = req.launcher or (system.launcher if world > 1 or scheduler != "local" else "none")
+    SCHEDULERS.check(scheduler)
+    one_process = world == 1 and SCHEDULERS.get(scheduler).runs_here
+    launcher = req.launcher or (SINGLE_PROCESS if one_process else system.launcher)
     runtime = req.runtime or ("host" if img.kind == "host" else system.runtime)
-    for registry, name in ((SCHEDULERS, scheduler), (LAUNCHERS, launcher), (RUNTIMES, runtime)):
+    for registry, name in ((LAUNCHERS, launcher), (RUNTIMES, runtime)):
         registry.check(name)
     if work.kind == "nccl-tests":
         check_nccl_tests(catalog, work, img, system, launcher)
@@ -38,9 +40,9 @@ def resolve_dist(catalog: Catalog, dist: str | None, work: WorkloadSpec, img: Im
             raise UsageError(f"--dist {dist} applies to dlrun's PyTorch harness, but image {img.name!r} runs "
                              "tf_cnn_benchmarks (TensorFlow), which distributes by itself; valid: no --dist")
         return None
-    if launcher == "horovodrun":
+    if LAUNCHERS.get_class(launcher).horovod_ranks:
         if dist == "ddp":
-            raise UsageError("--launcher horovodrun starts Horovod ranks, but --dist ddp asks for "
+            raise UsageError(f"--launcher {launcher} starts Horovod ranks, but --dist ddp asks for "
                              "DistributedDataParallel; valid: --dist horovod, or --launcher mpirun")
         dist = "horovod"
     if not work.trains:
@@ -70,6 +72,7 @@ def check_nccl_tests(catalog: Catalog, work: WorkloadSpec, img: ImageSpec, syste
     if not system.gpus_per_node:
         raise UsageError(f"workload {work.name!r} runs nccl-tests, which needs GPUs, but system {system.name!r} has "
                          "none; valid: a GPU system (--system NAME, see dlrun systems list)")
-    if launcher not in NCCL_TESTS_LAUNCHERS:
+    if not LAUNCHERS.get_class(launcher).starts_mpi_programs:  # nccl-tests is built with MPI=1
+        able = [name for name, each in LAUNCHERS.available().items() if each.starts_mpi_programs]
         raise UsageError(f"workload {work.name!r} runs nccl-tests (an MPI program) and cannot be started by "
-                         f"launcher {launcher}; valid: {', '.join(NCCL_TESTS_LAUNCHERS)}")
+                         f"launcher {launcher}; valid: {', '.join(able)}")

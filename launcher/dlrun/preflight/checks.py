@@ -4,12 +4,14 @@ from __future__ import annotations
 import shutil
 from typing import Any
 
+from dlrun.launchers.base import PmiRequest
 from dlrun.plan import Plan
 from dlrun.preflight.findings import Finding
 from dlrun.preflight.mpi import check_mpi_compat, image_mpi, uses_image_mpi
 from dlrun.preflight.node import node_findings
 from dlrun.probe.mpi import MpiInfo, parse_mpi_version
 from dlrun.registry import LAUNCHERS, RUNTIMES, SCHEDULERS, Tool
+from dlrun.runtimes.base import Runtime
 
 
 def host_mpi_from(inventory: dict[str, Any]) -> MpiInfo | None:
@@ -24,27 +26,43 @@ def preflight(plan: Plan, inventory: dict[str, Any] | None = None) -> list[Findi
     run (`plan`, `--dry-run`): the system profile's declared host MPI against the image, the image's fabric
     support. With the inventory also those of this node: tools, GPUs, container engine, the image's copy."""
     findings: list[Finding] = []
+    launcher, runtime = LAUNCHERS.get(plan.launcher), RUNTIMES.get(plan.runtime)
+    pmi = launcher.pmi_request(plan, SCHEDULERS.get(plan.scheduler))
     if inventory is not None:
-        findings += _tool_findings(plan, inventory)
+        findings += _tool_findings(plan, inventory, pmi)
         findings += node_findings(plan, inventory)
         host = host_mpi_from(inventory)
     else:
         host = parse_mpi_version(plan.system.mpi) if plan.system.mpi else None
     if inventory is not None or host is not None:
-        findings += check_mpi_compat(host, image_mpi(plan.image), launcher=plan.launcher, runtime=plan.runtime,
-                                     srun_mpi=plan.scheduler_options.srun_mpi, uses_mpi=uses_image_mpi(plan))
-    findings += _fabric_findings(plan, inventory)
-    findings += _host_bind_findings(plan)
+        findings += check_mpi_compat(host, image_mpi(plan.image), launcher=launcher, runtime=runtime, pmi=pmi,
+                                     uses_mpi=uses_image_mpi(plan))
+    findings += _fabric_findings(plan, inventory, runtime)
+    findings += _host_bind_findings(plan, runtime)
+    findings += tf2_horovod_findings(plan)
     return findings
 
 
-def _host_bind_findings(plan: Plan) -> list[Finding]:
-    """Runtime host mounts nothing: say that the workload is given the host paths instead."""
-    if plan.runtime != "host" or not plan.mounts:
+def tf2_horovod_findings(plan: Plan) -> list[Finding]:
+    """dlrun's TensorFlow 2 harness runs several processes only through Horovod: without it every rank would
+    fail after TensorFlow's start-up (seconds to minutes later, in its log noise), so it is refused here."""
+    image = plan.image
+    if image.harness_framework != "tensorflow" or plan.world_size <= 1 or image.horovod_release():
+        return []
+    fix = ("`make horovod` (builds Horovod with TensorFlow support into this Python)" if image.kind == "host"
+           else "an image with Horovod built for TensorFlow")
+    return [Finding("error", "horovod", f"dlrun's TensorFlow 2 harness runs {plan.world_size} processes through "
+                    f"Horovod, but image {image.name} has no Horovod with TensorFlow support",
+                    f"{fix}, or one process (--ranks-per-node 1 --nodes 1)")]
+
+
+def _host_bind_findings(plan: Plan, runtime: Runtime) -> list[Finding]:
+    """A runtime without a container mounts nothing: say that the workload is given the host paths instead."""
+    if runtime.runs_container or not plan.mounts:
         return []
     binds = ", ".join(f"{b.source} (not at {b.target})" for b in plan.mounts)
-    return [Finding("warn", "binds", f"runtime host runs no container, so nothing is mounted: the workload is "
-                    f"given the host path {binds}", "use a container --runtime to mount them at their targets")]
+    return [Finding("warn", "binds", f"runtime {runtime.name} runs no container, so nothing is mounted: the workload "
+                    f"is given the host path {binds}", "use a container --runtime to mount them at their targets")]
 
 
 def needed_tools(plan: Plan) -> list[Tool]:
@@ -55,25 +73,25 @@ def needed_tools(plan: Plan) -> list[Tool]:
     return [backend.tool for backend in backends if backend.tool is not None]
 
 
-def _tool_findings(plan: Plan, inventory: dict[str, Any]) -> list[Finding]:
-    """The commands the rendered job calls on this machine must exist here."""
+def _tool_findings(plan: Plan, inventory: dict[str, Any], pmi: PmiRequest | None) -> list[Finding]:
+    """The commands the rendered job calls on this machine must exist here, and the PMI plugin the launcher
+    asks for must be one this node's Slurm has."""
     findings = []
     for tool in needed_tools(plan):
         if not shutil.which(tool.command):
             findings.append(Finding("error", "tools", f"{tool.command} is not on PATH on this machine",
                                     f"install {tool.install}"))
     plugins = (inventory.get("mpi") or {}).get("slurm_mpi_plugins") or []
-    wanted = plan.scheduler_options.srun_mpi
-    if plan.launcher == "srun" and plugins and wanted not in plugins:
-        findings.append(Finding("warn", "pmi", f"srun --mpi={wanted} but this node's Slurm has MPI plugins "
-                                f"{', '.join(plugins)}", "set scheduler_options.srun_mpi to one of them"))
+    if pmi is not None and plugins and pmi.plugin not in plugins:
+        findings.append(Finding("warn", "pmi", f"{pmi.shown} but this node's Slurm has MPI plugins "
+                                f"{', '.join(plugins)}", f"set {pmi.setting} to one of them"))
     return findings
 
 
-def _fabric_findings(plan: Plan, inventory: dict[str, Any] | None) -> list[Finding]:
+def _fabric_findings(plan: Plan, inventory: dict[str, Any] | None, runtime: Runtime) -> list[Finding]:
     findings = []
     container = image_mpi(plan.image)
-    if isinstance(container, MpiInfo) and plan.runtime != "host":
+    if isinstance(container, MpiInfo) and runtime.runs_container:
         spec = getattr(plan.image, "mpi", None)
         psm2 = spec.psm2_for(plan.system.arch) if hasattr(spec, "psm2_for") else getattr(spec, "psm2", None)
         if plan.fabric == "opa" and psm2 is False:
@@ -85,7 +103,7 @@ def _fabric_findings(plan: Plan, inventory: dict[str, Any] | None) -> list[Findi
         if plan.fabric in ("ib", "roce") and verbs is False and (ucx is None or getattr(ucx, "not_used", None)):
             findings.append(Finding("error", "fabric", f"fabric {plan.fabric} but the image's {container.describe()} "
                                     "has neither UCX nor verbs", "use an image whose MPI is built with UCX"))
-    if inventory is not None and plan.scheduler == "local" and plan.fabric != "tcp":
+    if inventory is not None and SCHEDULERS.get(plan.scheduler).runs_here and plan.fabric != "tcp":
         usable = inventory.get("fabrics", {}).get("usable", [])
         if plan.fabric not in usable:
             findings.append(Finding("error", "fabric", f"fabric {plan.fabric} was asked for, but this node offers "

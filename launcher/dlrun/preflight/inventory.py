@@ -24,11 +24,15 @@ def node_inventory(gpu_topology: bool = False) -> dict[str, Any]:
 
 
 def doctor_report(catalog: Catalog, *, system: str | None = None, image: str | None = None,
-                  local_image: LocalImage | None = None) -> dict[str, Any]:
-    """Inventory of this node plus the checks for running `system`'s default job (with `image`) from here."""
+                  local_image: LocalImage | None = None, **choices: str | None) -> dict[str, Any]:
+    """Inventory of this node plus the checks for running `system`'s default job (with `image`) from here;
+    `choices` (launcher, runtime, fabric) check another combination than the system's default, resolved and
+    refused as `dlrun run` resolves and refuses them."""
     inventory = node_inventory(gpu_topology=True)
     workload = "trivial" if "trivial" in catalog.workloads else sorted(catalog.workloads)[0]
-    plan = resolve_plan(catalog, workload, system=system or "localhost", image=image, local_image=local_image)
+    given = {name: value for name, value in choices.items() if value is not None}
+    plan = resolve_plan(catalog, workload, system=system or "localhost", image=image, local_image=local_image,
+                        **given)
     findings = preflight(plan, inventory)
     host = host_mpi_from(inventory)
     declared = parse_mpi_version(plan.system.mpi) if plan.system.mpi else None

@@ -8,19 +8,16 @@ from typing import Any
 
 from dlrun.errors import DlrunError
 from dlrun.images import lock
-from dlrun.images.verify import CHECKS
 from dlrun.plan import Plan
 from dlrun.preflight.findings import Finding
 from dlrun.probe.daemons import engine_has_image, engine_status
-from dlrun.registry import SCHEDULERS
-
-#: Runtimes whose containers a service starts, and the engine to ask.
-ENGINES = {"docker": "docker", "podman": "podman"}
+from dlrun.registry import RUNTIMES, SCHEDULERS
+from dlrun.runtimes.base import ContainerService, ImageCopy
 
 
 def node_findings(plan: Plan, inventory: dict[str, Any]) -> list[Finding]:
     scheduler = SCHEDULERS.get(plan.scheduler)
-    runs_here = not scheduler.batch and not scheduler.runs_image  # Kubernetes pods run in the cluster
+    runs_here = scheduler.runs_here  # batch jobs run on compute nodes; Kubernetes pods in the cluster
     findings: list[Finding] = []
     engine_ok = True
     if runs_here:
@@ -48,22 +45,37 @@ def gpu_findings(plan: Plan, inventory: dict[str, Any]) -> list[Finding]:
 
 
 def engine_findings(plan: Plan) -> list[Finding]:
-    if plan.runtime in ENGINES:
-        engine = ENGINES[plan.runtime]
-        ok, said = engine_status(engine)
-        if not ok:
-            return [Finding("error", "container-engine", f"runtime {plan.runtime} cannot start containers here: "
-                            f"{said}", f"start the {engine} service (or run on a node where it runs), or choose "
-                            "another --runtime")]
-    elif plan.runtime == "docker-api":
+    """The engine service the runtime's containers need answers here (its CLI, or the Docker API)."""
+    service = RUNTIMES.get(plan.runtime).service
+    if service is None:
+        return []
+    if service.via_api:
         from dlrun.images import docker_api
 
         try:
-            docker_api.client("docker")
+            docker_api.client(service.engine)
         except DlrunError as exc:
-            return [Finding("error", "container-engine", f"runtime docker-api cannot reach the Docker API: {exc}",
+            return [Finding("error", "container-engine", f"runtime {plan.runtime} cannot reach the Docker API: {exc}",
                             "start the Docker daemon or `podman system service`, and set DOCKER_HOST to it")]
+        return []
+    ok, said = engine_status(service.engine, service.status_argv)
+    if not ok:
+        return [Finding("error", "container-engine", f"runtime {plan.runtime} cannot start containers here: "
+                        f"{said}", f"start the {service.engine} service (or run on a node where it runs), or choose "
+                        "another --runtime")]
     return []
+
+
+def _missing(copy: ImageCopy, service: ContainerService | None, *, runs_here: bool, engine_ok: bool) -> str | None:
+    """Why the runtime's copy of the image is not where it will be used, or None. A batch job's node has its
+    own image store: from a submit host only copies on the shared filesystem are looked for."""
+    if copy.path is not None or copy.reference is None:  # a file or an unpacked tree
+        if (runs_here or copy.shared) and not (copy.path and os.path.exists(copy.path)):
+            return f"no {copy.what} at {copy.path}"
+    elif service is not None and not service.via_api and runs_here and engine_ok:
+        if not engine_has_image(service.engine, copy.reference):
+            return f"{service.engine} has no image {copy.reference}"
+    return None
 
 
 def image_findings(plan: Plan, *, runs_here: bool, engine_ok: bool,
@@ -75,24 +87,16 @@ def image_findings(plan: Plan, *, runs_here: bool, engine_ok: bool,
         return []
     arch = plan.system.arch
     entry = lock.entry(image.name, arch) or {}
-    check = None if pulled_by_scheduler else CHECKS.get(plan.runtime)
-    field = check.field if check else None
+    runtime = RUNTIMES.get(plan.runtime)
+    copy = None if pulled_by_scheduler else runtime.image_copy(plan)
+    field = copy.field if copy else None
     build = f"dlrun images build {image.name} --engine ...; or pull or load it"
     # The runtime's own form of the image (a SIF, a squashfs, an unpacked tree) has its own recorded digest.
     if not entry.get("digest") and not (field and entry.get(field)):
         return [Finding("error", "image", f"image {image.name} ({arch}) has no digest in {lock.lock_path()}: it "
                         "was never built, pulled or loaded at this site, so the run could not record what it ran",
                         build)]
-    where = None
-    if field == "rootfs" and runs_here and not (image.rootfs and os.path.isdir(image.rootfs)):
-        where = f"no unpacked root filesystem at {image.rootfs}"
-    elif field == "sif" and not (image.sif and os.path.exists(image.sif)):
-        where = f"no SIF file at {image.sif}"
-    elif field == "squashfs" and image.squashfs and not os.path.exists(image.squashfs):
-        where = f"no squashfs file at {image.squashfs}"
-    elif check is not None and check.tool in ("docker", "podman") and runs_here and engine_ok:
-        if not engine_has_image(check.tool, f"{image.uri}:{arch}"):
-            where = f"{check.tool} has no image {image.uri}:{arch}"
+    where = _missing(copy, runtime.service, runs_here=runs_here, engine_ok=engine_ok) if field else None
     if where:
         return [Finding("error", "image", f"image {image.name} ({arch}) is not here for runtime {plan.runtime}: "
                         f"{where}", build)]

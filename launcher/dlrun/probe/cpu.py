@@ -19,15 +19,41 @@ def machine_arch() -> str:
 
 
 def usable_cpus() -> int:
+    """The CPUs this process can have: its affinity (cpuset), capped by its cgroup's CPU quota."""
     try:
-        return len(os.sched_getaffinity(0))
+        allowed = len(os.sched_getaffinity(0))
     except AttributeError:
-        return os.cpu_count() or 1
+        allowed = os.cpu_count() or 1
+    quota = cpu_quota()
+    return max(1, min(allowed, quota)) if quota else allowed
+
+
+def cpu_quota(root: Path = Path("/")) -> int | None:
+    """CPUs' worth of time this process's cgroup may use (cgroup v2 cpu.max, v1 cpu.cfs_quota_us over
+    cpu.cfs_period_us, rounded up); None without a quota."""
+    for line in (read_text(root / "proc" / "self" / "cgroup") or "").splitlines():
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if controllers == "":  # v2: "0::/path"
+            text = read_text(root / "sys" / "fs" / "cgroup" / path.lstrip("/") / "cpu.max") or ""
+            quota, _, period = text.partition(" ")
+        elif "cpu" in controllers.split(","):
+            base = root / "sys" / "fs" / "cgroup" / controllers / path.lstrip("/")
+            quota, period = read_text(base / "cpu.cfs_quota_us") or "", read_text(base / "cpu.cfs_period_us") or ""
+        else:
+            continue
+        if quota.strip().isdigit() and period.strip().isdigit() and int(period) > 0:
+            return -(-int(quota) // int(period))
+    return None
+
+
+def memory_kib(root: Path = Path("/")) -> int | None:
+    match = re.search(r"MemTotal:\s+(\d+)", read_text(root / "proc" / "meminfo") or "")
+    return int(match.group(1)) if match else None
 
 
 def memory_gb(root: Path = Path("/")) -> float | None:
-    match = re.search(r"MemTotal:\s+(\d+)", read_text(root / "proc" / "meminfo") or "")
-    return round(int(match.group(1)) / 1024**2, 1) if match else None
+    kib = memory_kib(root)
+    return round(kib / 1024**2, 1) if kib is not None else None
 
 
 def cpu_model(root: Path = Path("/")) -> str | None:

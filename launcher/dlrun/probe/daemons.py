@@ -1,16 +1,11 @@
 """Container engines that need a service: whether the Docker daemon (or Podman's storage and runtime) answers,
-and whether it holds an image. A missing daemon is only found when the first rank starts, otherwise."""
+and whether it holds an image. A missing daemon is only found when the first rank starts, otherwise. Which
+command asks an engine is the runtime's to say (`dlrun.runtimes.base.ContainerService.status_argv`)."""
 from __future__ import annotations
 
 import shutil
 import subprocess
-
-#: The cheapest command that fails when the engine cannot run containers (Docker: no daemon; Podman: broken
-#: storage or OCI runtime configuration).
-ENGINE_CHECK = {
-    "docker": ["docker", "version", "--format", "{{.Server.Version}}"],
-    "podman": ["podman", "info", "--format", "{{.Host.OCIRuntime.Name}}"],
-}
+from collections.abc import Sequence
 
 
 def _run(argv: list[str], timeout: float) -> tuple[int, str]:
@@ -23,11 +18,13 @@ def _run(argv: list[str], timeout: float) -> tuple[int, str]:
     return proc.returncode, lines[-1].strip() if lines else ""
 
 
-def engine_status(engine: str, timeout: float = 20) -> tuple[bool, str]:
-    """(usable, what it said): Docker's server version, or the last line of its error."""
+def engine_status(engine: str, status_argv: Sequence[str], timeout: float = 20) -> tuple[bool, str]:
+    """(usable, what it said) of `status_argv`, the cheapest command that fails when the engine cannot run
+    containers (Docker: no daemon; Podman: broken storage or OCI runtime configuration): its last line of
+    output (Docker's server version), or of its error."""
     if shutil.which(engine) is None:
         return False, f"{engine} is not on PATH"
-    code, said = _run(ENGINE_CHECK[engine], timeout)
+    code, said = _run(list(status_argv), timeout)
     return code == 0 and bool(said), said or f"{engine} exited {code}"
 
 

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from dlrun import __version__
-from dlrun.probe.cpu import cpu_inventory, cpu_model, machine_arch, memory_gb, numa_nodes, usable_cpus
+from dlrun.probe.cpu import (cpu_inventory, cpu_model, machine_arch, memory_gb, memory_kib, numa_nodes,
+                             usable_cpus)
 from dlrun.probe.fabrics import detect_fabrics
 from dlrun.probe.files import read_text
 from dlrun.probe.gpu import gpu_inventory, gpus
@@ -38,6 +39,7 @@ class HostFacts:
     fabrics: dict[str, Any]
     python: str
     horovod: str | None = None  # the version of Horovod this Python imports, if any
+    horovod_tensorflow: bool = False  # whether that Horovod was built with TensorFlow support
 
 
 @functools.lru_cache(maxsize=1)
@@ -46,12 +48,20 @@ def probe_host() -> HostFacts:
     return HostFacts(hostname=platform.node(), arch=machine_arch(), usable_cpus=usable_cpus(),
                      cpu_model=cpu_model(), numa_nodes=max(len(numa_nodes()), 1), memory_gb=memory_gb() or 1.0,
                      gpus=gpus(), fabrics=detect_fabrics("/"), python=sys.executable,
-                     horovod=_dist_version("horovod"))
+                     horovod=_dist_version("horovod"), horovod_tensorflow=_horovod_has("tensorflow"))
+
+
+@functools.lru_cache(maxsize=1)
+def machine_inventory() -> dict[str, Any]:
+    """The part of the node inventory a hardware fingerprint is made from (dlrun.results.fingerprint): CPUs,
+    memory, GPUs and fabrics, probed once per process."""
+    return {"cpu": cpu_inventory(), "memory_gb": memory_gb(), "memory_kib": memory_kib(), "gpu": gpu_inventory(),
+            "fabrics": detect_fabrics("/")}
 
 
 def scheduler_inventory(commands: Mapping[str, str]) -> dict[str, Any]:
     tools = {name: shutil.which(command) for name, command in commands.items()}
-    text = (tool_output(["sinfo", "--version"]) or "") if tools.get("slurm") else ""
+    text = tool_output(["sinfo", "--version"]) or ""  # None where Slurm's client is not installed
     version = re.search(r"slurm[- ]([\d.]+)", text)
     return {"tools": tools, "slurm_version": version.group(1) if version else None,
             "slurm_config_error": text.splitlines()[-1] if text and not version else None,
@@ -66,6 +76,19 @@ def _dist_version(name: str) -> str | None:
         return dist_version(name)
     except Exception:  # noqa: BLE001 - not installed is a normal answer here
         return None
+
+
+def _horovod_has(framework: str) -> bool:
+    """Whether the installed Horovod has its extension for `framework` (horovod/<framework>/mpi_lib*.so, which
+    a build with HOROVOD_WITHOUT_<FRAMEWORK>=1 leaves out); found on disk, without importing Horovod."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("horovod")
+    except (ImportError, ValueError):
+        return False
+    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    return any(any((Path(folder) / framework).glob("mpi_lib*.so")) for folder in folders)
 
 
 def _torch_version() -> str | None:
@@ -88,6 +111,7 @@ def node_inventory(*, runtimes: Mapping[str, str], schedulers: Mapping[str, str]
         "arch": platform.machine(),
         "cpu": cpu_inventory(),
         "memory_gb": memory_gb(),
+        "memory_kib": memory_kib(),
         "gpu": gpu_inventory(topology=gpu_topology),
         "fabrics": detect_fabrics("/"),
         "topology": probe_topology(with_nvidia_smi=bool(gpus())),  # links of GPUs and NICs, topo -m

@@ -1,16 +1,20 @@
 """What a report shows, as data: the selected runs grouped by comparability key (SQL, as `dlrun compare`
 reads them), set out by compare's own modes, with the provenance of every point.
 
-  scaling    one `compare` scaling table per system (throughput, 95 % CI, speedup and scaling efficiency
-             with their intervals over the fewest devices; PRACE guide Tables 8 and 9)
+  scaling    one `compare` scaling table per system (throughput as the geometric mean of the repeats with
+             its 95 % CI, speedup and scaling efficiency with their intervals over the fewest devices; PRACE
+             guide Tables 8 and 9), each point with its raw repeats for the plots
   relative   with several systems: each relative to the baseline system (Ren et al. Table III)
   fabrics    with several fabrics: each against the baseline fabric (Samsi et al.)
-  published  with an experiment from the catalog: its published numbers against the stored points
+  published  with an experiment from the catalog: its published numbers against the stored points (an
+             experiment of counted model facts, Ren et al.'s Table II, has these and no measured points)
   runs       the newest selected runs (id, site, image and digest, experiment point), the rows the
              tables and plots link to
 
 Whatever differs between the runs beyond what a table compares is collected from compare's like-for-like
-guard: the report is written anyway and says it is not like-for-like.
+guard: the report is written anyway and says it is not like-for-like. Every point carries its quality verdict
+(dlrun.results.compare.verdicts), and the report says which sites and machines each table holds and how many
+runs are not ok.
 """
 from __future__ import annotations
 
@@ -22,8 +26,10 @@ from dlrun.errors import DlrunError, UsageError
 from dlrun.results.compare import EfficiencyInputs, FactsProvider
 from dlrun.results.compare import axes as modes
 from dlrun.results.compare.model import AXES, Comparison, sort_value
-from dlrun.results.compare.select import Group, load_groups
+from dlrun.results.compare.select import Group, dropped_note, load_groups
+from dlrun.results.compare.verdicts import annotate
 from dlrun.results.key import NOT_APPLICABLE, UNKNOWN
+from dlrun.results.quality import summarize_verdicts
 from dlrun.results.query import Filters
 from dlrun.results.store import Store
 
@@ -43,11 +49,12 @@ class Point:
     line: str                # the system, and the fabric where it has several: a line of the scaling plot
     devices: Any
     fabric: str
-    row: dict[str, Any]      # the compare row (mean, ci_low, ci_high, speedup ...)
+    row: dict[str, Any]      # the compare row (geomean, ci_low, ci_high, speedup ...)
     sites: list[str]
     images: list[str]
     digests: list[str]
     experiments: list[str] = field(default_factory=list)
+    values: list[float] = field(default_factory=list)   # the repeats, drawn beside their geometric mean
 
     @property
     def run_ids(self) -> list[str]:
@@ -57,9 +64,19 @@ class Point:
         """One line for a tooltip: what the point is and where its runs come from."""
         ids = self.run_ids
         shown = ", ".join(ids[:IDS_PER_ROW]) + (f" and {len(ids) - IDS_PER_ROW} more" if len(ids) > IDS_PER_ROW else "")
+        quality = self.row.get("quality") or "unknown"
+        why = f" ({'; '.join(self.row['quality_reasons'])})" if self.row.get("quality_reasons") else ""
         return (f"{self.series[0]} ({self.series[1]}) on {self.line}, {self.devices} device(s): "
-                f"mean {self.row['mean']:.4g} of {self.row['n']} run(s); site {', '.join(self.sites) or 'unknown'}; "
+                f"geometric mean {self.row['geomean']:.4g} of {self.row['n']} run(s){self._interval()}, "
+                f"quality {quality}{why}; "
+                f"site {', '.join(self.sites) or 'unknown'}; "
                 f"image {', '.join(self.images) or 'unknown'} {', '.join(d[:19] for d in self.digests)}; runs {shown}")
+
+
+    def _interval(self) -> str:
+        low, high = self.row.get("ci_low"), self.row.get("ci_high")
+        return " (too few repeats for an interval)" if low is None or high is None \
+            else f", 95 % CI {low:.4g} to {high:.4g}"
 
 
 @dataclass
@@ -84,6 +101,10 @@ class Published:
     doc: str
     where: str
     quote: str
+    metric: str = "throughput"
+    subject: str = ""        # what it is about, as the paper names it (its conditions: "ResNet50")
+    interval: str = ""       # how `ci` was made, or why there is none
+    repeats_needed: int | None = None
 
     def provenance(self) -> str:
         return f"published {self.text} ({self.doc}, {self.where}): \"{self.quote}\""
@@ -105,6 +126,8 @@ class Report:
     published: list[Published] = field(default_factory=list)
     findings: list[dict[str, str]] = field(default_factory=list)   # qualitative references: id, quote
     experiments: list[Any] = field(default_factory=list)            # the catalog's ExperimentSpecs, if any
+    quality: dict[str, int] = field(default_factory=dict)           # verdict -> successful runs reported
+    holds: list[str] = field(default_factory=list)                  # per table: its sites and machines
 
     @property
     def like_for_like(self) -> bool:
@@ -115,8 +138,9 @@ class Report:
 
 
 def gather(store: Store, filters: Filters, *, title: str, selection: str, baseline: str | None = None,
-           facts: FactsProvider | None = None) -> Report:
-    """The report of the runs `filters` selects; a UsageError when none match."""
+           facts: FactsProvider | None = None, measured_only: bool = True) -> Report:
+    """The report of the runs `filters` selects; a UsageError when none match, or (with `measured_only`)
+    when none has a measured result (an experiment's report may hold only counted facts)."""
     total = store.count_runs(filters)
     if not total:
         raise UsageError(f"no stored run matches {selection or 'the selection'}; see dlrun results list")
@@ -124,46 +148,76 @@ def gather(store: Store, filters: Filters, *, title: str, selection: str, baseli
     try:
         groups = load_groups(store, filters, by_site=True)
     except DlrunError:  # nothing successful with a result
-        raise UsageError(f"{total} stored run(s) match {selection or 'the selection'}, but none succeeded with "
-                         "a result to report; see dlrun results list") from None
+        if measured_only:
+            raise UsageError(f"{total} stored run(s) match {selection or 'the selection'}, but none succeeded "
+                             "with a result to report; see dlrun results list") from None
+        return Report(title=title, selection=selection, unit=None, points=[], scaling=[], relative=None, fabrics=[],
+                      differences=[], notes=[], runs=runs, runs_total=total)
     inputs = facts([g.key for g in groups]) if facts else EfficiencyInputs()
     inputs.matmul = functools.lru_cache(maxsize=None)(store.latest_matmul)  # one query per system, as compare
     systems = sorted({str(g.key.get("system")) for g in groups})
-    differences: list[str] = []
-    notes: list[str] = []
-    points: list[Point] = []
-    scaling: list[tuple[str, Comparison]] = []
-    for system in systems:
-        mine = [g for g in groups if str(g.key.get("system")) == system]
-        for line, members in _lines(system, mine):
-            result = modes.scaling(members, AXES["devices"], None, inputs)
-            differences += [f"on {line}: {text}" for text in result.differences]
-            notes += result.notes
-            for row in result.rows:
-                points.append(_point(len(points), system, line, row, members))
-            scaling.append((line, result))
+    points, scaling = _scaling(groups, systems, inputs)
+    differences = [f"on {line}: {text}" for line, result in scaling for text in result.differences]
+    notes = [note for _, result in scaling for note in result.notes]
     relative = None
     if len(systems) > 1:
-        relative = modes.relative(groups, AXES["system"], baseline)
+        relative = annotate(modes.relative(groups, AXES["system"], baseline), groups)
         differences += [f"between systems: {line}" for line in relative.differences]
         notes += relative.notes
     elif baseline is not None:
         raise UsageError(f"--baseline {baseline!r} picks the system the others are compared with; the selection "
                          f"holds one system ({systems[0]})")
-    fabrics: list[tuple[str, Comparison]] = []
-    for system in systems:  # fabrics compared within a system (Samsi et al.: one cluster, two networks)
-        wired = [g for g in groups if str(g.key.get("system")) == system
-                 and g.key.get("fabric") not in (NOT_APPLICABLE, UNKNOWN, None)]
-        if len({g.key.get("fabric") for g in wired}) > 1:
-            result = modes.fabrics(wired, AXES["fabric"], None)
-            differences += [f"between fabrics on {system}: {line}" for line in result.differences]
-            notes += result.notes
-            fabrics.append((system, result))
+    fabrics = _fabrics(groups, systems)
+    for system, result in fabrics:
+        differences += [f"between fabrics on {system}: {line}" for line in result.differences]
+        notes += result.notes
+    notes += dropped_note(groups)
     units = {g.unit for g in groups}
     return Report(title=title, selection=selection, unit=units.pop() if len(units) == 1 else None, points=points,
                   scaling=scaling, relative=relative, fabrics=fabrics,
                   differences=list(dict.fromkeys(differences)), notes=list(dict.fromkeys(notes)), runs=runs,
-                  runs_total=total)
+                  runs_total=total, holds=_holds(scaling, relative, fabrics), quality=_verdicts(groups))
+
+
+def _verdicts(groups: list[Group]) -> dict[str, int]:
+    """verdict -> the reported runs that have it."""
+    return summarize_verdicts(v for g in groups for v in (g.verdicts or ["unknown"] * len(g.run_ids)))
+
+
+def _holds(scaling: list[tuple[str, Comparison]], relative: Comparison | None,
+           fabrics: list[tuple[str, Comparison]]) -> list[str]:
+    """Per table, the sites and machines of its runs (the banner's second half)."""
+    tables = [(f"scaling on {line}", result) for line, result in scaling]
+    tables += [("systems relative to the baseline", relative)] if relative is not None else []
+    tables += [(f"fabrics on {system}", result) for system, result in fabrics]
+    return [f"{table}: site{'s' if len(result.sites) != 1 else ''} {', '.join(result.sites)}; "
+            f"machine{'s' if len(result.machines) != 1 else ''} {'; '.join(result.machines) or 'unknown'}"
+            for table, result in tables]
+
+
+def _scaling(groups: list[Group], systems: list[str],
+             inputs: EfficiencyInputs) -> tuple[list[Point], list[tuple[str, Comparison]]]:
+    """compare's scaling table for each line of each system, and the points of their rows."""
+    points: list[Point] = []
+    scaling: list[tuple[str, Comparison]] = []
+    for system in systems:
+        mine = [g for g in groups if str(g.key.get("system")) == system]
+        for line, members in _lines(system, mine):
+            result = annotate(modes.scaling(members, AXES["devices"], None, inputs), members)
+            points += [_point(len(points) + i, system, line, row, members) for i, row in enumerate(result.rows)]
+            scaling.append((line, result))
+    return points, scaling
+
+
+def _fabrics(groups: list[Group], systems: list[str]) -> list[tuple[str, Comparison]]:
+    """Fabrics compared within each system that used several (Samsi et al.: one cluster, two networks)."""
+    out = []
+    for system in systems:
+        wired = [g for g in groups if str(g.key.get("system")) == system
+                 and g.key.get("fabric") not in (NOT_APPLICABLE, UNKNOWN, None)]
+        if len({g.key.get("fabric") for g in wired}) > 1:
+            out.append((system, annotate(modes.fabrics(wired, AXES["fabric"], None), wired)))
+    return out
 
 
 def _lines(system: str, groups: list[Group]) -> list[tuple[str, list[Group]]]:
@@ -182,7 +236,8 @@ def _point(index: int, system: str, line: str, row: dict[str, Any], groups: list
     return Point(anchor=f"pt-{index + 1}", series=(row["workload"], row["model"]), system=system, line=line,
                  devices=row["devices"], fabric="/".join(sorted({str(g.key.get("fabric")) for g in mine})), row=row,
                  sites=sorted({g.site for g in mine if g.site}), images=sorted({i for g in mine for i in g.images}),
-                 digests=sorted({str(g.key.get("image_digest")) for g in mine}))
+                 digests=sorted({str(g.key.get("image_digest")) for g in mine}),
+                 values=sorted(v for g in mine for v in g.values))
 
 
 def series_of(report: Report) -> list[tuple]:

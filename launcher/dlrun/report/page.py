@@ -8,11 +8,13 @@ from html import escape
 
 from dlrun import __version__
 from dlrun.report.gather import Report
-from dlrun.report.plots import Plot
-from dlrun.report.tables import fabrics_table, published_table, relative_table, runs_table, scaling_table
+from dlrun.report.plots import PAGE_WIDTH_PX, Plot
+from dlrun.report.tables import (fabrics_table, model_facts_table, published_table, relative_table, runs_table,
+                                 scaling_table)
+from dlrun.results.stats import MIN_REPEATS
 
 STYLE = """
-body { font-family: "DejaVu Sans", sans-serif; margin: 1.5em; color: #222; max-width: 1400px; }
+body { font-family: "DejaVu Sans", sans-serif; margin: 1.5em; color: #222; max-width: %dpx; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 1.6em; border-bottom: 1px solid #ccc; }
 table { border-collapse: collapse; margin: 0.6em 0; font-size: 0.85em; }
 th, td { border: 1px solid #ccc; padding: 0.2em 0.5em; text-align: left; vertical-align: top; }
@@ -21,9 +23,19 @@ tr:target { background: #fff3b0; } tr:hover { background: #f3f7ff; }
 .mismatch { border: 2px solid #b00; background: #fff0f0; padding: 0.6em 1em; margin: 1em 0; }
 .mismatch h2 { color: #b00; border: none; margin: 0; }
 .like { border: 2px solid #070; background: #f0fff0; padding: 0.4em 1em; margin: 1em 0; }
+.quality { border: 2px solid #b80; background: #fffbe6; padding: 0.4em 1em; margin: 1em 0; }
+.holds { font-size: 0.85em; color: #333; } .q-mark { background: #ffd43b; padding: 0 0.3em; border-radius: 3px; }
 .notes { color: #555; font-size: 0.85em; } figure { margin: 1em 0; } figcaption { font-size: 0.85em; color: #555; }
 q { font-style: italic; }
-"""
+"""  % PAGE_WIDTH_PX
+
+STATISTICS = (f"Every throughput is the geometric mean of its repeats, with the 95 % t interval of the mean of "
+              f"their logarithms (never below zero; none below {MIN_REPEATS} repeats: \u201ctoo few repeats\u201d). "
+              "Speedups, relative throughputs and changes are ratios of geometric means, with Welch's t interval "
+              "on the difference of the mean logarithms, the same computation as the test of a change. A "
+              "published number is matched <i>within</i> only when the interval lies inside its tolerance band, "
+              "<i>outside</i> only when it lies wholly outside, else the verdict is <i>inconclusive</i>. Averages "
+              "over rows are geometric means of the rows' ratios.")
 
 
 def _plot(plot: Plot) -> str:
@@ -31,6 +43,8 @@ def _plot(plot: Plot) -> str:
     areas = "\n".join(f'<area shape="{a.shape}" coords="{",".join(map(str, a.coords))}" href="{escape(a.href)}" '
                       f'title="{escape(a.title)}" alt="{escape(a.title)}">' for a in plot.areas)
     notes = "".join(f" {escape(n)}." for n in plot.notes)
+    if plot.sources:
+        notes += f" Open diamonds: published numbers, labelled with their source ({escape('; '.join(plot.sources))})."
     return (f'<figure id="figure-{escape(name[4:])}"><img src="{escape(plot.file)}" width="{plot.width}" '
             f'height="{plot.height}" alt="{escape(plot.alt)}" usemap="#{name}">\n<map name="{name}">\n{areas}\n</map>\n'
             f'<figcaption>{escape(plot.title)}: click a point for its row (<a href="#{escape(plot.table)}">table'
@@ -38,13 +52,31 @@ def _plot(plot: Plot) -> str:
 
 
 def _mismatch(report: Report) -> str:
+    """The banner: whether the tables are like-for-like (and if not, every differing key field), which sites and
+    machines each table holds, and how many runs are not ok."""
+    holds = ('<ul class="holds">' + "".join(f"<li>{escape(line)}</li>" for line in report.holds) + "</ul>"
+             if report.holds else "")
     if report.like_for_like:
-        return ('<div class="like" id="like-for-like">Like-for-like: within each table the runs differ only in '
-                "what the table compares.</div>")
-    items = "".join(f"<li>{escape(line)}</li>" for line in report.differences)
-    return ('<div class="mismatch" id="not-like-for-like"><h2>Not like-for-like</h2><p>These runs differ in more '
-            "than what the tables compare; they are shown anyway, and a difference below may explain a "
-            f"difference in the numbers:</p><ul>{items}</ul></div>")
+        banner = ('<div class="like" id="like-for-like">Like-for-like: within each table the runs differ only in '
+                  f"what the table compares (site and machine included).{holds}</div>")
+    else:
+        items = "".join(f"<li>{escape(line)}</li>" for line in report.differences)
+        banner = ('<div class="mismatch" id="not-like-for-like"><h2>Not like-for-like</h2><p>These runs differ in '
+                  "more than what the tables compare; they are shown anyway, and a difference below may explain a "
+                  f"difference in the numbers:</p><ul>{items}</ul>{holds}</div>")
+    return banner + _quality(report)
+
+
+def _quality(report: Report) -> str:
+    from dlrun.results.quality import not_ok_sentence
+
+    if not report.quality:
+        return ""
+    if set(report.quality) == {"ok"}:
+        return f'<p id="quality">Quality: {escape(not_ok_sentence(report.quality))}.</p>'
+    return (f'<div class="quality" id="quality"><b>Quality</b>: {escape(not_ok_sentence(report.quality))}. Points '
+            'whose runs are not all ok are marked <span class="q-mark">so</span> beside their numbers (hover for '
+            "why); an implausible point is left out of the verdicts against published numbers.</div>")
 
 
 def _experiments(report: Report) -> str:
@@ -55,6 +87,9 @@ def _experiments(report: Report) -> str:
                 f"{escape(spec.where)}.</p><p>{escape(spec.description)}</p>"]
         if not spec.references:
             out.append("<p>The experiment has no published numbers.</p>")
+    facts = model_facts_table(report)
+    if facts:
+        out.append(facts)
     if report.published:
         out.append(published_table(report))
     elif report.experiments:
@@ -68,7 +103,9 @@ def _experiments(report: Report) -> str:
 
 def render_tables(report: Report) -> dict[str, str]:
     """The page's tables as HTML (pandas), by section; drawn while the plots are."""
-    out = {"experiments": _experiments(report), "scaling": scaling_table(report), "runs": runs_table(report)}
+    out = {"experiments": _experiments(report), "runs": runs_table(report)}
+    if report.points:
+        out["scaling"] = scaling_table(report)
     if report.relative is not None:
         out["relative"] = relative_table(report)
     if report.fabrics:
@@ -79,15 +116,20 @@ def render_tables(report: Report) -> dict[str, str]:
 def render(report: Report, plots: list[Plot], store: str, tables: dict[str, str]) -> str:
     """The page around `plots` and `tables` (render_tables)."""
     stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    measured = (f"{len({r for p in report.points for r in p.run_ids})} successful result(s) in "
+                f"{len(report.points)} point(s) on {len(report.scaling)} line(s)" if report.points
+                else "no measured point: counted facts only")
     sections = [f"<h1>{escape(report.title)}</h1>",
                 f"<p>Selection: <code>{escape(report.selection or 'every stored run')}</code>; "
-                f"{report.runs_total} run(s) selected, {len({r for p in report.points for r in p.run_ids})} successful "
-                f"result(s) in {len(report.points)} point(s) on {len(report.scaling)} line(s).</p>",
-                _mismatch(report), tables["experiments"], '<h2 id="plots">Plots</h2>',
-                *(_plot(plot) for plot in plots)]
-    if not plots:
-        sections.append("<p>Nothing to plot: no point has a device count and a positive mean.</p>")
-    sections += ['<h2 id="points">Scaling (PRACE guide Tables 8 and 9)</h2>', tables["scaling"]]
+                f"{report.runs_total} run(s) selected, {measured}.</p>"]
+    if report.points or any(not row.interval.startswith("exact") for row in report.published):
+        sections += [_mismatch(report), f'<p class="notes" id="statistics">{STATISTICS}</p>']
+    sections.append(tables["experiments"])
+    if report.points:
+        sections += ['<h2 id="plots">Plots</h2>', *(_plot(plot) for plot in plots)]
+        if not plots:
+            sections.append("<p>Nothing to plot: no point has a device count.</p>")
+        sections += ['<h2 id="points">Scaling (PRACE guide Tables 8 and 9)</h2>', tables["scaling"]]
     if report.relative is not None:
         sections += ['<h2 id="relative-systems">Systems relative to the baseline (Ren et al. Table III)</h2>',
                      tables["relative"]]

@@ -2,10 +2,15 @@
 areas of its points so that the page can link every point to its provenance row (an HTML image map).
 
 scaling.png   throughput against devices on log-log axes, a line per system (per system and fabric where a
-              system has several), the ideal-scaling line from each line's fewest devices, the 95 % intervals
-              as error bars and the published numbers as open diamonds (Ren et al., Fig. 4)
-bars.png      mean throughput per configuration as bars with their 95 % intervals, a colour per fabric
-              when the runs used several fabrics, else per system (Samsi et al., Fig. 4)
+              system has several) through the geometric means, their 95 % intervals as error bars, each
+              repeat as a small dot beside its mean, the ideal-scaling line from each line's fewest devices,
+              and the published numbers as open diamonds labelled with their source (Ren et al., Fig. 4)
+bars.png      the geometric mean per configuration as a bar with its 95 % interval and the repeats as dots,
+              a colour per fabric when the runs used several fabrics, else per system (Samsi et al., Fig. 4)
+
+Intervals are those of the logs (dlrun.results.stats), so no bar or whisker reaches below zero; a point of
+fewer than three repeats has no whisker. Both plots are as wide as the page's content (PAGE_WIDTH_PX), drawn
+at the size the page shows them, so that the image maps' pixel areas stay where the points are.
 """
 from __future__ import annotations
 
@@ -17,10 +22,15 @@ from typing import Any
 from dlrun.report.gather import Point, Published, Report, series_of
 
 DPI = 100
+#: The width of the page's content (page.STYLE sets the same), which every plot fills.
+PAGE_WIDTH_PX = 1200
 #: Series (workload, model) drawn; the tables hold them all.
 MAX_SERIES = 6
 #: Bars drawn; the tables hold them all.
 MAX_BARS = 48
+#: Repeats drawn per point: all up to this many, else this many evenly spaced in value order (min and max
+#: included); the tables count them all.
+MAX_DOTS = 60
 
 
 @dataclass
@@ -41,6 +51,8 @@ class Plot:
     table: str                 # the anchor of the table the plot is read with
     areas: list[Area] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    y_range: tuple[float, float] = (0.0, 0.0)   # the value axis as drawn (its unit: the report's)
+    sources: list[str] = field(default_factory=list)  # the labels of published points: document, table/figure
 
 
 def warm() -> None:
@@ -76,36 +88,63 @@ def _label(series: tuple) -> str:
     return str(workload) if model in (workload, None, "n/a") else f"{workload} ({model})"
 
 
-def _interval(row: dict[str, Any], mean: float) -> tuple[float, float]:
-    low, high = row.get("ci_low"), row.get("ci_high")
-    return (0.0, 0.0) if low is None or high is None else (max(mean - low, 0.0), max(high - mean, 0.0))
+def _whisker(row: dict[str, Any]) -> tuple[float, float]:
+    """The lengths below and above the geometric mean to its interval's ends (positive: on the logs), or
+    none (fewer than three repeats)."""
+    low, high, centre = row.get("ci_low"), row.get("ci_high"), row["geomean"]
+    return (0.0, 0.0) if low is None or high is None else (centre - low, high - centre)
+
+
+def _dots(values: list[float]) -> list[float]:
+    """The repeats to draw: all, or MAX_DOTS of them evenly spaced in value order."""
+    if len(values) <= MAX_DOTS:
+        return list(values)
+    step = (len(values) - 1) / (MAX_DOTS - 1)
+    return [values[round(i * step)] for i in range(MAX_DOTS)]
+
+
+def _spread(count: int, centre: float, width: float) -> list[float]:
+    """`count` positions evenly over [centre - width / 2, centre + width / 2] (deterministic jitter)."""
+    if count == 1:
+        return [centre]
+    return [centre - width / 2 + width * i / (count - 1) for i in range(count)]
+
+
+def _source(ref: Published) -> str:
+    return f"{ref.doc}, {ref.where}" if ref.where else ref.doc
 
 
 def scaling_plot(report: Report, folder: Path) -> Plot | None:
     series = series_of(report)
-    numeric = [p for p in report.points if isinstance(p.devices, int) and p.row["mean"] > 0]
+    numeric = [p for p in report.points if isinstance(p.devices, int)]
     if not numeric:
         return None
     shown = series[:MAX_SERIES]
     cols = 1 if len(shown) == 1 else 2
     rows = math.ceil(len(shown) / cols)
-    fig = _figure(6.4 * cols, 4.4 * rows)
+    width, height = PAGE_WIDTH_PX / DPI, (5.0 if cols == 1 else 4.4) * rows  # inches
+    fig = _figure(width, height)
     colours = _colours(sorted({p.line for p in numeric}))
     placed: list[tuple[Any, float, float, str, str]] = []
+    sources: list[str] = []
     for index, one in enumerate(shown):
         ax = fig.add_subplot(rows, cols, index + 1)
         mine = [p for p in numeric if p.series == one]
         published = [r for r in report.published if r.series == one and r.value and isinstance(r.devices, int)]
-        _scaling_axes(ax, mine, published, colours, report.unit)
+        sources += _scaling_axes(ax, mine, published, colours, report.unit)
         ax.set_title(_label(one), fontsize=10)
-        placed += [(ax, p.devices, p.row["mean"], p.anchor, p.provenance()) for p in mine]
+        placed += [(ax, p.devices, p.row["geomean"], p.anchor, p.provenance()) for p in mine]
         placed += [(ax, r.devices, r.value, r.anchor, r.provenance()) for r in published]
-    fig.suptitle("throughput against devices (log-log); dashed: ideal scaling", fontsize=11)
-    # fixed margins: tight_layout would draw the figure once more only to measure it
-    width, height = 6.4 * cols, 4.4 * rows  # margins in inches, as fractions of the figure
+    fig.suptitle("throughput against devices (log-log): geometric mean of the repeats (dots) with its 95 % "
+                 "interval; dashed: ideal scaling", fontsize=11)
+    # fixed margins (in inches, as fractions of the figure): tight_layout would draw the figure once more only
+    # to measure it
     fig.subplots_adjust(left=0.85 / width, right=1 - 0.2 / width, bottom=0.6 / height, top=1 - 0.75 / height,
-                        wspace=0.25, hspace=0.45)
+                        wspace=0.2, hspace=0.45)
+    low = min(ax.get_ylim()[0] for ax in fig.axes)
     plot = _save(fig, folder, "scaling.png", "scaling", "Throughput against devices, log-log, with ideal scaling")
+    plot.y_range = (low, max(ax.get_ylim()[1] for ax in fig.axes))
+    plot.sources = list(dict.fromkeys(sources))
     plot.areas = [Area("circle", [*_pixel(ax, x, y, plot.height), 7], f"#{anchor}", title)
                   for ax, x, y, anchor, title in placed]
     if len(series) > len(shown):
@@ -114,22 +153,25 @@ def scaling_plot(report: Report, folder: Path) -> Plot | None:
 
 
 def _scaling_axes(ax, points: list[Point], published: list[Published], colours: dict[str, Any],
-                  unit: str | None) -> None:
+                  unit: str | None) -> list[str]:
+    """Draw one series; the labels of its published points (their sources)."""
     from matplotlib.ticker import FuncFormatter, LogLocator
 
     devices = sorted({p.devices for p in points} | {r.devices for r in published})
     for line in sorted({p.line for p in points}):
         mine = sorted((p for p in points if p.line == line), key=lambda p: p.devices)
-        xs, ys = [p.devices for p in mine], [p.row["mean"] for p in mine]
-        errors = [_interval(p.row, p.row["mean"]) for p in mine]
-        ax.errorbar(xs, ys, yerr=[[e[0] for e in errors], [e[1] for e in errors]], marker="o", capsize=3,
-                    color=colours[line], label=line)
+        xs, ys = [p.devices for p in mine], [p.row["geomean"] for p in mine]
+        whiskers = [_whisker(p.row) for p in mine]
+        ax.errorbar(xs, ys, yerr=[[w[0] for w in whiskers], [w[1] for w in whiskers]], marker="o", capsize=3,
+                    color=colours[line], label=line, zorder=3)
+        for p in mine:  # the repeats, just right of their mean (a factor on the log2 axis)
+            dots = _dots(p.values)
+            ax.scatter([p.devices * 2 ** x for x in _spread(len(dots), 0.12, 0.1)], dots, s=9,
+                       color=colours[line], alpha=0.6, linewidths=0, zorder=2)
         if len(xs) > 1:
             ideal = [ys[0] * x / xs[0] for x in xs]
             ax.plot(xs, ideal, linestyle="--", linewidth=1, color=colours[line], alpha=0.7)
-    if published:
-        ax.plot([r.devices for r in published], [r.value for r in published], linestyle="none", marker="D",
-                markersize=8, markerfacecolor="none", markeredgecolor="black", label="published")
+    labels = _published(ax, published)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     # plain tick labels at 1-2-5 steps: matplotlib's log labels are mathtext ($10^{3}$), whose parser alone
@@ -143,6 +185,20 @@ def _scaling_axes(ax, points: list[Point], published: list[Published], colours: 
     ax.set_ylabel(unit or "throughput")
     ax.grid(True, which="major", linestyle=":", linewidth=0.6)
     ax.legend(fontsize=8)
+    return labels
+
+
+def _published(ax, published: list[Published]) -> list[str]:
+    """Published numbers as open diamonds, each labelled with its source; the labels."""
+    if not published:
+        return []
+    ax.plot([r.devices for r in published], [r.value for r in published], linestyle="none", marker="D",
+            markersize=8, markerfacecolor="none", markeredgecolor="black", label="published", zorder=4)
+    for ref in published:
+        # parse_math off: a source's text is data, never mathtext markup
+        ax.annotate(_source(ref), (ref.devices, ref.value), xytext=(7, 5), textcoords="offset points", fontsize=7,
+                    color="black", parse_math=False)
+    return [_source(ref) for ref in published]
 
 
 def _plain(value: float, _position: Any = None) -> str:
@@ -150,34 +206,23 @@ def _plain(value: float, _position: Any = None) -> str:
 
 
 def bars_plot(report: Report, folder: Path) -> Plot | None:
+    """Bars of geometric means from zero, their intervals, and the repeats as dots over each bar."""
     by_fabric = bool(report.fabrics)
-    bars: dict[tuple, dict[str, Point]] = {}
-    for p in report.points:
-        category = (p.series, p.system, p.devices) if by_fabric else (p.series, p.devices)
-        bars.setdefault(category, {}).setdefault(p.fabric if by_fabric else p.line, p)
+    bars = _bar_categories(report.points, by_fabric)
     hues = sorted({hue for row in bars.values() for hue in row})
     categories = list(bars)[: max(MAX_BARS // max(len(hues), 1), 1)]
     if not categories:
         return None
-    width = min(max(6.4, 0.5 * len(categories) * len(hues) + 2), 12.8)  # at most 1280 pixels: no scaling
+    width = PAGE_WIDTH_PX / DPI
     fig = _figure(width, 4.6)
     ax = fig.add_subplot(1, 1, 1)
     colours = _colours(hues)
     step = 0.8 / len(hues)
     placed = []
     for k, hue in enumerate(hues):
-        xs, ys, errs, mine = [], [], [], []
-        for c, category in enumerate(categories):
-            point = bars[category].get(hue)
-            if point is None:
-                continue
-            xs.append(c - 0.4 + step * (k + 0.5))
-            ys.append(point.row["mean"])
-            errs.append(_interval(point.row, point.row["mean"]))
-            mine.append(point)
-        drawn = ax.bar(xs, ys, width=step * 0.95, color=colours[hue], label=hue,
-                       yerr=[[e[0] for e in errs], [e[1] for e in errs]], capsize=2)
-        placed += list(zip(drawn.patches, mine))
+        at = [(c - 0.4 + step * (k + 0.5), bars[category][hue]) for c, category in enumerate(categories)
+              if hue in bars[category]]
+        placed += _bars(ax, at, step, colours[hue], hue)
     ax.set_xticks(range(len(categories)))
     rotated = len(categories) > 4
     ax.set_xticklabels([_category(c, len({c[0] for c in categories}) > 1) for c in categories],
@@ -185,17 +230,46 @@ def bars_plot(report: Report, folder: Path) -> Plot | None:
     ax.set_ylabel(report.unit or "throughput")
     ax.legend(title="fabric" if by_fabric else "system", fontsize=8)
     ax.grid(True, axis="y", linestyle=":", linewidth=0.6)
-    ax.set_title(f"mean throughput per {'fabric' if by_fabric else 'system'}, 95 % intervals", fontsize=11)
+    ax.set_title(f"geometric mean throughput per {'fabric' if by_fabric else 'system'} with its 95 % interval; "
+                 "dots: the repeats", fontsize=11)
     fig.subplots_adjust(left=0.85 / width, right=1 - 0.2 / width, top=0.92, bottom=0.25 if rotated else 0.12)
-    plot = _save(fig, folder, "bars.png", "scaling", f"Mean throughput per {'fabric' if by_fabric else 'system'}")
-    for patch, point in placed:
-        box = patch.get_window_extent()
-        plot.areas.append(Area("rect", [int(box.x0), int(plot.height - box.y1), int(math.ceil(box.x1)),
-                                        int(math.ceil(plot.height - box.y0))], f"#{point.anchor}", point.provenance()))
+    y_range = ax.get_ylim()
+    plot = _save(fig, folder, "bars.png", "scaling",
+                 f"Geometric mean throughput per {'fabric' if by_fabric else 'system'}, with the repeats")
+    plot.y_range = y_range
+    plot.areas = [_bar_area(patch, point, plot.height) for patch, point in placed]
     left = len(bars) - len(categories)
     if left:
         plot.notes.append(f"{left} more configurations are in the tables only")
     return plot
+
+
+def _bar_categories(points: list[Point], by_fabric: bool) -> dict[tuple, dict[str, Point]]:
+    """category (series, system and devices; or series and devices) -> hue (fabric, or line) -> point."""
+    bars: dict[tuple, dict[str, Point]] = {}
+    for p in points:
+        category = (p.series, p.system, p.devices) if by_fabric else (p.series, p.devices)
+        bars.setdefault(category, {}).setdefault(p.fabric if by_fabric else p.line, p)
+    return bars
+
+
+def _bars(ax, at: list[tuple[float, Point]], step: float, colour: Any, label: str) -> list[tuple[Any, Point]]:
+    """One hue's bars (geometric means from zero, their whiskers) at their x positions, the repeats as dots
+    over each; each bar's patch with its point."""
+    whiskers = [_whisker(point.row) for _, point in at]
+    drawn = ax.bar([x for x, _ in at], [point.row["geomean"] for _, point in at], width=step * 0.95, color=colour,
+                   label=label, alpha=0.75, yerr=[[w[0] for w in whiskers], [w[1] for w in whiskers]], capsize=2)
+    for x, point in at:
+        dots = _dots(point.values)
+        ax.scatter(_spread(len(dots), x, step * 0.5), dots, s=7, color="black", alpha=0.55, linewidths=0, zorder=3)
+    return list(zip(drawn.patches, [point for _, point in at]))
+
+
+def _bar_area(patch, point: Point, height: int) -> Area:
+    """The image-map rectangle of a bar, in the PNG's pixels (y downwards)."""
+    box = patch.get_window_extent()
+    return Area("rect", [int(box.x0), int(height - box.y1), int(math.ceil(box.x1)), int(math.ceil(height - box.y0))],
+                f"#{point.anchor}", point.provenance())
 
 
 def _category(category: tuple, label_series: bool) -> str:

@@ -12,9 +12,9 @@ Printing is the CLI's (`dlrun.cli.reproduce`); nothing here writes to the termin
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from statistics import fmean
 from typing import Any
 
 from dlrun.catalog import Catalog
@@ -26,6 +26,7 @@ from dlrun.reproduce.resume import TaggedStore, planned_key, same_point, stored_
 from dlrun.reproduce.runner import RunReport, Step, StepOutcome, is_batch, run_batch, run_local, schedule
 from dlrun.reproduce.select import check_repeats, choose_systems, parse_where
 from dlrun.reproduce.work import PointWork, plan_points, point_id
+from dlrun.results.stats import geometric_mean
 from dlrun.results.store import Store
 
 __all__ = ["PointWork", "ReferenceRow", "RunReport", "Step", "StepOutcome", "SystemWork", "TaggedStore",
@@ -67,7 +68,8 @@ def prepare(catalog: Catalog, experiment: str, *, system: str | None, where: Seq
 
 
 def point_summary(work: PointWork) -> dict[str, Any]:
-    """What the store holds of a point: runs, and per metric their mean, lowest and highest value."""
+    """What the store holds of a point: runs, and per metric their geometric mean (of the positive values:
+    a rate or a count), lowest and highest value."""
     metrics: dict[str, list[float]] = {}
     units: dict[str, str] = {}
     for run in work.stored:
@@ -76,5 +78,10 @@ def point_summary(work: PointWork) -> dict[str, Any]:
             units[metric] = run.units.get(metric, "")
     return {"point": work.id, "runs": len(work.stored), "repeats": work.repeats,
             "run_ids": [run.id for run in work.stored],
-            "metrics": {metric: {"mean": fmean(values), "min": min(values), "max": max(values), "n": len(values),
-                                 "unit": units[metric]} for metric, values in metrics.items()}}
+            "metrics": {metric: {"geomean": _geomean(values), "min": min(values), "max": max(values),
+                                 "n": len(values), "unit": units[metric]} for metric, values in metrics.items()}}
+
+
+def _geomean(values: list[float]) -> float | None:
+    positive = [v for v in values if 0 < v < math.inf]
+    return geometric_mean(positive) if positive else None

@@ -3,22 +3,54 @@ a gain over Lustre, a ratio of two models or precisions, a reduction, a scaling 
 the time to train N samples), evaluated on the stored runs of one system.
 
 Each side of the operation (the reference's own points and its baseline, or the numerator and the
-denominator) pools the runs of the points its conditions select; the quantity comes from the two means and
-its 95 % interval from `dlrun.results.stats.ratio_interval` (a bootstrap of the ratio of means). What needs
+denominator) pools the runs of the points its conditions select. Every quantity is a monotone function of
+one estimate on the log scale (dlrun.results.stats): the ratio of the two sides' geometric means with
+Welch's t interval on the logs, or one side's geometric mean with its t interval. `Scale` carries that
+function, so that the interval and the published tolerance band are compared on the same scale. What needs
 more than one system's points (a ratio of two systems), an aggregate over an axis (`aggregate`, `over`) or
 another experiment's points (`with_experiments`) is not evaluated here: `dlrun compare` sets those out.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from dlrun.catalog.experiment_points import matches
 from dlrun.catalog.experiments import Reference
 from dlrun.reproduce.work import PointWork
-from dlrun.results.stats import ratio_interval, summarize
+from dlrun.results.stats import LogEstimate, ratio, summarize
 
 #: Units a time-for-samples reference may be published in, in seconds.
 TIME_UNITS = {"s": 1.0, "min": 60.0, "h": 3600.0, "hours": 3600.0, "days": 86400.0, "d": 86400.0}
+
+
+@dataclass(frozen=True)
+class Scale:
+    """q = a * exp(s * L) + b: a published quantity q as a monotone function of a log-scale estimate L
+    (a log ratio of geometric means, or a log geometric mean), with s = 1 or -1 and a != 0."""
+
+    a: float = 1.0
+    s: int = 1
+    b: float = 0.0
+
+    def value(self, log_value: float) -> float:
+        return self.a * math.exp(self.s * log_value) + self.b
+
+    def interval(self, bounds: tuple[float, float] | None) -> tuple[float, float] | None:
+        if bounds is None:
+            return None
+        low, high = sorted((self.value(bounds[0]), self.value(bounds[1])))
+        return low, high
+
+    def band(self, low: float, high: float) -> tuple[float, float]:
+        """The band [low, high] of q on the log scale of L (open ends as infinities; an empty one as
+        (-inf, -inf) or (inf, inf), which every interval lies outside)."""
+        edges = sorted(((low - self.b) / self.a, (high - self.b) / self.a))  # of u = exp(s L), u > 0
+        if edges[1] <= 0:
+            return (-math.inf, -math.inf) if self.s > 0 else (math.inf, math.inf)
+        logs = (-math.inf if edges[0] <= 0 else math.log(edges[0]), math.log(edges[1]) if math.isfinite(edges[1])
+                else math.inf)
+        return logs if self.s > 0 else (-logs[1], -logs[0])
 
 
 @dataclass
@@ -31,6 +63,9 @@ class Derived:
     units: set[str] | None = None   # the stored unit(s) of the metric it was computed from
     why: str = ""
     verdict: str = "derived"        # without a value: "derived" (listed, see compare) or "no runs"
+    estimate: LogEstimate | None = None   # the log-scale estimate `scale` maps to the quantity
+    scale: Scale = Scale()
+    interval: str = ""              # how the interval was made, or why there is none
 
 
 def evaluate(ref: Reference, read: list[PointWork], system: str | None) -> Derived:
@@ -41,55 +76,76 @@ def evaluate(ref: Reference, read: list[PointWork], system: str | None) -> Deriv
         more = f"with points of {', '.join(derive.with_experiments)}" if derive.with_experiments else ""
         return Derived(why=f"a {derive.op} {' and '.join(p for p in (over, more) if p)}: see dlrun compare")
     metric = ref.metric
-    if derive.op in ("ratio", "reduction"):
-        top, base = {**ref.conditions, **derive.numerator}, {**ref.conditions, **derive.denominator}
-        names = ("numerator", "denominator")
-    elif derive.op in ("speedup", "gain", "scaling-efficiency"):
-        top, base = ref.conditions, {**ref.conditions, **derive.baseline}
-        names = ("reference's points", "baseline")
-    else:
-        top, base, names = ref.conditions, None, ("reference's points", "")
-    if "system" in {*(top or {}), *(base or {})} and system is not None:
-        wanted = [c["system"] for c in (top, base) if c and "system" in c]
-        if any(system not in (w if isinstance(w, list) else [w]) for w in wanted):
-            return Derived(why=f"a {derive.op} between systems: see dlrun compare --by system")
-    top_works = [w for w in read if matches(top, w.point.values, system)
-                 and (base is None or not matches(base, w.point.values, system))]
-    base_works = [w for w in read if base is not None and matches(base, w.point.values, system)]
+    top, base, names = _operands(ref)
+    if _between_systems(system, top, base):
+        return Derived(why=f"a {derive.op} between systems: see dlrun compare --by system")
+    top_works, base_works = _split(read, top, base, system)
     top_values = _values(top_works, metric)
     base_values = _values(base_works, metric)
     units = {run.units[metric] for w in top_works + base_works for run in w.stored if metric in run.units}
-    missing = [name for name, values in ((names[0], top_values), (names[1], base_values))
-               if name and not values]
+    missing = [name for name, values in zip(names, (top_values, base_values)) if name and not values]
     if missing:
         return Derived(why=f"no stored run of the {' or the '.join(missing)}", verdict="no runs")
     runs = len(top_values) + len(base_values)
     if base is None:
         return _one_side(ref, top_works, top_values, units, runs)
-    interval = ratio_interval(base_values, top_values)
-    low, high = interval.low, interval.high
+    r = ratio(base_values, top_values)
     if derive.op == "scaling-efficiency":
         scale = _scale(derive.baseline, top_works, base_works)
         if scale is None:
             return Derived(why="the points' scales (their device or node counts) differ: see dlrun compare")
-        return _made(100.0 * interval.ratio / scale, low, high, lambda r: 100.0 * r / scale, runs, units)
-    if derive.op == "speedup":
-        return _made(interval.ratio, low, high, lambda r: r, runs, units)
-    if derive.op == "gain":
-        return _made(100.0 * (interval.ratio - 1), low, high, lambda r: 100.0 * (r - 1), runs, units)
-    if derive.op == "reduction":
-        return _made(100.0 * (1 - interval.ratio), high, low, lambda r: 100.0 * (1 - r), runs, units)
-    factor = 100.0 if ref.unit == "%" else 1.0  # ratio
-    return _made(factor * interval.ratio, low, high, lambda r: factor * r, runs, units)
+        return _made(r.estimate, Scale(100.0 / scale), runs, units, r.interval)
+    return _made(r.estimate, _ratio_scale(derive.op, ref.unit), runs, units, r.interval)
+
+
+def _operands(ref: Reference) -> tuple[dict, dict | None, tuple[str, str]]:
+    """The conditions of the two sides (the second None for a one-sided quantity), and their names."""
+    derive = ref.derive
+    assert derive is not None
+    if derive.op in ("ratio", "reduction"):
+        return ({**ref.conditions, **derive.numerator}, {**ref.conditions, **derive.denominator},
+                ("numerator", "denominator"))
+    if derive.op in ("speedup", "gain", "scaling-efficiency"):
+        return ref.conditions, {**ref.conditions, **derive.baseline}, ("reference's points", "baseline")
+    return ref.conditions, None, ("reference's points", "")
+
+
+def _split(read: list[PointWork], top: dict, base: dict | None,
+           system: str | None) -> tuple[list[PointWork], list[PointWork]]:
+    """The points of each side (a point both sides' conditions select is the baseline's)."""
+    if base is None:
+        return [w for w in read if matches(top, w.point.values, system)], []
+    in_base = [matches(base, w.point.values, system) for w in read]
+    return ([w for w, b in zip(read, in_base) if not b and matches(top, w.point.values, system)],
+            [w for w, b in zip(read, in_base) if b])
+
+
+def _between_systems(system: str | None, top: dict, base: dict | None) -> bool:
+    """Whether a side names a system other than `system` (a ratio of two systems: compare's)."""
+    if system is None:
+        return False
+    wanted = [c["system"] for c in (top, base) if c and "system" in c]
+    return any(system not in (w if isinstance(w, list) else [w]) for w in wanted)
+
+
+def _ratio_scale(op: str, unit: str | None) -> Scale:
+    """A gain (100 (r - 1)), a reduction (100 (1 - r)), or a speedup or ratio (r, x 100 in %)."""
+    if op == "gain":
+        return Scale(100.0, 1, -100.0)
+    if op == "reduction":
+        return Scale(-100.0, 1, 100.0)
+    return Scale(100.0 if op == "ratio" and unit == "%" else 1.0)
 
 
 def _values(works: list[PointWork], metric: str) -> list[float]:
-    return [run.values[metric] for work in works for run in work.stored if metric in run.values]
+    """The stored values of `metric`: positive and finite ones only (a rate's logs are taken)."""
+    return [run.values[metric] for work in works for run in work.stored
+            if metric in run.values and math.isfinite(run.values[metric]) and run.values[metric] > 0]
 
 
-def _made(value: float, low: float | None, high: float | None, of, runs: int, units: set[str]) -> Derived:
-    ci = (of(low), of(high)) if low is not None and high is not None else None
-    return Derived(value=value, ci=ci, runs=runs, units=units)
+def _made(estimate: LogEstimate, scale: Scale, runs: int, units: set[str], interval: str) -> Derived:
+    return Derived(value=scale.value(estimate.centre), ci=scale.interval(estimate.bounds()), runs=runs, units=units,
+                   estimate=estimate, scale=scale, interval=interval)
 
 
 def _scale(baseline: dict, top: list[PointWork], base: list[PointWork]) -> float | None:
@@ -112,17 +168,13 @@ def _one_side(ref: Reference, works: list[PointWork], values: list[float], units
     derive = ref.derive
     assert derive is not None
     stats = summarize(values)
-    ci = (stats.ci_low, stats.ci_high) if stats.ci_low is not None and stats.ci_high is not None else None
     if derive.op == "per-node":
         nodes = {w.plan.nodes for w in works}
         if len(nodes) != 1:
             return Derived(why="the points run on different node counts: see dlrun compare")
-        n = nodes.pop()
-        return Derived(stats.mean / n, (ci[0] / n, ci[1] / n) if ci else None, runs, units)
+        return _made(stats.estimate, Scale(1.0 / nodes.pop()), runs, units, stats.interval)
     # time-for-samples: how long the published number of samples takes at the measured rate
     seconds = TIME_UNITS.get(ref.unit or "")
-    if seconds is None or not derive.samples or stats.mean <= 0:
+    if seconds is None or not derive.samples:
         return Derived(why=f"a time in {ref.unit!r}: dlrun converts s, min, h and days")
-    time = derive.samples / stats.mean / seconds
-    ci_time = (derive.samples / ci[1] / seconds, derive.samples / ci[0] / seconds) if ci and ci[0] > 0 else None
-    return Derived(time, ci_time, runs, units)
+    return _made(stats.estimate, Scale(derive.samples / seconds, -1), runs, units, stats.interval)

@@ -1,6 +1,9 @@
 """The published numbers of an experiment against what the store holds of its points: one row per
-quantitative reference, with the measured mean and its 95 % interval, the ratio to the published value and
-the verdict.
+quantitative reference, with the measured geometric mean and its 95 % interval (t on the logs of the
+repeats; none below 3 repeats), the ratio to the published value and the verdict: `within` when the
+interval lies inside the tolerance band, `outside` when it lies wholly outside, else `inconclusive` with
+the repeats per point that the spread seen so far says would decide. Counted facts (parameters,
+multiply-adds of a model) are exact: judged by their value.
 
 The references a point's value answers directly (`check` value, at-most, at-least or informational, a value
 or a range, no `derive`), for every metric the store holds, model facts included; and the derived ones
@@ -10,19 +13,24 @@ aggregate over an axis, is listed as `derived` and left to `dlrun compare`.
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
 from dlrun.catalog.experiment_points import applies
 from dlrun.catalog.experiment_vocabulary import MEASURED_METRICS
 from dlrun.catalog.experiments import ExperimentSpec, Reference
-from dlrun.reproduce.derived import evaluate
+from dlrun.reproduce.derived import Scale, evaluate
+from dlrun.reproduce.model_facts import FACT_UNITS
+from dlrun.reproduce.trust import trusted
 from dlrun.reproduce.work import PointWork
 from dlrun.results.compare.groups import UNIT_ALIASES
-from dlrun.results.stats import summarize
+from dlrun.results.stats import LogEstimate, judge, summarize
 
-#: Verdicts, in the order a reader should worry about them.
-VERDICTS = ("outside", "unit differs", "within", "informational", "no runs", "skipped", "derived", "not measured")
+#: Verdicts, in the order a reader should worry about them. `implausible`: every run that would answer it was
+#: left out (dlrun.reproduce.trust).
+VERDICTS = ("outside", "unit differs", "implausible", "inconclusive", "within", "informational", "no runs",
+            "skipped", "derived",            "not measured")
 
 
 @dataclass
@@ -30,13 +38,15 @@ class ReferenceRow:
     reference: Reference
     points: list[str]                # ids of the points the reference reads
     published: str                   # as printed: value or range, with the check
-    measured: float | None = None    # mean over the runs of those points
-    ci: tuple[float, float] | None = None  # its 95 % interval (two runs or more)
+    measured: float | None = None    # geometric mean over the runs of those points (or the derived quantity)
+    ci: tuple[float, float] | None = None  # its 95 % interval (3 runs a side or more)
     runs: int = 0
     unit: str | None = None          # the unit of the stored results
     ratio: float | None = None       # measured / published value
     verdict: str = "no runs"
     why: str = ""
+    interval: str = ""               # how `ci` was made, or why there is none ("too few repeats ...")
+    repeats_needed: int | None = None  # inconclusive: repeats per point that would decide, at the spread seen
 
     @property
     def source(self) -> str:
@@ -55,16 +65,27 @@ def published_text(ref: Reference) -> str:
 
 def compare_references(experiment: ExperimentSpec, works: list[PointWork], system: str | None) -> list[ReferenceRow]:
     """A row for each quantitative reference that reads at least one of `works` (the selected points of one
-    system)."""
+    system), judged without the runs and points that are implausible (saying so in the row)."""
     rows = []
+    kept, left_out = trusted(works)
     for ref in experiment.references:
         if ref.kind != "quantitative":
             continue
-        read = [work for work in works if applies(ref, work.point.values, system)]  # a speedup's baseline too
+        read = [work for work in kept if applies(ref, work.point.values, system)]  # a speedup's baseline too
         if not read:
             continue
-        rows.append(_row(ref, read, system))
+        rows.append(_left_out(_row(ref, read, system), [left_out[w.id] for w in read if w.id in left_out]))
     return rows
+
+
+def _left_out(row: ReferenceRow, reasons: list[str]) -> ReferenceRow:
+    if not reasons:
+        return row
+    said = "left out of the verdict: " + "; ".join(reasons)
+    row.why = f"{row.why}; {said}" if row.why else said
+    if row.verdict == "no runs" and row.measured is None:
+        row.verdict = "implausible"
+    return row
 
 
 def _row(ref: Reference, read: list[PointWork], system: str | None) -> ReferenceRow:
@@ -74,31 +95,60 @@ def _row(ref: Reference, read: list[PointWork], system: str | None) -> Reference
         return row
     if ref.derive is not None and ref.derive.op != "value":
         return _derived_row(row, ref, read, system)
-    values = [run.values[ref.metric] for work in read for run in work.stored if ref.metric in run.values]
-    units = {run.units[ref.metric] for work in read for run in work.stored if ref.metric in run.units}
+    stored, values, units = _stored(ref.metric, read)
     if not values:
-        skipped = [work for work in read if work.skip]
-        if len(skipped) == len(read):
-            row.verdict, row.why = "skipped", skipped[0].skip or ""
-        return row
-    stats = summarize(values)
-    row.runs, row.measured = stats.n, stats.mean
-    row.ci = (stats.ci_low, stats.ci_high) if stats.ci_low is not None and stats.ci_high is not None else None
+        return _unmeasured(row, read)
     row.unit = ", ".join(sorted(units))
-    published_unit = UNIT_ALIASES.get(ref.unit or "", ref.unit)
-    if units and units != {published_unit}:
+    estimate = _measure(row, ref, values)
+    if units and units != {UNIT_ALIASES.get(ref.unit or "", ref.unit)}:
         row.verdict, row.why = "unit differs", f"{row.unit} here, {ref.unit} published"
         return row
-    if ref.value is not None and ref.value:
-        row.ratio = row.measured / ref.value
-    if len(read) > 1:
-        row.why = f"mean over {len(read)} points"
     if ref.check == "informational":
         # the reference's first clause; the whole reason is in `dlrun experiments show`
         row.verdict = "informational"
         row.why = "compared, never judged: " + re.split(r"[:;.]\s", (ref.ambiguous or ref.note or "").strip())[0]
+        return row
+    context = [f"geometric mean over {len(read)} points"] if len(read) > 1 else []
+    if len(stored) > len(values):
+        context.append(f"{len(stored) - len(values)} run(s) left out: a value that is no rate")
+    return _judged(row, ref, estimate, Scale(), "; ".join(context))
+
+
+def _stored(metric: str, read: list[PointWork]) -> tuple[list[float], list[float], set[str]]:
+    """The points' stored values of `metric`, the positive finite ones among them (rates and counts), and
+    their units."""
+    stored = [run.values[metric] for work in read for run in work.stored if metric in run.values]
+    units = {run.units[metric] for work in read for run in work.stored if metric in run.units}
+    return stored, [value for value in stored if math.isfinite(value) and value > 0], units
+
+
+def _unmeasured(row: ReferenceRow, read: list[PointWork]) -> ReferenceRow:
+    """A row without values: `skipped` when every point it reads is skipped, else `no runs`."""
+    skipped = [work for work in read if work.skip]
+    if len(skipped) == len(read):
+        row.verdict, row.why = "skipped", skipped[0].skip or ""
+    return row
+
+
+def _measure(row: ReferenceRow, ref: Reference, values: list[float]) -> LogEstimate:
+    """Fill the row's measured value, interval and ratio from the runs' values; the estimate to judge."""
+    if ref.metric in FACT_UNITS and len(set(values)) == 1:  # a count, not a measurement
+        estimate, row.interval = LogEstimate.exact(values[0]), "exact: a counted fact"
+        row.runs, row.measured = len(values), values[0]
     else:
-        row.verdict = "within" if _holds(ref, row.measured) else "outside"
+        stats = summarize(values)
+        estimate, row.interval = stats.estimate, stats.interval
+        row.runs, row.measured = stats.n, stats.geomean
+        row.ci = (stats.ci_low, stats.ci_high) if stats.ci_low is not None and stats.ci_high is not None else None
+    if ref.value:
+        row.ratio = row.measured / ref.value
+    return estimate
+
+
+def _judged(row: ReferenceRow, ref: Reference, estimate: LogEstimate, scale: Scale, context: str) -> ReferenceRow:
+    judgement = judge(estimate, *scale.band(*band(ref)))
+    row.verdict, row.repeats_needed = judgement.verdict, judgement.repeats_needed
+    row.why = "; ".join(part for part in (context, judgement.why) if part)
     return row
 
 
@@ -115,29 +165,37 @@ def _derived_row(row: ReferenceRow, ref: Reference, read: list[PointWork], syste
             row.verdict, row.why = got.verdict, got.why
         return row
     row.measured, row.ci, row.runs, row.unit = got.value, got.ci, got.runs, ref.unit
+    row.interval = got.interval
     if got.units and len(got.units) > 1:
         row.verdict, row.why = "unit differs", f"the operands are in {', '.join(sorted(got.units))}"
         return row
     if ref.value:
         row.ratio = got.value / ref.value
-    row.why = f"a {ref.derive.op} computed from {got.runs} runs of {len(read)} points"
+    context = f"a {ref.derive.op} computed from {got.runs} runs of {len(read)} points"
     if ref.check == "informational":
-        row.verdict = "informational"
-    else:
-        row.verdict = "within" if _holds(ref, got.value) else "outside"
-    return row
+        row.verdict, row.why = "informational", context
+        return row
+    assert got.estimate is not None  # a derived value comes with the estimate it was taken from
+    return _judged(row, ref, got.estimate, got.scale, context)
 
 
-def _holds(ref: Reference, measured: float) -> bool:
+def band(ref: Reference) -> tuple[float, float]:
+    """The values a judged reference accepts, in its unit: its value or range widened by its tolerance; open
+    below for `at-most`, open above for `at-least`."""
     assert ref.tolerance is not None  # a judged quantitative reference has one (ExperimentSpec checks)
+    tolerance = ref.tolerance
+    slack = 1e-12  # as Tolerance.allows: a value printed to its last digit is within
     if ref.range is not None:
         low, high = ref.range
-        bound = ref.tolerance.absolute if ref.tolerance.absolute is not None else 0.0
-        relative = ref.tolerance.relative or 0.0
-        return low * (1 - relative) - bound <= measured <= high * (1 + relative) + bound
+        relative, bound = tolerance.relative or 0.0, tolerance.absolute or 0.0
+        return (low - abs(low) * relative - bound - slack * max(1.0, abs(low)),
+                high + abs(high) * relative + bound + slack * max(1.0, abs(high)))
     published = float(ref.value)  # type: ignore[arg-type]
+    bound = tolerance.absolute if tolerance.absolute is not None else abs(published) * float(tolerance.relative or 0)
+    bound += slack * max(1.0, abs(published))
+    low, high = published - bound, published + bound
     if ref.check == "at-most":
-        return measured <= published or ref.tolerance.allows(published, measured)
+        return -math.inf, high
     if ref.check == "at-least":
-        return measured >= published or ref.tolerance.allows(published, measured)
-    return ref.tolerance.allows(published, measured)
+        return low, math.inf
+    return low, high

@@ -2,11 +2,14 @@
 repeats, and an interrupted reproduce continues where it stopped.
 
 A stored run counts for a point when it succeeded, belongs to the experiment and point (the store's
-`experiment` and `point` columns, which every run reproduce makes gets through a `TaggedStore`), and its
-comparability key (`dlrun.results.key`) agrees with the key the point's plan decides. What only the finished
-run reports (the framework version of the host's PyTorch, the half-precision type the device chose) is left
-out of that comparison; the image identity (its digest, or for the host the harness files' digest) stands
-for it. Model-facts points are matched on what they count and the harness that counts it.
+`experiment` and `point` columns, which every run reproduce makes gets through a `TaggedStore`), was made at
+this site (not read from another site's bundle), and its comparability key (`dlrun.results.key`) agrees with
+the key the point's plan decides, this site and, for a point that runs on this node, this machine included.
+Other sites' runs are evidence to compare with (`dlrun compare --by site`), never a substitute for a run
+here. What only the finished run reports (the framework version of the host's PyTorch, the half-precision
+type the device chose, the CUDA stack it saw, the machine of a batch job's node) is left out of that
+comparison; the image identity (its digest, or for the host the harness files' digest) stands for it.
+Model-facts points are matched on what they count and the harness that counts it.
 """
 from __future__ import annotations
 
@@ -19,7 +22,10 @@ from typing import Any
 
 from dlrun.paths import harness_hashes
 from dlrun.plan import Plan
+from dlrun.registry import SCHEDULERS
+from dlrun.results.fingerprint import this_machine
 from dlrun.results.key import KEY_FIELDS, UNKNOWN, key_from_run
+from dlrun.results.site import local_site
 from dlrun.results.store import Store
 
 #: The `kind` of the plan record of a model-facts run (counted in-process, not launched).
@@ -53,7 +59,10 @@ def planned_key(plan: Plan) -> Key:
     record = {"workload": plan.workload.name, "model": plan.workload.model, "image_digest": plan.image.digest,
               "system": plan.system.name, "fabric": plan.fabric, "nodes": plan.nodes, "world_size": plan.world_size,
               "batch_size": plan.batch_size if plan.workload.trains else None, "precision": plan.precision,
-              "origin": "local", "plan": plan.summary(),
+              "origin": "local", "plan": plan.summary(), "site": local_site(),
+              # the machine where the job runs on this node; a batch job's node is known once it has run
+              "fingerprint": this_machine(fabric=plan.fabric, nodes=plan.nodes, device=plan.device)
+              if SCHEDULERS.get(plan.scheduler).runs_here else None,
               "provenance": {"harness_sha256": _harness_digest(plan.image.harness_dir,
                                                                     plan.image.harness_framework
                                                                     or plan.workload.framework)
@@ -84,6 +93,7 @@ class StoredRun:
     created_at: str
     values: dict[str, float] = field(default_factory=dict)  # metric -> value
     units: dict[str, str] = field(default_factory=dict)
+    verdict: str = "unknown"  # its quality verdict (dlrun.results.quality)
 
 
 def _matches(key: Key, stored_key: str | None, plan: str) -> bool:
@@ -98,10 +108,11 @@ def stored_runs(store: Store, experiment: str, point: str, key: Key) -> list[Sto
     if not store.path.exists():
         return []
     with store.connect() as conn:
-        rows = conn.execute("SELECT id, created_at, key, plan FROM runs WHERE status = 'ok' AND experiment = ? "
-                            "AND point = ? ORDER BY created_at, id", (experiment, point)).fetchall()
-        runs = [StoredRun(run_id, created) for run_id, created, stored_key, plan in rows
-                if _matches(key, stored_key, plan)]
+        rows = conn.execute("SELECT id, created_at, key, plan, verdict FROM runs WHERE status = 'ok' AND "
+                            "experiment = ? AND point = ? AND coalesce(origin, 'local') != 'bundle' "
+                            "ORDER BY created_at, id", (experiment, point)).fetchall()
+        runs = [StoredRun(run_id, created, verdict=verdict or "unknown")
+                for run_id, created, stored_key, plan, verdict in rows if _matches(key, stored_key, plan)]
         for run in runs:
             for metric, value, unit in conn.execute("SELECT metric, value, unit FROM results WHERE run_id = ?",
                                                     (run.id,)):

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from dlrun.execute import LineSink, RunRecord, execute
+from dlrun.execute import Cleared, LineSink, RunRecord, execute
 from dlrun.registry import SCHEDULERS
 from dlrun.reproduce.model_facts import Describe, count_and_store
 from dlrun.reproduce.resume import TaggedStore
@@ -94,9 +94,9 @@ def _facts_outcome(step: Step, stored: dict[str, Any]) -> StepOutcome:
 
 
 def run_local(steps: list[Step], *, store_path: Path, runs_root: Path, progress: Progress,
-              describe: Describe | None = None, inventory: dict[str, Any] | None = None,
-              findings: dict[str, list[Any]] | None = None) -> RunReport:
-    """Run the steps one after another. A point that fails is not repeated again in this reproduce."""
+              describe: Describe | None = None, cleared: dict[str, Cleared] | None = None) -> RunReport:
+    """Run the steps one after another. A point that fails is not repeated again in this reproduce.
+    `cleared`: what the pre-run steps found for each point (by point id), stored with its runs."""
     report = RunReport()
     failed: set[str] = set()
     for position, step in enumerate(steps):
@@ -114,7 +114,7 @@ def run_local(steps: list[Step], *, store_path: Path, runs_root: Path, progress:
                 assert work.plan is not None and work.rendered is not None
                 record = execute(work.plan, work.rendered, runs_root=runs_root,
                                  store=TaggedStore(store_path, work.experiment, work.id), sink=sink,
-                                 inventory=inventory, findings=(findings or {}).get(work.id))
+                                 cleared=(cleared or {}).get(work.id))
                 outcome = _outcome(step, record)
         except KeyboardInterrupt:  # between runs, or while counting: nothing is half-stored
             report.interrupted = True
@@ -132,8 +132,7 @@ def run_local(steps: list[Step], *, store_path: Path, runs_root: Path, progress:
 
 
 def run_batch(steps: list[Step], *, store_path: Path, runs_root: Path, progress: Progress,
-              inventory: dict[str, Any] | None = None, findings: dict[str, list[Any]] | None = None,
-              poll_interval: float = 2.0) -> RunReport:
+              cleared: dict[str, Cleared] | None = None, poll_interval: float = 2.0) -> RunReport:
     """Submit every step to its batch scheduler at once, then collect each run as its job ends."""
     report = RunReport()
     jobs: dict[int, tuple[str, str]] = {}   # step index -> (scheduler, job id)
@@ -157,7 +156,7 @@ def run_batch(steps: list[Step], *, store_path: Path, runs_root: Path, progress:
         assert work.plan is not None and work.rendered is not None
         return execute(work.plan, work.rendered, runs_root=runs_root,
                        store=TaggedStore(store_path, work.experiment, work.id), sink=sink_for(step),
-                       inventory=inventory, findings=(findings or {}).get(work.id), poll_interval=poll_interval)
+                       cleared=(cleared or {}).get(work.id), poll_interval=poll_interval)
 
     def cancel_all() -> None:
         with lock:

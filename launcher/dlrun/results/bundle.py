@@ -2,14 +2,15 @@
 
 A bundle is a POSIX tar archive compressed with gzip (`tar tzvf BUNDLE` lists it). Its members, in order:
 
-  manifest.json       what the bundle is and holds: {"format": "dlrun-results-bundle", "format_version": 1,
+  manifest.json       what the bundle is and holds: {"format": "dlrun-results-bundle", "format_version": 2,
                       "site" (the exporting site), "dlrun_version", "created_at" (the newest run's end),
                       "filters" (what the export selected), "runs" (how many), "with_logs",
                       "files": {member name: {"sha256", "size"}} for every other member}
   manifest.json.sig   only in a signed bundle: `ssh-keygen -Y sign -n dlrun-bundle` over manifest.json, so the
                       signature covers every other member through its hash
   runs.jsonl          one run per line, sorted by id: every column the store keeps, its comparability key,
-                      plan, provenance, result rows, and the node inventory of its run directory
+                      plan, provenance, hardware fingerprint, quality verdict, result rows, and the node
+                      inventory of its run directory (version 1, before fingerprints, has neither)
   logs/RUN-ID/PATH    with --with-logs: the regular files of each run directory, as they are
 
 The same runs exported twice give the same bytes: members sorted, every member stamped with `created_at`,
@@ -34,22 +35,20 @@ from pathlib import Path
 from typing import Any
 
 from dlrun.errors import DlrunError
+from dlrun.results.limits import DEFAULT, Limits, size_text
 
 FORMAT = "dlrun-results-bundle"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: The versions a reader takes: 1 is 2 without the runs' fingerprint and quality.
+READ_VERSIONS = (1, 2)
 SIGNATURE_NAMESPACE = "dlrun-bundle"
 MANIFEST = "manifest.json"
 SIGNATURE = "manifest.json.sig"
 RUNS = "runs.jsonl"
 LOGS = "logs"
 
-# What a reader accepts (a writer refuses to make a bundle beyond them): a bundle is input from elsewhere.
-MAX_MEMBERS = 1_000_000
-MAX_MANIFEST_BYTES = 256 << 20
+# What a reader accepts is the site's limits (dlrun.results.limits); a writer refuses a bundle beyond them.
 MAX_SIGNATURE_BYTES = 64 << 10
-MAX_RUNS_BYTES = 2 << 30
-MAX_LOG_BYTES = 256 << 20          # one file of a run directory
-MAX_TOTAL_BYTES = 16 << 30         # the whole archive, uncompressed
 MAX_PATH_DEPTH = 16                # directories below logs/RUN-ID/
 
 #: Run ids become directory names at the importing site: no separators, no dot names, nothing odd.
@@ -137,16 +136,16 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _sha256_file(path: Path) -> tuple[str, int]:
+def _sha256_file(path: Path, limits: Limits) -> tuple[str, int]:
     digest = hashlib.sha256()
     size = 0
     with open(path, "rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
             size += len(chunk)
-            if size > MAX_LOG_BYTES:
-                raise BundleError(f"{path} is larger than a bundle carries ({MAX_LOG_BYTES >> 20} MiB a file); "
-                                  "export without --with-logs", exit_code=2)
+            if size > limits.log_member_bytes:
+                raise BundleError(f"{path} is larger than a bundle carries ({size_text(limits.log_member_bytes)} a "
+                                  "file, limits.log_member_bytes); export without --with-logs", exit_code=2)
     return digest.hexdigest(), size
 
 
@@ -171,23 +170,29 @@ def _member(name: str, size: int, mtime: int) -> tarfile.TarInfo:
 
 def write_bundle(out: Path, records: list[dict[str, Any]], *, site: str, dlrun_version: str,
                  filters: Mapping[str, Any], logs: list[LogFile] | None = None,
-                 sign=None) -> Written:
+                 sign=None, limits: Limits = DEFAULT) -> Written:
     """Write `records` (sorted here by id) and their run-directory files into the bundle `out`, atomically.
 
-    `sign(manifest bytes) -> signature bytes` signs it (see bundle_sign.sign); None leaves it unsigned."""
+    `sign(manifest bytes) -> signature bytes` signs it (see bundle_sign.sign); None leaves it unsigned.
+    A bundle beyond `limits` is refused: the site would not read it back."""
     records = sorted(records, key=lambda r: r["id"])
     for record in records:
         if not RUN_ID.match(str(record["id"])):
             raise BundleError(f"run id {record['id']!r} cannot travel in a bundle (valid: letters, digits, . _ -)",
                               exit_code=2)
-    runs_bytes = b"".join(canonical_line(r) for r in records)
-    hashed = [(log, *_sha256_file(log.source)) for log in sorted(logs or [], key=lambda item: item.name)]
-    if 2 + len(hashed) > MAX_MEMBERS or len(runs_bytes) > MAX_RUNS_BYTES:
-        raise BundleError(f"{len(records)} runs with {len(hashed)} files are more than one bundle carries; "
-                          "export fewer (filters, --since)", exit_code=2)
+    lines = [canonical_line(r) for r in records]
+    runs_bytes = b"".join(lines)
+    hashed = [(log, *_sha256_file(log.source, limits)) for log in sorted(logs or [], key=lambda item: item.name)]
+    if 3 + len(hashed) > limits.bundle_members or len(runs_bytes) > limits.runs_bytes \
+            or max(map(len, lines), default=0) > limits.run_line_bytes:
+        raise BundleError(f"{len(records)} runs with {len(hashed)} files are more than one bundle carries "
+                          "(limits in config.yaml); export fewer (filters, --since)", exit_code=2)
     manifest = build_manifest(site=site, dlrun_version=dlrun_version, filters=filters, records=records,
                               runs_bytes=runs_bytes, logs=hashed, with_logs=logs is not None)
     manifest_bytes = json.dumps(manifest, sort_keys=True, indent=1, ensure_ascii=True).encode() + b"\n"
+    if len(manifest_bytes) > limits.manifest_bytes:
+        raise BundleError(f"{len(hashed)} files make a manifest larger than {size_text(limits.manifest_bytes)} "
+                          "(limits.manifest_bytes); export fewer runs or without --with-logs", exit_code=2)
     signature = sign(manifest_bytes) if sign is not None else None
     mtime = stamp_seconds(manifest["created_at"])
 

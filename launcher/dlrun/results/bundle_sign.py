@@ -12,8 +12,10 @@ runs is the principal the file names for the key that made the signature.
 """
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from dlrun.results.bundle import SIGNATURE_NAMESPACE, BundleError
@@ -39,6 +41,15 @@ def _last_line(data: bytes | None) -> str:
     return lines[-1] if lines else "no message"
 
 
+@contextlib.contextmanager
+def _written(name: str, data: bytes) -> Iterator[Path]:
+    """`data` in a file called `name` of a private temporary directory, removed after the block."""
+    with tempfile.TemporaryDirectory(prefix="dlrun-sig-") as tmp:
+        path = Path(tmp) / name
+        path.write_bytes(data)
+        yield path
+
+
 def sign(manifest: bytes, key: Path) -> bytes:
     """An SSH signature of `manifest` with the private key `key` (or a public key whose private half an
     ssh-agent holds). A key with a passphrase asks for it on the terminal, as ssh-keygen always does: the
@@ -47,9 +58,7 @@ def sign(manifest: bytes, key: Path) -> bytes:
     if not key.is_file():
         raise BundleError(f"--sign {str(key)!r}: no such key file; valid: an SSH private key such as "
                           "~/.ssh/id_ed25519 (make one with ssh-keygen -t ed25519)", exit_code=2)
-    with tempfile.TemporaryDirectory(prefix="dlrun-sig-") as tmp:
-        target = Path(tmp) / "manifest.json"
-        target.write_bytes(manifest)
+    with _written("manifest.json", manifest) as target:
         proc = _ssh_keygen(["-Y", "sign", "-f", str(key), "-n", SIGNATURE_NAMESPACE, str(target)], timeout=None,
                            keep_stdin=True)
         signature = target.with_name("manifest.json.sig")
@@ -62,9 +71,7 @@ def sign(manifest: bytes, key: Path) -> bytes:
 def key_fingerprint(manifest: bytes, signature: bytes) -> str:
     """Which key made `signature` ("ED25519 key SHA256:..."), checked against `manifest` but not against
     any allowed signer: for naming an unknown signer in an error."""
-    with tempfile.TemporaryDirectory(prefix="dlrun-sig-") as tmp:
-        sig = Path(tmp) / "manifest.json.sig"
-        sig.write_bytes(signature)
+    with _written("manifest.json.sig", signature) as sig:
         proc = _ssh_keygen(["-Y", "check-novalidate", "-n", SIGNATURE_NAMESPACE, "-s", str(sig)], stdin=manifest)
     text = (proc.stdout or b"").decode(errors="replace") + (proc.stderr or b"").decode(errors="replace")
     marker = text.find(" key SHA256:")
@@ -81,9 +88,7 @@ def verify(manifest: bytes, signature: bytes, allowed_signers: Path, label: str)
     if not allowed_signers.is_file():
         raise BundleError(f"allowed signers file {str(allowed_signers)!r} does not exist; valid: a file of "
                           "`PRINCIPAL namespaces=\"dlrun-bundle\" ssh-ed25519 AAAA...` lines", exit_code=2)
-    with tempfile.TemporaryDirectory(prefix="dlrun-sig-") as tmp:
-        sig = Path(tmp) / "manifest.json.sig"
-        sig.write_bytes(signature)
+    with _written("manifest.json.sig", signature) as sig:
         found = _ssh_keygen(["-Y", "find-principals", "-f", str(allowed_signers), "-s", str(sig)])
         principals = [line.strip() for line in found.stdout.decode(errors="replace").splitlines() if line.strip()]
         if found.returncode != 0 or not principals:

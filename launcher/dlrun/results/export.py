@@ -17,17 +17,20 @@ from typing import Any
 from dlrun.errors import UsageError, unknown_name
 from dlrun.results.bundle import LogFile, Written, run_directory_files, write_bundle
 from dlrun.results.key import KEY_FIELDS
+from dlrun.results.limits import site_limits
 from dlrun.results.query import Filters
 from dlrun.results.site import DEFAULT_SITE
 from dlrun.results.store import RUN_COLUMNS, Store
 from dlrun.telemetry.show import EXPORT_COLUMNS, export_fields
+from dlrun.text import csv_cell, plain
 
 TABLE_FORMATS = ("csv", "jsonl", "parquet")
 FORMATS = ("bundle", *TABLE_FORMATS)
-#: Columns of a flat export, in order; key fields are prefixed `key_` (see dlrun.results.key).
+#: Columns of a flat export, in order; key fields are prefixed `key_` (see dlrun.results.key: the machine's
+#: fingerprint is there too, key_cpu ... key_fabric_rate); `verdict` is the run's quality verdict.
 RUN_FIELDS = ("id", "site", "origin", "status", "created_at", "finished_at", "workload", "model", "system", "image",
               "image_digest", "scheduler", "launcher", "runtime", "fabric", "nodes", "ranks_per_node", "world_size",
-              "batch_size", "precision", "experiment", "point", "key_hash")
+              "batch_size", "precision", "experiment", "point", "key_hash", "verdict")
 #: ... then the run's telemetry summary (dlrun.telemetry.show), then one metric per row.
 TABLE_COLUMNS = ("run_id", *RUN_FIELDS[1:], *(f"key_{name}" for name in KEY_FIELDS), *EXPORT_COLUMNS, "metric",
                  "value", "unit")
@@ -87,7 +90,8 @@ def export_bundle(store: Store, filters: Filters, out: Path, *, site: str, dlrun
         if record.get("site") in (None, DEFAULT_SITE):
             record["site"] = site
     chosen = {name: list(value) if isinstance(value, tuple) else value for name, value in asdict(filters).items()}
-    return write_bundle(out, records, site=site, dlrun_version=dlrun_version, filters=chosen, logs=logs, sign=sign)
+    return write_bundle(out, records, site=site, dlrun_version=dlrun_version, filters=chosen, logs=logs, sign=sign,
+                        limits=site_limits())
 
 
 def table_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -123,6 +127,21 @@ def _frame(rows: list[dict[str, Any]]):
     return frame
 
 
+def _spreadsheet_cell(value: str) -> str:
+    return csv_cell(plain(value, newlines=False))
+
+
+def _spreadsheet_safe(frame):
+    """The frame with its text cells as a spreadsheet should take them: stored strings came from logs,
+    bundles and other sites, so control characters (a bare CR splits a row for most readers) are dropped
+    and a cell a spreadsheet would evaluate as a formula is shown as text (dlrun.text.csv_cell)."""
+    safe = frame.copy()
+    for name in TABLE_COLUMNS:
+        if name not in _INTEGERS and name != "value":
+            safe[name] = safe[name].map(_spreadsheet_cell, na_action="ignore").astype("string")
+    return safe
+
+
 def export_table(store: Store, filters: Filters, out: Path, fmt: str) -> int:
     """Write the selected runs as a flat table in `fmt` (csv, jsonl, parquet), atomically; the row count."""
     records = selected_records(store, filters)
@@ -141,7 +160,7 @@ def export_table(store: Store, filters: Filters, out: Path, fmt: str) -> int:
     os.close(fd)
     try:
         if fmt == "csv":
-            frame.to_csv(tmp, index=False)
+            _spreadsheet_safe(frame).to_csv(tmp, index=False)
         elif fmt == "jsonl":  # by hand: pandas rounds floats to 10 digits and escapes every `/`
             Path(tmp).write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
         else:

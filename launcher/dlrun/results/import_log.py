@@ -22,19 +22,38 @@ from typing import Any
 
 from dlrun.catalog import Catalog
 from dlrun.catalog.models import TRAINING_KINDS
+from dlrun.errors import UsageError
+from dlrun.files import open_regular
 from dlrun.plan import LocalImage, Plan
 from dlrun.results.import_plan import FOREIGN_CODE, ImportOptions, resolve_import_plan
+from dlrun.results.limits import site_limits, size_text
 from dlrun.results.parsers import ParsedResult, ParseError, parse_all
 
 ORIGIN = "import-log"
 
 
-def read_log(path: Path) -> tuple[str, str]:
-    """(text, sha256 of the bytes); bytes that are not UTF-8 are replaced, never fatal."""
+def read_log(path: Path, limit: int | None = None) -> tuple[str, str]:
+    """(text, sha256 of the bytes) of the log file at `path`, the one reader of `dlrun parse` and
+    `import-log`; bytes that are not UTF-8 are replaced, never fatal. Only a regular file is read (a FIFO
+    or a device is refused before it could block or never end), and at most `limit` bytes (default: the
+    site's `limits.log_bytes`): a larger log is refused, one line, exit 2."""
+    if limit is None:
+        limit = site_limits().log_bytes
     try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise ParseError(f"cannot read {str(path)!r}: {exc.strerror}", exit_code=2) from None
+        handle, size = open_regular(Path(path), "log")
+    except UsageError as exc:
+        raise ParseError(str(exc), exit_code=2) from None
+    with handle:
+        if size > limit:
+            raise ParseError(f"log {str(path)!r} is {size:,} bytes, more than {size_text(limit)} (limits.log_bytes "
+                             "in config.yaml)", exit_code=2)
+        try:
+            data = handle.read(limit + 1)  # a file that grew since: no more than the limit either
+        except OSError as exc:
+            raise ParseError(f"cannot read {str(path)!r}: {exc.strerror}", exit_code=2) from None
+    if len(data) > limit:
+        raise ParseError(f"log {str(path)!r} is more than {size_text(limit)} (limits.log_bytes in config.yaml)",
+                         exit_code=2)
     return data.decode("utf-8", errors="replace"), hashlib.sha256(data).hexdigest()
 
 

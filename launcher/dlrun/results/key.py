@@ -21,6 +21,14 @@ Fields (in the order they are printed):
   devices, nodes     devices that did the work, and the nodes they sat on
   system             the system profile
   fabric             the inter-node fabric; `n/a` on one node, where no traffic crosses it
+  site               the site that made the run (dlrun.results.site)
+  cpu, cores, memory_gib, gpu, gpu_count, gpu_memory_gib, driver, cuda, cudnn, nccl, fabric_rate
+                     the machine: its hardware fingerprint (dlrun.results.fingerprint): CPU model, sockets x
+                     cores per socket, memory; GPU model, GPUs per node, GPU memory, driver (`none` and `n/a`
+                     without GPUs); the CUDA, cuDNN and NCCL the job saw (`n/a` for a run on CPUs); the
+                     fabric's line rate per port (`n/a` on one node). Unknown for runs stored before dlrun
+                     kept fingerprints and for logs whose machine nobody named; `n/a` for model facts, which
+                     no machine decides
 
 A tf_cnn_benchmarks run's framework carries the settings that decide its value after a slash, as a collective's
 carries its backend: `tensorflow/parameter_server ps=4 layout=NCHW` (variable update, all-reduce spec,
@@ -43,11 +51,22 @@ KEY_FIELDS: dict[str, str] = {
     "batch_per_device": "batch per device", "global_batch": "global batch", "data": "data",
     "data_format": "data format", "framework": "framework", "framework_version": "framework version",
     "image_digest": "image digest", "devices": "devices", "nodes": "nodes", "system": "system",
-    "fabric": "fabric",
+    "fabric": "fabric", "site": "site",
 }
+#: The machine's fields (its hardware fingerprint, dlrun.results.fingerprint), in KEY_FIELDS too.
+MACHINE_FIELDS: dict[str, str] = {
+    "cpu": "cpu", "cores": "cores (sockets x cores)", "memory_gib": "memory (GiB)", "gpu": "gpu",
+    "gpu_count": "gpus per node", "gpu_memory_gib": "gpu memory (GiB)", "driver": "driver", "cuda": "cuda",
+    "cudnn": "cudnn", "nccl": "nccl", "fabric_rate": "fabric rate",
+}
+#: The machine's fields that the image (not the node) decides: they differ along the image axes.
+STACK_FIELDS = ("cuda", "cudnn", "nccl")
+KEY_FIELDS.update(MACHINE_FIELDS)
 
 #: Key fields no run option decides (those the options decide are declared in dlrun.runoptions).
-NOT_FROM_OPTIONS = {"workload": "the workload argument", "model": "the workload's model, or the collective measured"}
+NOT_FROM_OPTIONS = {"workload": "the workload argument", "model": "the workload's model, or the collective measured",
+                    "site": "the site that ran it (DLRUN_SITE, config.yaml's site:, the host's domain)",
+                    **{name: "the node the job ran on, and the software stack it saw" for name in MACHINE_FIELDS}}
 
 Key = dict[str, Any]
 
@@ -124,7 +143,43 @@ def key_from_run(run: Mapping[str, Any], results: Iterable[Mapping[str, Any]] = 
             and key["framework"].startswith("pytorch/"):
         key["framework_version"] = f"{key['framework_version']}+horovod{rec.extra['horovod_version']}"
     key["image_digest"] = _image_identity(run, rec.image, run.get("provenance") or {})
+    key["site"] = _known(run.get("site"))
+    key.update(_machine(rec, key["nodes"]))
     return {name: key[name] for name in KEY_FIELDS}
+
+
+def _machine(rec: _Record, nodes: Any) -> Key:
+    """The machine's fields from the run's fingerprint (see the module notes for unknown and n/a)."""
+    if rec.plan.get("kind") == "model-facts":
+        return dict.fromkeys(MACHINE_FIELDS, NOT_APPLICABLE)  # counted on the model: no machine decides it
+    fp = rec.run.get("fingerprint") if isinstance(rec.run.get("fingerprint"), dict) else {}
+    sockets, per_socket = fp.get("sockets"), fp.get("cores_per_socket")
+    gpus = fp.get("gpu_count")
+    no_gpu = gpus == 0
+    on_cpu = fp.get("device") == "cpu"
+    rate = fp.get("fabric_rate_gbps")
+    return {
+        "cpu": _known(fp.get("cpu")),
+        "cores": f"{sockets}x{per_socket}" if isinstance(sockets, int) and isinstance(per_socket, int) else UNKNOWN,
+        "memory_gib": _count(fp.get("memory_gib")),
+        "gpu": "none" if no_gpu else _known(fp.get("gpu")),
+        "gpu_count": gpus if isinstance(gpus, int) and not isinstance(gpus, bool) and gpus >= 0 else UNKNOWN,
+        "gpu_memory_gib": NOT_APPLICABLE if no_gpu else _count(fp.get("gpu_memory_gib")),
+        "driver": NOT_APPLICABLE if no_gpu else _known(fp.get("driver")),
+        **{name: NOT_APPLICABLE if on_cpu or no_gpu else _known(fp.get(name)) for name in STACK_FIELDS},
+        "fabric_rate": NOT_APPLICABLE if nodes == 1 else f"{rate:g} Gb/s" if isinstance(rate, (int, float)) and rate > 0
+        else UNKNOWN,
+    }
+
+
+def machine_label(key: Key) -> str:
+    """The machine of a key in a few words (the `host` axis of compare): CPU, cores, memory, and GPUs."""
+    if all(key.get(name, UNKNOWN) in (UNKNOWN, NOT_APPLICABLE) for name in MACHINE_FIELDS):
+        return UNKNOWN
+    text = f"{key.get('cpu')} {key.get('cores')} {key.get('memory_gib')} GiB"
+    if key.get("gpu") not in ("none", NOT_APPLICABLE):
+        text += f", {key.get('gpu_count')}x {key.get('gpu')}"
+    return text
 
 
 _NO_BATCH = {"batch_per_device": NOT_APPLICABLE, "global_batch": NOT_APPLICABLE, "data": NOT_APPLICABLE,
@@ -278,9 +333,9 @@ def differences(a: Key, b: Key, ignore: Iterable[str] = ()) -> list[str]:
         if va == UNKNOWN and vb == UNKNOWN:
             out.append(f"{label}: unknown on both sides (cannot tell whether they match)")
         elif UNKNOWN in (va, vb):
-            out.append(f"{label}: {va} vs {vb} (cannot tell whether they match)")
+            out.append(f"{label}: {va} ≠ {vb} (cannot tell whether they match)")
         elif va != vb:
-            out.append(f"{label}: {va} vs {vb}")
+            out.append(f"{label}: {va} ≠ {vb}")
     return out
 
 
@@ -304,8 +359,9 @@ def spread(keys: Iterable[tuple[Key, int]], ignore: Iterable[str] = ()) -> list[
         unknown = counts.pop(UNKNOWN, 0)
         doubt = " (cannot tell whether they match)"
         if counts and (len(counts) > 1 or unknown):
-            listed = ", ".join(f"{value} ({_runs(n)})" for value, n in sorted(counts.items(), key=lambda i: str(i[0])))
-            out.append(f"{label}: {listed}" + (f", unknown ({_runs(unknown)}){doubt}" if unknown else ""))
+            listed = " ≠ ".join(f"{value} ({_runs(n)})"
+                                     for value, n in sorted(counts.items(), key=lambda i: str(i[0])))
+            out.append(f"{label}: {listed}" + (f" ≠ unknown ({_runs(unknown)}){doubt}" if unknown else ""))
         elif unknown and total > 1:  # one run alone matches nothing, so nothing is unknown about a match
             out.append(f"{label}: unknown for {_runs(unknown)}{doubt}")
     return out

@@ -12,12 +12,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 
 from dlrun.errors import UsageError, closest
+from dlrun.runoptions import PRECISIONS
 
 #: States a stored run can be in.
 STATUSES = ("ok", "failed", "cancelled")
 #: Filter name -> the runs column it matches.
 COLUMNS = {"workload": "workload", "system": "system", "image": "image", "status": "status", "site": "site",
-           "experiment": "experiment"}
+           "experiment": "experiment", "precision": "precision", "batch_size": "batch_size", "nodes": "nodes"}
+#: Filters of counts: any positive number is a valid question (none stored is an empty answer, not a typo).
+COUNTS = ("batch_size", "nodes")
 _AGE = re.compile(r"^(\d+)([mhdw])$")
 _AGE_SECONDS = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _DATE_FORMATS = ("%Y-%m-%d", "%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%d %H:%M")
@@ -32,18 +35,21 @@ class Filters:
     status: tuple[str, ...] = ()
     site: tuple[str, ...] = ()
     experiment: tuple[str, ...] = ()
+    precision: tuple[str, ...] = ()
+    batch_size: tuple[int, ...] = ()   # per rank, as `dlrun run --batch-size`
+    nodes: tuple[int, ...] = ()
     since: str | None = None           # UTC, as stored: YYYY-MM-DDTHH:MM:SSZ
 
-    def active(self) -> dict[str, tuple[str, ...]]:
+    def active(self) -> dict[str, tuple]:
         """The value filters that are set (not run ids, not since)."""
         return {f.name: getattr(self, f.name) for f in fields(self)
                 if f.name in COLUMNS and getattr(self, f.name)}
 
 
-def where(filters: Filters, alias: str = "r") -> tuple[str, list[str]]:
+def where(filters: Filters, alias: str = "r") -> tuple[str, list]:
     """(`WHERE ...` or "", parameters) selecting the runs `filters` describe."""
     clauses: list[str] = []
-    params: list[str] = []
+    params: list = []
     if filters.run_ids:
         clauses.append(f"{alias}.id IN ({', '.join('?' * len(filters.run_ids))})")
         params += filters.run_ids
@@ -89,26 +95,46 @@ def parse_since(text: str, now: float | None = None) -> str:
                      "or an age (90m, 12h, 7d, 2w)")
 
 
-def check_values(filters: Filters, stored: Callable[[str], Iterable[str]]) -> None:
+def check_values(filters: Filters, stored: Callable[[str], Iterable[str]],
+                 known: Callable[[str], Iterable[str]] | None = None) -> None:
     """Refuse a filter value no stored run has, naming the closest one: a typo must not read as
-    "no results". `stored(column)` gives the values the store holds in that column."""
+    "no results". `stored(column)` gives the values the store holds in that column; `known(filter)` the names
+    the catalogs define for it (asked only for a value the store lacks): such a value is valid, and selects
+    nothing until a run of it is stored."""
     for name, values in filters.active().items():
+        if name in COUNTS:
+            _positive(name, values)
+            continue
         if name == "status":
             valid: list[str] = list(STATUSES)
         else:
             valid = sorted(v for v in stored(COLUMNS[name]) if v is not None)
+        if name == "precision":
+            valid = sorted({*valid, *PRECISIONS})  # what `dlrun run --precision` takes, stored or not
         for value in values:
             if name == "image" and value.startswith("sha256:"):
                 continue  # a digest prefix; checked by what it selects
-            if value not in valid:
-                raise _unknown(name, value, valid)
+            if value in valid:
+                continue
+            defined = sorted(known(name)) if known is not None and name != "status" else []
+            if value not in defined:
+                raise _unknown(name, value, valid, defined)
 
 
-def _unknown(name: str, value: str, valid: list[str]) -> UsageError:
+def _positive(name: str, values: Iterable[int]) -> None:
+    for value in values:
+        if value < 1:
+            raise UsageError(f"bad --{name.replace('_', '-')} {value}; valid: a whole number of at least 1")
+
+
+def _unknown(name: str, value: str, valid: list[str], defined: Iterable[str] = ()) -> UsageError:
     option = f"--{name}"
+    defined = sorted(defined)
+    hint = closest(value, sorted({*valid, *defined}))
     if not valid:
-        return UsageError(f"bad {option} {value!r}: no stored run has any {name}")
-    hint = closest(value, valid)
+        catalog = ", and no catalog defines it" if defined else ""
+        did_you_mean = f"; did you mean {hint!r}?" if hint else ""
+        return UsageError(f"bad {option} {value!r}: no stored run has any {name}{catalog}{did_you_mean}")
     shown = ", ".join(valid[:20]) + (f", ... ({len(valid)} in all)" if len(valid) > 20 else "")
     did_you_mean = f"; did you mean {hint!r}?" if hint else ";"
     return UsageError(f"bad {option} {value!r}: no stored run has it{did_you_mean} stored: {shown}")

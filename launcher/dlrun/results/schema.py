@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from pathlib import Path
 
 from dlrun.errors import DlrunError
+from dlrun.results.fingerprint import fingerprint_of
 from dlrun.results.key import key_from_run, key_hash, key_json
+from dlrun.results.quality import run_quality
 from dlrun.results.site import local_site
 
 SCHEMA_V1 = """
@@ -56,13 +59,18 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         # compare: group by key
         "CREATE INDEX IF NOT EXISTS runs_key ON runs(key_hash, status)",
     ),
+    3: (
+        "ALTER TABLE runs ADD COLUMN fingerprint TEXT",   # the machine it ran on (dlrun.results.fingerprint)
+        "ALTER TABLE runs ADD COLUMN quality TEXT",       # its quality verdict and reasons (dlrun.results.quality)
+        "ALTER TABLE runs ADD COLUMN verdict TEXT",       # the verdict alone, for compare's grouping
+    ),
 }
 SCHEMA_VERSION = max(MIGRATIONS)
 
 RUN_COLUMNS = ("id", "created_at", "finished_at", "status", "workload", "model", "image", "image_digest",
                "system", "scheduler", "launcher", "runtime", "fabric", "nodes", "ranks_per_node",
                "world_size", "batch_size", "precision", "run_dir", "site", "origin", "experiment", "point",
-               "key_hash")
+               "key_hash", "verdict")
 #: Origins a run may have: launched here, imported from another tool's log, or read from a results bundle.
 ORIGINS = ("local", "import-log", "bundle")
 #: The metrics a run is judged by (one per run): training throughput, or collective bus bandwidth.
@@ -122,4 +130,49 @@ def _fill_v2(conn: sqlite3.Connection) -> None:
                      (site, origin, key_json(key), key_hash(key), run["id"]))
 
 
-_FILL = {2: _fill_v2}
+def _fill_v3(conn: sqlite3.Connection) -> None:
+    """Existing runs get a fingerprint where their run directory still holds the inventory of the node that ran
+    them (a local run), a quality verdict (`unknown` without the harness's figures), and their key again: it
+    now holds the site and the machine (unknown where no fingerprint could be recovered)."""
+    cols = ("id", "status", "workload", "model", "image", "image_digest", "system", "scheduler", "fabric", "nodes",
+            "world_size", "batch_size", "precision", "run_dir", "site", "origin")
+    rows = conn.execute(f"SELECT {', '.join(cols)}, plan, provenance FROM runs").fetchall()
+    for row in rows:
+        run = dict(zip(cols, row[:len(cols)]))
+        run["plan"], run["provenance"] = json.loads(row[-2]), json.loads(row[-1])
+        results = [json.loads(r[0]) for r in conn.execute(
+            "SELECT data FROM results WHERE run_id = ? ORDER BY metric", (run["id"],))]
+        run["fingerprint"] = recovered_fingerprint(run, results)
+        quality = run_quality(run["status"], results)
+        key = key_from_run(run, results)
+        conn.execute("UPDATE runs SET fingerprint = ?, quality = ?, verdict = ?, key = ?, key_hash = ? WHERE id = ?",
+                     (json.dumps(run["fingerprint"], sort_keys=True) if run["fingerprint"] else None,
+                      json.dumps(quality, sort_keys=True), quality["verdict"], key_json(key), key_hash(key), run["id"]))
+
+
+#: The largest inventory.json read back while upgrading (a node inventory is a few KiB).
+MAX_INVENTORY_BYTES = 4 << 20
+
+
+def recovered_fingerprint(run: dict, results: list[dict], inventory: dict | None = None) -> dict | None:
+    """The fingerprint of a run stored before fingerprints existed: from what its job reported, else from the
+    inventory of the node dlrun ran the job on (a local run): `inventory`, or its run directory's inventory.json."""
+    local = run.get("origin") == "local" and run.get("scheduler") in (None, "local")
+    if not local:
+        inventory = None
+    elif inventory is None and run.get("run_dir"):
+        path = Path(run["run_dir"]) / "inventory.json"
+        try:
+            if path.is_file() and path.stat().st_size <= MAX_INVENTORY_BYTES:
+                inventory = json.loads(path.read_text())
+        except (OSError, ValueError, RecursionError):
+            inventory = None
+    result = results[0] if results else None
+    if not (isinstance(inventory, dict) or (result and isinstance(result.get("extra"), dict)
+                                             and "node" in result["extra"])):
+        return None
+    return fingerprint_of(result=result, inventory=inventory if isinstance(inventory, dict) else None,
+                          fabric=run.get("fabric"), nodes=run.get("nodes")) or None
+
+
+_FILL = {2: _fill_v2, 3: _fill_v3}

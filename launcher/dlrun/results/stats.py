@@ -1,110 +1,57 @@
-"""Statistics on repeated runs: summary with a 95 % confidence interval, Welch's t-test, a bootstrap
-interval for a ratio of means, and the sentence a regression check prints.
+"""Statistics on repeated runs: one method per question (the README's "Statistics" section).
 
-Standard library only (no scipy): Student's t distribution comes from the regularized incomplete beta
-function, evaluated with the continued fraction of Numerical Recipes (Press et al., 3rd ed., Sec. 6.4) and
-inverted by bisection, so non-integer degrees of freedom (Welch–Satterthwaite) work too. The test suite
-checks these numbers against values computed with SciPy.
+Rates (throughput, bandwidth) are positive and their run-to-run spread is multiplicative, so everything is
+computed on the logarithms of the repeats and taken back with exp():
+
+- one configuration: the geometric mean of its repeats, with the t interval of the mean of their logs
+  (n - 1 degrees of freedom): never below zero;
+- two configurations (speedup, relative throughput, slowdown, scaling efficiency): the ratio of their
+  geometric means, with Welch's t interval of the difference of the mean logs (Welch–Satterthwaite degrees
+  of freedom): always positive, so a slowdown stays below 100 %. Welch's test is the same computation, so a
+  difference is significant exactly when the interval excludes a ratio of 1;
+- against a published band: `within` when the interval lies inside the band, `outside` when it lies
+  entirely outside, else `inconclusive`, with the repeats the current spread says would decide.
+
+Below MIN_REPEATS repeats (a side) there is no interval, no test and no verdict but `inconclusive`: an
+interval from two runs says more about luck than about the machine.
+
+Student's t distribution is SciPy's (`scipy.special.stdtr`, `stdtrit`), imported on first use; this module
+never imports `scipy.stats` (0.7 s of import, against the 2 s that compare and report may take).
 """
 from __future__ import annotations
 
-import functools
 import math
-import random
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 CONFIDENCE = 0.95
-BOOTSTRAP_RESAMPLES = 2000
-BOOTSTRAP_SEED = 20190412  # fixed: the same runs always give the same interval
-# Above this many resampled values (resamples x runs: 50 runs a side) the bootstrap would take a tenth of a
-# second per ratio in pure Python; there the delta-method interval, which the bootstrap converges to for
-# large samples, is used instead.
-BOOTSTRAP_BUDGET = 200_000
+#: The fewest repeats (a side) an interval, a test or a within/outside verdict is given for.
+MIN_REPEATS = 3
+#: repeats_to_decide() looks no further than this many repeats.
+MAX_REPEATS_ESTIMATE = 1000
+
+#: How each number is made, as the JSON of `compare` and the report state it.
+METHOD = {
+    "estimate": "geometric mean of the repeats",
+    "interval": "t interval of the mean of the logs of the repeats, taken back with exp (never below 0)",
+    "ratio": "ratio of geometric means; Welch's t interval and test on the difference of the mean logs",
+    "confidence": CONFIDENCE,
+    "min_repeats": MIN_REPEATS,
+}
 
 
-def _beta_continued_fraction(a: float, b: float, x: float) -> float:
-    """Continued fraction of the incomplete beta function (modified Lentz's method)."""
-    tiny = 1e-300
-    qab, qap, qam = a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 10_000):
-        m2 = 2 * m
-        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        h *= d * c
-        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        delta = d * c
-        h *= delta
-        if abs(delta - 1.0) < 1e-15:
-            return h
-    raise ArithmeticError(f"incomplete beta did not converge for a={a}, b={b}, x={x}")
+def t_quantile(p: float, dof: float) -> float:
+    """The t with P(T <= t) = p for Student's t with `dof` (> 0, any real) degrees of freedom."""
+    from scipy.special import stdtrit
 
-
-def betainc(a: float, b: float, x: float) -> float:
-    """The regularized incomplete beta function I_x(a, b)."""
-    if not 0.0 <= x <= 1.0:
-        raise ValueError(f"x must lie in [0, 1], got {x}")
-    if x in (0.0, 1.0):
-        return x
-    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    front = math.exp(log_front)
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _beta_continued_fraction(a, b, x) / a
-    return 1.0 - front * _beta_continued_fraction(b, a, 1.0 - x) / b
+    return float(stdtrit(dof, p))
 
 
 def t_cdf(t: float, dof: float) -> float:
-    """P(T <= t) for Student's t with `dof` degrees of freedom (any real dof > 0)."""
-    if dof <= 0:
-        raise ValueError(f"degrees of freedom must be > 0, got {dof}")
-    if math.isinf(t):
-        return 1.0 if t > 0 else 0.0
-    tail = 0.5 * betainc(dof / 2.0, 0.5, dof / (dof + t * t))
-    return 1.0 - tail if t > 0 else tail
+    """P(T <= t) for Student's t with `dof` degrees of freedom."""
+    from scipy.special import stdtr
 
-
-def t_pdf(t: float, dof: float) -> float:
-    log_norm = math.lgamma((dof + 1) / 2) - math.lgamma(dof / 2) - 0.5 * math.log(dof * math.pi)
-    return math.exp(log_norm - (dof + 1) / 2 * math.log1p(t * t / dof))
-
-
-@functools.lru_cache(maxsize=4096)
-def t_quantile(p: float, dof: float) -> float:
-    """The t with P(T <= t) = p: Newton's method on the CDF, kept inside a bracket that bisection
-    narrows whenever a Newton step would leave it, to machine precision."""
-    if not 0.0 < p < 1.0:
-        raise ValueError(f"p must lie in (0, 1), got {p}")
-    if p == 0.5:
-        return 0.0
-    if p < 0.5:
-        return -t_quantile(1.0 - p, dof)
-    low, high = 0.0, 1.0
-    while t_cdf(high, dof) < p:
-        low, high = high, high * 2.0
-    t = 0.5 * (low + high)
-    for _ in range(200):
-        error = t_cdf(t, dof) - p
-        if error < 0:
-            low = t
-        else:
-            high = t
-        density = t_pdf(t, dof)
-        step = t - error / density if density > 0 else low - 1.0
-        nxt = step if low < step < high else 0.5 * (low + high)
-        if abs(nxt - t) <= 1e-14 * max(1.0, abs(t)):
-            return nxt
-        t = nxt
-    return t
+    return float(stdtr(dof, t))
 
 
 def mean(values: Sequence[float]) -> float:
@@ -126,148 +73,220 @@ def median(values: Sequence[float]) -> float:
     return ordered[n // 2] if n % 2 else 0.5 * (ordered[n // 2 - 1] + ordered[n // 2])
 
 
+def logs(values: Sequence[float]) -> list[float]:
+    """The natural logs of positive finite values; anything else is not a rate (a ValueError)."""
+    out = []
+    for v in values:
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+            raise ValueError(f"{v!r} is not a positive finite rate; statistics on logs need one")
+        out.append(math.log(v))
+    return out
+
+
+def geometric_mean(values: Sequence[float]) -> float:
+    return math.exp(mean(logs(values)))
+
+
+def too_few(*sizes: int) -> str:
+    have = " and ".join(str(n) for n in sizes)
+    a_side = " a side" if len(sizes) > 1 else ""
+    return f"too few repeats ({have}; an interval needs at least {MIN_REPEATS}{a_side})"
+
+
+@dataclass(frozen=True)
+class LogEstimate:
+    """An estimate on the log scale: the mean log (or a difference of mean logs), its standard error and
+    degrees of freedom (None below MIN_REPEATS repeats a side), and each side's (sd of logs, n), from which
+    repeats_to_decide() projects how many repeats would narrow the interval enough."""
+
+    centre: float
+    se: float | None
+    dof: float | None
+    sides: tuple[tuple[float | None, int], ...]
+    confidence: float = CONFIDENCE
+
+    @classmethod
+    def exact(cls, value: float) -> LogEstimate:
+        """A number without sampling error (a counted fact): a point interval."""
+        return cls(math.log(value), 0.0, math.inf, ())
+
+    @property
+    def half_width(self) -> float | None:
+        if self.se is None or self.dof is None:
+            return None
+        if self.se == 0.0:
+            return 0.0
+        return t_quantile(0.5 + self.confidence / 2, self.dof) * self.se
+
+    def bounds(self) -> tuple[float, float] | None:
+        """(low, high) on the log scale, or None (too few repeats)."""
+        half = self.half_width
+        return None if half is None else (self.centre - half, self.centre + half)
+
+
 @dataclass(frozen=True)
 class Summary:
-    """n, mean, median, min, max, sample standard deviation and the t-based 95 % CI of the mean.
-
-    With one run there is no spread: `stdev` and the interval are None, never zero."""
+    """n, the geometric mean with its 95 % interval (None below MIN_REPEATS: `interval` says why), the
+    sample standard deviation of the repeats (None for one run, never zero by default), median, min, max."""
 
     n: int
-    mean: float
+    geomean: float
+    ci_low: float | None
+    ci_high: float | None
+    interval: str
+    stdev: float | None
     median: float
     min: float
     max: float
-    stdev: float | None
-    ci_low: float | None
-    ci_high: float | None
+    estimate: LogEstimate = field(repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"n": self.n, "geomean": self.geomean, "ci_low": self.ci_low, "ci_high": self.ci_high,
+                "interval": self.interval, "stdev": self.stdev, "median": self.median, "min": self.min,
+                "max": self.max}
 
 
 def summarize(values: Sequence[float], confidence: float = CONFIDENCE) -> Summary:
     if not values:
         raise ValueError("no values to summarize")
-    m, s = mean(values), stdev(values)
-    low = high = None
-    if s is not None:
-        half = t_quantile(0.5 + confidence / 2, len(values) - 1) * s / math.sqrt(len(values))
-        low, high = m - half, m + half
-    return Summary(len(values), m, median(values), min(values), max(values), s, low, high)
+    ys = logs(values)
+    n, centre, sd = len(ys), mean(ys), stdev(ys)
+    if n < MIN_REPEATS:
+        estimate = LogEstimate(centre, None, None, ((sd, n),), confidence)
+        how = too_few(n)
+    else:
+        estimate = LogEstimate(centre, sd / math.sqrt(n), float(n - 1), ((sd, n),), confidence)
+        how = f"{confidence * 100:g} % t interval on logs"
+    bounds = estimate.bounds()
+    low, high = (math.exp(bounds[0]), math.exp(bounds[1])) if bounds else (None, None)
+    return Summary(n, math.exp(centre), low, high, how, stdev(values), median(values), min(values), max(values),
+                   estimate)
 
 
 @dataclass(frozen=True)
-class Welch:
-    """Welch's unequal-variance t-test of mean(other) - mean(base), with its 95 % CI of the difference."""
+class Ratio:
+    """geomean(other) / geomean(base) with its interval and Welch's test, from one computation on the logs.
 
-    t: float
-    dof: float
-    p_value: float
-    diff: float
-    diff_low: float
-    diff_high: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def welch(base: Sequence[float], other: Sequence[float], confidence: float = CONFIDENCE) -> Welch | None:
-    """None when either side has fewer than 2 runs (no variance, no test)."""
-    if len(base) < 2 or len(other) < 2:
-        return None
-    va, vb = stdev(base) ** 2 / len(base), stdev(other) ** 2 / len(other)
-    diff = mean(other) - mean(base)
-    se = math.sqrt(va + vb)
-    if se == 0.0:  # identical repeats on both sides: the difference is exact
-        dof = float(len(base) + len(other) - 2)
-        return Welch(math.copysign(math.inf, diff) if diff else 0.0, dof, 0.0 if diff else 1.0, diff, diff, diff)
-    dof = (va + vb) ** 2 / (va ** 2 / (len(base) - 1) + vb ** 2 / (len(other) - 1))
-    t = diff / se
-    p = 2.0 * t_cdf(-abs(t), dof)
-    half = t_quantile(0.5 + confidence / 2, dof) * se
-    return Welch(t, dof, p, diff, diff - half, diff + half)
-
-
-@dataclass(frozen=True)
-class RatioInterval:
-    """mean(other) / mean(base) with a 95 % interval; `method` says how the interval was made."""
+    `significant` is None without a test (too few repeats), else True exactly when the interval excludes 1
+    (and then p < 1 - confidence)."""
 
     ratio: float
     low: float | None
     high: float | None
-    method: str  # "bootstrap" | "delta" | "none"
+    p_value: float | None
+    t: float | None
+    dof: float | None
+    significant: bool | None
+    interval: str
+    estimate: LogEstimate = field(repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"ratio": self.ratio, "low": self.low, "high": self.high, "p_value": self.p_value, "t": self.t,
+                "dof": self.dof, "significant": self.significant, "interval": self.interval}
 
 
-def ratio_interval(base: Sequence[float], other: Sequence[float], confidence: float = CONFIDENCE,
-                   resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED) -> RatioInterval:
-    """Percentile bootstrap interval of mean(other) / mean(base), resampling each side independently.
-
-    A side with one run is not resampled (it has no spread to draw from); with one run on both sides
-    there is no interval."""
-    mb, mo = mean(base), mean(other)
-    if mb == 0:
-        raise ZeroDivisionError("the baseline mean is zero; a ratio to it is undefined")
-    ratio = mo / mb
-    if len(base) < 2 and len(other) < 2:
-        return RatioInterval(ratio, None, None, "none")
-    if resamples * (len(base) + len(other)) > BOOTSTRAP_BUDGET:
-        return _delta_interval(base, other, confidence)
-    rng = random.Random(seed)
-    ratios = []
-    for _ in range(resamples):
-        b = mb if len(base) < 2 else sum(rng.choices(base, k=len(base))) / len(base)
-        o = mo if len(other) < 2 else sum(rng.choices(other, k=len(other))) / len(other)
-        ratios.append(o / b if b else math.inf)
-    ratios.sort()
-    alpha = (1.0 - confidence) / 2
-    low = ratios[int(math.floor(alpha * (resamples - 1)))]
-    high = ratios[int(math.ceil((1.0 - alpha) * (resamples - 1)))]
-    return RatioInterval(ratio, low, high, "bootstrap")
-
-
-def _normal_quantile(p: float) -> float:
-    """Standard normal quantile, by bisection on the error function."""
-    low, high = -40.0, 40.0
-    for _ in range(200):
-        mid = 0.5 * (low + high)
-        if 0.5 * math.erfc(-mid / math.sqrt(2.0)) < p:
-            low = mid
-        else:
-            high = mid
-    return 0.5 * (low + high)
+def ratio(base: Sequence[float], other: Sequence[float], confidence: float = CONFIDENCE) -> Ratio:
+    """The ratio of geometric means other / base: Welch's t on the logs gives its interval and test."""
+    yb, yo = logs(base), logs(other)
+    nb, no = len(yb), len(yo)
+    centre = mean(yo) - mean(yb)
+    sb, so = stdev(yb), stdev(yo)
+    sides = ((sb, nb), (so, no))
+    if nb < MIN_REPEATS or no < MIN_REPEATS:
+        estimate = LogEstimate(centre, None, None, sides, confidence)
+        return Ratio(math.exp(centre), None, None, None, None, None, None, too_few(nb, no), estimate)
+    assert sb is not None and so is not None
+    vb, vo = sb * sb / nb, so * so / no
+    se = math.sqrt(vb + vo)
+    if se == 0.0:  # identical repeats on both sides: the ratio is exact
+        dof = float(nb + no - 2)
+        estimate = LogEstimate(centre, 0.0, dof, sides, confidence)
+        r = math.exp(centre)
+        return Ratio(r, r, r, 0.0 if centre else 1.0, None, dof, centre != 0.0,
+                     "exact: identical repeats on both sides", estimate)
+    dof = (vb + vo) ** 2 / (vb * vb / (nb - 1) + vo * vo / (no - 1))
+    estimate = LogEstimate(centre, se, dof, sides, confidence)
+    low, high = estimate.bounds()  # type: ignore[misc]
+    t = centre / se
+    p = 2.0 * t_cdf(-abs(t), dof)
+    significant = low > 0.0 or high < 0.0
+    return Ratio(math.exp(centre), math.exp(low), math.exp(high), p, t, dof, significant,
+                 f"{confidence * 100:g} % Welch t interval on logs", estimate)
 
 
-def _delta_interval(base: Sequence[float], other: Sequence[float], confidence: float) -> RatioInterval:
-    """Large-sample interval of a ratio of independent means: var(r)/r² ≈ var(mo)/mo² + var(mb)/mb²."""
-    mb, mo = mean(base), mean(other)
-    ratio = mo / mb
-    rel = 0.0
-    for values, m in ((base, mb), (other, mo)):
-        s = stdev(values)
-        if s is not None and m:
-            rel += (s * s / len(values)) / (m * m)
-    z = _normal_quantile(0.5 + confidence / 2)
-    half = z * abs(ratio) * math.sqrt(rel)
-    return RatioInterval(ratio, ratio - half, ratio + half, "delta")
+def change_sentence(r: Ratio) -> str:
+    """"slower by 4.1 % (95 % CI 2.7–5.1 %, p = 0.001)", "faster by …", "no significant difference (…)",
+    or why there is no test, for a rate (higher is better). Percentages are of the baseline's geometric
+    mean; a slowdown and its interval stay below 100 %."""
+    if r.low is None or r.high is None or r.p_value is None:
+        return f"not tested: {r.interval}"
+    level = f"{r.estimate.confidence * 100:g} % CI"
+    if not r.significant:
+        return (f"no significant difference (p = {r.p_value:.2g}; {level} "
+                f"{(r.low - 1) * 100:+.1f} % to {(r.high - 1) * 100:+.1f} %)")
+    if r.ratio < 1.0:
+        return (f"slower by {(1 - r.ratio) * 100:.1f} % ({level} {(1 - r.high) * 100:.1f}–{(1 - r.low) * 100:.1f} %,"
+                f" p = {r.p_value:.2g})")
+    return (f"faster by {(r.ratio - 1) * 100:.1f} % ({level} {(r.low - 1) * 100:.1f}–{(r.high - 1) * 100:.1f} %,"
+            f" p = {r.p_value:.2g})")
 
 
-def verdict(base: Sequence[float], other: Sequence[float],
-            alpha: float = 1.0 - CONFIDENCE) -> tuple[str, Welch | None]:
-    """"slower by 4.1 % (95 % CI 2.7–5.1 %, p = 0.001)", "faster by …", "no significant difference
-    (p = 0.42)", or why no test was possible, for a rate (higher is better: throughput, bandwidth).
+@dataclass(frozen=True)
+class Judgement:
+    """A verdict against a published band: within | outside | inconclusive. For inconclusive,
+    `repeats_needed` is the number of repeats (per point) the current spread says would decide, None where
+    nothing can tell (one run: no spread; an estimate on the band's edge; more than MAX_REPEATS_ESTIMATE)."""
 
-    Percentages are of the baseline mean; the interval is Welch's CI of the difference of means, so it
-    excludes 0 exactly when the test is significant."""
-    test = welch(base, other)
-    if test is None:
-        return f"not tested: needs at least 2 runs on each side (have {len(base)} and {len(other)})", None
-    if test.p_value >= alpha:
-        return f"no significant difference (p = {test.p_value:.2g})", test
-    scale = 100.0 / mean(base)
-    change, low, high = test.diff * scale, test.diff_low * scale, test.diff_high * scale
-    word = "faster" if change > 0 else "slower"
-    lo, hi = sorted((abs(low), abs(high)))
-    return f"{word} by {abs(change):.1f} % (95 % CI {lo:.1f}–{hi:.1f} %, p = {test.p_value:.2g})", test
+    verdict: str
+    repeats_needed: int | None = None
+    why: str = ""
+
+
+def judge(estimate: LogEstimate, low: float, high: float) -> Judgement:
+    """`estimate` against the band [low, high] (on the log scale; -inf and inf for open ends)."""
+    bounds = estimate.bounds()
+    what = "the interval" if estimate.sides else "the exact value"
+    if bounds is not None:
+        if low <= bounds[0] and bounds[1] <= high:
+            return Judgement("within", None, f"{what} lies inside the tolerance band")
+        if bounds[1] < low or bounds[0] > high:
+            return Judgement("outside", None, f"{what} lies outside the tolerance band")
+    needed = repeats_to_decide(estimate, low, high)
+    sizes = [n for _, n in estimate.sides]
+    if bounds is None:
+        why = too_few(*sizes)
+    else:
+        why = "the interval straddles an edge of the tolerance band"
+    if needed is not None:
+        why += f"; about {needed} repeats per point would decide, at the spread seen so far"
+    elif any(sd is None for sd, _ in estimate.sides):
+        why += f"; run at least {MIN_REPEATS} repeats per point to know the spread"
+    return Judgement("inconclusive", needed, why)
+
+
+def repeats_to_decide(estimate: LogEstimate, low: float, high: float) -> int | None:
+    """The fewest repeats N per side (at least MIN_REPEATS and the most any side has) for which an interval
+    with each side's current spread of logs would lie wholly inside or wholly outside [low, high]; None
+    when a side's spread is unknown (one run), the estimate sits on an edge, or N > MAX_REPEATS_ESTIMATE."""
+    import numpy as np
+    from scipy.special import stdtrit
+
+    if not estimate.sides or any(sd is None for sd, _ in estimate.sides):
+        return None
+    c = estimate.centre
+    distance = min(c - low, high - c) if low <= c <= high else (low - c if c < low else c - high)
+    start = max([MIN_REPEATS] + [n for _, n in estimate.sides])
+    if distance <= 0.0:
+        return None
+    variance = sum(sd * sd for sd, _ in estimate.sides)  # type: ignore[operator]
+    if variance == 0.0:
+        return start
+    n = np.arange(start, MAX_REPEATS_ESTIMATE + 1, dtype=float)
+    k = len(estimate.sides)
+    # N repeats on each of k sides: Welch–Satterthwaite reduces to k (N - 1) dof for equal spreads
+    sds = np.array([sd for sd, _ in estimate.sides], dtype=float)
+    per_side = sds[:, None] ** 2 / n[None, :]
+    dof = per_side.sum(axis=0) ** 2 / (per_side ** 2 / (n[None, :] - 1)).sum(axis=0) if k > 1 else n - 1
+    half = stdtrit(dof, 0.5 + estimate.confidence / 2) * np.sqrt(variance / n)
+    ok = np.nonzero(half < distance)[0]
+    return int(n[ok[0]]) if len(ok) else None

@@ -17,27 +17,28 @@ import random
 import sqlite3
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from dlrun.errors import DlrunError, UsageError, unknown_name
+from dlrun.errors import UsageError, unknown_name
 from dlrun.paths import private_dir
+from dlrun.results.fingerprint import checked
 from dlrun.results.key import key_from_run, key_hash, key_json
+from dlrun.results.quality import run_quality
 from dlrun.results.query import Filters, like_prefix, where
-from dlrun.results.schema import (ORIGINS, PRIMARY_METRICS, RUN_COLUMNS, SCHEMA_VERSION, too_new_error,
+from dlrun.results.schema import (ORIGINS, PRIMARY_METRICS, RUN_COLUMNS, SCHEMA_VERSION,
                                   ensure_schema)
 from dlrun.results.site import local_site
+from dlrun.results.store_check import StoreError, check_path, check_tables, damaged, is_damage
 
 T = TypeVar("T")
+Pair = tuple[dict[str, Any], list[dict[str, Any]]]
+Pairs = list[Pair]
 #: How long a writer keeps trying while other writers hold the store (SQLite's busy handler, then retries).
 BUSY_TIMEOUT_S = 30
 RETRY_FOR_S = 120
-
-
-class StoreError(DlrunError):
-    """The store could not be written (locked for too long, disk full, not writable): one line."""
 
 
 def _busy(exc: sqlite3.OperationalError) -> bool:
@@ -53,6 +54,8 @@ def retry_busy(action: Callable[[], T], path: Path, retry_for: float = RETRY_FOR
         try:
             return action()
         except sqlite3.OperationalError as exc:
+            if is_damage(exc):
+                raise damaged(path, f"is damaged ({exc})") from None
             if not _busy(exc):
                 raise StoreError(f"cannot write the result store {str(path)!r}: {exc}") from None
             if time.monotonic() > deadline:
@@ -61,7 +64,8 @@ def retry_busy(action: Callable[[], T], path: Path, retry_for: float = RETRY_FOR
             time.sleep(pause * (1 + random.random()))
             pause = min(pause * 2, 1.0)
 
-def _set_up(conn: sqlite3.Connection) -> None:
+def _set_up(conn: sqlite3.Connection, path: Path) -> None:
+    check_tables(conn, path)  # before WAL or a migration could change another program's database
     if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
         conn.execute("PRAGMA journal_mode = WAL")
     ensure_schema(conn)
@@ -76,10 +80,13 @@ class Store:
         self.path = Path(path)
 
     def _create_private(self) -> None:
-        """The store file, created 0600 before SQLite opens it (its -wal and -shm files take its mode)."""
+        """The store file, created 0600 before SQLite opens it (its -wal and -shm files take its mode); never
+        through a symbolic link (dlrun.results.store_check), so nothing outside the store's folder is created or
+        chmodded."""
         private_dir(self.path.parent)
+        check_path(self.path)
         try:
-            fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600)
+            fd = os.open(self.path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
         except OSError as exc:
             raise StoreError(f"cannot create the result store {str(self.path)!r}: {exc.strerror}") from None
         try:
@@ -89,62 +96,94 @@ class Store:
             os.close(fd)
 
     @contextmanager
+    def _damage_is_one_line(self) -> Iterator[None]:
+        """What SQLite reports as damage, anywhere in a connection's use, as StoreDamaged."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            if is_damage(exc):
+                raise damaged(self.path, f"is damaged or not a dlrun store ({exc})") from None
+            raise
+
+    def check(self) -> None:
+        """Refuse now (one line) a store that every later use would refuse: commands call it first."""
+        with self.reading():
+            pass
+
+    @contextmanager
     def connect(self) -> Iterator[sqlite3.Connection]:
         """A connection that writes; the first one creates the store (0600, WAL, schema) or upgrades it."""
         self._create_private()
-        conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-        try:
-            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_S * 1000}")
-            retry_busy(lambda: _set_up(conn), self.path)
-            conn.execute("PRAGMA foreign_keys = ON")
-            yield conn
-        finally:
-            conn.close()
+        with self._damage_is_one_line():
+            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+            try:
+                conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_S * 1000}")
+                retry_busy(lambda: _set_up(conn, self.path), self.path)
+                conn.execute("PRAGMA foreign_keys = ON")
+                yield conn
+            finally:
+                conn.close()
+
+    def _open_existing(self) -> sqlite3.Connection | None:
+        """A connection to the store as it is (read-write, else read-only), upgraded first when older;
+        None when no dlrun has set it up yet."""
+        for mode in ("rw", "ro"):  # rw lets the last connection remove the -wal/-shm files it used
+            conn = None
+            try:
+                conn = sqlite3.connect(_uri(self.path, mode), uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+                conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_S * 1000}")
+                version = check_tables(conn, self.path)  # refuses a newer one too
+                if version == 0 and not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'runs'").fetchone():
+                    conn.close()
+                    return None
+                if version < SCHEMA_VERSION:
+                    conn.close()
+                    with self.connect():  # the upgrade is one write transaction
+                        pass
+                    return self._open_existing()
+                return conn
+            except BaseException as exc:
+                if conn is not None:
+                    conn.close()
+                if isinstance(exc, sqlite3.OperationalError) and not is_damage(exc) and mode == "rw":
+                    continue
+                if isinstance(exc, sqlite3.OperationalError) and not is_damage(exc):
+                    raise StoreError(f"cannot read the result store {str(self.path)!r}: {exc}") from None
+                raise
+        return None
 
     @contextmanager
     def reading(self) -> Iterator[sqlite3.Connection]:
         """A connection for queries that creates nothing: a store that does not exist yet, or whose first
         writer has not made its tables yet, reads as an empty store. A store of an older schema is
         upgraded first (through a writing connection: the upgrade is one transaction)."""
-        conn = None
-        if self.path.is_file():
-            for mode in ("rw", "ro"):  # rw lets the last connection remove the -wal/-shm files it used
-                try:
-                    conn = sqlite3.connect(_uri(self.path, mode), uri=True, timeout=BUSY_TIMEOUT_S,
-                                           isolation_level=None)
-                    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_S * 1000}")
-                    version = conn.execute("PRAGMA user_version").fetchone()[0]
-                    if version > SCHEMA_VERSION:
-                        conn.close()
-                        raise too_new_error(version)
-                    if not conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'runs'"
-                                        ).fetchone():
-                        conn.close()
-                        conn = None
-                    elif version < SCHEMA_VERSION:
-                        conn.close()
-                        conn = None
-                        with self.connect():
-                            pass
-                        continue
-                    break
-                except sqlite3.OperationalError as exc:
-                    if conn is not None:
-                        conn.close()
-                        conn = None
-                    if mode == "ro":
-                        raise StoreError(f"cannot read the result store {str(self.path)!r}: {exc}") from None
-        if conn is None:
-            conn = sqlite3.connect(":memory:", isolation_level=None)
-            ensure_schema(conn)
-        try:
-            yield conn
-        finally:
-            conn.close()
+        check_path(self.path)
+        with self._damage_is_one_line():
+            conn = self._open_existing() if self.path.is_file() else None
+            if conn is None:
+                conn = sqlite3.connect(":memory:", isolation_level=None)
+                ensure_schema(conn)
+            try:
+                yield conn
+            finally:
+                conn.close()
 
     def has_run(self, run_id: str) -> bool:
         with self.reading() as conn:
             return conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is not None
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """A connection in one write transaction (BEGIN IMMEDIATE takes the write lock up front), committed
+        when the block ends, rolled back when it raises."""
+        with self.connect() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
 
     def add_run(self, run: dict[str, Any], results: list[dict[str, Any]]) -> None:
         """Insert a run and its result rows atomically (BEGIN IMMEDIATE takes the write lock up front),
@@ -154,40 +193,56 @@ class Store:
         imported logs, bundles, matmul measurements) stores one; a run that names no site was made here."""
         self.add_runs([(run, results)])
 
-    def add_runs(self, runs: list[tuple[dict[str, Any], list[dict[str, Any]]]], *, skip_existing: bool = False,
+    def add_runs(self, runs: Pairs | Callable[[], Iterable[Pair]], *, skip_existing: bool = False,
                  same_provenance: tuple[str, ...] = ()) -> list[str]:
         """Insert (run, rows) pairs in one transaction: all of them or none; returns the ids inserted.
 
+        `runs` is a list of pairs, or a function that returns a fresh iterable of them each time it is called
+        (a bundle's runs are read one at a time from disk, and read again if the transaction is retried).
         With `skip_existing`, a run whose id is stored already is left out; with `same_provenance`, so is a
         run for which a stored run has equal values of all these provenance fields (a log imported twice).
         Both are decided inside the transaction, so parallel importers of the same data add it once. The
         transaction is tried again while other writers hold the store."""
-        prepared = [self._row(run, results) for run, results in runs]
+        if not callable(runs):
+            prepared = [self._row(run, results) for run, results in runs]
+            pairs: Callable[[], Iterable[Pair]] = lambda: prepared  # noqa: E731
+        else:
+            pairs = lambda: (self._row(run, results) for run, results in runs())  # noqa: E731
 
         def write() -> list[str]:
             added: list[str] = []
-            with self.connect() as conn:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    for row, results in prepared:
-                        if skip_existing and conn.execute("SELECT 1 FROM runs WHERE id = ?",
-                                                          (row["id"],)).fetchone():
-                            continue
-                        if same_provenance and self._provenance_stored(conn, row["provenance"], same_provenance):
-                            continue
-                        cols = list(row)
-                        conn.execute(f"INSERT INTO runs ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
-                                     [row[c] for c in cols])
-                        conn.executemany(
-                            "INSERT INTO results (run_id, metric, value, unit, data) VALUES (?, ?, ?, ?, ?)",
-                            [(row["id"], r["metric"], r["value"], r["unit"], json.dumps(r, sort_keys=True))
-                             for r in results])
-                        added.append(row["id"])
-                    conn.execute("COMMIT")
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
+            with self.transaction() as conn:
+                for row, results in pairs():
+                    if skip_existing and conn.execute("SELECT 1 FROM runs WHERE id = ?", (row["id"],)).fetchone():
+                        continue
+                    if same_provenance and self._provenance_stored(conn, row["provenance"], same_provenance):
+                        continue
+                    cols = list(row)
+                    conn.execute(f"INSERT INTO runs ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                                 [row[c] for c in cols])
+                    conn.executemany(
+                        "INSERT INTO results (run_id, metric, value, unit, data) VALUES (?, ?, ?, ?, ?)",
+                        [(row["id"], r["metric"], r["value"], r["unit"], json.dumps(r, sort_keys=True))
+                         for r in results])
+                    added.append(row["id"])
             return added
+
+        return retry_busy(write, self.path)
+
+    def delete_runs(self, run_ids: Iterable[str], chunk: int = 500) -> list[str]:
+        """Delete these runs and their result rows in one transaction; the ids that were stored."""
+        ids = list(dict.fromkeys(run_ids))
+
+        def write() -> list[str]:
+            found: list[str] = []
+            with self.transaction() as conn:
+                for start in range(0, len(ids), chunk):
+                    part = ids[start:start + chunk]
+                    marks = ", ".join("?" * len(part))
+                    found += [row[0] for row in conn.execute(f"SELECT id FROM runs WHERE id IN ({marks})", part)]
+                    conn.execute(f"DELETE FROM results WHERE run_id IN ({marks})", part)
+                    conn.execute(f"DELETE FROM runs WHERE id IN ({marks})", part)
+            return found
 
         return retry_busy(write, self.path)
 
@@ -198,7 +253,12 @@ class Store:
         row["origin"] = run.get("origin") or "local"
         if row["origin"] not in ORIGINS:
             raise ValueError(f"origin {row['origin']!r} is not one of {', '.join(ORIGINS)}")
-        key = run.get("key") or key_from_run({**run, "origin": row["origin"]}, results)
+        fingerprint = checked(run.get("fingerprint"))
+        row["fingerprint"] = json.dumps(fingerprint, sort_keys=True) if fingerprint else None
+        quality = run_quality(row["status"], results)  # judged here by this dlrun's thresholds, as the key is
+        row["quality"], row["verdict"] = json.dumps(quality, sort_keys=True), quality["verdict"]
+        key = run.get("key") or key_from_run({**run, "origin": row["origin"], "site": row["site"],
+                                              "fingerprint": fingerprint}, results)
         row["key"], row["key_hash"] = key_json(key), key_hash(key)
         row["plan"] = json.dumps(run["plan"], sort_keys=True)
         row["provenance"] = json.dumps(run.get("provenance", {}), sort_keys=True)
@@ -262,7 +322,7 @@ class Store:
     def get_run(self, run_id: str) -> dict[str, Any]:
         run_id = self._resolve(run_id)
         with self.reading() as conn:
-            row = conn.execute(f"SELECT {', '.join(RUN_COLUMNS)}, key, plan, provenance FROM runs WHERE id = ?",
+            row = conn.execute(f"SELECT {', '.join(RUN_COLUMNS)}, {', '.join(_RECORD_COLUMNS)} FROM runs WHERE id = ?",
                                (run_id,)).fetchone()
             results = conn.execute("SELECT data FROM results WHERE run_id = ? ORDER BY metric",
                                    (run_id,)).fetchall()
@@ -273,7 +333,7 @@ class Store:
         (exports read thousands of runs)."""
         clause, params = where(filters)
         with self.reading() as conn:
-            rows = conn.execute(f"SELECT r.{', r.'.join(RUN_COLUMNS)}, r.key, r.plan, r.provenance FROM runs r "
+            rows = conn.execute(f"SELECT r.{', r.'.join(RUN_COLUMNS + _RECORD_COLUMNS)} FROM runs r "
                                 f"{clause} ORDER BY r.id", params).fetchall()
             results: dict[str, list[str]] = {}
             for run_id, data in conn.execute(f"SELECT res.run_id, res.data FROM results res JOIN runs r "
@@ -292,15 +352,15 @@ class Store:
         metrics = ", ".join(f"'{m}'" for m in PRIMARY_METRICS)
         query = (f"SELECT r.key_hash, r.key, {site}, res.metric, res.unit, count(*), "
                  "group_concat(r.id, ' '), group_concat(printf('%.17g', res.value), ' '), "
-                 "group_concat(DISTINCT r.image) "
+                 "group_concat(coalesce(r.verdict, 'unknown'), ' '), group_concat(DISTINCT r.image) "
                  f"FROM runs r JOIN results res ON res.run_id = r.id AND res.metric IN ({metrics}) "
                  f"{clause} GROUP BY +r.key_hash, {site}, res.metric, res.unit")
         with self.reading() as conn:
             rows = conn.execute(query, params).fetchall()
         return [{"key_hash": kh, "key": json.loads(key) if key else None, "site": st, "metric": metric,
                  "unit": unit, "n": n, "run_ids": ids.split(" "), "values": [float(v) for v in values.split(" ")],
-                 "images": sorted(images.split(",")) if images else []}
-                for kh, key, st, metric, unit, n, ids, values, images in rows]
+                 "verdicts": verdicts.split(" "), "images": sorted(images.split(",")) if images else []}
+                for kh, key, st, metric, unit, n, ids, values, verdicts, images in rows]
 
     def latest_matmul(self, system: str, precision: str) -> dict[str, Any] | None:
         """The newest stored matrix-multiply rate of `system` at `precision` (run id, time, GFLOP/s, data)."""
@@ -318,11 +378,14 @@ class Store:
         return {"run_id": row[0], "created_at": row[1], "gflops": row[2], "data": json.loads(row[3])}
 
 
+#: The JSON columns a whole record adds to RUN_COLUMNS, in the order `_full_run` reads them.
+_RECORD_COLUMNS = ("key", "plan", "provenance", "fingerprint", "quality")
+
+
 def _full_run(row: tuple, results: list[str]) -> dict[str, Any]:
-    """A runs row (RUN_COLUMNS, key, plan, provenance) and its results' data as one record."""
+    """A runs row (RUN_COLUMNS, then _RECORD_COLUMNS) and its results' data as one record."""
     run = dict(zip(RUN_COLUMNS, row[: len(RUN_COLUMNS)]))
-    run["key"] = json.loads(row[-3]) if row[-3] else None
-    run["plan"] = json.loads(row[-2])
-    run["provenance"] = json.loads(row[-1])
+    for name, text in zip(_RECORD_COLUMNS, row[len(RUN_COLUMNS):]):
+        run[name] = json.loads(text) if text else None
     run["results"] = [json.loads(data) for data in results]
     return run

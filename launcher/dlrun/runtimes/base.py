@@ -1,9 +1,14 @@
 """Container runtimes wrap one rank's command so that it runs in the plan's image (binds, devices, env, GPUs).
 
 `Runtime` is the base of every runtime; `ContainerRuntime` is the base of those that need a container image
-(all but `host`), and refuses the host's own Python with one line.
+(all but `host`), and refuses the host's own Python with one line. A runtime also says what the checks need
+to know about it: whether it runs a container at all, the engine service its containers need, and where its
+copy of the image is and how that copy's digest is read (`image_copy`), which every container runtime must
+say: a run records the digest it ran.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from dlrun.errors import UsageError
 from dlrun.job import RankCommand
@@ -11,17 +16,55 @@ from dlrun.plan import Plan
 from dlrun.registry import Tool
 
 
+@dataclass(frozen=True)
+class ContainerService:
+    """The engine service a runtime starts its containers with; it must answer on the node that runs them."""
+
+    engine: str  #: docker or podman: whose CLI runs the containers, or whose default API socket is used
+    via_api: bool = False  #: through the Docker API at $DOCKER_HOST (docker-py) instead of the engine's CLI
+    status_argv: tuple[str, ...] = ()  #: (CLI) the cheapest command that fails when it cannot run containers
+
+
+@dataclass(frozen=True)
+class ImageCopy:
+    """Where a runtime's copy of the plan's image is and how its digest is read: the pre-run check compares
+    it with the site's image lock (dlrun.images.verify), the node checks look for it (dlrun.preflight.node)."""
+
+    field: str | None  #: the images.lock field its digest is compared with; None: no copy is checked (`why`)
+    why: str = ""        #: (field None) why no copy is checked, recorded with the run
+    what: str = "image"  #: the copy in words: "unpacked root filesystem", "SIF file"
+    how: str = ""        #: the command that makes the copy here
+    #: A file (its sha256) or an unpacked tree (its tree digest); None: the runtime's engine service holds the
+    #: copy under `reference` and reports its image ID.
+    path: str | None = None
+    reference: str | None = None  #: the engine's name for the image
+    shared: bool = False  #: it lies on a filesystem the compute nodes share: a submit host checks it too
+    tool: Tool | None = None  #: needed on PATH to read the digest before a local run
+
+    @classmethod
+    def unchecked(cls, why: str) -> "ImageCopy":
+        return cls(field=None, why=why)
+
+
 class Runtime:
     #: The program this runtime runs on the compute node (None: nothing beyond the rank command).
     tool: Tool | None = None
     #: Characters this runtime's bind syntax cannot carry in a path (the run directory is bound too).
     bind_forbidden = ""
+    #: It runs the rank in a container: binds are mounted, and the image's MPI (not the host's) is loaded.
+    runs_container = False
+    #: The engine service its containers need (None: none, e.g. ch-run and singularity are plain programs).
+    service: ContainerService | None = None
 
     def __init__(self, name: str):
         self.name = name
 
     def check(self, plan: Plan) -> None:
         """Raise UsageError when this runtime cannot run the plan (e.g. it needs another launcher)."""
+
+    def image_copy(self, plan: Plan) -> ImageCopy:
+        """This runtime's copy of the plan's (container) image on this machine."""
+        return ImageCopy.unchecked(f"runtime {self.name} runs no container, so it uses no copy of the image")
 
     def wrap(self, plan: Plan, rank: RankCommand) -> RankCommand:
         raise NotImplementedError
@@ -31,6 +74,10 @@ class ContainerRuntime(Runtime):
     """A runtime that starts the plan's container image."""
 
     bind_forbidden = ":"
+    runs_container = True
+
+    def image_copy(self, plan: Plan) -> ImageCopy:
+        raise NotImplementedError(f"runtime {self.name} does not say where its copy of an image is")
 
     def check(self, plan: Plan) -> None:
         if plan.image.kind == "host":

@@ -19,7 +19,7 @@ from dlrun.errors import UsageError
 from dlrun.job import RankCommand
 from dlrun.plan import Plan
 from dlrun.registry import RUNTIMES, Tool
-from dlrun.runtimes.base import ContainerRuntime
+from dlrun.runtimes.base import ContainerRuntime, ImageCopy
 from dlrun.shell import Expand, SecretRef
 
 HOST_ONLY_ENV = ("PYTHONPATH", "PYTHONHOME", "LD_LIBRARY_PATH", "LD_PRELOAD", "VIRTUAL_ENV")
@@ -33,6 +33,11 @@ def remount_read_only(targets: list[str], argv: list[str]) -> list[str]:
 @RUNTIMES.register("charliecloud")
 class CharliecloudRuntime(ContainerRuntime):
     tool = Tool("ch-run", "Charliecloud (Debian: apt-get install charliecloud)")
+
+    def image_copy(self, plan: Plan) -> ImageCopy:
+        """The unpacked root filesystem in the image store of the node that runs the job."""
+        return ImageCopy("rootfs", what="unpacked root filesystem", path=plan.image.rootfs, tool=self.tool,
+                         how=f"dlrun images build {plan.image.name} --engine {self.name}")
 
     def wrap(self, plan: Plan, rank: RankCommand) -> RankCommand:
         rootfs = plan.image.rootfs

@@ -23,7 +23,7 @@ from dlrun.errors import UsageError
 from dlrun.job import RUN_DIR_VAR, RankCommand
 from dlrun.plan import Plan
 from dlrun.registry import RUNTIMES, Tool
-from dlrun.runtimes.base import ContainerRuntime, image_reference
+from dlrun.runtimes.base import ContainerRuntime, ContainerService, ImageCopy, image_reference
 from dlrun.shell import Expand
 
 COMMON = ["--network=host", "--ipc=host"]
@@ -51,6 +51,12 @@ class _EngineRuntime(ContainerRuntime):
     engine = "docker"
     limits = DOCKER_LIMITS
 
+    def image_copy(self, plan: Plan) -> ImageCopy:
+        """The engine's image of the plan's tag (its ID is the lock's `digest`)."""
+        image, arch = plan.image, plan.system.arch
+        return ImageCopy("digest", reference=f"{image.uri}:{arch}", tool=self.tool,
+                         how=f"dlrun images load {image.name}_{arch}.tar {image.name} --engine ...")
+
     def gpu_flags(self, plan: Plan) -> list[str]:
         return ["--gpus", "all"] if plan.device == "cuda" else []
 
@@ -71,6 +77,7 @@ class _EngineRuntime(ContainerRuntime):
 class DockerRuntime(_EngineRuntime):
     engine = "docker"
     tool = Tool("docker", "Docker Engine with the NVIDIA Container Toolkit")
+    service = ContainerService("docker", status_argv=("docker", "version", "--format", "{{.Server.Version}}"))
 
     def wrap(self, plan: Plan, rank: RankCommand) -> RankCommand:
         rest = [*self.options(plan, rank), container_image(plan), *rank.argv]
@@ -86,6 +93,8 @@ class PodmanRuntime(_EngineRuntime):
     engine = "podman"
     tool = Tool("podman", "Podman (Debian: apt-get install podman)")
     limits = PODMAN_LIMITS
+    # `podman info` fails when its storage or OCI runtime configuration is broken
+    service = ContainerService("podman", status_argv=("podman", "info", "--format", "{{.Host.OCIRuntime.Name}}"))
 
     def gpu_flags(self, plan: Plan) -> list[str]:
         return ["--device", "nvidia.com/gpu=all"] if plan.device == "cuda" else []
@@ -103,6 +112,8 @@ class DockerApiRuntime(_EngineRuntime):
     $DOCKER_HOST (the `docker` runtime's settings against Docker, the `podman` runtime's against Podman),
     streams the container's output, and exits with its status. It refuses to start an image whose ID is
     not the plan's digest."""
+
+    service = ContainerService("docker", via_api=True)
 
     def wrap(self, plan: Plan, rank: RankCommand) -> RankCommand:
         argv = [sys.executable, "-m", "dlrun.images.docker_run", "--image", container_image(plan)]

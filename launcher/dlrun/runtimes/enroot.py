@@ -9,7 +9,7 @@ from dlrun.errors import UsageError
 from dlrun.job import RankCommand
 from dlrun.plan import Plan
 from dlrun.registry import RUNTIMES, Tool
-from dlrun.runtimes.base import ContainerRuntime, image_reference
+from dlrun.runtimes.base import ContainerRuntime, ImageCopy, image_reference
 from dlrun.runtimes.singularity import bind_spec
 from dlrun.shell import Concat, Expand
 
@@ -40,6 +40,15 @@ class EnrootPyxisRuntime(ContainerRuntime):
             raise UsageError(f"runtime enroot runs through pyxis, which is a Slurm srun plugin, but the plan uses "
                              f"scheduler {plan.scheduler} with launcher {plan.launcher}; valid: --scheduler slurm "
                              "--launcher srun (or torchrun)")
+
+    def image_copy(self, plan: Plan) -> ImageCopy:
+        """The squashfs file pyxis runs, when the site's lock records one; else pyxis pulls the registry
+        reference on the compute nodes, and there is no copy here to check."""
+        if not plan.image.squashfs:
+            return ImageCopy.unchecked(f"runtime {self.name} has pyxis pull {pyxis_image(plan)} on the compute "
+                                       "nodes; the site's lock records no squashfs file to check")
+        return ImageCopy("squashfs", what="squashfs file", path=plan.image.squashfs, shared=True,
+                         how=f"dlrun images pull {plan.image.name} --from ... --engine {self.name}")
 
     def wrap(self, plan: Plan, rank: RankCommand) -> RankCommand:
         mounts = [bind_spec(b.source, b.target, b.read_only) for b in plan.mounts]

@@ -1,18 +1,33 @@
 """Schedulers turn a launch into a submission (script text + how to start it); batch schedulers also
-submit, report the job's state, and cancel it, so that one executor drives every one of them."""
+submit, report the job's state, and cancel it, so that one executor drives every one of them.
+
+A scheduler declares the options it takes (`options`: the common ones plus its own, a pydantic model); a
+system's `scheduler_options` are checked against them when the system is loaded."""
 from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import TypeVar
 
 from dlrun import __version__
+from dlrun.catalog.models import OwnSchedulerOptions
 from dlrun.errors import DlrunError, UsageError
 from dlrun.job import RUN_DIR_VAR, JobState, Launch, RankCommand, RenderedJob
 from dlrun.plan import Plan, fabric_for
 from dlrun.registry import Tool
 from dlrun.shell import export_lines, join
 
-__all__ = ["JobState", "Scheduler", "SchedulerError", "export_lines", "run_tool", "script_header"]
+__all__ = ["JobState", "OwnSchedulerOptions", "Scheduler", "SchedulerError", "export_lines", "own_options",
+           "run_tool", "script_header"]
+
+O = TypeVar("O", bound=OwnSchedulerOptions)
+
+
+def own_options(model: type[O], plan: Plan) -> O:
+    """The plan's scheduler options as `model` reads them: its own fields (their defaults where the plan's
+    system names another scheduler, whose fields are left out) and the common ones."""
+    data = plan.scheduler_options.model_dump()
+    return model.model_validate({key: value for key, value in data.items() if key in model.model_fields})
 
 
 class SchedulerError(DlrunError):
@@ -60,10 +75,21 @@ class Scheduler:
     step_launchers: tuple[str, ...] = ()
     #: How this site's MPI launcher is spelled in jobs of this scheduler.
     mpirun_command = "mpirun"
+    #: The options this scheduler takes in a system's `scheduler_options`: the common ones and its own.
+    options: type[OwnSchedulerOptions] = OwnSchedulerOptions
     run_dir_default = '$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)'
 
     def __init__(self, name: str):
         self.name = name
+
+    @property
+    def runs_here(self) -> bool:
+        """The job runs on this machine, started by dlrun (not submitted, not pods of a cluster)."""
+        return not self.batch and not self.runs_image
+
+    def options_for(self, plan: Plan) -> OwnSchedulerOptions:
+        """The plan's scheduler options as this scheduler reads them (`own_options`)."""
+        return own_options(self.options, plan)
 
     def check(self, plan: Plan) -> None:
         """Raise UsageError when the plan cannot run under this scheduler."""

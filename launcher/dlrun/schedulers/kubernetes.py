@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pydantic import Field
+
 from dlrun.errors import UsageError
 from dlrun.job import RUN_DIR_VAR, Launch, RenderedJob
 from dlrun.plan import Plan
 from dlrun.registry import SCHEDULERS, Tool
 from dlrun.runtimes.base import image_reference
-from dlrun.schedulers.base import Scheduler, script_header
+from dlrun.schedulers.base import OwnSchedulerOptions, Scheduler, own_options, script_header
 from dlrun.shell import export_lines, join, quote
 
 POD_RUN_DIR = "/tmp/dlrun-run"
@@ -28,8 +30,14 @@ def launcher_shell(plan: Plan, launch: Launch) -> str:
     return "\n".join(lines) + "\n"
 
 
+class KubernetesOptions(OwnSchedulerOptions):
+    """The Kubernetes scheduler's own settings in a system's `scheduler_options`."""
+
+    namespace: str | None = Field(default=None, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
 def mpijob_manifest(plan: Plan, launch: Launch) -> dict[str, Any]:
-    opts = plan.scheduler_options
+    opts = own_options(KubernetesOptions, plan)
     image = image_reference(plan)
     env = [{"name": RUN_DIR_VAR, "value": POD_RUN_DIR}]
     mounts = [{"name": "dshm", "mountPath": "/dev/shm"}]
@@ -78,6 +86,7 @@ class KubernetesScheduler(Scheduler):
     tool = Tool("kubectl", "kubectl with a kubeconfig for a cluster running the Kubeflow MPI operator")
     runs_image = True
     writes_hostfile = True
+    options = KubernetesOptions
 
     def check(self, plan: Plan) -> None:
         if plan.launcher != "mpirun":
@@ -96,7 +105,8 @@ class KubernetesScheduler(Scheduler):
 
     def render(self, plan: Plan, launch: Launch) -> RenderedJob:
         manifest = json.dumps(mpijob_manifest(plan, launch), indent=2, sort_keys=True)
-        namespace = ["-n", plan.scheduler_options.namespace] if plan.scheduler_options.namespace else []
+        opts = own_options(KubernetesOptions, plan)
+        namespace = ["-n", opts.namespace] if opts.namespace else []
         kubectl = join(["kubectl", *namespace])
         lines = script_header(plan, "Kubernetes MPIJob (Kubeflow mpi-operator v2beta1)") + [
             "set -euo pipefail",

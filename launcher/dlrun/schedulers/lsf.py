@@ -6,10 +6,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from pydantic import Field
+
 from dlrun.job import JobState, Launch, RankCommand, RenderedJob
 from dlrun.plan import Plan
 from dlrun.registry import SCHEDULERS, Tool
-from dlrun.schedulers.base import Scheduler, SchedulerError, run_tool
+from dlrun.schedulers.base import OwnSchedulerOptions, Scheduler, SchedulerError, own_options, run_tool
 from dlrun.shell import join
 
 LSF_STATES = {"PEND": "pending", "PSUSP": "pending", "WAIT": "pending", "RUN": "running", "USUSP": "running",
@@ -17,8 +19,14 @@ LSF_STATES = {"PEND": "pending", "PSUSP": "pending", "WAIT": "pending", "RUN": "
               "UNKWN": "unknown"}
 
 
+class LsfOptions(OwnSchedulerOptions):
+    """LSF's own settings in a system's `scheduler_options`."""
+
+    lsf_alloc_flags: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_ ]+$")  # -alloc_flags, e.g. smt4
+
+
 def bsub_directives(plan: Plan, launch: Launch | None = None) -> list[str]:
-    opts = plan.scheduler_options
+    opts = own_options(LsfOptions, plan)
     lines = [f"-J {plan.job_name}"]
     if launch is not None and launch.whole_nodes:
         lines.append(f"-nnodes {plan.nodes}")
@@ -54,6 +62,7 @@ class LsfScheduler(Scheduler):
     tool = Tool("bsub", "the LSF client")
     batch = True
     step_launchers = ("jsrun",)
+    options = LsfOptions
     run_dir_default = "${LS_SUBCWD}"
 
     def once_per_node(self, plan: Plan, argv: list[str]) -> list[str]:

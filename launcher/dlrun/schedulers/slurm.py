@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Literal
 
+from pydantic import Field
+
+from dlrun.catalog.models import DIRECTIVE_WORD
 from dlrun.job import JobState, Launch, RankCommand, RenderedJob
 from dlrun.launchers.base import mca_env
 from dlrun.plan import Plan
 from dlrun.registry import SCHEDULERS, Tool
-from dlrun.schedulers.base import Scheduler, SchedulerError, run_tool
+from dlrun.schedulers.base import OwnSchedulerOptions, Scheduler, SchedulerError, own_options, run_tool
 from dlrun.shell import join
 
 SLURM_STATES = {
@@ -24,8 +28,18 @@ SLURM_STATES = {
 }
 
 
+class SlurmOptions(OwnSchedulerOptions):
+    """Slurm's own settings in a system's `scheduler_options`."""
+
+    qos: str | None = Field(default=None, pattern=DIRECTIVE_WORD)
+    constraint: str | None = Field(default=None, pattern=DIRECTIVE_WORD)
+    reservation: str | None = Field(default=None, pattern=DIRECTIVE_WORD)
+    gpu_request: Literal["gpus-per-node", "gres"] = "gpus-per-node"  # Slurm >= 19.05, or --gres=gpu:N
+    srun_mpi: str = Field(default="pmix", pattern=r"^[a-z0-9_]+$")   # srun --mpi= (dlrun.launchers.srun)
+
+
 def sbatch_directives(plan: Plan, launch: Launch | None = None) -> list[str]:
-    opts = plan.scheduler_options
+    opts = own_options(SlurmOptions, plan)
     per_node_tasks = (launch.tasks_per_node if launch else None) or plan.ranks_per_node
     cpus = plan.threads_per_rank * plan.ranks_per_node // per_node_tasks
     lines = [f"--job-name={plan.job_name}", f"--nodes={plan.nodes}", f"--ntasks-per-node={per_node_tasks}",
@@ -64,6 +78,7 @@ class SlurmScheduler(Scheduler):
     tool = Tool("sbatch", "the Slurm client (Debian: apt-get install slurm-client)")
     batch = True
     step_launchers = ("srun",)
+    options = SlurmOptions
     run_dir_default = "${SLURM_SUBMIT_DIR}"
 
     def per_node_launch(self, plan: Plan, rank: RankCommand) -> Launch:

@@ -1,10 +1,11 @@
-"""The machine a tuning decision belongs to: its hardware fingerprint, computed in this one place.
+"""The machine a tuning decision belongs to: the run record's hardware fingerprint, plus what decides the
+fastest knobs beyond it.
 
-A decision (which allocator, whether to fuse the optimizer step, ...) holds for the hardware it was measured on:
-CPU model and instruction-set extensions (which kernels oneDNN, MKL and ATen pick), sockets, cores and logical
-CPUs (threads and their pinning), memory, and the GPUs. Any change gives another fingerprint, and the tuner
-measures again. The run record carries a fingerprint of its own (the comparability key's machine fields);
-`machine_fingerprint` can be replaced by that one once it holds the instruction-set extensions too.
+A decision (which allocator, whether to fuse the optimizer step, ...) holds for the hardware it was measured on.
+Its fingerprint is the one a run records (`dlrun.results.fingerprint`: CPU model, sockets x cores, memory,
+GPUs and driver), with the instruction-set extensions (which kernels oneDNN, MKL and ATen pick: two
+processors both named "AMD EPYC" may differ in AVX-512 and bf16), the usable logical CPUs (threads and their
+pinning) and the architecture. Any change gives another fingerprint, and the tuner measures again.
 """
 from __future__ import annotations
 
@@ -13,29 +14,17 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from dlrun.results.fingerprint import fingerprint_of
+
 
 def machine_fingerprint(inventory: Mapping[str, Any]) -> dict[str, Any]:
     """What decides the fastest knobs on this node, from its inventory (`dlrun.preflight.node_inventory()`)."""
     cpu = inventory.get("cpu") if isinstance(inventory.get("cpu"), Mapping) else {}
-    gpu = inventory.get("gpu") if isinstance(inventory.get("gpu"), Mapping) else {}
-    gpus = [g for g in gpu.get("gpus") or [] if isinstance(g, Mapping)]
-    memory = inventory.get("memory_gb")
-    return {
-        "arch": inventory.get("arch"),
-        "cpu": cpu.get("model"),
-        "isa": sorted(str(flag) for flag in cpu.get("isa_flags") or []),
-        "sockets": cpu.get("sockets"),
-        "physical_cores": cpu.get("physical_cores"),
-        "logical_cpus": cpu.get("logical_cpus"),
-        "usable_cpus": cpu.get("usable_cpus"),
-        # whole GiB: the kernel's MemTotal moves by a few MiB between boots of one machine
-        "memory_gib": round(memory) if isinstance(memory, (int, float)) else None,
-        "gpus": sorted(f"{g.get('name')} {_mib(g.get('memory_mib'))}".strip() for g in gpus),
-    }
-
-
-def _mib(value: Any) -> str:
-    return f"{int(value)} MiB" if isinstance(value, (int, float)) and value > 0 else ""
+    machine = fingerprint_of(result=None, inventory=inventory)  # as a run on this node records it
+    machine.pop("node_from", None)  # where the record came from, not what the hardware is
+    return {**machine, "arch": inventory.get("arch"),
+            "isa": sorted(str(flag) for flag in cpu.get("isa_flags") or []),
+            "usable_cpus": cpu.get("usable_cpus")}
 
 
 def fingerprint_id(fingerprint: Mapping[str, Any]) -> str:
@@ -48,7 +37,8 @@ def describe(fingerprint: Mapping[str, Any]) -> str:
     """One line for people: `AMD EPYC, 1 x 2 cores (2 CPUs), 24 GiB, avx512_bf16 amx...: no GPU`."""
     isa = [f for f in fingerprint.get("isa") or [] if f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16",
                                                             "amx_tile", "sve", "bf16", "asimd")]
-    gpus = ", ".join(fingerprint.get("gpus") or []) or "no GPU"
-    return (f"{fingerprint.get('cpu') or 'unknown CPU'}, {fingerprint.get('sockets') or '?'} socket(s), "
-            f"{fingerprint.get('physical_cores') or '?'} cores ({fingerprint.get('usable_cpus') or '?'} usable "
+    gpu = fingerprint.get("gpu")
+    gpus = f"{fingerprint.get('gpu_count') or '?'} x {gpu}" if gpu else "no GPU"
+    return (f"{fingerprint.get('cpu') or 'unknown CPU'}, {fingerprint.get('sockets') or '?'} x "
+            f"{fingerprint.get('cores_per_socket') or '?'} cores ({fingerprint.get('usable_cpus') or '?'} usable "
             f"CPUs), {fingerprint.get('memory_gib') or '?'} GiB, {' '.join(isa) or 'no vector flags'}; {gpus}")

@@ -13,7 +13,9 @@ import argparse
 import math
 import os
 import platform
+import re
 import sys
+import time
 import traceback
 
 HARNESS_VERSION = "1"
@@ -29,6 +31,7 @@ EXIT_WORLD_SIZE = 3
 EXIT_DIVERGED = 4
 EXIT_NONFINITE = 5
 EXIT_WRONG_RESULT = 6
+EXIT_IMPOSSIBLE = 7
 
 
 class HarnessError(Exception):
@@ -102,23 +105,16 @@ def non_negative(text):
 
 def cpu_name():
     """The CPU's model name as /proc/cpuinfo gives it (else what platform knows)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except (IOError, OSError):
-        pass
+    for line in (_read("/proc/cpuinfo") or "").splitlines():
+        if line.lower().startswith(("model name", "cpu\t")):  # cpu: POWER
+            return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine() or "cpu"
 
 
-def cpu_has_native_bf16(cpuinfo=None):
+def cpu_has_native_bf16(cpuinfo="/proc/cpuinfo"):
     """True where the CPU computes bfloat16 in hardware (x86 AVX512_BF16 or
     AMX-BF16, Arm BF16), False where /proc/cpuinfo says it does not, None
-    where it cannot tell.  Test hook: DLRUN_HARNESS_TEST_CPUINFO names
-    another file to read instead of /proc/cpuinfo."""
-    cpuinfo = (cpuinfo or os.environ.get("DLRUN_HARNESS_TEST_CPUINFO")
-               or "/proc/cpuinfo")
+    where it cannot tell."""
     try:
         with open(cpuinfo) as handle:
             text = handle.read(1 << 20)
@@ -152,3 +148,253 @@ def perf_stats(batch, step_times):
     med = median(speeds)
     jitter = 1.4826 * median([abs(s - med) for s in speeds])
     return mean, std / math.sqrt(n), jitter
+
+
+# --- What the timed steps ran on: the node, and what else it did -----------
+#
+# Quality inputs (README "Quality verdicts"; dlrun.results.quality judges):
+# around its timed steps each rank reads the node's busy and total CPU time
+# (/proc/stat), its own and its children's (data-loader workers), the load
+# average and CPU frequency; rank 0 gathers them (the host name packed into
+# floats) and reports per host the share of CPUs other processes used.
+
+WINDOW_FIELDS = ("window_s", "node_busy_s", "node_total_s", "own_cpu_s",
+                 "load_start", "load_end", "cpu_mhz", "step_spread", "steps",
+                 "threads", "cpus_allowed", "node_cpus", "whole")
+HOST_FLOATS = 11   # 6 bytes per float (exact in a double): 66 bytes of name
+_MISSING = -1.0
+
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except (IOError, OSError):
+        return None
+
+
+def node_cpu_ticks():
+    """(busy, total, CPUs) over the node's CPUs from /proc/stat (steal is
+    busy: another guest had the CPU), or None."""
+    lines = (_read("/proc/stat") or "").splitlines()
+    for line in lines[:1]:
+        if line.startswith("cpu "):
+            v = [int(x) for x in line.split()[1:9]] + [0] * 8
+            cpus = sum(1 for x in lines if x[:3] == "cpu" and x[3:4].isdigit())
+            return sum(v[:8]) - v[3] - v[4], sum(v[:8]), cpus or None
+    return None
+
+
+def _process_ticks(pid):
+    """utime + stime + reaped children's, in ticks (None if gone)."""
+    text = _read("/proc/%d/stat" % pid)
+    if not text or ")" not in text:
+        return None
+    fields = text[text.rfind(")") + 2:].split()
+    try:
+        return sum(int(x) for x in fields[11:15])
+    except (ValueError, IndexError):
+        return None
+
+
+def descendants(pid):
+    """Every process below ``pid`` (its children, theirs, ...)."""
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        base = "/proc/%d/task" % parent
+        for task in _listdir(base):
+            for word in (_read("%s/%s/children" % (base, task)) or "").split():
+                child = int(word)
+                if child not in found:
+                    found.append(child)
+                    todo.append(child)
+    return found
+
+
+def own_cpu_ticks():
+    """CPU ticks of this process and every process below it."""
+    pid = os.getpid()
+    return sum(t for t in (_process_ticks(p) for p in [pid] + descendants(pid))
+               if t is not None)
+
+
+def cpu_mhz():
+    """Mean current frequency of the CPUs this process may use (cpufreq),
+    else /proc/cpuinfo's "cpu MHz"; None where neither says."""
+    values = []
+    for cpu in sorted(os.sched_getaffinity(0)):
+        text = _read("/sys/devices/system/cpu/cpu%d/cpufreq/scaling_cur_freq"
+                     % cpu)
+        if text and text.strip().isdigit():
+            values.append(int(text) / 1000.0)
+    values = values or [float(v) for v in re.findall(
+        r"(?im)^cpu mhz\s*:\s*([\d.]+)", _read("/proc/cpuinfo") or "")]
+    return sum(values) / len(values) if values else None
+
+
+def relative_spread(step_times):
+    """1.4826 x the median absolute deviation of the per-step rates over
+    their median (tf_cnn_benchmarks' jitter, relative); None below 3."""
+    rates = [1.0 / t for t in step_times if t > 0]
+    if len(rates) < 3:
+        return None
+    med = median(rates)
+    return 1.4826 * median([abs(r - med) for r in rates]) / med
+
+
+def pack_text(text, floats=HOST_FLOATS):
+    data = text.encode("utf-8")[:6 * floats].ljust(6 * floats, b"\0")
+    return [float(int.from_bytes(data[i:i + 6], "big"))
+            for i in range(0, len(data), 6)]
+
+
+def unpack_text(values):
+    data = b"".join(int(v).to_bytes(6, "big") for v in values)
+    return data.rstrip(b"\0").decode("utf-8", "replace")
+
+
+class TimedWindow(object):
+    """The node around one rank's timed steps.  Made when the benchmark
+    starts; ``start()`` before the first timed step, ``stop(step_times,
+    threads)`` after the last gives the figures rank 0 gathers
+    (WINDOW_FIELDS, then the packed host name).  A timed window too short
+    for /proc/stat's ticks to tell (under MEASURE_S) is judged over the
+    whole benchmark instead (``whole`` = 1)."""
+
+    MEASURE_S = 0.5
+
+    def __init__(self):
+        self.born = self.start()
+
+    def start(self):
+        self.at = (node_cpu_ticks(), own_cpu_ticks(), os.getloadavg()[0],
+                   time.time())
+        return self.at
+
+    def stop(self, step_times, threads):
+        window = time.time() - self.at[3]
+        whole = window < self.MEASURE_S
+        node0, own0, load0, _ = self.born if whole else self.at
+        node, own = node_cpu_ticks(), own_cpu_ticks()
+        hz = float(os.sysconf("SC_CLK_TCK"))
+        busy = total = cpus = None
+        if node is not None and node0 is not None:
+            busy, total = [(a - b) / hz for a, b in zip(node, node0)][:2]
+            cpus = node[2]
+        values = [window, busy, total, (own - own0) / hz, load0,
+                  os.getloadavg()[0], cpu_mhz(), relative_spread(step_times),
+                  len(step_times), threads, len(os.sched_getaffinity(0)),
+                  cpus, float(whole)]
+        row = [_MISSING if v is None else float(v) for v in values]
+        return row + pack_text(platform.node())
+
+
+def _host_summary(members):
+    """One host's figures from its ranks' rows (dicts of WINDOW_FIELDS)."""
+    def known(name):
+        return [r[name] for r in members if r[name] != _MISSING]
+    busy, total, own = known("node_busy_s"), known("node_total_s"), \
+        known("own_cpu_s")
+    others = None
+    if busy and total and sum(total) > 0:
+        # every rank read the same node: its mean busy and total time over
+        # their (nearly equal) windows, less what the ranks used themselves
+        mean_busy, mean_total = sum(busy) / len(busy), sum(total) / len(total)
+        others = max(0.0, mean_busy - sum(own)) / mean_total
+    mhz, cpus = known("cpu_mhz"), known("node_cpus")
+    loads = [(r["load_start"], r["load_end"]) for r in members]
+    allowed = known("cpus_allowed")
+    return {
+        "ranks": [r["rank"] for r in members],
+        "node_cpus": int(cpus[0]) if cpus else None,
+        "others_share": None if others is None else round(others, 4),
+        "own_cpu_s": round(sum(own), 3) if own else None,
+        "node_busy_s": round(sum(busy) / len(busy), 3) if busy else None,
+        "load_1m": [None if v == _MISSING else v for v in loads[0]],
+        "cpu_mhz": round(sum(mhz) / len(mhz), 1) if mhz else None,
+        "measured_over": "the whole benchmark (the timed window was too short)"
+        if any(r["whole"] == 1.0 for r in members) else "the timed steps",
+        "threads_per_rank": int(max(r["threads"] for r in members)),
+        "cpus_per_rank": int(min(allowed)) if allowed else None,
+    }
+
+
+def quality_fields(rows):
+    """The result's ``quality``: the timed window (the longest rank's), its
+    step count, the widest spread of a rank's per-step rates, and per host
+    (by name) its ranks, CPUs, the share other processes used, load average
+    at start and end, CPU frequency, threads and CPUs per rank."""
+    hosts = {}
+    for rank, row in enumerate(rows):
+        rec = dict(zip(WINDOW_FIELDS, row[:len(WINDOW_FIELDS)]))
+        rec["rank"] = rank
+        name = unpack_text(row[len(WINDOW_FIELDS):]) or "unknown-host"
+        hosts.setdefault(name, []).append(rec)
+    recs = [r for members in hosts.values() for r in members]
+    spreads = [r["step_spread"] for r in recs if r["step_spread"] != _MISSING]
+    return {
+        "window_s": max(r["window_s"] for r in recs),
+        "steps": int(min(r["steps"] for r in recs)),
+        "step_rate_spread": round(max(spreads), 4) if spreads else None,
+        "hosts": dict((name, _host_summary(members))
+                      for name, members in sorted(hosts.items())),
+    }
+
+
+def node_facts(gpus=None):
+    """This node as the job sees it (the fingerprint's node part): CPU model,
+    sockets and physical cores (sysfs topology), memory, the NVIDIA driver,
+    RDMA ports and NICs with their rates; ``gpus`` ([{name, memory_mib}])
+    from the framework."""
+    packages, cores = set(), set()
+    base = "/sys/devices/system/cpu"
+    for name in [n for n in _listdir(base) if n[3:].isdigit()]:
+        package = _read("%s/%s/topology/physical_package_id" % (base, name))
+        core = _read("%s/%s/topology/core_id" % (base, name))
+        if package is not None:
+            packages.add(package.strip())
+            cores.add((package.strip(), (core or "").strip()))
+    memory = re.search(r"MemTotal:\s+(\d+)", _read("/proc/meminfo") or "")
+    match = re.search(r"^([\d.]+)$|Kernel Module(?:\s+for\s+\S+)?\s+([\d.]+)",
+                      (_read("/sys/module/nvidia/version")
+                       or _read("/proc/driver/nvidia/version") or "").strip())
+    facts = {"hostname": platform.node(), "cpu_model": cpu_name(),
+             "sockets": len(packages) or None,
+             "physical_cores": len(cores) or None,
+             "memory_kib": int(memory.group(1)) if memory else None,
+             "driver": (match.group(1) or match.group(2)) if match else None,
+             # the node's GPUs, also those CUDA_VISIBLE_DEVICES hides from a rank
+             "gpus_on_node": len(_listdir("/proc/driver/nvidia/gpus")) or None,
+             "fabrics": _fabrics()}
+    if gpus is not None:
+        facts["gpus"] = gpus
+    return facts
+
+
+def _fabrics():
+    """RDMA ports and NICs as dlrun's inventory records them (their rates)."""
+    def attrs(where, keys):
+        return dict((key, (_read(where + name) or "").strip() or None)
+                    for key, name in keys)
+    ib, net = "/sys/class/infiniband/", "/sys/class/net/"
+    devices = [{"name": dev, "ports": [
+        attrs("%s%s/ports/%s/" % (ib, dev, port),
+              [(k, k) for k in ("link_layer", "state", "rate")])
+        for port in sorted(_listdir(ib + dev + "/ports"))]}
+        for dev in sorted(_listdir(ib))]
+    nics = []
+    for name in sorted(_listdir(net)):
+        nic = attrs(net + name + "/", [("type", "type"), ("speed_mbps", "speed"),
+                                       ("operstate", "operstate")])
+        nic.update(name=name, virtual=not os.path.exists(net + name + "/device"),
+                   type="ethernet" if nic["type"] == "1" else "other")
+        nics.append(nic)
+    return {"rdma_devices": devices, "interfaces": nics}
+
+
+def _listdir(path):
+    try:
+        return os.listdir(path)
+    except OSError:  # none there, or a process that has just ended
+        return []

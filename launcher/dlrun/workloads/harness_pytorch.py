@@ -1,11 +1,10 @@
 #!/usr/bin/env python
 """dlrun in-container PyTorch training benchmark harness.
 
-Runs a synthetic-data image-classification training benchmark in the style of
-tf_cnn_benchmarks (same model names, same log layout, same "images/sec"
-definition), or BERT-base fine-tuning on SWAG or SQuAD with synthetic tokens
-(rates in sequences/sec), and ends with exactly one machine-readable result
-line.
+Image-classification training in the style of tf_cnn_benchmarks (its model
+names, log layout and "images/sec"), BERT-base fine-tuning on SWAG or SQuAD
+(sequences/sec), or LLM pretraining with a Llama-3-style decoder (tokens/sec,
+MFU); it ends with exactly one machine-readable result line.
 
 This file is copied verbatim into containers, some of them old: it needs only
 the Python standard library and torch, and runs on Python >= 3.6 with
@@ -16,40 +15,48 @@ comparisons.
 
 Files
 -----
-Shipped together in one directory, which the entry puts on ``sys.path``.
-Standard library only (settled before torch loads): ``harness_common.py``
-(shared with the TensorFlow harness), ``harness_pytorch_allocator.py``,
-``harness_pytorch_knobs.py``; with torch: ``harness_pytorch_features.py``,
-``harness_pytorch_models.py``, ``harness_pytorch_data.py``,
-``harness_pytorch_dataset.py``, ``harness_pytorch_tfrecord.py``,
-``harness_pytorch_process.py``, ``harness_pytorch_comm.py``,
-``harness_pytorch_collectives.py``, ``harness_pytorch_horovod.py``,
-``harness_pytorch_train.py`` and ``harness_pytorch_tune.py`` (``dlrun
-tune``'s trials).  Each can be imported on its own without side effects.
+This entry file is shipped together with its siblings in one directory and
+imports them from there (it puts its own directory on ``sys.path``; the
+caller's working directory does not matter):
+``harness_common.py`` (shared with the TensorFlow harness: exit codes, the
+error type, output, argument types, throughput statistics),
+``harness_pytorch_allocator.py`` (the memory allocator) and
+``harness_pytorch_knobs.py`` (the speed knobs and why each has its value;
+both standard library only, settled before torch is imported),
+``harness_pytorch_features.py`` (checks for features of newer PyTorch
+releases), ``harness_pytorch_models.py`` (model definitions and what is
+counted on them), ``harness_pytorch_data.py`` (the data the steps consume), ``harness_pytorch_dataset.py`` and ``harness_pytorch_tfrecord.py`` (real data),
+``harness_pytorch_process.py`` (ranks, device, backend, versions),
+``harness_pytorch_comm.py`` (process group, collectives),
+``harness_pytorch_collectives.py`` (the collective benchmarks),
+``harness_pytorch_sendrecv.py`` (point-to-point bandwidth),
+``harness_pytorch_horovod.py`` (``--dist``: DDP or Horovod),
+``harness_pytorch_fsdp.py`` (``--dist fsdp`` and ``dataparallel``),
+``harness_pytorch_llama.py`` (the LLM), ``harness_pytorch_text.py`` (its
+tokens), ``harness_pytorch_mfu.py`` (MFU and the peak table),
+``harness_pytorch_tasks.py`` (what a step consumes per kind of model),
+``harness_pytorch_args.py`` (the options of the newer features),
+``harness_pytorch_loader.py`` (the loader-only rate),
+``harness_pytorch_checkpoint.py`` (``--checkpoint-every``),
+``harness_pytorch_train.py`` (the training benchmark) and
+``harness_pytorch_tune.py`` (``dlrun tune``'s trials).  Every
+file needs only the standard library and torch, and each sibling can be
+imported on its own without side effects.
 
 Usage
 -----
     python harness_pytorch.py --model resnet50_v1.5 --batch-size 64 --steps 100
     python harness_pytorch.py --describe --model vgg16
 
-Options (see ``--help``): --model, --describe, --batch-size (per rank,
-default 32), --steps (timed steps, default 100), --warmup-steps (default 10),
---precision fp32|tf32|fp16|bf16|amp, --channels-last auto|on|off, --device auto|cpu|cuda,
---threads N, --expected-world-size N, --backend auto|gloo|nccl|mpi,
---dist ddp|horovod, --seed,
---display-every N (default 10), --lr (default 0.01 for the CNNs, 5e-5 for
-BERT), --momentum (default 0.9; SGD only), --data-dir DIR,
---data-workers J, --compile [auto|on|off], --fused-optimizer auto|on|off,
---pin-threads auto|on|off, --cudnn-benchmark auto|on|off, --allocator;
-BERT only: --seq-length N
-(default: the task's maximum), --num-layers N (default 12; fewer for quick
-runs).
+Options: ``--help`` lists them all with their defaults (the newer
+features' are in harness_pytorch_args.py).
 
 Models
 ------
 alexnet, resnet18, resnet34, resnet50, resnet101, resnet152,
 resnet50_v1.5, resnet101_v1.5, resnet152_v1.5, vgg16, inception3, lenet,
-trivial (images, 1000 classes); bert_swag, bert_squad (tokens).
+trivial (images, 1000 classes); bert_swag, bert_squad (tokens);
+llama3_tiny, llama3_1b, llama3_8b (LLM pretraining).
 
 * ``resnetN`` (N >= 50) is ResNet v1 as in tf_cnn_benchmarks: the stride-2 of
   a downsampling bottleneck block is on its first 1x1 convolution.
@@ -78,7 +85,22 @@ trivial (images, 1000 classes); bert_swag, bert_squad (tokens).
   0.02); fused GELU and scaled_dot_product_attention are used where this
   PyTorch has them.
 
-Other image models take 3x224x224 inputs.
+* ``llama3_*``: a Llama-3-style decoder (see harness_pytorch_llama.py:
+  1,235,814,400 parameters as Llama 3.2 1B, 8,030,261,248 as Llama 3.1
+  8B, 3.4 M for CPU tests) trained on next-token prediction with AdamW
+  (betas 0.9, 0.95, weight decay 0.1), on synthetic tokens or on
+  ``--data-dir``'s corpus or token shards (harness_pytorch_text.py).
+  ``--batch-size`` counts sequences per device; rates count tokens:
+  world_size x devices per rank x batch x micro-batches x seq_length x
+  timed_steps / wall_time_s.  ``--precision amp`` is bfloat16 autocast on
+  every device (no gradient scaler).  The result adds flops_per_token
+  (6 N + 12 L H Q T, PaLM Appendix B), achieved TFLOP/s and MFU against the
+  device's peak and against --matmul-gflops (harness_pytorch_mfu.py; an
+  MFU above 1 fails the run, exit 7), first_loss, final_loss and
+  loss_fell.
+
+Default input sizes: 3x224x224; inception3 3x299x299; lenet 3x28x28;
+trivial 3x32x32; bert_swag 4x80 tokens per example; bert_squad 384 tokens.
 
 Training benchmark
 ------------------
@@ -102,13 +124,9 @@ decay 0.01 (Adam where torch.optim.AdamW does not exist), as BERT's own.
 --batch-size counts instances: SWAG examples (of 4 sequences each, as Ren et
 al.'s batch sizes do) or SQuAD windows; rates count sequences.
 
-* ``--precision``: ``fp32`` is IEEE fp32 (TF32 turned off for CUDA matrix
-  products and cuDNN); ``tf32`` turns TF32 on (CUDA only); ``fp16`` is
-  float16 autocast plus a gradient scaler (CUDA only); ``bf16`` is bfloat16
-  autocast; ``amp`` is the device's mixed precision: bfloat16 on CPU, float16
-  plus a scaler on CUDA.  The result records what ran (``precision_ran``,
-  ``tf32``, and ``native_bf16`` on a CPU, with a warning where bfloat16 is
-  emulated).  Exit 2 where this PyTorch or device cannot run what was asked.
+* ``--precision``: fp32 (TF32 off), tf32 and fp16 (CUDA), bf16, amp (bf16
+  on CPU, fp16 + scaler on CUDA); resolve_precision in
+  harness_pytorch_features.py; the result records what ran.
 * ``--channels-last auto`` means: on for CUDA, on for amp on CPU, on for
   fp32 on CPU where oneDNN (mkldnn) is available - its NHWC convolution
   kernels train ResNet-50 faster than NCHW (1.1x to 1.4x measured on a
@@ -134,20 +152,13 @@ al.'s batch sizes do) or SQuAD windows; rates count sequences.
   ``off`` keeps the default step.  The result records
   ``fused_optimizer``.
 
-Memory allocator (``--allocator``, default auto): glibc's malloc returns
-large freed tensors to the kernel and page-faults them back on every step,
-which cost ResNet-50 fp32 training on a 2-core CPU a third of its speed.
-Run as a program, the harness therefore re-executes itself once, before
-importing torch, with a caching allocator in LD_PRELOAD: auto takes
-tcmalloc (libtcmalloc_minimal.so.4), else jemalloc (libjemalloc.so.2, with
-MALLOC_CONF set to keep freed memory unless MALLOC_CONF is set), else
-"glibc-tuned": glibc told through mallopt never to trim its heap and to
-serve allocations up to 32 MiB from it.  ``system`` leaves malloc as it is.
-The libraries are looked for in the Python prefix's lib directory and the
-system library directories; an allocator already in LD_PRELOAD is kept.
-A named allocator that cannot be loaded is an error (exit 2).  Children of
-the harness inherit the original LD_PRELOAD.  Imported as a module the
-harness cannot re-execute: auto then means glibc-tuned.
+Memory allocator (``--allocator``, default auto; harness_pytorch_allocator.py
+says why): run as a program, the harness re-executes itself once, before
+importing torch, with tcmalloc (libtcmalloc_minimal.so.4), else jemalloc
+(libjemalloc.so.2), in LD_PRELOAD, else tells glibc through mallopt to keep
+freed memory ("glibc-tuned"); ``system`` leaves malloc as it is.  A named
+allocator that cannot be loaded is an error (exit 2); children inherit the
+original LD_PRELOAD; imported as a module, auto means glibc-tuned.
 
 Rank, world size and local rank come from the environment, first match wins:
 torchrun (RANK, WORLD_SIZE, LOCAL_RANK); Open MPI (OMPI_COMM_WORLD_RANK,
@@ -161,7 +172,14 @@ DistributedDataParallel.  Backend auto is nccl on CUDA and gloo on CPU.
 
 ``--dist horovod`` (training only) uses Horovod instead of a process group
 (see ``harness_pytorch_horovod.py``); the output contract is the same, and
-results record ``dist`` ("ddp" or "horovod") and ``horovod_version``.
+results record ``dist`` ("ddp", "horovod", "fsdp" or "dataparallel") and
+``horovod_version``.  ``--dist fsdp`` shards the model with FSDP2 and
+``--dist dataparallel`` runs one process over all of the node's GPUs
+(``harness_pytorch_fsdp.py``, with the replica check for sharded
+parameters).  Every trained model takes ``--global-batch-size`` (gradient
+accumulation), ``--checkpoint-every`` (harness_pytorch_checkpoint.py) and
+records the data-stall seconds of the timed steps and the loader-only rate
+(harness_pytorch_loader.py).
 
 Timing: warm-up steps are excluded.  Before the timed loop every rank waits at
 a barrier and synchronises its device; every timed step ends with a device
@@ -189,7 +207,8 @@ Errors are one stderr line starting with ``dlrun-harness: error:`` (an
 unexpected exception also prints its traceback before that line).  Exit
 codes: 0 ok; 1 unexpected failure; 2 bad option or unsupported feature;
 3 world size differs from --expected-world-size; 4 replicas diverged;
-6 a collective returned wrong values (--benchmark COLLECTIVE);
+6 a collective returned wrong values (--benchmark COLLECTIVE); 7 a number
+that cannot be (an MFU above 1);
 5 non-finite loss (one process: checked at every displayed step; several:
 checked at the end, all ranks agreeing through an all-reduce).
 
@@ -225,7 +244,9 @@ per-rank inputs against exact expected values.  The result adds
 "collective" (nccl-tests' name, e.g. all_gather), "api" (the
 torch.distributed function used, e.g. reduce_scatter_single), "busbw_factor",
 "size_is" and "root".  A collective this PyTorch or backend lacks fails with
-one line (exit 2).
+one line (exit 2).  ``--benchmark sendrecv`` measures point-to-point
+bandwidth of every pair of ranks in both directions
+(harness_pytorch_sendrecv.py).
 """
 
 
@@ -238,9 +259,9 @@ if HARNESS_DIR not in sys.path:
     sys.path.insert(0, HARNESS_DIR)
 
 # Standard library only: torch is not imported yet.
-from harness_pytorch_allocator import (ALLOCATOR_CHOICES,  # noqa: E402
-                                       argv_allocator, setup_allocator)
-from harness_pytorch_knobs import pin_threads  # noqa: E402
+from harness_pytorch_allocator import (argv_allocator,  # noqa: E402
+                                       setup_allocator)
+from harness_pytorch_knobs import add_knob_options, pin_threads  # noqa: E402
 
 if __name__ == "__main__":
     _requested = argv_allocator(sys.argv[1:])
@@ -255,12 +276,17 @@ if __name__ == "__main__":
 
 import json  # noqa: E402
 
-from harness_pytorch_collectives import (BENCHMARKS,  # noqa: E402
-                                         run_collective)  # (imports torch)
+from harness_pytorch_collectives import (  # noqa: E402 (imports torch)
+    add_collective_options, run_communication)
 from harness_common import (EXIT_USAGE, ArgumentParser,  # noqa: E402
                             HarnessError, error_line, non_negative, out,
                             positive, report_failures)
 from harness_pytorch_features import PRECISIONS  # noqa: E402
+
+DEVICES = ("auto", "cpu", "cuda")
+BACKENDS = ("auto", "gloo", "nccl", "mpi")
+from harness_pytorch_args import (add_llm_options,  # noqa: E402
+                                  add_training_options)
 from harness_pytorch_horovod import DIST_CHOICES  # noqa: E402
 from harness_pytorch_knobs import trial_spec  # noqa: E402
 from harness_pytorch_models import MODEL_NAMES, describe_model  # noqa: E402
@@ -273,32 +299,32 @@ DEFAULT_DATA_WORKERS = 4  # Ren et al.'s j (Sec. IV)
 def build_parser():
     p = ArgumentParser(
         prog="dlrun-harness",
-        description="Synthetic-data PyTorch training benchmark "
-                    "(tf_cnn_benchmarks-style; CNNs and BERT).")
+        description="PyTorch training benchmark (tf_cnn_benchmarks-style; "
+                    "CNNs, BERT and LLM pretraining) and collective "
+                    "benchmarks.")
     p.add_argument("--model", default="resnet50_v1.5", choices=MODEL_NAMES)
     p.add_argument("--describe", action="store_true",
                    help="print the model's parameters and forward "
                         "multiply-adds as one JSON line and exit")
     p.add_argument("--batch-size", type=positive, default=32,
-                   help="images per rank and step (default 32)")
+                   help="instances per device and micro-batch: images, "
+                        "BERT examples or windows, LLM sequences (default 32)")
     p.add_argument("--steps", type=positive, default=100,
                    help="timed steps (default 100)")
     p.add_argument("--warmup-steps", type=non_negative, default=10,
                    help="untimed warm-up steps (default 10)")
     p.add_argument("--precision", choices=PRECISIONS, default="fp32")
-    p.add_argument("--channels-last", choices=("auto", "on", "off"),
-                   default="auto")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"),
-                   default="auto")
+    p.add_argument("--device", choices=DEVICES, default="auto")
     p.add_argument("--threads", type=positive, default=None,
                    help="torch.set_num_threads (default: torch's choice)")
     p.add_argument("--expected-world-size", type=positive, default=None)
-    p.add_argument("--backend", choices=("auto", "gloo", "nccl", "mpi"),
-                   default="auto")
+    p.add_argument("--backend", choices=BACKENDS, default="auto")
     p.add_argument("--dist", choices=DIST_CHOICES, default="ddp",
-                   help="distribution layer: ddp (DistributedDataParallel, "
-                        "default) or horovod (Horovod's "
-                        "DistributedOptimizer; training only)")
+                   help="distribution layer (training): ddp "
+                        "(DistributedDataParallel, default), horovod "
+                        "(Horovod's DistributedOptimizer), fsdp (FSDP2 "
+                        "fully_shard) or dataparallel (one process, "
+                        "torch.nn.DataParallel over the node's GPUs)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--display-every", type=positive, default=10)
     p.add_argument("--lr", type=float, default=None,
@@ -306,69 +332,34 @@ def build_parser():
                         "for BERT's AdamW)")
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--seq-length", type=positive, default=None,
-                   help="BERT: tokens per sequence (default: the task's "
-                        "maximum, 80 for SWAG, 384 for SQuAD)")
+                   help="BERT and LLMs: tokens per sequence (default: the "
+                        "task's maximum, 80 for SWAG, 384 for SQuAD; the "
+                        "LLM's own, 8192 for llama3_1b/8b)")
     p.add_argument("--num-layers", type=positive, default=None,
-                   help="BERT: transformer layers (default 12, BERT-base)")
+                   help="BERT and LLMs: transformer layers (default: the "
+                        "model's own, 12 for BERT-base)")
     p.add_argument("--data-dir", default=None,
-                   help="train the image models on this ImageNet directory "
-                        "(TFRecord shards or a JPEG ImageFolder tree) "
-                        "instead of synthetic data")
+                   help="train on this directory instead of synthetic data: "
+                        "ImageNet (TFRecord shards or a JPEG ImageFolder "
+                        "tree) for the image models; token shards (.bin), "
+                        "JSON lines or plain text for the LLMs")
     p.add_argument("--data-workers", type=non_negative, default=None,
                    help="DataLoader worker processes per rank decoding "
                         "--data-dir (default 4; 0 decodes in the training "
                         "process); recorded only for synthetic data")
-    p.add_argument("--compile", nargs="?", const="on", default="auto",
-                   choices=("auto", "on", "off"),
-                   help="torch.compile (inductor) the model where this "
-                        "PyTorch has it (on; --compile alone means on); "
-                        "auto and off run eagerly")
-    p.add_argument("--pin-threads", choices=("auto", "on", "off"),
-                   default="auto",
-                   help="on: bind each OpenMP thread to one CPU of this "
-                        "rank's share (OMP_PROC_BIND, OMP_PLACES); auto and "
-                        "off leave placement to the OS")
-    p.add_argument("--cudnn-benchmark", choices=("auto", "on", "off"),
-                   default="auto",
-                   help="CUDA: let cuDNN time its algorithms for each "
-                        "shape (auto and on; off: its heuristics); no "
-                        "effect on a CPU")
-    p.add_argument("--fused-optimizer", choices=("auto", "on", "off"),
-                   default="auto",
-                   help="auto (default): the optimizer's fused step where "
-                        "this PyTorch has one for the device, else its "
-                        "default; on: fused or exit 2; off: PyTorch's "
-                        "default step")
-    p.add_argument("--benchmark", choices=("train",) + BENCHMARKS,
-                   default="train",
-                   help="train (default), or a collective's bus bandwidth "
-                        "over message sizes (%s), --steps timed and "
-                        "--warmup-steps untimed iterations per size"
-                        % ", ".join(BENCHMARKS))
-    p.add_argument("--min-bytes", type=positive, default=8,
-                   help="collectives: smallest message (default 8)")
-    p.add_argument("--max-bytes", type=positive, default=64 * 1024 * 1024,
-                   help="collectives: largest message (default 64 MiB)")
-    p.add_argument("--size-factor", type=positive, default=2,
-                   help="collectives: size multiplier between messages "
-                        "(default 2)")
-    p.add_argument("--allocator", choices=ALLOCATOR_CHOICES, default="auto",
-                   help="memory allocator: auto (tcmalloc, else jemalloc, "
-                        "else glibc-tuned), tcmalloc, jemalloc, glibc-tuned "
-                        "(glibc that keeps freed memory) or system (the C "
-                        "library's malloc untouched); default auto")
-    p.add_argument("--timeout-s", type=positive, default=None,
-                   help="collective timeout in seconds (dlrun: the run's "
-                        "time limit), so that one stopped rank ends the "
-                        "job; default PyTorch's")
+    add_knob_options(p)
+    add_collective_options(p)
+    add_training_options(p)
+    add_llm_options(p)
     return p
 
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
     args.raw_argv = list(sys.argv[1:] if argv is None else argv)
-    if args.data_workers is None:
-        args.data_workers = DEFAULT_DATA_WORKERS if args.data_dir else 0
+    if args.data_workers is None:  # the LLM reads its windows in-process
+        args.data_workers = (DEFAULT_DATA_WORKERS if args.data_dir
+                             and not args.model.startswith("llama") else 0)
     if args.data_dir is not None and (args.model.startswith("bert")
                                       or args.benchmark != "train"):
         error_line("--data-dir: %s reads no images; valid: an image model"
@@ -387,7 +378,7 @@ def _run(args):
             raise HarnessError("--dist %s applies to training; the "
                                "collective benchmarks use the process "
                                "group; valid: --dist ddp" % args.dist)
-        return run_collective(args)
+        return run_communication(args)
     spec = trial_spec()
     if spec is not None:  # dlrun tune's trial, not a benchmark
         from harness_pytorch_tune import run_trial

@@ -13,7 +13,9 @@ import traceback
 
 import torch
 
-from harness_common import EXIT_UNEXPECTED, HarnessError, error_line
+from harness_common import (EXIT_DIVERGED, EXIT_UNEXPECTED, PERTURB_ENV,
+                            REPLICA_RTOL, HarnessError, NullContext,
+                            error_line)
 
 
 # --- Process group -----------------------------------------------------------
@@ -90,15 +92,89 @@ class Comm(object):
             self.dist.destroy_process_group()
             self.dist = None
 
-    # --dist ddp; harness_pytorch_horovod.HorovodComm has the same three.
+    # --dist ddp; harness_pytorch_horovod.HorovodComm and the classes of
+    # harness_pytorch_fsdp.py have the same methods.
+    #: devices one process drives (DataParallel: all of the node's GPUs)
+    devices_per_rank = 1
+    #: bfloat16 where the run autocasts to it (FSDP computes in it)
+    amp_dtype = None
+
+    @property
+    def wraps(self):
+        """Whether the model needs this layer's wrapper."""
+        return self.world_size > 1
+
     def fields(self):
         return {"dist": "ddp", "horovod_version": None}
 
     def wrap_model(self, model, device):
         return wrap_ddp(model, device)
 
-    def wrap_optimizer(self, optimizer, model, scaler=None):
+    def wrap_optimizer(self, optimizer, model, scaler=None, accumulate=1):
         return optimizer, scaler  # DDP averages in the model's backward
+
+    def fused_mode(self, mode, optimizer):
+        """--fused-optimizer as this layer can step it."""
+        return mode
+
+    def accumulating(self, model, last):
+        """The context of one micro-batch's backward: DDP skips its
+        all-reduce (no_sync) on all but the last of a step's micro-batches;
+        without no_sync (PyTorch < 1.2) every backward averages, which
+        costs more and gives the same gradients."""
+        no_sync = getattr(model, "no_sync", None)
+        if last or no_sync is None or self.world_size == 1:
+            return NullContext()
+        return no_sync()
+
+    def check_replicas(self, module):
+        """None, or (message, exit code) when the replicas' parameters
+        differ: a float64 checksum compared across ranks (MAX and MIN)."""
+        maybe_perturb(module, self.rank)
+        checksum = param_checksum(module)
+        cmax = self.all_reduce(checksum, "MAX")
+        cmin = self.all_reduce(checksum, "MIN")
+        if replicas_agree(cmax, cmin):
+            return None
+        return ("replicas diverged: parameter checksums (sum, abs sum) "
+                "differ across %d ranks: max %r, min %r (relative tolerance "
+                "%g)" % (self.world_size, cmax, cmin, REPLICA_RTOL),
+                EXIT_DIVERGED)
+
+
+def param_checksum(module):
+    """(sum, sum of absolute values) of all parameters, in float64."""
+    total = 0.0
+    total_abs = 0.0
+    with torch.no_grad():
+        for p in module.parameters():
+            d = p.detach().double()
+            total += float(d.sum())
+            total_abs += float(d.abs().sum())
+    return [total, total_abs]
+
+
+def replicas_agree(cmax, cmin, rtol=REPLICA_RTOL):
+    """Whether element-wise MAX and MIN over ranks of the checksum agree to
+    ``rtol`` of the absolute-value sum."""
+    scale = max(abs(cmax[1]), abs(cmin[1]), 1e-30)
+    return all(abs(a - b) <= rtol * scale for a, b in zip(cmax, cmin))
+
+
+def perturbs(rank):
+    """Whether the documented test hook asks this rank to perturb."""
+    value = os.environ.get(PERTURB_ENV)
+    return value is not None and value.strip() == str(rank)
+
+
+def maybe_perturb(module, rank):
+    """The documented test hook (see harness_pytorch.py's notes)."""
+    if not perturbs(rank):
+        return
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(1.0)
+            break
 
 
 def wrap_ddp(model, device):

@@ -280,6 +280,8 @@ class RealBatches(object):
     """Batches of the data under ``root`` on ``device``: next() gives
     ((images,), (labels,))."""
 
+    loads = True  # a loader the loader-only rate measures
+
     def __init__(self, root, batch_size, image_size, workers, rank,
                  world_size, seed, device, channels_last):
         self.data = open_dataset(root)
@@ -295,6 +297,7 @@ class RealBatches(object):
         self.channels_last = channels_last
         self.images_decoded = 0
         self.workers = workers
+        self.prefetched = 2 * workers  # DataLoader's prefetch factor 2
         loader = torch.utils.data.DataLoader(
             _Samples(self.data, size), batch_size=batch_size,
             sampler=_EndlessSampler(len(self.data), rank, world_size, seed),

@@ -67,11 +67,13 @@ def set_tf32(enabled, device_type, torch_mod=torch):
     return settings
 
 
-def resolve_precision(precision, device_type, torch_mod=torch):
+def resolve_precision(precision, device_type, torch_mod=torch, amp_dtype=None):
     """--precision -> (autocast context factory or None, the type the
     matrix products run in (float32, tf32, float16, bfloat16), needs a
-    gradient scaler, TF32 settings as set).  Raises HarnessError (exit 2)
-    for what this device or PyTorch cannot run, never runs another type."""
+    gradient scaler, TF32 settings as set).  ``amp_dtype``: what amp means
+    for this model where it is not the device's default (the LLMs train in
+    bfloat16 on GPUs too).  Raises HarnessError (exit 2) for what this
+    device or PyTorch cannot run, never runs another type."""
     if precision == "tf32" and device_type != "cuda":
         raise HarnessError("--precision tf32 is a mode of NVIDIA tensor cores "
                            "(Ampere and newer); this run is on %s"
@@ -84,7 +86,8 @@ def resolve_precision(precision, device_type, torch_mod=torch):
                            "gradient scaler; on %s use bf16 or amp"
                            % device_type)
     if precision == "amp":
-        dtype = "float16" if device_type == "cuda" else "bfloat16"
+        dtype = amp_dtype or ("float16" if device_type == "cuda"
+                              else "bfloat16")
     else:
         dtype = "float16" if precision == "fp16" else "bfloat16"
     return (_autocast(precision, device_type, dtype, torch_mod), dtype,

@@ -1,6 +1,7 @@
 """dlrun PyTorch harness: the distribution layer chosen with ``--dist`` -
 DistributedDataParallel over a torch.distributed process group (``ddp``,
-the default) or Horovod (``horovod``).  Horovod is imported only for
+the default) or Horovod (``horovod``); ``fsdp`` and ``dataparallel`` are
+in harness_pytorch_fsdp.py.  Horovod is imported only for
 ``--dist horovod``, so this file imports without it.  Standard library +
 torch (+ horovod.torch when asked for); runs on Python >= 3.6 with
 PyTorch >= 1.0 and Horovod >= 0.16.
@@ -25,7 +26,7 @@ from harness_pytorch_comm import Comm
 from harness_common import EXIT_USAGE, HarnessError
 from harness_pytorch_process import setup_process
 
-DIST_CHOICES = ("ddp", "horovod")
+DIST_CHOICES = ("ddp", "horovod", "fsdp", "dataparallel")
 # Test hook: with this set to 1, --dist horovod leaves the optimizer
 # unwrapped (no gradient averaging), so that tests can prove the replica
 # check catches ranks that do not average.  It has no other effect.
@@ -36,11 +37,21 @@ def setup_dist(args):
     """(setup_process's tuple, comm) for ``args.dist``: a torch.distributed
     Comm for ddp; for horovod, Horovod is initialised first and says the
     rank and world size."""
-    if getattr(args, "dist", "ddp") != "horovod":
+    dist = getattr(args, "dist", "ddp")
+    if dist != "horovod":
         process = setup_process(args)
-        rank, world_size, _, _, device, _, backend = process
-        return process, Comm(rank, world_size, backend, device,
-                             args.timeout_s)
+        rank, world_size, _, device_type, device, _, backend = process
+        if dist == "dataparallel":
+            from harness_pytorch_fsdp import (DataParallelComm,
+                                              check_dataparallel)
+            check_dataparallel(world_size, device_type)
+            comm = DataParallelComm(device)
+            return process[:6] + ("none",), comm
+        cls = Comm
+        if dist == "fsdp":
+            from harness_pytorch_fsdp import FsdpComm as cls
+        return process, cls(rank, world_size, backend, device,
+                            args.timeout_s)
     if args.backend != "auto":
         raise HarnessError("--backend %s applies to --dist ddp (a "
                            "torch.distributed process group); Horovod picks "
@@ -74,12 +85,13 @@ def _horovod_version():
         return None
 
 
-class HorovodComm(object):
+class HorovodComm(Comm):
     """Comm's interface over Horovod: the process is already initialised
     (Horovod gave the rank); ``init`` marks it live for in_process_group and
-    ``destroy`` shuts Horovod down."""
+    ``destroy`` shuts Horovod down.  The replica check and the micro-batch
+    context are Comm's (a plain model has no no_sync)."""
 
-    def __init__(self, hvd, device):
+    def __init__(self, hvd, device):  # Horovod, not Comm, knows the ranks
         self.hvd = hvd
         self.rank = hvd.rank()
         self.world_size = hvd.size()
@@ -144,7 +156,7 @@ class HorovodComm(object):
     def wrap_model(self, model, device):
         return model  # Horovod averages in the optimizer, not in the model
 
-    def wrap_optimizer(self, optimizer, model, scaler=None):
+    def wrap_optimizer(self, optimizer, model, scaler=None, accumulate=1):
         """Rank 0's parameters and buffers to every rank, the optimizer
         wrapped to average gradients, its state broadcast; a gradient scaler
         made to average before it unscales."""
@@ -159,8 +171,12 @@ class HorovodComm(object):
         if os.environ.get(NO_WRAP_ENV) != "1":
             named = [(n, p) for n, p in model.named_parameters()
                      if p.requires_grad]
+            extra = {}
+            if accumulate > 1:  # average once per step, not per micro-batch
+                extra["backward_passes_per_step"] = accumulate
             optimizer = hvd.DistributedOptimizer(optimizer,
-                                                 named_parameters=named)
+                                                 named_parameters=named,
+                                                 **extra)
         hvd.broadcast_optimizer_state(optimizer, root_rank=0)
         if scaler is not None and hasattr(optimizer, "skip_synchronize"):
             scaler = _SynchronizingScaler(scaler)

@@ -22,6 +22,7 @@ import json
 import os
 
 from harness_common import HarnessError
+from harness_pytorch_allocator import ALLOCATOR_CHOICES
 
 #: The knobs a result records, in this order.
 KNOBS = ("allocator", "fused_optimizer", "channels_last", "threads",
@@ -36,6 +37,38 @@ LOCAL_RANK_ENV = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
 TRIAL_ENV = "DLRUN_TUNE_TRIAL"
 #: What pin_threads did in this process: the CPUs its threads are bound to.
 PINNING = {"cpus": None, "note": None}
+
+
+def add_knob_options(p):
+    """The speed knobs' options (what dlrun tune measures; each also
+    recorded with its source, see knob_fields)."""
+    p.add_argument("--channels-last", choices=("auto", "on", "off"), default="auto")
+    p.add_argument("--compile", nargs="?", const="on", default="auto",
+                   choices=("auto", "on", "off"),
+                   help="torch.compile (inductor) the model where this "
+                        "PyTorch has it (on; --compile alone means on); "
+                        "auto and off run eagerly")
+    p.add_argument("--pin-threads", choices=("auto", "on", "off"),
+                   default="auto",
+                   help="on: bind each OpenMP thread to one CPU of this "
+                        "rank's share (OMP_PROC_BIND, OMP_PLACES); auto and "
+                        "off leave placement to the OS")
+    p.add_argument("--cudnn-benchmark", choices=("auto", "on", "off"),
+                   default="auto",
+                   help="CUDA: let cuDNN time its algorithms for each "
+                        "shape (auto and on; off: its heuristics); no "
+                        "effect on a CPU")
+    p.add_argument("--fused-optimizer", choices=("auto", "on", "off"),
+                   default="auto",
+                   help="auto (default): the optimizer's fused step where "
+                        "this PyTorch has one for the device, else its "
+                        "default; on: fused or exit 2; off: PyTorch's "
+                        "default step")
+    p.add_argument("--allocator", choices=ALLOCATOR_CHOICES, default="auto",
+                   help="memory allocator: auto (tcmalloc, else jemalloc, "
+                        "else glibc-tuned), tcmalloc, jemalloc, glibc-tuned "
+                        "(glibc that keeps freed memory) or system (the C "
+                        "library's malloc untouched); default auto")
 
 
 def argv_value(argv, flag, default=None):

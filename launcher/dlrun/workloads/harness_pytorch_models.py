@@ -13,6 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from harness_common import NUM_CLASSES, HarnessError
+from harness_pytorch_llama import LLAMA_NAMES, describe_llama, is_llama
 
 
 def _flatten(x):
@@ -565,12 +566,12 @@ _MODELS = {
 MODEL_NAMES = ("alexnet", "resnet18", "resnet34", "resnet50", "resnet101",
                "resnet152", "resnet50_v1.5", "resnet101_v1.5",
                "resnet152_v1.5", "vgg16", "inception3", "lenet", "trivial",
-               "bert_swag", "bert_squad")
+               "bert_swag", "bert_squad") + LLAMA_NAMES
 _BERT_HEADS = {"swag": BertMultipleChoice, "squad": BertSpanExtraction}
 
 
 def _check_model_name(name):
-    if name not in _MODELS and name not in BERT_TASKS:
+    if name not in _MODELS and name not in BERT_TASKS and not is_llama(name):
         raise HarnessError("unknown model %r (choose from: %s)"
                            % (name, ", ".join(MODEL_NAMES)))
 
@@ -584,7 +585,10 @@ def is_bert(name):
 
 def build_model(name, num_layers=None):
     """A fresh ``nn.Module`` for model ``name`` (on CPU).  ``num_layers``
-    (BERT only, default 12) makes a shallower BERT for quick runs."""
+    (BERT only, default 12) makes a shallower BERT for quick runs.  The
+    LLMs are built by harness_pytorch_llama.build_llama."""
+    if is_llama(name):
+        raise HarnessError("model %s is built by build_llama" % name)
     if is_bert(name):
         return _BERT_HEADS[BERT_TASKS[name][0]](num_layers or
                                                 BERT_BASE["layers"])
@@ -596,7 +600,7 @@ def build_model(name, num_layers=None):
 
 def default_image_size(name):
     """Default input size of image model ``name`` as a (C, H, W) tuple."""
-    if is_bert(name):
+    if is_bert(name) or is_llama(name):
         raise HarnessError("model %s reads tokens, not images" % name)
     return _MODELS[name][1]
 
@@ -713,7 +717,10 @@ def describe_model(name):
     """The ``--describe`` record of model ``name`` as a dict.  Image models:
     forward multiply-adds per image.  BERT models: per sequence (a SWAG
     example is 4 sequences), counting every matrix product - the weight
-    layers and attention's two products."""
+    layers and attention's two products.  LLMs: per token, from the FLOPs
+    per token (harness_pytorch_llama.describe_llama)."""
+    if is_llama(name):
+        return describe_llama(name)
     if is_bert(name):
         task, length, per_instance = bert_task(name)
         inputs = bert_input(length, per_instance)

@@ -12,7 +12,9 @@ device_name, final_loss, formula, framework ("pytorch"),
 framework_version, fused_optimizer, global_batch_size, harness_version,
 image_size, lr, metric ("throughput"), mkldnn, model, momentum,
 num_classes, num_devices, optimizer, params, per_rank_images_per_sec,
-per_rank_wall_time_s, precision, python_version, rank_source, seed,
+per_rank_wall_time_s, precision, python_version, quality (what decides
+whether the number means anything: harness_common.quality_fields), node
+(the node it ran on: harness_common.node_facts), rank_source, seed,
 status ("ok"), threads, timed_steps, unit ("images/sec"), value,
 wall_time_reduction ("max_over_ranks"), wall_time_s, warmup_steps,
 world_size, dist, horovod_version, and what was read (data_source "jpeg",
@@ -32,7 +34,7 @@ import torch
 
 from harness_pytorch_allocator import ALLOCATOR, setup_allocator
 from harness_common import (EXIT_WORLD_SIZE, HARNESS_VERSION,
-                            HarnessError, cpu_name)
+                            HarnessError, cpu_name, node_facts)
 
 
 def _env_int(environ, key, source):
@@ -136,13 +138,24 @@ def _versions(device_type):
     return info
 
 
+def torch_gpus():
+    """[{name, memory_mib}] of the GPUs this PyTorch sees."""
+    if not torch.cuda.is_available():
+        return []
+    return [{"name": torch.cuda.get_device_name(i),
+             "memory_mib": torch.cuda.get_device_properties(i).total_memory
+             / 2.0 ** 20} for i in range(torch.cuda.device_count())]
+
+
 def run_fields(device_type):
-    """Result fields every benchmark shares: allocator, versions, status."""
+    """Result fields every benchmark shares: allocator, versions, status,
+    and the node the job ran on (harness_common.node_facts)."""
     fields = {
         "allocator": ALLOCATOR["name"],
         "allocator_library": ALLOCATOR["library"],
         "harness_version": HARNESS_VERSION,
         "status": "ok",
+        "node": node_facts(torch_gpus()),
     }
     fields.update(_versions(device_type))
     return fields

@@ -1,184 +1,72 @@
-"""dlrun PyTorch harness: the training benchmark - the timed training loop,
-the statistics of its step rows and the replica check.  Standard library +
-torch; runs on Python >= 3.6 with PyTorch >= 1.0.  What it measures is
-described in ``harness_pytorch.py``'s notes.
+"""dlrun PyTorch harness: the training benchmark - the timed training loop
+(gradient accumulation, data-stall time, checkpoints), the statistics of
+its step rows and the end-of-run checks.  Standard library + torch; runs on
+Python >= 3.6 with PyTorch >= 1.0.  What it measures is described in
+``harness_pytorch.py``'s notes; what a step consumes per kind of model is in
+``harness_pytorch_tasks.py``.
 """
 
 import gc
 import json
 import math
 import os
+import socket
 import sys
 import time
+import zlib
 
 import torch
-import torch.nn as nn
 
 from harness_pytorch_allocator import ALLOCATOR
-from harness_common import (EXIT_DIVERGED, EXIT_NONFINITE,
-                            NUM_CLASSES, PERTURB_ENV, REPLICA_RTOL,
-                            RULE, HarnessError, NullContext,
-                            cpu_has_native_bf16, error_line, out, perf_stats)
-from harness_pytorch_comm import StepClock, in_process_group, sync
-from harness_pytorch_data import (FixedBatches, synthetic_images,
-                                  synthetic_tokens)
-from harness_pytorch_features import (make_adamw, make_grad_scaler,
-                                      make_optimizer, maybe_compile,
-                                      mkldnn_available, RAN,
-                                      resolve_precision,
-                                      resolve_channels_last)
-from harness_pytorch_models import (BERT_BASE, bert_task, build_model,
-                                    count_params, default_image_size,
-                                    is_bert)
+from harness_common import (EXIT_NONFINITE, RULE, HarnessError, NullContext,
+                            TimedWindow, cpu_has_native_bf16, error_line, out,
+                            perf_stats, quality_fields)
+from harness_pytorch_checkpoint import Checkpointer
+from harness_pytorch_comm import (StepClock, in_process_group,  # noqa
+                                  param_checksum, replicas_agree, sync)
+from harness_pytorch_features import (RAN, make_grad_scaler, maybe_compile,
+                                      mkldnn_available, resolve_precision)
 from harness_pytorch_horovod import setup_dist
 from harness_pytorch_knobs import knob_fields
+from harness_pytorch_loader import loader_fields, measure_loader
+from harness_pytorch_mfu import mfu_fields
+from harness_pytorch_models import count_params
 from harness_pytorch_process import run_fields
-
-# Defaults where --lr is not given: SGD for the CNNs; AdamW for BERT at the
-# fine-tuning rate of the BERT code Ren et al. used (run_swag / run_squad).
-CNN_LR = 0.01
-BERT_LR = 5e-5
-BERT_WEIGHT_DECAY = 0.01
-
-# Training benchmark
-
-def param_checksum(module):
-    """(sum, sum of absolute values) of all parameters, in float64."""
-    total = 0.0
-    total_abs = 0.0
-    with torch.no_grad():
-        for p in module.parameters():
-            d = p.detach().double()
-            total += float(d.sum())
-            total_abs += float(d.abs().sum())
-    return [total, total_abs]
+from harness_pytorch_tasks import make_task
 
 
-def replicas_agree(cmax, cmin, rtol=REPLICA_RTOL):
-    """Whether element-wise MAX and MIN over ranks of the checksum agree to
-    ``rtol`` of the absolute-value sum."""
-    scale = max(abs(cmax[1]), abs(cmin[1]), 1e-30)
-    return all(abs(a - b) <= rtol * scale for a, b in zip(cmax, cmin))
+def accumulation(args, devices_per_step):
+    """Micro-batches per optimizer step for --global-batch-size (instances
+    over every device), 1 without it."""
+    if args.global_batch_size is None:
+        return 1
+    per_micro = args.batch_size * devices_per_step
+    if args.global_batch_size % per_micro:
+        raise HarnessError("--global-batch-size %d is not a multiple of "
+                           "--batch-size %d x %d devices = %d; valid: a "
+                           "multiple of %d" % (args.global_batch_size,
+                                               args.batch_size,
+                                               devices_per_step, per_micro,
+                                               per_micro))
+    return args.global_batch_size // per_micro
 
 
-def _maybe_perturb(module, rank):
-    """The documented test hook (see the module notes)."""
-    value = os.environ.get(PERTURB_ENV)
-    if value is None or value.strip() != str(rank):
-        return
-    with torch.no_grad():
-        for p in module.parameters():
-            p.add_(1.0)
-            break
-
-
-class _Task(object):
-    """What a training step consumes and what the run reports, for an image
-    model (instances are images) or a BERT task (instances are SWAG
-    examples of 4 sequences, or SQuAD windows of 1; rates count
-    sequences)."""
-
-    def __init__(self, args, device_type):
-        self.bert = is_bert(args.model)
-        if self.bert:
-            self.task, self.seq_length, self.per_instance = bert_task(
-                args.model, args.seq_length)
-            self.num_layers = args.num_layers or BERT_BASE["layers"]
-            self.unit, self.dataset = "sequences/sec", self.task
-            self.lr = BERT_LR if args.lr is None else args.lr
-            if args.channels_last == "on":
-                raise HarnessError("--channels-last on: model %s reads "
-                                   "tokens, not images" % args.model)
-            self.channels_last = False
-            return
-        for option, value in (("--seq-length", args.seq_length),
-                              ("--num-layers", args.num_layers)):
-            if value is not None:
-                raise HarnessError("%s applies to the BERT models, not to %s"
-                                   % (option, args.model))
-        self.per_instance = 1
-        self.unit, self.dataset = "images/sec", "imagenet"
-        self.lr = CNN_LR if args.lr is None else args.lr
-        self.channels_last = resolve_channels_last(
-            args.channels_last, args.precision, device_type)
-
-    def batches(self, args, rank, world_size, device):
-        """What the steps consume: the data under --data-dir, or one
-        synthetic batch on the device."""
-        if args.data_dir is not None:
-            from harness_pytorch_dataset import RealBatches  # needs Pillow
-            return RealBatches(args.data_dir, args.batch_size,
-                               default_image_size(args.model),
-                               args.data_workers, rank, world_size,
-                               args.seed, device, self.channels_last)
-        seed = args.seed + rank
-        if self.bert:
-            inputs, targets = synthetic_tokens(
-                args.batch_size, self.seq_length, self.per_instance,
-                BERT_BASE["vocab_size"], self.task, seed)
-        else:
-            inputs, targets = synthetic_images(
-                args.batch_size, default_image_size(args.model),
-                NUM_CLASSES, seed)
-            inputs, targets = (inputs,), (targets,)
-        return FixedBatches(inputs, targets, device, self.channels_last)
-
-    def criterion(self, device):
-        ce = nn.CrossEntropyLoss().to(device)
-        if self.bert and self.task == "squad":  # mean of start and end
-            return lambda out, targets: (ce(out[0], targets[0])
-                                         + ce(out[1], targets[1])) / 2
-        return lambda out, targets: ce(out, targets[0])
-
-    def optimizer(self, model, args):
-        params = [p for p in model.parameters() if p.requires_grad]
-        if self.bert:
-            return make_adamw(params, self.lr, BERT_WEIGHT_DECAY,
-                              args.fused_optimizer)
-        optimizer, fused = make_optimizer(torch.optim.SGD, params,
-                                          args.fused_optimizer, lr=self.lr,
-                                          momentum=args.momentum)
-        return optimizer, "sgd", fused
-
-    def result_fields(self, args, timing, optimizer):
-        if self.bert:
-            return {
-                "unit": self.unit,
-                "formula": "world_size*batch_size_per_rank*"
-                           "sequences_per_instance*timed_steps/wall_time_s",
-                "per_rank_sequences_per_sec": timing["per_rank_rates"],
-                "instances_per_sec": timing["total"] / self.per_instance,
-                "sequences_per_instance": self.per_instance,
-                "task": self.task, "seq_length": self.seq_length,
-                "num_layers": self.num_layers, "channels_last": False,
-                "optimizer": optimizer, "lr": self.lr,
-                "weight_decay": BERT_WEIGHT_DECAY}
-        return {
-            "unit": self.unit,
-            "formula": "world_size*batch_size_per_rank*timed_steps/"
-                       "wall_time_s",
-            "per_rank_images_per_sec": timing["per_rank_rates"],
-            "image_size": list(default_image_size(args.model)),
-            "num_classes": NUM_CLASSES,
-            "channels_last": self.channels_last,
-            "data_format": "NHWC" if self.channels_last else "NCHW",
-            "optimizer": optimizer, "lr": self.lr, "momentum": args.momentum}
-
-
-def _precision(precision, device_type, rank):
-    """(autocast factory or None, needs a gradient scaler, the result's
-    fields on what ran: precision_ran, amp_dtype, tf32, native_bf16)."""
-    autocast, ran, needs_scaler, tf32 = resolve_precision(precision,
-                                                          device_type)
+def _precision(precision, device_type, rank, llm):
+    """(autocast factory, needs a gradient scaler, the result's fields on
+    what ran: precision_ran, amp_dtype, tf32, native_bf16).  The LLMs'
+    amp is bfloat16 on every device (no scaler)."""
+    autocast, ran, needs_scaler, tf32 = resolve_precision(
+        precision, device_type, amp_dtype="bfloat16" if llm else None)
     native_bf16 = None
     if ran == "bfloat16" and device_type == "cpu":
-        native_bf16 = cpu_has_native_bf16()
+        native_bf16 = cpu_has_native_bf16(  # test hook: another cpuinfo
+            os.environ.get("DLRUN_HARNESS_TEST_CPUINFO"))
         if native_bf16 is False and rank == 0:
             sys.stderr.write(
                 "dlrun-harness: warning: --precision %s runs bfloat16 on a "
                 "CPU without bfloat16 instructions (no avx512_bf16/amx_bf16): "
                 "emulated, usually slower than fp32\n" % precision)
-    return autocast, needs_scaler, {
+    return autocast or NullContext, needs_scaler, {
         "precision_ran": RAN[ran], "tf32": tf32, "native_bf16": native_bf16,
         "amp_dtype": ran if autocast is not None else None}
 
@@ -186,213 +74,324 @@ def _precision(precision, device_type, rank):
 def run_benchmark(args):
     (rank, world_size, rank_source, device_type, device, device_name,
      backend), comm = setup_dist(args)
-
+    task = make_task(args, device_type)
     autocast, needs_scaler, ran = _precision(args.precision, device_type,
-                                             rank)
-    task = _Task(args, device_type)
+                                             rank, task.llm)
+    comm.amp_dtype = ran["amp_dtype"]
+    accum = accumulation(args, world_size * comm.devices_per_rank)
+    if (args.checkpoint_every is None) != (args.checkpoint_dir is None):
+        raise HarnessError("--checkpoint-every and --checkpoint-dir go "
+                           "together; give both or neither")
 
     outcome = in_process_group(comm, _train, args, task, comm, device,
-                               autocast or NullContext, needs_scaler)
+                               autocast, needs_scaler, accum)
     if outcome["error"] is not None:
         message, code = outcome["error"]
         if rank == 0:
             error_line(message)
         return code
-
-    timing = outcome["timing"]
-    total = timing["total"]
-    result = {
-        "metric": "throughput",
-        "value": total,
-        "wall_time_reduction": "max_over_ranks",
-        "per_rank_wall_time_s": timing["per_rank_walls"],
-        "wall_time_s": timing["wall"],
-        "timed_start_unix": timing["start_unix"],  # rank 0's clock
-        "world_size": world_size,
-        "rank_source": rank_source,
-        "num_devices": world_size,
-        "model": args.model,
-        "params": outcome["params"],
-        "batch_size_per_rank": args.batch_size,
-        "global_batch_size": args.batch_size * world_size,
-        "timed_steps": args.steps,
-        "warmup_steps": args.warmup_steps,
-        "precision": args.precision,
-        "compiled": outcome["compiled"],
-        "device": device_type,
-        "device_name": device_name,
-        "threads": torch.get_num_threads(),
-        "mkldnn": mkldnn_available(),
-        "backend": backend if world_size > 1 else "none",
-        "seed": args.seed,
-        "data_workers": args.data_workers,
-        "final_loss": outcome["final_loss"],
-        "fused_optimizer": outcome["fused_optimizer"],
-    }
-    result.update(ran)
-    result.update(task.result_fields(args, timing, outcome["optimizer"]))
-    result.update(outcome["data"])
-    result.update(run_fields(device_type))
-    result.update(comm.fields())
-    result.update(knob_fields(args, outcome, task.bert, device_type))
+    result = _result(args, task, comm, outcome, rank_source, device_type,
+                     device_name, backend, ran, accum)
+    result.update(knob_fields(args, outcome, task.bert or task.llm,
+                              device_type))
+    if task.llm:
+        try:
+            result.update(mfu_fields(
+                outcome["flops_per_token"], result["value"],
+                result["num_devices"], outcome["nodes"], device_type,
+                device_name, args.precision, args.matmul_gflops))
+        except HarnessError as exc:
+            if rank == 0:
+                error_line(exc.message)
+            return exc.code
     if rank == 0:
         out(RULE)
-        out("total %s: %.2f" % (task.unit, total))
+        out("total %s: %.2f" % (task.unit, result["value"]))
         out(RULE)
         out("DLRUN_RESULT " + json.dumps(result, sort_keys=True))
     return 0
 
 
-def _header(args, task, world_size, devices, optimizer):
+def _result(args, task, comm, outcome, rank_source, device_type, device_name,
+            backend, ran, accum):
+    """The DLRUN_RESULT record (without MFU)."""
+    timing = outcome["timing"]
+    batch, world_size = args.batch_size, comm.world_size
+    devices = world_size * comm.devices_per_rank
+    result = {
+        "metric": "throughput", "value": timing["total"], "unit": task.unit,
+        "wall_time_reduction": "max_over_ranks",
+        "wall_time_excludes": "checkpoints" if args.checkpoint_every
+        else None,
+        "per_rank_wall_time_s": timing["per_rank_walls"],
+        "wall_time_s": timing["wall"], "world_size": world_size,
+        "timed_start_unix": timing["start_unix"],  # rank 0's clock
+        "rank_source": rank_source, "num_devices": devices,
+        "devices_per_rank": comm.devices_per_rank,
+        "model": args.model, "params": outcome["params"],
+        "batch_size_per_rank": batch, "batch_size_per_device": batch,
+        "grad_accum": accum, "global_batch_size": batch * devices * accum,
+        "timed_steps": args.steps, "warmup_steps": args.warmup_steps,
+        "precision": args.precision,
+        "compiled": outcome["compiled"], "device": device_type,
+        "device_name": device_name, "threads": torch.get_num_threads(),
+        "mkldnn": mkldnn_available(),
+        "backend": backend if world_size > 1 else "none",
+        "seed": args.seed, "data_workers": args.data_workers,
+        "final_loss": outcome["final_loss"],
+        "first_loss": outcome["first_loss"],
+        "loss_fell": outcome["final_loss"] < outcome["first_loss"],
+        "fused_optimizer": outcome["fused_optimizer"],
+        "quality": outcome["quality"],
+    }
+    result.update(ran)
+    result.update(task.result_fields(args, timing, outcome["optimizer"]))
+    result.update(outcome["data"])
+    result.update(outcome["stall"])
+    result.update(outcome["extra"])
+    result.update(run_fields(device_type))
+    result.update(comm.fields())
+    return result
+
+
+def _header(args, task, comm, devices, optimizer, accum):
+    per_device = args.batch_size
     out("PyTorch:     %s" % torch.__version__)
     out("Model:       %s" % args.model)
     out("Dataset:     %s (%s)" % (task.dataset, task.data_label))
     out("Mode:        training")
-    out("Batch size:  %d global" % (args.batch_size * world_size))
-    out("             %d per device" % args.batch_size)
+    out("Batch size:  %d global" % (per_device * len(devices) * accum))
+    out("             %d per device" % per_device)
+    if accum > 1:
+        out("             %d micro-batches per step" % accum)
     if task.bert:
         out("Sequences:   %d tokens, %d per %s, %d layers"
             % (task.seq_length, task.per_instance,
                "example" if task.per_instance > 1 else "instance",
                task.num_layers))
+    if task.llm:
+        out("Sequences:   %d tokens, %d layers, %d FLOPs per token"
+            % (task.seq_length, task.num_layers, task.flops_per_token()))
     out("Num batches: %d" % args.steps)
     out("Devices:     %s" % devices)
-    if not task.bert:
+    if not (task.bert or task.llm):
         out("Data format: %s" % ("NHWC" if task.channels_last else "NCHW"))
     out("Precision:   %s" % args.precision)
     out("Optimizer:   %s" % optimizer)
     library = ALLOCATOR["library"]
     out("Allocator:   %s%s" % (ALLOCATOR["name"],
                                " (%s)" % library if library else ""))
-    out("Variables:   %s" % (getattr(args, "dist", "ddp") if world_size > 1
+    out("Variables:   %s" % (getattr(args, "dist", "ddp") if comm.wraps
                                else "replicated"))
     out("==========")
     out("Running warm up")
 
 
-def _train(args, task, comm, device, autocast, needs_scaler):
-    """Build, warm up, time and check.  All references to the model and the
-    optimizer live in this frame, so they are gone when it returns."""
-    rank, world_size = comm.rank, comm.world_size
-    channels_last = task.channels_last
+def _build(args, task, comm, device, needs_scaler, accum):
+    """(model to step, the unwrapped model, compiled, optimizer, its name,
+    fused, scaler, parameter count)."""
     torch.manual_seed(args.seed)
-    model = build_model(args.model, args.num_layers)
+    model = task.build(args)
     params = count_params(model)
     model = model.to(device)
-    if channels_last:
+    if task.channels_last:
         model = model.to(memory_format=torch.channels_last)
     raw_model = model
-    if world_size > 1:
+    if comm.wraps:  # FSDP shards raw_model in place; DDP wraps it
         model = comm.wrap_model(model, device)
     model, compiled = maybe_compile(model, args.compile == "on")
-    optimizer, optimizer_name, fused = task.optimizer(raw_model, args)
+    optimizer, name, fused = task.optimizer(
+        raw_model, args, comm.fused_mode(args.fused_optimizer,
+                                         task.optimizer_name))
     scaler = make_grad_scaler() if needs_scaler else None
-    optimizer, scaler = comm.wrap_optimizer(optimizer, raw_model, scaler)
-    criterion = task.criterion(device)
+    optimizer, scaler = comm.wrap_optimizer(optimizer, raw_model, scaler,
+                                            accum)
+    return model, raw_model, compiled, optimizer, name, fused, scaler, params
 
-    source = task.batches(args, rank, world_size, device)
-    task.data_label = source.label()
-    model.train()
+
+def make_step(model, optimizer, scaler, criterion, source, autocast, comm,
+              accum):
+    """One optimizer step over ``accum`` micro-batches: (the step's loss,
+    seconds spent waiting for the data source)."""
+    def micro(last):
+        before = time.perf_counter()
+        inputs, targets = source.next()
+        waited = time.perf_counter() - before
+        context = comm.accumulating(model, last) if accum > 1 else \
+            NullContext()
+        with context:
+            with autocast():
+                loss = criterion(model(*inputs), targets)
+            if accum > 1:
+                loss = loss / accum
+            if scaler is not None:
+                scaler.scale(loss).backward()
+            else:
+                loss.backward()
+        return loss.detach(), waited
 
     def step():
-        inputs, targets = source.next()
         optimizer.zero_grad()
-        with autocast():
-            loss = criterion(model(*inputs), targets)
+        loss, stall = micro(accum == 1)
+        for i in range(1, accum):
+            more, waited = micro(i == accum - 1)
+            loss, stall = loss + more, stall + waited
         if scaler is not None:
-            scaler.scale(loss).backward()
             scaler.step(optimizer)
             scaler.update()
         else:
-            loss.backward()
             optimizer.step()
-        return loss.detach()
+        return loss, stall
+    return step
 
-    # Rates count sequences for BERT (a SWAG example is 4), images otherwise.
-    per_step = args.batch_size * task.per_instance
-    # One device per rank: /gpu:<index> or /cpu:0, as tf_cnn_benchmarks.
-    index = device.index if device.type == "cuda" else 0
-    kind = "gpu" if device.type == "cuda" else "cpu"
-    devices = ["/%s:%d" % (kind, int(g[0]))
-               for g in comm.all_gather([float(index)])]
+
+def _train(args, task, comm, device, autocast, needs_scaler, accum):
+    """Build, warm up, time and check.  All references to the model and the
+    optimizer live in this frame, so they are gone when it returns."""
+    window = TimedWindow()  # the node from here on: harness_common
+    rank, world_size = comm.rank, comm.world_size
+    (model, raw_model, compiled, optimizer, optimizer_name, fused, scaler,
+     params) = _build(args, task, comm, device, needs_scaler, accum)
+    batch = args.batch_size * comm.devices_per_rank
+    source = task.batches(args, batch, rank, world_size, device)
+    task.data_label = source.label()
+    model.train()
+    step = make_step(model, optimizer, scaler, task.criterion(device),
+                     source, autocast, comm, accum)
+    ckpt = None
+    if args.checkpoint_every:
+        ckpt = Checkpointer(args.checkpoint_dir, args.checkpoint_every, comm,
+                            bool(comm.fields().get("fsdp_sharded")))
+    per_step = batch * accum * task.per_instance  # per rank
+    loader = measure_loader(source, args.loader_steps, batch, device)
+    devices = _devices(comm, device)  # a collective: every rank takes part
     if rank == 0:
-        _header(args, task, world_size, devices, optimizer_name)
+        _header(args, task, comm, devices, optimizer_name, accum)
+    first_loss = loss = None
     warmup_start = time.perf_counter()  # compiling happens here, untimed
     for _ in range(args.warmup_steps):
-        step()
+        loss, _ = step()
+        if first_loss is None:
+            first_loss = float(loss)
     sync(device)
     warmup_s = time.perf_counter() - warmup_start
     comm.barrier()
     sync(device)
     if rank == 0:
         out("Done warm up")
-        out("Step\t%s\ttotal_loss"
-            % ("Seq/sec" if task.bert else "Img/sec"))
-
-    loss = None
-    start_unix = time.time()  # where the timed window lies (telemetry)
-    start = time.perf_counter()
-    clock = StepClock(device)
-    for i in range(args.steps):
-        loss = step()
-        clock.step_done()
-        n = i + 1
-        if n == 1 or n % args.display_every == 0:
-            step_times = clock.settle()
-            value = float(loss)
-            if rank == 0:
-                rate, err, jitter = perf_stats(world_size * per_step,
-                                               step_times)
-                out("%d\t%s: %.1f +/- %.1f (jitter = %.1f)\t%.3f"
-                    % (n, task.unit, rate, err, jitter, value))
-            if world_size == 1 and not _finite(value):
-                raise HarnessError("loss is not finite (%r) at step %d"
-                                   % (value, n), EXIT_NONFINITE)
-            clock.restart()
-    sync(device)
-    wall = time.perf_counter() - start
-    final_loss = float(loss)
-
+        out("Step\t%s\ttotal_loss" % task.step_label)
+    run = _timed_steps(args, step, device, comm, task, world_size * per_step,
+                       ckpt, raw_model, optimizer, window)
+    first_loss = run["first_loss"] if first_loss is None else first_loss
     outcome = {"error": None, "params": params, "compiled": compiled,
-               "final_loss": final_loss, "optimizer": optimizer_name,
-               "fused_optimizer": fused, "data": source.fields(),
-               "warmup_s": warmup_s, "channels_last": channels_last}
+               "final_loss": run["final_loss"], "first_loss": first_loss,
+               "optimizer": optimizer_name, "fused_optimizer": fused,
+               "data": source.fields(), "warmup_s": warmup_s,
+               "channels_last": task.channels_last,
+               "extra": ckpt.fields() if ckpt is not None else {},
+               "flops_per_token": task.flops_per_token() if task.llm
+               else None}
+    outcome["extra"].update(loader_fields(comm, loader, task))
     source.close()
-    # Collective checks: every rank reaches the same verdict.
-    bad_loss = comm.all_reduce([0.0 if _finite(final_loss) else 1.0],
-                               "MAX")[0]
-    if bad_loss:
-        outcome["error"] = ("loss is not finite (rank 0: %r) after %d steps"
-                            % (final_loss, args.steps), EXIT_NONFINITE)
-    if world_size > 1 and outcome["error"] is None:
-        _maybe_perturb(raw_model, rank)
-        checksum = param_checksum(raw_model)
-        cmax = comm.all_reduce(checksum, "MAX")
-        cmin = comm.all_reduce(checksum, "MIN")
-        if not replicas_agree(cmax, cmin):
-            outcome["error"] = (
-                "replicas diverged: parameter checksums (sum, abs sum) "
-                "differ across %d ranks: max %r, min %r (relative "
-                "tolerance %g)" % (world_size, cmax, cmin, REPLICA_RTOL),
-                EXIT_DIVERGED)
-
+    outcome["error"] = _checks(comm, raw_model, run["final_loss"], args.steps)
     if outcome["error"] is None:
-        rate = per_step * args.steps / wall
-        gathered = comm.all_gather([rate, wall])
-        max_wall = comm.all_reduce([wall], "MAX")[0]
-        outcome["timing"] = {
-            "per_rank_rates": [g[0] for g in gathered],
-            "per_rank_walls": [g[1] for g in gathered],
-            "wall": max_wall,
-            "total": world_size * per_step * args.steps / max_wall,
-            "start_unix": start_unix,
-        }
+        outcome.update(_timing(comm, per_step * args.steps, run))
+        outcome["quality"] = quality_fields(comm.all_gather(run["window"]))
     # Clean teardown: no rank may destroy the process group while a DDP
     # model is alive anywhere, so meet first, then drop every reference.
     comm.barrier()
     del model, raw_model, optimizer, scaler, step, source, loss
     gc.collect()
     return outcome
+
+
+def _devices(comm, device):
+    """Every rank's devices, as tf_cnn_benchmarks names them (/gpu:0)."""
+    index = device.index if device.type == "cuda" else 0
+    kind = "gpu" if device.type == "cuda" else "cpu"
+    local = list(range(comm.devices_per_rank)) if comm.devices_per_rank > 1 \
+        else [index]
+    return ["/%s:%d" % (kind, int(g)) for row in comm.all_gather(
+        [float(i) for i in local]) for g in row]
+
+
+def _timed_steps(args, step, device, comm, task, global_per_step, ckpt,
+                 raw_model, optimizer, window):
+    """The timed loop: step times (display and checkpoints excluded; on CUDA
+    from events, waited for only where a row is printed, so the GPU is never
+    serialised), the data-stall seconds, the wall time without checkpoints,
+    the losses."""
+    stall = 0.0
+    loss = first_loss = None
+    paused = 0.0
+    window.start()
+    start_unix = time.time()  # where the timed window lies (telemetry)
+    start = time.perf_counter()
+    clock = StepClock(device)
+    for i in range(args.steps):
+        loss, waited = step()
+        clock.step_done()
+        stall += waited
+        n = i + 1
+        if n == 1 or n % args.display_every == 0:
+            step_times = clock.settle()
+            value = float(loss)
+            first_loss = value if first_loss is None else first_loss
+            if comm.rank == 0:
+                rate, err, jitter = perf_stats(global_per_step, step_times)
+                out("%d\t%s: %.1f +/- %.1f (jitter = %.1f)\t%.3f"
+                    % (n, task.unit, rate, err, jitter, value))
+            if comm.world_size == 1 and not _finite(value):
+                raise HarnessError("loss is not finite (%r) at step %d"
+                                   % (value, n), EXIT_NONFINITE)
+            clock.restart()
+        if ckpt is not None and ckpt.due(n):
+            clock.settle()
+            before = time.perf_counter()
+            ckpt.save(n, raw_model, optimizer)
+            paused += time.perf_counter() - before
+            clock.restart()
+    sync(device)
+    wall = time.perf_counter() - start - paused
+    return {"wall": wall, "stall": stall, "final_loss": float(loss),
+            "first_loss": first_loss, "start_unix": start_unix,
+            "window": window.stop(clock.settle(), torch.get_num_threads())}
+
+
+def _checks(comm, raw_model, final_loss, steps):
+    """Collective checks: every rank reaches the same verdict."""
+    bad_loss = comm.all_reduce([0.0 if _finite(final_loss) else 1.0],
+                               "MAX")[0]
+    if bad_loss:
+        return ("loss is not finite (rank 0: %r) after %d steps"
+                % (final_loss, steps), EXIT_NONFINITE)
+    if comm.world_size > 1:
+        return comm.check_replicas(raw_model)
+    return None
+
+
+def _timing(comm, per_rank_instances, run):
+    wall = run["wall"]
+    host = float(zlib.crc32(socket.gethostname().encode("utf-8")))
+    gathered = comm.all_gather([per_rank_instances / wall, wall,
+                                run["stall"], host])
+    max_wall = max(g[1] for g in gathered)
+    stalls = [g[2] for g in gathered]
+    total = comm.world_size * per_rank_instances / max_wall
+    devices = comm.world_size * comm.devices_per_rank
+    return {"timing": {"per_rank_rates": [g[0] for g in gathered],
+                       "per_rank_walls": [g[1] for g in gathered],
+                       "wall": max_wall, "total": total,
+                       "num_devices": devices,
+                       "start_unix": run["start_unix"]},
+            "nodes": len(set(g[3] for g in gathered)),
+            "stall": {"data_stall_s": max(stalls),
+                      "per_rank_data_stall_s": stalls,
+                      "data_stall_fraction": max(
+                          g[2] / g[1] for g in gathered),
+                      "data_stall_is": "seconds of the timed steps spent "
+                                       "waiting for the data source's "
+                                       "next batch, the slowest rank's"}}
 
 
 def _finite(value):

@@ -38,14 +38,15 @@ import time
 
 import torch
 
-from harness_common import HarnessError, NullContext, out
+from harness_common import HarnessError, out
 from harness_pytorch_allocator import ALLOCATOR
 from harness_pytorch_comm import sync
 from harness_pytorch_features import make_grad_scaler, maybe_compile
 from harness_pytorch_knobs import PINNING
-from harness_pytorch_models import build_model
 from harness_pytorch_process import setup_process
-from harness_pytorch_train import _precision, _Task
+from harness_pytorch_llama import is_llama
+from harness_pytorch_tasks import make_task
+from harness_pytorch_train import _precision
 
 TUNE_MARKER = "DLRUN_TUNE "
 
@@ -62,8 +63,8 @@ class _Variant(object):
                                           args.fused_optimizer)
         if vargs.fused_optimizer == "on":
             vargs.fused_optimizer = "auto"  # fused where it exists; recorded
-        self.optimizer, _, self.fused = layout.task.optimizer(layout.raw,
-                                                              vargs)
+        self.optimizer, _, self.fused = layout.task.optimizer(
+            layout.raw, vargs, vargs.fused_optimizer)
         self.threads = int(knobs.get("threads") or torch.get_num_threads())
         self.cudnn = knobs.get("cudnn_benchmark", "auto") != "off"
         self.step_s, self.cpu_s, self.warmup_s = [], [], []
@@ -81,16 +82,17 @@ class _Layout(object):
     def __init__(self, args, knobs, device_type, device):
         largs = copy.copy(args)
         largs.channels_last = knobs.get("channels_last", args.channels_last)
-        self.task = _Task(largs, device_type)
+        self.task = make_task(largs, device_type)
         torch.manual_seed(args.seed)
-        model = build_model(args.model, args.num_layers).to(device)
+        model = self.task.build(largs).to(device)
         if self.task.channels_last:
             model = model.to(memory_format=torch.channels_last)
         self.raw = model
         self.model, self.compiled = maybe_compile(
             model, knobs.get("compile", args.compile) == "on")
         self.model.train()
-        self.source = self.task.batches(largs, 0, 1, device)
+        self.source = self.task.batches(largs, args.batch_size, 0, 1,
+                                       device)
         self.criterion = self.task.criterion(device)
 
 
@@ -100,11 +102,12 @@ def _on_off(flag):
 
 def knob_defaults(args, device_type):
     """What each knob left at auto resolves to here, as explicit values."""
-    task = _Task(args, device_type)
-    fused = task.optimizer(torch.nn.Linear(2, 2), args)[2]
+    task = make_task(args, device_type)
+    fused = task.optimizer(torch.nn.Linear(2, 2), args,
+                           args.fused_optimizer)[2]
     cuda = device_type == "cuda"
     return {"fused_optimizer": _on_off(fused),
-            "channels_last": "n/a" if task.bert else _on_off(
+            "channels_last": "n/a" if task.bert or task.llm else _on_off(
                 task.channels_last),
             "compile": _on_off(args.compile == "on"),
             "cudnn_benchmark": _on_off(args.cudnn_benchmark != "off")
@@ -183,8 +186,8 @@ def run_trial(args, spec):
         raise HarnessError("a tuning trial runs one rank, not %d"
                            % world_size)
     threads_max = torch.get_num_threads()
-    autocast, needs_scaler, ran = _precision(args.precision, device_type, 0)
-    autocast = autocast or NullContext
+    autocast, needs_scaler, ran = _precision(args.precision, device_type, 0,
+                                             is_llama(args.model))
     scaler = make_grad_scaler() if needs_scaler else None
     started = time.perf_counter()
     defaults = knob_defaults(args, device_type)

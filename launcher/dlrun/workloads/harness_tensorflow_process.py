@@ -10,7 +10,7 @@ import platform
 import tensorflow as tf
 
 from harness_common import (EXIT_WORLD_SIZE, HARNESS_VERSION,
-                            HarnessError, cpu_name)
+                            HarnessError, cpu_name, node_facts)
 
 # (source, rank variable, size variable), first match wins.
 _RANK_SOURCES = (
@@ -125,6 +125,7 @@ def run_fields(device_type, comm):
         "keras_version": _keras_version(),
         # TensorFlow >= 2.9 uses oneDNN on x86 Linux unless told not to.
         "mkldnn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1") != "0",
+        "node": node_facts(_gpus()),
     }
     if build.get("cuda_version"):
         fields["cuda_version"] = str(build["cuda_version"])
@@ -133,6 +134,17 @@ def run_fields(device_type, comm):
     if comm.hvd is not None:
         fields["horovod_version"] = _horovod_version()
     return fields
+
+
+def _gpus():
+    """[{name, memory_mib}] of the GPUs TensorFlow sees (it does not say
+    their memory)."""
+    found = []
+    for gpu in tf.config.list_physical_devices("GPU"):
+        details = tf.config.experimental.get_device_details(gpu)
+        found.append({"name": details.get("device_name", gpu.name),
+                      "memory_mib": None})
+    return found
 
 
 def _keras_version():

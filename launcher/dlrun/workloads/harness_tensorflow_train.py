@@ -15,8 +15,9 @@ import tensorflow as tf
 
 from harness_common import (EXIT_DIVERGED, EXIT_NONFINITE,
                             NUM_CLASSES, PERTURB_ENV,
-                            REPLICA_RTOL, RULE, HarnessError,
-                            cpu_has_native_bf16, out, perf_stats)
+                            REPLICA_RTOL, RULE, HarnessError, TimedWindow,
+                            cpu_has_native_bf16, out, perf_stats,
+                            quality_fields)
 from harness_tensorflow_data import (detect_format, real_dataset,
                                      synthetic_batch)
 from harness_tensorflow_models import (build_model, count_params,
@@ -119,6 +120,9 @@ def _header(args, comm, device_type, image_size, data_what, variables):
 
 
 def run_benchmark(args):
+    # from here: the node over the whole benchmark, where the timed steps
+    # are too short to judge it (harness_common.TimedWindow)
+    window = TimedWindow()
     comm, rank_source, device_type, device_name = setup_process(args)
     rank, world_size = comm.rank, comm.world_size
     import keras
@@ -143,60 +147,27 @@ def run_benchmark(args):
                                       optimizer_variables(optimizer)], 0)
     step = make_step(model, optimizer, comm, args.gradient_averaging)
 
-    if args.data_dir:
-        dataset, data_what = real_dataset(
-            args.data_dir, args.data_format, args.batch_size, image_size,
-            NUM_CLASSES, rank, world_size, args.data_workers,
-            args.seed + rank)
-        batches = iter(dataset)
-        data_source = {"folder": "jpeg"}.get(  # the PyTorch harness's names
-            detect_format(args.data_dir, args.data_format), "tfrecord")
-
-        def run_step():
-            images, labels = next(batches)
-            return step(images, labels)
-    else:
-        images, labels = synthetic_batch(args.batch_size, image_size,
-                                         NUM_CLASSES, args.seed + rank)
-        data_what = data_source = "synthetic"
-
-        def run_step():
-            return step(images, labels)
-
+    run_step, data_what, data_source = _data(args, step, image_size, rank,
+                                             world_size)
     if rank == 0:
         _header(args, comm, device_type, image_size, data_what,
                 "horovod (%s)" % args.gradient_averaging
                 if world_size > 1 else "replicated")
+    first_loss = None
     for _ in range(args.warmup_steps):
-        float(run_step())
+        value = float(run_step()[0])
+        first_loss = value if first_loss is None else first_loss
     comm.barrier()
     if rank == 0:
         out("Done warm up")
         out("Step\tImg/sec\ttotal_loss")
-
     per_step = args.batch_size
-    step_times = []
-    loss = None
+    window.start()
     start_unix = time.time()  # where the timed window lies (telemetry)
-    start = last = time.perf_counter()
-    for i in range(args.steps):
-        loss = float(run_step())  # waits for the step: per-step times real
-        now = time.perf_counter()
-        step_times.append(now - last)
-        n = i + 1
-        if n == 1 or n % args.display_every == 0:
-            if rank == 0:
-                rate, err, jitter = perf_stats(world_size * per_step,
-                                               step_times)
-                out("%d\timages/sec: %.1f +/- %.1f (jitter = %.1f)\t%.3f"
-                    % (n, rate, err, jitter, loss))
-            if world_size == 1 and not _finite(loss):
-                raise HarnessError("loss is not finite (%r) at step %d"
-                                   % (loss, n), EXIT_NONFINITE)
-            last = time.perf_counter()
-        else:
-            last = now
-    wall = time.perf_counter() - start
+    wall, loss, stall, first, step_times = _timed_steps(
+        args, run_step, rank, world_size, per_step)
+    window_row = window.stop(step_times, base["threads"])
+    first_loss = first if first_loss is None else first_loss
 
     bad = max(row[0] for row in comm.all_gather([0.0 if _finite(loss)
                                                  else 1.0]))
@@ -215,7 +186,8 @@ def run_benchmark(args):
                                              REPLICA_RTOL,
                                              args.gradient_averaging),
                 EXIT_DIVERGED)
-    gathered = comm.all_gather([per_step * args.steps / wall, wall])
+    gathered = comm.all_gather([per_step * args.steps / wall, wall, stall])
+    quality = quality_fields(comm.all_gather(window_row))
     max_wall = max(g[1] for g in gathered)
     total = world_size * per_step * args.steps / max_wall
     result = dict(base)
@@ -235,7 +207,8 @@ def run_benchmark(args):
         # whether the optimizer step is fused, what was read.
         "dist": "horovod" if comm.hvd is not None else "none",
         "fused_optimizer": False,  # Keras applies its own update ops
-        "data_source": data_source})
+        "data_source": data_source, "quality": quality})
+    result.update(_contract_fields(args, gathered, first_loss, loss))
     if args.data_dir:
         result["data_path"] = args.data_dir
     result.update(run_fields(device_type, comm))
@@ -245,6 +218,77 @@ def run_benchmark(args):
         out(RULE)
         out("DLRUN_RESULT " + json.dumps(result, sort_keys=True))
     return 0
+
+
+def _data(args, step, image_size, rank, world_size):
+    """(run_step, what the header calls the data, data_source): real data
+    from --data-dir (run_step's wait for the next batch is recorded as data
+    stall) or one synthetic batch."""
+    if not args.data_dir:
+        images, labels = synthetic_batch(args.batch_size, image_size,
+                                         NUM_CLASSES, args.seed + rank)
+        return (lambda: (step(images, labels), 0.0)), "synthetic", "synthetic"
+    dataset, data_what = real_dataset(
+        args.data_dir, args.data_format, args.batch_size, image_size,
+        NUM_CLASSES, rank, world_size, args.data_workers, args.seed + rank)
+    batches = iter(dataset)
+    data_source = {"folder": "jpeg"}.get(  # the PyTorch harness's names
+        detect_format(args.data_dir, args.data_format), "tfrecord")
+
+    def run_step():
+        before = time.perf_counter()
+        images, labels = next(batches)
+        waited = time.perf_counter() - before
+        return step(images, labels), waited
+    return run_step, data_what, data_source
+
+
+def _timed_steps(args, run_step, rank, world_size, per_step):
+    """(wall, final loss, data-stall seconds, first loss, step times) of the
+    timed steps; each step waits for its loss, so per-step times are real."""
+    step_times, stall = [], 0.0
+    loss = first = None
+    start = last = time.perf_counter()
+    for i in range(args.steps):
+        value, waited = run_step()
+        loss = float(value)
+        stall += waited
+        first = loss if first is None else first
+        now = time.perf_counter()
+        step_times.append(now - last)
+        n = i + 1
+        if n == 1 or n % args.display_every == 0:
+            if rank == 0:
+                rate, err, jitter = perf_stats(world_size * per_step,
+                                               step_times)
+                out("%d\timages/sec: %.1f +/- %.1f (jitter = %.1f)\t%.3f"
+                    % (n, rate, err, jitter, loss))
+            if world_size == 1 and not _finite(loss):
+                raise HarnessError("loss is not finite (%r) at step %d"
+                                   % (loss, n), EXIT_NONFINITE)
+            last = time.perf_counter()
+        else:
+            last = now
+    return time.perf_counter() - start, loss, stall, first, step_times
+
+
+def _contract_fields(args, gathered, first_loss, loss):
+    """The fields the PyTorch harness's results carry, filled as this
+    harness can: one device per rank, no accumulation or checkpoints, the
+    data stall of real data, no loader-only probe."""
+    stalls = [g[2] for g in gathered]
+    return {
+        "batch_size_per_device": args.batch_size, "devices_per_rank": 1,
+        "grad_accum": 1, "wall_time_excludes": None,
+        "first_loss": first_loss, "loss_fell": loss < first_loss,
+        "data_stall_s": max(stalls), "per_rank_data_stall_s": stalls,
+        "data_stall_fraction": max(g[2] / g[1] for g in gathered),
+        "data_stall_is": "seconds of the timed steps spent waiting for the "
+                         "next batch of tf.data, the slowest rank's",
+        "loader_rate": None, "per_rank_loader_rate": None,
+        "loader_unit": "images/sec",
+        "loader_rate_is": "not measured by the TensorFlow harness",
+    }
 
 
 def _base_result(args, image_size, lr, amp_dtype, device_type, device_name,

@@ -16,15 +16,15 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from dlrun.errors import UsageError, unknown_name
+from dlrun.errors import DlrunError, UsageError, unknown_name
 from dlrun.results.query import Filters
 from dlrun.results.store import Store
 
-from dlrun.results.compare import axes, groups as by_key
+from dlrun.results.compare import axes, groups as by_key, verdicts
 from dlrun.results.compare.efficiency import EfficiencyInputs
 from dlrun.results.compare.model import (AXES, AXIS_MODES, MODE_OF_AXIS, MODES, Axis, Comparison, MismatchError,
                                          Reference, Source)
-from dlrun.results.compare.select import Group, load_groups
+from dlrun.results.compare.select import Group, dropped_note, load_groups
 
 __all__ = ["AXES", "MODES", "Comparison", "EfficiencyInputs", "MismatchError", "Reference", "Source", "compare",
            "resolve_mode"]
@@ -68,7 +68,10 @@ def compare(store: Store, filters: Filters, *, mode: str | None = None, by: str 
     mode, axis = resolve_mode(mode, by, bool(references))
     if baseline is not None and axis is None:
         raise UsageError(f"--baseline needs an axis to pick from; --mode {mode} has none")
-    selected = load_groups(store, filters, by_site=axis is not None and axis.name == "site")
+    try:
+        selected = load_groups(store, filters, by_site=axis is not None and axis.name == "site")
+    except DlrunError as exc:
+        raise _nothing_to_compare(store, filters) or exc from None
     if mode == "summary":
         result = by_key.summary(selected, _inputs(store, selected, facts))
     elif mode == "reference":
@@ -81,13 +84,32 @@ def compare(store: Store, filters: Filters, *, mode: str | None = None, by: str 
         result = axes.fabrics(selected, axis, baseline)
     else:
         result = axes.regression(selected, axis, baseline)
+    verdicts.annotate(result, selected)
     units = {g.unit for g in selected}
     result.unit = units.pop() if len(units) == 1 else None
     if result.differences and not allow_mismatch:
         raise MismatchError(result.differences)
     if not result.rows:
         result.notes.append("no row could be compared: every row lacks runs at the baseline")
+    result.notes += dropped_note(selected)
     return result
+
+
+def _nothing_to_compare(store: Store, filters: Filters) -> DlrunError | None:
+    """Where the selection holds counted model facts (Table II) rather than measurements: an error that
+    says so and where they are set against the published numbers; None otherwise."""
+    for run in store.list_runs(20, filters):
+        if run["status"] != "ok" or run["value"] is not None:
+            continue
+        stored = store.get_run(run["id"])
+        if any(result.get("kind") == "model-facts" for result in stored["results"]):
+            experiment = stored.get("experiment")
+            where = (f"dlrun report --experiment {experiment} --out DIR (or dlrun reproduce {experiment})"
+                     if experiment else "dlrun results show RUN_ID")
+            return DlrunError("nothing to compare: the selected runs hold counted model facts (parameters, "
+                              f"multiply-adds), not repeated measurements; {where} sets them against the "
+                              "published numbers")
+    return None
 
 
 def _inputs(store: Store, selected: list[Group], facts: FactsProvider | None) -> EfficiencyInputs:

@@ -1,26 +1,28 @@
 """Modes without an axis: statistics per configuration (`summary`) and runs against published values
-(`reference`)."""
+(`reference`). Each configuration's estimate is the geometric mean of its repeats with the t interval of
+their logs (dlrun.results.stats); a published value is judged by that interval against its tolerance band."""
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from dlrun.results.key import KEY_FIELDS, UNKNOWN, spread
-from dlrun.results.stats import summarize
+from dlrun.results.stats import judge, summarize
 
 from dlrun.results.compare.efficiency import EfficiencyInputs, columns_for, efficiency
 from dlrun.results.compare.model import Comparison, Reference, sort_value
 from dlrun.results.compare.select import Group
 
-STAT_COLUMNS = ["n", "mean", "ci_low", "ci_high", "stdev", "median", "min", "max"]
-REFERENCE_COLUMNS = ["reference", "tolerance", "ratio", "ratio_low", "ratio_high", "deviation_pct", "within",
-                     "label", "source_doc", "source_where", "source_quote"]
+STAT_COLUMNS = ["n", "geomean", "ci_low", "ci_high", "interval", "stdev", "median", "min", "max"]
+REFERENCE_COLUMNS = ["reference", "tolerance", "ratio", "ratio_low", "ratio_high", "deviation_pct", "verdict",
+                     "repeats_needed", "verdict_why", "label", "source_doc", "source_where", "source_quote"]
 # Units published tables use for the same thing dlrun stores.
 UNIT_ALIASES = {"img/s": "images/sec", "images/s": "images/sec", "images/second": "images/sec",
                 "img/sec": "images/sec", "GB/sec": "GB/s"}
 
 
 def stat_fields(values: list[float]) -> dict[str, Any]:
-    return {name: value for name, value in summarize(values).to_dict().items()}
+    return summarize(values).to_dict()
 
 
 def key_fields(key: dict[str, Any]) -> dict[str, Any]:
@@ -35,13 +37,13 @@ def _efficiency_columns(groups: list[Group]) -> list[str]:
 
 
 def summary(groups: list[Group], inputs: EfficiencyInputs) -> Comparison:
-    """One row per configuration (key): n, mean, 95 % CI, spread, and the efficiency columns."""
+    """One row per configuration (key): n, geometric mean, 95 % CI, spread, and the efficiency columns."""
     notes: set[str] = set()
     rows = []
     for group in sorted(groups, key=lambda g: [sort_value(g.key.get(f)) for f in KEY_FIELDS]):
         stats = stat_fields(group.values)
         rows.append({**key_fields(group.key), "key_hash": group.key_hash, **stats, "unit": group.unit,
-                     **efficiency(group.key, group.metric, stats["mean"], inputs, notes),
+                     **efficiency(group.key, group.metric, stats["geomean"], inputs, notes),
                      "runs": sorted(group.run_ids)})
     columns = [*KEY_FIELDS, "key_hash", *STAT_COLUMNS, "unit", *_efficiency_columns(groups), "runs"]
     return Comparison("summary", "statistics per configuration (repeats with one comparability key)", columns,
@@ -65,8 +67,9 @@ def _condition_differences(key: dict[str, Any], reference: Reference) -> list[st
 
 
 def reference(groups: list[Group], references: list[Reference], inputs: EfficiencyInputs) -> Comparison:
-    """Each configuration against the published value that applies to it: ratio, within tolerance or not,
-    with the publication's words next to the number."""
+    """Each configuration against the published value that applies to it: the ratio of its geometric mean
+    to the value, and the verdict of its interval against the tolerance band (within, outside or
+    inconclusive), with the publication's words next to the number."""
     notes: set[str] = set()
     differences: list[str] = []
     rows = []
@@ -86,16 +89,19 @@ def reference(groups: list[Group], references: list[Reference], inputs: Efficien
             differences += _condition_differences(group.key, ref)
             quote = f': "{ref.source.quote}"' if ref.source.quote else ""
             notes.add(f"source: {ref.source.doc}{', ' + ref.source.where if ref.source.where else ''}{quote}")
-            stats = stat_fields(group.values)
-            ratio = stats["mean"] / ref.value
+            summarized = summarize(group.values)
+            stats = summarized.to_dict()
+            ratio = stats["geomean"] / ref.value
+            verdict = judge(summarized.estimate, *_band(ref))
             rows.append({**key_fields(group.key), "key_hash": group.key_hash, **stats, "unit": group.unit,
                          "reference": ref.value, "tolerance": ref.tolerance, "ratio": ratio,
                          "ratio_low": None if stats["ci_low"] is None else stats["ci_low"] / ref.value,
                          "ratio_high": None if stats["ci_high"] is None else stats["ci_high"] / ref.value,
-                         "deviation_pct": (ratio - 1.0) * 100.0, "within": abs(ratio - 1.0) <= ref.tolerance,
+                         "deviation_pct": (ratio - 1.0) * 100.0, "verdict": verdict.verdict,
+                         "repeats_needed": verdict.repeats_needed, "verdict_why": verdict.why,
                          "label": ref.label, "source_doc": ref.source.doc, "source_where": ref.source.where,
                          "source_quote": ref.source.quote,
-                         **efficiency(group.key, group.metric, stats["mean"], inputs, notes),
+                         **efficiency(group.key, group.metric, stats["geomean"], inputs, notes),
                          "runs": sorted(group.run_ids)})
     for group in groups:
         if group.key_hash not in matched:
@@ -105,3 +111,9 @@ def reference(groups: list[Group], references: list[Reference], inputs: Efficien
                "runs"]
     return Comparison("reference", "runs against published values", columns, rows,
                       differences=list(dict.fromkeys(differences)), notes=sorted(notes))
+
+
+def _band(ref: Reference) -> tuple[float, float]:
+    """The tolerance band of a published value, on the log scale of the geometric mean."""
+    low = ref.value * (1.0 - ref.tolerance)
+    return (math.log(low) if low > 0 else -math.inf), math.log(ref.value * (1.0 + ref.tolerance))

@@ -4,19 +4,24 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from dlrun.errors import DlrunError
+from dlrun.errors import DlrunError, unquoted
+from dlrun.results.key import MACHINE_FIELDS, STACK_FIELDS
+from dlrun.results.stats import METHOD
 
 #: Modes, and the axis each compares along when `--by` is not given (None: no axis).
 MODES: dict[str, str | None] = {"summary": None, "reference": None, "relative": "system", "scaling": "devices",
                                 "fabrics": "fabric", "regression": "image"}
 #: The mode an axis implies when no mode is given.
-MODE_OF_AXIS = {"system": "relative", "site": "relative", "devices": "scaling", "fabric": "fabrics"}
+MODE_OF_AXIS = {"system": "relative", "site": "relative", "host": "relative", "devices": "scaling",
+                "fabric": "fabrics"}
+_MACHINE = frozenset(MACHINE_FIELDS)
 
 
 @dataclass(frozen=True)
 class Axis:
-    """What a comparison varies: the key field that gives each run its place on the axis (`site` comes
-    from the runs column instead), and the key fields allowed to differ along it."""
+    """What a comparison varies: the key field that gives each run its place on the axis (`host` is the
+    machine: its key fields in a few words, dlrun.results.key.machine_label), and the key fields allowed to
+    differ along it. Only the site, host and system axes let the site and the machine differ."""
 
     name: str
     field: str
@@ -24,18 +29,19 @@ class Axis:
 
 
 AXES: dict[str, Axis] = {axis.name: axis for axis in (
-    Axis("system", "system", frozenset({"system", "fabric"})),
-    Axis("site", "site", frozenset({"system", "fabric"})),
-    Axis("devices", "devices", frozenset({"devices", "nodes", "global_batch", "fabric"})),
-    Axis("fabric", "fabric", frozenset({"fabric"})),
-    Axis("image", "image_digest", frozenset({"image_digest", "framework_version"})),
-    Axis("framework-version", "framework_version", frozenset({"framework_version", "image_digest"})),
+    Axis("system", "system", frozenset({"system", "fabric", "site"}) | _MACHINE),
+    Axis("site", "site", frozenset({"site", "system", "fabric"}) | _MACHINE),
+    Axis("host", "host", _MACHINE),
+    Axis("devices", "devices", frozenset({"devices", "nodes", "global_batch", "fabric", "fabric_rate"})),
+    Axis("fabric", "fabric", frozenset({"fabric", "fabric_rate"})),
+    Axis("image", "image_digest", frozenset({"image_digest", "framework_version", *STACK_FIELDS})),
+    Axis("framework-version", "framework_version", frozenset({"framework_version", "image_digest", *STACK_FIELDS})),
     Axis("precision", "precision", frozenset({"precision"})),
     Axis("batch", "batch_per_device", frozenset({"batch_per_device", "global_batch"})),
     Axis("data", "data", frozenset({"data", "data_format"})),
 )}
 #: Which modes an axis may be used with.
-AXIS_MODES = {"relative": ("system", "site"), "scaling": ("devices",), "fabrics": ("fabric",),
+AXIS_MODES = {"relative": ("system", "site", "host"), "scaling": ("devices",), "fabrics": ("fabric",),
               "regression": tuple(AXES)}
 #: Key fields that split a comparison into rows (series); each mode compares along its axis within a row.
 SERIES: dict[str, tuple[str, ...]] = {
@@ -63,6 +69,9 @@ class Source:
     doc: str
     where: str = ""
     quote: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "quote", unquoted(self.quote))
 
 
 @dataclass(frozen=True)
@@ -107,8 +116,12 @@ class MismatchError(DlrunError):
 class Comparison:
     """A comparison as data: rows with named columns (the CLI prints them as a table, JSON or CSV).
 
-    `summary_rows` hold averages over rows (Ren et al.'s "Average", Samsi et al.'s average reduction);
-    `differences` is empty exactly when the comparison is like-for-like."""
+    `summary_rows` hold averages over rows (Ren et al.'s "Average", Samsi et al.'s average reduction: the
+    geometric mean of the rows' ratios); `differences` is empty exactly when the comparison is like-for-like;
+    `statistics` says how every estimate and interval was made (dlrun.results.stats.METHOD). `sites` and
+    `machines` are those of the compared runs (dlrun.results.key.machine_label), `quality` their verdicts
+    (verdict -> runs), and every row carries its point's verdict (`quality`, `quality_reasons`:
+    dlrun.results.compare.verdicts)."""
 
     mode: str
     title: str
@@ -120,6 +133,10 @@ class Comparison:
     summary_rows: list[dict[str, Any]] = field(default_factory=list)
     differences: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    statistics: dict[str, Any] = field(default_factory=lambda: dict(METHOD))
+    sites: list[str] = field(default_factory=list)
+    machines: list[str] = field(default_factory=list)
+    quality: dict[str, int] = field(default_factory=dict)
 
     @property
     def like_for_like(self) -> bool:

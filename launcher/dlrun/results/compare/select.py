@@ -2,11 +2,12 @@
 and the like-for-like guard over them."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from dlrun.errors import DlrunError, UsageError, closest
-from dlrun.results.key import KEY_FIELDS, UNKNOWN, spread
+from dlrun.results.key import KEY_FIELDS, MACHINE_FIELDS, UNKNOWN, machine_label, spread
 from dlrun.results.query import Filters
 from dlrun.results.store import Store
 
@@ -25,10 +26,15 @@ class Group:
     run_ids: list[str]
     values: list[float]
     images: list[str] = field(default_factory=list)
+    #: runs left out because their value is no rate (zero, negative or not finite)
+    dropped: list[str] = field(default_factory=list)
+    verdicts: list[str] = field(default_factory=list)  # each run's quality verdict, in run_ids' order
 
     def axis_value(self, axis: Axis | None) -> Any:
         if axis is None:
             return None
+        if axis.field == "host":
+            return machine_label(self.key)
         return self.site if axis.field == "site" else self.key.get(axis.field, UNKNOWN)
 
 
@@ -62,16 +68,37 @@ class Cell:
 
 
 def load_groups(store: Store, filters: Filters, by_site: bool = False) -> list[Group]:
+    """The selected successful runs grouped by key (and site), with positive finite values only."""
     groups = []
+    dropped_only: list[str] = []
     for row in store.grouped_values(filters, by_site=by_site):
         if row["key"] is None:  # written around the store (no key): it can only be unknown
             row["key"] = {name: UNKNOWN for name in KEY_FIELDS}
             row["key_hash"] = "unknown"
-        groups.append(Group(row["key"], row["key_hash"], row["site"], row["metric"], row["unit"],
-                            row["run_ids"], row["values"], row.get("images") or []))
+        verdicts = row.get("verdicts") or ["unknown"] * len(row["run_ids"])
+        kept = [(run_id, value, verdict) for run_id, value, verdict in zip(row["run_ids"], row["values"], verdicts)
+                if math.isfinite(value) and value > 0]
+        dropped = sorted(set(row["run_ids"]) - {run_id for run_id, _, _ in kept})
+        if kept:
+            groups.append(Group(row["key"], row["key_hash"], row["site"], row["metric"], row["unit"],
+                                [r for r, _, _ in kept], [v for _, v, _ in kept], row.get("images") or [], dropped,
+                                [q for _, _, q in kept]))
+        else:
+            dropped_only.extend(dropped)
     if not groups:
-        raise DlrunError("nothing to compare: no successful run with a result matches the selection")
+        raise DlrunError("nothing to compare: no successful run with a result matches the selection"
+                         + (f" ({len(dropped_only)} with a value that is no rate: zero, negative or not finite)"
+                            if dropped_only else ""))
     return groups
+
+
+def dropped_note(groups: list[Group]) -> list[str]:
+    """What load_groups left out, as a note for the comparison (rates are positive: their logs are taken)."""
+    dropped = sorted(r for g in groups for r in g.dropped)
+    if not dropped:
+        return []
+    shown = ", ".join(dropped[:6]) + (f" and {len(dropped) - 6} more" if len(dropped) > 6 else "")
+    return [f"{len(dropped)} run(s) left out: their value is no rate (zero, negative or not finite): {shown}"]
 
 
 def place(groups: list[Group], axis: Axis | None, series_fields: tuple[str, ...]) -> dict[tuple, dict[Any, Cell]]:
@@ -93,6 +120,29 @@ def place(groups: list[Group], axis: Axis | None, series_fields: tuple[str, ...]
 #: Fields that follow from the device count: they may differ between rows of different device counts,
 #: but within a row they must match like any other field.
 FOLLOW_DEVICES = frozenset({"global_batch", "nodes"})
+#: Where a run was made and on what: compared only along an axis that lets them differ, and even then never
+#: pooled within one place of that axis (two sites' `localhost` runs are not one system's repeats).
+IDENTITY_FIELDS = frozenset({"site", *MACHINE_FIELDS})
+_IDENTITY_LABELS = {KEY_FIELDS[name] for name in IDENTITY_FIELDS}
+
+
+def pooled_identities(differences: list[str]) -> list[str]:
+    """The differences that pool runs of different sites or machines (their field is an identity field)."""
+    return [line for line in differences
+            if any(line.startswith(f"{label}: ") or f": {label}: " in line for label in _IDENTITY_LABELS)]
+
+
+def _pooled_in_cells(cells: dict[tuple, dict[Any, Cell]], axis: Axis) -> list[str]:
+    """Along an axis that lets the site or the machine differ: runs of several sites or machines in one cell."""
+    allowed = (set(axis.varies) & IDENTITY_FIELDS) - {axis.field}
+    if not allowed:
+        return []
+    out = []
+    for row in cells.values():
+        for value, cell in row.items():
+            found = spread([(g.key, len(g.values)) for g in cell.groups], ignore=set(KEY_FIELDS) - allowed)
+            out += [f"{line} (pooled in {axis.name} {value})" for line in found]
+    return list(dict.fromkeys(out))
 
 
 def guard(cells: dict[tuple, dict[Any, Cell]], axis: Axis | None, series_fields: tuple[str, ...]) -> list[str]:
@@ -109,7 +159,7 @@ def guard(cells: dict[tuple, dict[Any, Cell]], axis: Axis | None, series_fields:
                            ignore=set(KEY_FIELDS) - {name})
             where = ", ".join(f"{field} {value}" for field, value in zip(series_fields, series))
             out += [f"{line} (in the row {where})" for line in found]
-    placing = list(series_fields) + ([axis.field] if axis and axis.field != "site" else [])
+    placing = list(series_fields) + ([axis.field] if axis and axis.field not in ("site", "host") else [])
     for name in placing:
         unknown = sum(len(g.values) for g in groups if g.key.get(name, UNKNOWN) == UNKNOWN)
         if unknown:
@@ -119,6 +169,13 @@ def guard(cells: dict[tuple, dict[Any, Cell]], axis: Axis | None, series_fields:
         missing = sum(len(g.values) for g in groups if not g.site)
         if missing:
             out.append(f"site: unknown for {missing} run{'s' if missing != 1 else ''}")
+    if axis is not None:
+        out += _pooled_in_cells(cells, axis)
+    if axis and axis.field == "host":
+        missing = sum(len(g.values) for g in groups if g.axis_value(axis) == UNKNOWN)
+        if missing:
+            out.append(f"host: the machine is unknown for {missing} run{'s' if missing != 1 else ''} (cannot tell "
+                       "where they belong in the comparison)")
     return out
 
 

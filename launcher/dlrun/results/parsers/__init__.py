@@ -11,13 +11,14 @@ from collections.abc import Callable
 from types import ModuleType
 
 from dlrun.errors import unknown_name
-from dlrun.results.parsers import dllogger, dlrun_harness, horovod, mllog, nccl_tests, tf_cnn_benchmarks
+from dlrun.results.parsers import dllogger, dlrun_harness, fio, horovod, mllog, nccl_tests, osu, tf_cnn_benchmarks
 from dlrun.results.parsers.model import UNITS, ParsedResult, ParseError, SizeRow
 
 __all__ = ["FORMATS", "UNITS", "ParseError", "ParsedResult", "SizeRow", "list_formats", "parse_all",
            "parse_text"]
 
-_MODULES: tuple[ModuleType, ...] = (dlrun_harness, nccl_tests, tf_cnn_benchmarks, horovod, dllogger, mllog)
+_MODULES: tuple[ModuleType, ...] = (dlrun_harness, nccl_tests, tf_cnn_benchmarks, horovod, dllogger, mllog, osu,
+                                    fio)
 #: Format name -> parser, in the order auto-detection tries them.
 FORMATS: dict[str, Callable[[str], list[ParsedResult]]] = {module.NAME: module.parse for module in _MODULES}
 

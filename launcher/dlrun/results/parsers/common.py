@@ -11,8 +11,9 @@ from dlrun.results.parsers.model import ParseError
 #: Prefixes launchers put before each output line: OpenMPI `--tag-output` (`[1,0]<stdout>:`), horovodrun
 #: (`[0]<stdout>:`) and Slurm `srun --label` (`0: `, right-aligned as ` 0: ` when there are ten ranks or more).
 RANK_TAG = re.compile(r"^(?:\[(?:\d{1,9},)?(?P<mpi>\d{1,9})\]<std(?:out|err)>:|\s{0,8}(?P<srun>\d{1,9}): )")
-#: A decimal number as tools print it; longer spellings are refused, not converted.
-NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+#: A decimal number as tools print it; longer spellings are refused, not converted. Each way to split the
+#: digits is one way to match (no `\d+\.?\d*`), so a line of 20,000 digits that fails later fails in linear time.
+NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
 MAX_NUMBER_CHARS = 40
 
 

@@ -23,10 +23,20 @@ def parse(text: str) -> list[ParsedResult]:
     return [_result(record)]
 
 
+def _value_is(rec: dict[str, Any]) -> str:
+    """Which of the harness's figures the value is (the record's own words where it says)."""
+    if isinstance(rec.get("value_is"), str):
+        return rec["value_is"]
+    if rec.get("metric") == "busbw":
+        return "bus bandwidth at the largest message (time: the slowest rank's)"
+    return ("total training throughput over all devices, timed steps only, wall time the slowest rank's: "
+            + str(rec.get("formula", "world_size*batch_size_per_rank*timed_steps/wall_time_s"))[:200])
+
+
 def _result(rec: dict[str, Any]) -> ParsedResult:
     metric = rec.get("metric", "throughput")
-    formula = rec.get("formula")
-    how = f": {formula}" if isinstance(formula, str) and 0 < len(formula) <= 300 else ""
+    world = rec.get("world_size")
+    per_rank = rec.get("devices_per_rank", 1)  # DataParallel: one process, several GPUs
     return ParsedResult(
         kind=NAME,
         metric=metric,
@@ -34,11 +44,11 @@ def _result(rec: dict[str, Any]) -> ParsedResult:
         unit=rec.get("unit", "images/sec"),
         model=rec.get("model"),
         batch_size=rec.get("batch_size_per_rank"),
-        num_devices=rec.get("world_size"),
-        num_ranks=rec.get("world_size"),
-        gpus_per_rank=1 if rec.get("world_size") is not None else None,
+        num_devices=rec.get("num_devices", world),
+        num_ranks=world,
+        gpus_per_rank=(per_rank if isinstance(per_rank, int) else None) if world is not None else None,
         # nccl-tests' name of the collective (all_reduce, all_gather, ...); older results name only the benchmark
         collective=rec.get("collective") or ("all_reduce" if rec.get("benchmark") == "allreduce" else None),
         extra=rec,
-        value_is=f"the DLRUN_RESULT line's {metric if isinstance(metric, str) else 'value'}{how}"[:400],
+        value_is=_value_is(rec)[:400],
     )

@@ -13,9 +13,10 @@ from typing import Any
 from dlrun.errors import DlrunError
 
 #: Units a result may carry (what each tool prints, normalised).
-UNITS = ("images/sec", "sequences/sec", "samples/sec", "tokens/sec", "GB/s")
-#: Metrics a result may carry: training throughput, or nccl-tests bus bandwidth.
-METRICS = ("throughput", "busbw")
+UNITS = ("images/sec", "sequences/sec", "samples/sec", "tokens/sec", "GB/s", "us")
+#: Metrics a result may carry: training throughput, nccl-tests bus bandwidth, and what bring-your-own tools
+#: report: point-to-point or storage bandwidth (OSU, fio; GB/s) and latency (OSU; microseconds).
+METRICS = ("throughput", "busbw", "bandwidth", "latency")
 MAX_TEXT = 200  # names (model, collective, data type) longer than this are not names
 MAX_VALUE_IS = 400  # the sentence saying which printed figure a result took
 
@@ -56,6 +57,18 @@ def check_name(name: str, value: Any) -> str | None:
     if not isinstance(value, str) or not value or len(value) > MAX_TEXT:
         raise ParseError(f"{name} must be a short text, got {_show(value)}")
     return value
+
+
+def non_finite(data: Any, where: str = "") -> str | None:
+    """The path (`a.b[2]`) of the first float in `data` that is NaN or infinite, else None."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return where or "value"
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, (list, tuple)) else ()
+    for key, value in items:
+        found = non_finite(value, f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}".lstrip("."))
+        if found is not None:
+            return found
+    return None
 
 
 def _show(value: Any) -> str:
@@ -150,6 +163,9 @@ class ParsedResult:
             raise ParseError(f"extra must be a mapping, got {_show(self.extra)}")
         if not isinstance(self.value_is, str) or not self.value_is.strip() or len(self.value_is) > MAX_VALUE_IS:
             raise ParseError(f"value_is must say which printed figure the value is, got {_show(self.value_is)}")
+        where = non_finite(self.extra)
+        if where is not None:  # JSON has no NaN or Infinity: `--json` output and the store stay JSON
+            raise ParseError(f"extra field {where} is not a finite number (NaN or Infinity)")
 
     @property
     def multi_node(self) -> bool | None:

@@ -1,0 +1,50 @@
+"""How busy this node is right now: what other processes use of its CPUs over a short look at /proc/stat
+(less this process's own use), and the load average. Read before a local run starts (`dlrun run`,
+`dlrun reproduce`), which warns when the node is busy (dlrun.results.quality.busy_warning)."""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from dlrun.probe.files import read_text
+
+
+@dataclass(frozen=True)
+class NodeLoad:
+    others_cpus: float | None   # CPUs' worth of time other processes used while we looked
+    cpus: int | None            # the node's CPUs (as /proc/stat lists them)
+    load1: float | None         # the 1-minute load average
+
+
+def _stat(root: Path) -> tuple[int, int, int] | None:
+    """(busy, total) ticks over every CPU, and the CPU count, from /proc/stat."""
+    lines = (read_text(root / "proc" / "stat") or "").splitlines()
+    if not lines or not lines[0].startswith("cpu "):
+        return None
+    v = [int(x) for x in lines[0].split()[1:9]] + [0] * 8
+    cpus = sum(1 for line in lines if line[:3] == "cpu" and line[3:4].isdigit())
+    return sum(v[:8]) - v[3] - v[4], sum(v[:8]), cpus
+
+
+def _own_seconds() -> float:
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
+def node_load(seconds: float, root: Path = Path("/")) -> NodeLoad:
+    """Watch the node for `seconds` (sleeping, so dlrun itself uses next to nothing of it)."""
+    before, own = _stat(root), _own_seconds()
+    time.sleep(seconds)
+    after, own = _stat(root), _own_seconds() - own
+    try:
+        load1 = os.getloadavg()[0]
+    except OSError:
+        load1 = None
+    if before is None or after is None or after[1] <= before[1]:
+        return NodeLoad(None, after[2] if after else None, load1)
+    hz = os.sysconf("SC_CLK_TCK")
+    busy, total = (after[0] - before[0]) / hz, (after[1] - before[1]) / hz
+    others = max(0.0, busy - own) / total * after[2]  # the busy share of the node, in CPUs
+    return NodeLoad(round(others, 2), after[2], load1)

@@ -1,0 +1,81 @@
+"""The quality verdict of every compared point (dlrun.results.quality has the verdicts and thresholds), and
+what a reader must know about the runs behind a comparison: their sites, their machines, how many are not ok.
+
+A point's verdict is the worst of its runs' stored verdicts (a row that compares two sets of runs, such as a
+system against its baseline, takes both) and of what the point itself shows: a scaling efficiency well above
+100 % (against the comparable runs on the fewest devices, whatever the mode), or a FLOP rate or bus
+bandwidth above what the machine can do (the efficiency columns, where the mode has them). Against a
+published number (reference mode) an implausible point is left out of the verdict, and the notes say so.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from dlrun.results.key import UNKNOWN, machine_label
+from dlrun.results.quality import SUPERLINEAR, point_reasons, summarize_verdicts, worst
+
+from dlrun.results.compare.model import Comparison
+from dlrun.results.compare.select import Group
+
+#: Key fields that follow from the device count: runs that differ only in them are one scaling series.
+_SCALING_FIELDS = frozenset({"devices", "nodes", "global_batch", "fabric", "fabric_rate"})
+COLUMNS = ["quality", "quality_reasons"]
+
+
+def superlinear(groups: Iterable[Group]) -> dict[str, str]:
+    """run id -> why its point is implausible, for every group whose throughput per device is well above that
+    of the comparable group on the fewest devices (scaling efficiency above SUPERLINEAR)."""
+    series: dict[str, list[Group]] = {}
+    for group in groups:
+        if not isinstance(group.key.get("devices"), int) or not group.values:
+            continue
+        rest = {k: v for k, v in group.key.items() if k not in _SCALING_FIELDS}
+        series.setdefault(repr(sorted(rest.items(), key=str)) + f"|{group.site}|{group.metric}", []).append(group)
+    out: dict[str, str] = {}
+    for members in series.values():
+        base = min(members, key=lambda g: g.key["devices"])
+        base_rate = sum(base.values) / len(base.values) / base.key["devices"]
+        for group in members:
+            if group.key["devices"] == base.key["devices"] or base_rate <= 0:
+                continue
+            eff = sum(group.values) / len(group.values) / group.key["devices"] / base_rate
+            if eff > SUPERLINEAR:
+                reason = (f"implausible: scaling efficiency {eff * 100:.0f} % over {base.key['devices']} device(s) "
+                          f"(above {SUPERLINEAR * 100:.0f} %)")
+                out.update(dict.fromkeys(group.run_ids, reason))
+    return out
+
+
+def _row_verdict(row: dict[str, Any], verdicts: dict[str, str], flagged: dict[str, str]) -> tuple[str, list[str]]:
+    ids = [*(row.get("runs") or []), *(row.get("baseline_runs") or [])]
+    found = [verdicts.get(run_id, "unknown") for run_id in ids]
+    counts = summarize_verdicts(found)
+    reasons = [f"{n} of {len(found)} run(s) {verdict}" for verdict, n in counts.items() if verdict != "ok"]
+    reasons += sorted({flagged[run_id] for run_id in ids if run_id in flagged})
+    scaling_said = any(r.startswith("implausible: scaling efficiency") for r in reasons)
+    reasons += [r for r in point_reasons(row)
+                if not (scaling_said and r.startswith("implausible: scaling efficiency"))]
+    verdict = worst([*found, *(r.split(":", 1)[0] for r in reasons if ":" in r)])
+    return verdict, reasons
+
+
+def annotate(comparison: Comparison, groups: list[Group]) -> Comparison:
+    """Give every row of `comparison` its point's verdict and reasons, and the comparison its sites, machines and
+    run verdicts; in reference mode, leave implausible points out of the verdict against the published value."""
+    verdicts = {run_id: verdict for g in groups for run_id, verdict in zip(g.run_ids, g.verdicts)}
+    flagged = superlinear(groups)
+    for row in comparison.rows:
+        row["quality"], row["quality_reasons"] = _row_verdict(row, verdicts, flagged)
+        if comparison.mode == "reference" and row["quality"] == "implausible":
+            for name, left_out in (("within", None), ("verdict", "left out: implausible")):
+                if name in row:
+                    row[name] = left_out
+            comparison.notes.append(f"left out of the verdict against {row.get('label') or row.get('reference')}: "
+                                    f"the point is implausible ({'; '.join(row['quality_reasons'])})")
+    comparison.columns = [c for c in comparison.columns if c not in COLUMNS and c != "runs"] + COLUMNS + \
+        [c for c in comparison.columns if c == "runs"]
+    comparison.sites = sorted({str(g.key.get("site", g.site) or UNKNOWN) for g in groups})
+    comparison.machines = sorted({machine_label(g.key) for g in groups})
+    comparison.quality = summarize_verdicts(v for g in groups for v in (g.verdicts or ["unknown"] * len(g.run_ids)))
+    return comparison

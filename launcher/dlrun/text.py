@@ -1,0 +1,46 @@
+"""Text from outside (stored strings, bundles, other tools' logs) as data, never markup or control codes.
+
+`plain(value)` is what a terminal may show: escape sequences (CSI `ESC [ ... m`, OSC `ESC ] 8 ;; link`,
+any other `ESC x`) removed, other control characters (C0 but newline, DEL, C1) and the Unicode bidirectional
+overrides that reorder what a reader sees removed, tabs as spaces. `for_rich(value)` is `plain(value)` as a
+rich `Text`, which rich never reads as markup (`[/]`, `[link=...]`, a backslash before `[` print as
+written; escaping the string instead cannot keep every backslash), for every table cell, title and line
+that goes through rich.
+`csv_cell(value)` keeps a spreadsheet from evaluating a text cell (`=`, `+`, `-`, `@`, tab or CR first: a
+leading `'`, OWASP's advice for CSV injection). HTML is escaped where it is written (html.escape).
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+# ESC [ params intermediates final | ESC ] ... (BEL | ESC \) | ESC P/X/^/_ ... ST | ESC and one character.
+_ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]?|[\]PX^_][^\x07\x1b]*(?:\x07|\x1b\\)?|.?)|\x9b[0-?]*[ -/]*[@-~]?",
+                     re.DOTALL)
+# C0 controls but newline and tab, DEL, C1 controls, and the bidi embeddings, overrides and isolates.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+#: Characters a spreadsheet reads as the start of a formula (or that hide one behind them).
+CSV_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def plain(value: Any, *, newlines: bool = True) -> str:
+    """`value` as text a terminal shows literally (see the module notes); newlines become spaces unless
+    `newlines`."""
+    text = _CONTROL.sub("", _ESCAPE.sub("", str(value)).replace("\t", " "))
+    return text if newlines else text.replace("\n", " ")
+
+
+def for_rich(value: Any, *, newlines: bool = True):
+    """`plain(value)` as rich text that is never parsed as markup: what a rich table cell, title or console
+    line may hold (a `rich.text.Text`; `str()` of it is `plain(value)`)."""
+    from rich.text import Text
+
+    return Text(plain(value, newlines=newlines))
+
+
+def csv_cell(value: Any) -> Any:
+    """A CSV cell a spreadsheet shows as text: strings that start a formula get a leading `'`; numbers and
+    None pass as they are."""
+    if isinstance(value, str) and value.startswith(CSV_FORMULA_START):
+        return "'" + value
+    return value

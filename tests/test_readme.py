@@ -1,0 +1,196 @@
+"""Every command line of README.md's fenced blocks, and every example in a `--help` text, runs and works as
+printed (tests/readme_commands.py says what a line runs and the few things changed for a test machine).
+
+The README is followed as a newcomer follows it: a fresh HOME (so DLRUN_HOME, the config and the caches are
+their defaults under it), the checkout's Python, the site's image store where cpu-reference is built (the
+session's `cpu_reference` fixture), a store that already holds ResNet-50 runs of the seed systems dgx2 and
+dgx1v (what a site's store, or the bundles it imported, holds: the compare and report lines read them), the
+real logs its import-log lines name, and an SSH key where the README's export line signs with one.
+The sharing example runs at two sites: the importing site is a second HOME, given the bundle and the public
+key the exporting site wrote."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from compare_data import add
+from conftest import REPO
+from readme_commands import Line, Outcome, Part, blocks, prepare, run_part
+
+from dlrun.results.store import Store
+
+README = REPO / "README.md"
+#: Real logs the README's import-log lines read (tests/data/logs/SOURCES.md says where each was published): an
+#: nccl-tests all_reduce_perf run, and tf_cnn_benchmarks' ResNet-101 on 2 GPUs of one node (TF 1.14, Horovod).
+LOGS = {"all_reduce_perf.log": REPO / "tests" / "data" / "logs" / "nccl-tests" / "superbench_allreduce_g8.log",
+        "tf_cnn.log": REPO / "tests" / "data" / "logs" / "tf_cnn_benchmarks" / "mpioperator_horovod_2gpu_tf1.14.log"}
+#: Site variables a run of the README must not inherit from the machine that runs the tests.
+SITE_VARIABLES = ("DLRUN_HOME", "DLRUN_PATH", "DLRUN_SITE", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME",
+                  "DLRUN_IMAGES_DIR", "DLRUN_IMAGES_LOCK", "DLRUN_CACHE_DIR", "VIRTUAL_ENV")
+
+
+def _commands() -> set[str]:
+    from dlrun.cli.app import commands
+
+    return commands()
+
+
+def _seed(home: Path, site: str, systems: dict[str, list[tuple[str, str, str]]]) -> None:
+    """ResNet-50 runs of 1 to 8 GPUs, three repeats each, stored yesterday at `site` as if run there."""
+    store = Store(home / ".local" / "share" / "dlrun" / "results.sqlite")
+    yesterday = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 86400))
+    for system, images in systems.items():
+        for image, digest, version in images:
+            for devices in (1, 2, 4, 8) if image == images[0][0] else (1,):
+                rate = 300.0 * devices ** 0.95 * (1.0 if system == "dgx2" else 0.85) * (1.1 if "2.6" in version else 1)
+                add(store, [rate * 0.99, rate, rate * 1.01], system=system, devices=devices, batch=256, image=image,
+                    digest=digest, version=version, site=site, created=yesterday)
+
+
+PYTORCH_1_0 = ("pytorch1.0-nvcr18.11", "sha256:" + "a" * 64, "1.0.0a0")
+PYTORCH_2_6 = ("pytorch2.6-ngc24.12", "sha256:" + "b" * 64, "2.6.0")
+
+
+def _env(home: Path) -> dict[str, str]:
+    """This environment without the machine's dlrun settings, HOME `home`, and the checkout's Python first
+    on PATH (as after the README's `. .venv/bin/activate`, which the blocks after the first one assume)."""
+    env = {key: value for key, value in os.environ.items() if key not in SITE_VARIABLES}
+    env.update(HOME=str(home), PATH=f"{Path(sys.prefix) / 'bin'}{os.pathsep}{env.get('PATH', '')}", REPO=str(REPO),
+               VENV=sys.prefix, PYTHON=sys.executable, USER=os.environ.get("USER") or "root")
+    return env
+
+
+def _site(root: Path, name: str, image_env: dict[str, str], dataset: Path) -> tuple[dict[str, str], Path]:
+    """(environment, working folder) of one site: its own HOME, the checkout's Python as `.venv`."""
+    home, cwd = root / f"home-{name}", root / f"site-{name}"
+    cwd.mkdir(parents=True)
+    (cwd / ".venv").symlink_to(sys.prefix)
+    return {**_env(home), **image_env, "DATASET": str(dataset)}, cwd
+
+
+@pytest.fixture
+def sites(tmp_path, cpu_reference):
+    dataset = tmp_path / "dataset"
+    made = subprocess.run([sys.executable, "-m", "dlrun.cli", "data", "synth", "--format", "jpeg", "--images", "16",
+                           "--classes", "2", "--size", "64", str(dataset)], capture_output=True, text=True,
+                          env={**os.environ, "HOME": str(tmp_path)})
+    assert made.returncode == 0, made.stderr
+    a_env, a_cwd = _site(tmp_path, "a", cpu_reference["env"], dataset)
+    a_env["DLRUN_SITE"] = "hpc.example.org"  # a named site, as "Share results between sites" sets up
+    b_env, b_cwd = _site(tmp_path, "b", cpu_reference["env"], dataset)
+    home_a = Path(a_env["HOME"])
+    _seed(home_a, "local", {"dgx2": [PYTORCH_1_0], "dgx1v": [PYTORCH_1_0, PYTORCH_2_6]})
+    _seed(Path(b_env["HOME"]), "site-b.example.org", {"dgx2": [PYTORCH_1_0]})
+    for name, log in LOGS.items():
+        shutil.copy(log, a_cwd / name)
+    (home_a / ".ssh").mkdir(mode=0o700)
+    key = subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(home_a / ".ssh" / "id_ed25519")],
+                         capture_output=True, text=True)
+    assert key.returncode == 0, key.stderr
+    before = set(Path("/tmp").glob("dlrun-stage-*"))
+    yield {"a": (a_env, a_cwd), "b": (b_env, b_cwd), "logs": tmp_path / "logs"}
+    for copy in set(Path("/tmp").glob("dlrun-stage-*")) - before:  # --stage-data's node-local copies
+        shutil.rmtree(copy, ignore_errors=True)
+
+
+def _prepared() -> list:
+    found = blocks(README)
+    for block in found:
+        for line in block.lines():
+            prepare(line, _commands())
+    return found
+
+
+def _run(block, sites) -> list[Outcome]:
+    outcomes = []
+    for index, part in enumerate(block.parts):
+        env, cwd = sites["b"] if part.site == "importing" else sites["a"]
+        if part.site == "importing":  # what the exporting site handed over
+            for name in ("hpc.bundle", ".ssh/dlrun-bundle.pub"):
+                source = (sites["a"][1] / name) if not name.startswith(".") else Path(sites["a"][0]["HOME"]) / name
+                shutil.copy(source, cwd / Path(name).name)
+        outcomes += run_part(part, env, cwd, sites["logs"] / f"{block.number}-{index}")
+    return outcomes
+
+
+def _verdicts(outcomes: list[Outcome]) -> list[str]:
+    return [outcome.describe() for outcome in outcomes if outcome.failed]
+
+
+def test_the_readme_is_parsed_into_every_command_line():
+    found = _prepared()
+    lines = [line for block in found for line in block.lines()]
+    assert len(found) == 5 and len(lines) >= 45
+    assert {line.text.split()[0] for line in lines} >= {"make", "dlrun", ".", "export", "ssh-keygen", "echo"}
+    assert [line.command for line in lines if line.skip] == ["make test"]
+    assert [part.site for block in found for part in block.parts if part.site] == ["exporting", "importing"]
+    dry = [line for line in lines if "--dry-run" in line.command and "--dry-run" not in line.text]
+    assert dry and all(re.search(r"--system (dgx2|txgaia)|images pull", line.text) for line in dry)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_every_readme_command_works_as_printed(sites):
+    problems = []
+    for block in _prepared():
+        outcomes = _run(block, sites)
+        problems += _verdicts(outcomes)
+        unreached = [o.line.number for o in outcomes if o.code is None]
+        if unreached and not problems:
+            problems.append(f"block at README line {block.number}: lines {unreached} did not run")
+    assert problems == [], "\n\n".join(problems)
+    bundle = sites["b"][1] / "hpc.bundle"
+    assert bundle.is_file() and (Path(sites["b"][0]["HOME"]) / ".config" / "dlrun" / "allowed_signers").is_file()
+
+
+def test_a_readme_command_that_fails_fails_the_readme_test(tmp_path):
+    """A copy of the README with one command broken: the runner reports that line, with what it said."""
+    copy = tmp_path / "README.md"
+    copy.write_text(README.read_text().replace("dlrun experiments show E001_table2_model_facts",
+                                               "dlrun experiments show E001_table2_model_fact", 1))
+    [block] = [block for block in blocks(copy) if any("E001_table2_model_fact " in f"{line.text} "
+                                                      for line in block.lines())]
+    part = Part("", block.lines()[:3])
+    for line in part.lines:
+        prepare(line, _commands())
+    outcomes = run_part(part, _env(tmp_path / "home"), tmp_path, tmp_path / "logs")
+    assert [o.code for o in outcomes] == [0, 2, None]  # the third line is not reached
+    [problem] = _verdicts(outcomes)
+    assert problem.startswith(f"README line {block.lines()[1].number}: dlrun experiments show E001_table2_model_fact")
+    assert "unknown experiment 'E001_table2_model_fact'" in problem and "did you mean 'E001_table2_model_facts'" in problem
+
+
+def _help_examples() -> list[tuple[str, str]]:
+    """(command path, example) for each `Example: ...` in a help text, the examples written in backquotes."""
+    import typer
+
+    from dlrun.cli.app import app
+
+    found = []
+
+    def walk(command, path: str) -> None:
+        texts = [command.help or ""] + [getattr(param, "help", None) or "" for param in command.params]
+        for text in texts:
+            for example in re.findall(r"Examples?:(.*)", text, re.S):
+                found.extend((path, cmd) for cmd in re.findall(r"`(dlrun [^`]+)`", example))
+        for name, sub in sorted(getattr(command, "commands", {}).items()):
+            walk(sub, f"{path} {name}")
+
+    walk(typer.main.get_command(app), "dlrun")
+    return found
+
+
+def test_every_help_example_works(tmp_path):
+    examples = _help_examples()
+    assert ("dlrun", "dlrun run resnet50") in examples
+    assert ("dlrun doctor", "dlrun doctor --system txgaia --image pytorch1.0-horovod --fabric roce") in examples
+    lines = [prepare(Line(index, example), _commands()) for index, (_, example) in enumerate(examples, 1)]
+    outcomes = run_part(Part("", lines), _env(tmp_path / "home"), tmp_path, tmp_path / "logs")
+    problems = [o.describe().replace("README line", "help example") for o in outcomes if o.failed or o.code is None]
+    assert problems == [], "\n\n".join(problems)
