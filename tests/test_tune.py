@@ -220,6 +220,13 @@ def test_dlrun_tune_stores_a_decision_that_runs_reuse_and_the_key_ignores(dlrun_
     assert plain["results"][0]["extra"]["knobs"]["fused_optimizer"]["source"] == "default"
     assert plain["key"] == run["key"]  # tuning never makes two runs unlike
 
+    pinned = run_cli("run", "trivial", *SMALL, "--tune", "off", "--fused-optimizer", "off", env=env)
+    assert pinned.returncode == 0, pinned.stderr
+    key = _stored(_run_id(pinned.stdout), env)["key"]
+    assert key["framework"] == run["key"]["framework"] + " pinned: fused_optimizer=off"  # the user's choice
+    assert {k: v for k, v in key.items() if k != "framework"} == {k: v for k, v in run["key"].items()
+                                                                   if k != "framework"}
+
 
 def test_a_first_run_tunes_a_new_fingerprint_is_measured_again_and_asked_knobs_stay(dlrun_home, monkeypatch):
     env = {**TUNE_ENV, "DLRUN_HOME": str(dlrun_home), "DLRUN_TUNE_BUDGET_S": "5"}
