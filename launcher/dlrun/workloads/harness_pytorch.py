@@ -49,7 +49,8 @@ Usage
     python harness_pytorch.py --describe --model vgg16
 
 Options: ``--help`` lists them all with their defaults (the newer
-features' are in harness_pytorch_args.py).
+features' are in harness_pytorch_args.py, the speed knobs' in
+harness_pytorch_knobs.py, the collectives' in harness_pytorch_collectives.py).
 
 Models
 ------
