@@ -59,15 +59,19 @@ def paired(name: str, comm: Comm, nbytes: int, pairs: int, warmup: int) -> dict[
             call()
     comm.barrier()
     spent: dict[str, list[float]] = {"harness": [], "bare": []}
-    clock = time.perf_counter
+    cpu: dict[str, float] = {"harness": 0.0, "bare": 0.0}
+    clock, cpu_clock = time.perf_counter, time.process_time
     for i in range(pairs):
         for side in (("harness", "bare") if i % 2 == 0 else ("bare", "harness")):
             call = sides[side]
-            start = clock()
+            start, cpu_start = clock(), cpu_clock()
             call()
             spent[side].append(clock() - start)
-    return {side: {"mean": slowest(sum(times) / pairs), "median": slowest(statistics.median(times))}
-            for side, times in spent.items()}
+            cpu[side] += cpu_clock() - cpu_start
+    # CPU seconds per call (this process, gloo's threads included): what a call costs the machine, which
+    # other processes on a shared one change less than its wall time
+    return {side: {"mean": slowest(sum(times) / pairs), "median": slowest(statistics.median(times)),
+                   "cpu": slowest(cpu[side] / pairs)} for side, times in spent.items()}
 
 
 def slowest(seconds: float) -> float:
@@ -85,6 +89,8 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--out", default=None, help="write the JSON here instead of stdout (mpirun's output forwarding "
+                                               "breaks lines of more than a few KiB)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     rank, n = int(os.environ["OMPI_COMM_WORLD_RANK"]), int(os.environ["OMPI_COMM_WORLD_SIZE"])
@@ -100,15 +106,22 @@ def main() -> None:
         for nbytes in sizes:
             busbw: dict[str, list[float]] = {"harness": [], "bare": []}
             robust: dict[str, list[float]] = {"harness": [], "bare": []}
+            cpu: dict[str, list[float]] = {"harness": [], "bare": []}
             for _ in range(args.rounds):
                 for side, seconds in paired(name, comm, nbytes, args.iters, args.warmup).items():
                     busbw[side].append(nbytes / seconds["mean"] / 1e9 * factor)
                     robust[side].append(nbytes / seconds["median"] / 1e9 * factor)
-            rows.append({"bytes": nbytes, "busbw_gbs": busbw, "busbw_median_call_gbs": robust})
+                    cpu[side].append(seconds["cpu"])
+            rows.append({"bytes": nbytes, "busbw_gbs": busbw, "busbw_median_call_gbs": robust,
+                         "cpu_s_per_call": cpu})
         out["collectives"][name] = rows
     comm.destroy()
     if rank == 0:
-        print(json.dumps(out))
+        if args.out:
+            Path(args.out).write_text(json.dumps(out))
+            print(json.dumps({"out": args.out}))
+        else:
+            print(json.dumps(out))
 
 
 if __name__ == "__main__":

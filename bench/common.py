@@ -143,8 +143,8 @@ def latest_result(home: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     from dlrun.results.store import Store
 
     store = Store(home / "results.sqlite")
-    run = store.list_runs(1)[0]
-    return run, store.get_run(run["id"])["results"][0]
+    run = store.get_run(store.list_runs(1)[0]["id"])  # the full record: plan and results too
+    return run, run["results"][0]
 
 
 def cpu_count() -> int:
@@ -159,3 +159,85 @@ def write_result(name: str, data: dict[str, Any]) -> Path:
     path = RESULTS_DIR / f"{name}.json"
     path.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
     return path
+
+
+def processor() -> dict[str, Any]:
+    """The processor a ratio was measured on: model, vector and matrix extensions, whether it multiplies bf16
+    natively, and the ISA torch dispatches to. Every benchmark row carries it, and RESULTS.md keeps one table
+    per processor kind, so that a regression on one kind stays visible."""
+    sys.path.insert(0, str(REPO_ROOT / "launcher"))
+    from dlrun.probe.cpu import cpu_model, isa_flags
+
+    flags = isa_flags()
+    try:
+        import torch
+
+        capability = torch.backends.cpu.get_cpu_capability()
+    except Exception:  # noqa: BLE001 - torch is optional for some benchmarks
+        capability = None
+    return {"model": cpu_model(), "cpus": cpu_count(), "isa": flags, "torch_capability": capability,
+            "avx512": "avx512f" in flags, "bf16": any(f in flags for f in ("avx512_bf16", "amx_bf16", "bf16")),
+            "amx": any(f.startswith("amx") for f in flags)}
+
+
+def processor_label(proc: dict[str, Any]) -> str:
+    """`AMD EPYC, 2 CPUs, AVX-512 + AVX512_BF16, no AMX (torch: AVX512)`: the processor kind in one line."""
+    vector = "AVX-512" if proc["avx512"] else "AVX2" if "avx2" in proc["isa"] else "no AVX2"
+    bf16 = " + AVX512_BF16" if "avx512_bf16" in proc["isa"] else ""
+    amx = "AMX" if proc["amx"] else "no AMX"
+    return f"{proc['model']}, {proc['cpus']} CPUs, {vector}{bf16}, {amx} (torch: {proc['torch_capability']})"
+
+
+def ratio_interval(ratios: list[float], level: float = 0.95) -> dict[str, Any]:
+    """The geometric mean of per-round ratios with its `level` t-interval, computed on the log scale (a ratio's
+    spread is multiplicative; the interval never crosses zero). Fewer than 3 rounds: no interval."""
+    import math
+
+    logs = [math.log(r) for r in ratios if r > 0]
+    n = len(logs)
+    if n == 0:
+        return {"n": 0, "ratio": None, "low": None, "high": None}
+    mean = sum(logs) / n
+    if n < 3:
+        return {"n": n, "ratio": math.exp(mean), "low": None, "high": None}
+    from scipy import stats
+
+    sd = statistics.stdev(logs)
+    half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)
+    return {"n": n, "ratio": math.exp(mean), "low": math.exp(mean - half), "high": math.exp(mean + half)}
+
+
+def verdict(interval: dict[str, Any], goal: float) -> str:
+    """PASS when the whole interval is at or above `goal`, MISS when it is all below, else INCONCLUSIVE."""
+    if interval.get("low") is None:
+        return "INCONCLUSIVE"
+    if interval["low"] >= goal:
+        return "PASS"
+    if interval["high"] < goal:
+        return "MISS"
+    return "INCONCLUSIVE"
+
+
+def interval_text(interval: dict[str, Any]) -> str:
+    if interval.get("ratio") is None:
+        return "-"
+    if interval.get("low") is None:
+        return f"{interval['ratio']:.3f}x (n={interval['n']}, too few rounds for an interval)"
+    return f"{interval['ratio']:.3f}x (95 % CI {interval['low']:.3f}-{interval['high']:.3f}, n={interval['n']})"
+
+
+def cpu_seconds(argv: list[str], env: dict[str, str] | None = None, timeout: float = 3600) -> tuple[float, str, float]:
+    """(user + system CPU seconds of the process and every child it waited for, its stdout, wall seconds):
+    what a run cost the CPUs, which other processes on a shared machine change far less than its wall time.
+    Read as the growth of this process's RUSAGE_CHILDREN, so no other child may end meanwhile."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv[:4])}... exited {proc.returncode}: {proc.stderr.strip()[-800:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return cpu, proc.stdout, wall

@@ -13,6 +13,10 @@
 10 realdata           ResNet-50 from a JPEG ImageFolder / TFRecord shards (2 data workers) vs synthetic data
 11 telemetry          ResNet-50 with the telemetry sampler at 1 s vs without it
 12 llm                the LLM harness (llama3_tiny) vs a bare PyTorch loop of the same model, tokens/s
+13 tune               dlrun tune's choice for ResNet-50 vs every fixed configuration it tried; knobs recorded
+
+Every row carries the processor it was measured on (model, ISA extensions, bf16 and AMX), also in the table's
+title and summary.json.
 
 Each benchmark writes bench/results/<name>.json; the table goes to stdout and to bench/results/summary.json.
 """
@@ -39,12 +43,13 @@ import overhead
 import realdata
 import telemetry_cost
 import tf_overhead
-from common import Row, cpu_count, write_result
+import tuned
+from common import Row, cpu_count, processor, processor_label, write_result
 
 BENCHMARKS = {"overhead": overhead, "efficiency": efficiency, "efficiency_bert": efficiency_bert,
               "launcher": launcher_cost, "containers": containers, "comm": comm, "compare": compare_store,
               "collectives": collectives, "tf": tf_overhead,
-              "realdata": realdata, "telemetry": telemetry_cost, "llm": llm}
+              "realdata": realdata, "telemetry": telemetry_cost, "llm": llm, "tune": tuned}
 
 
 def _versions() -> dict:
@@ -83,6 +88,8 @@ def main() -> int:
     log = lambda line: err.print(line, markup=False)  # noqa: E731
     with open("/proc/loadavg") as f:
         load_before = f.read().split()[:3]
+    proc = processor()  # beside every ratio: a regression on one processor kind must stay visible
+    log(f"processor: {processor_label(proc)}")
     started = time.time()
     rows: list[Row] = []
     for name, module in BENCHMARKS.items():
@@ -99,20 +106,23 @@ def main() -> int:
     with open("/proc/loadavg") as f:
         load_after = f.read().split()[:3]
 
-    table = Table(title=f"dlrun bench: {threads} threads, {repeats} alternated rounds, {total:.0f} s "
-                        f"(load average {' '.join(load_before)} -> {' '.join(load_after)})")
+    table = Table(title=f"dlrun bench on {processor_label(proc)}: {threads} threads, {repeats} alternated rounds, "
+                        f"{total:.0f} s (load average {' '.join(load_before)} -> {' '.join(load_after)})")
     for column in ("benchmark", "measured", "value", "goal", "", "numbers"):
         table.add_column(column, overflow="fold")
-    styles = {"PASS": "green", "MISS": "red", "FAIL": "red", "SKIP": "yellow", "N/A": "yellow", "INFO": "dim"}
+    styles = {"PASS": "green", "MISS": "red", "FAIL": "red", "SKIP": "yellow", "N/A": "yellow", "INFO": "dim",
+              "INCONCLUSIVE": "yellow"}
     for row in rows:
         row.judge()
+        row.extra.setdefault("processor", proc)
         table.add_row(row.bench, row.name, _cell(row), _goal(row),
                       f"[{styles.get(row.status, '')}]{row.status}[/]", row.detail)
     console.print(table)
     write_result("summary", {"started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
                              "wall_s": total, "threads": threads, "repeats": repeats,
                              "load_average_before": load_before, "load_average_after": load_after,
-                             "versions": _versions(), "rows": [r.to_dict() for r in rows]})
+                             "versions": _versions(), "processor": proc, "processor_label": processor_label(proc),
+                             "rows": [r.to_dict() for r in rows]})
     return 0
 
 

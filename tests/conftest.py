@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+# A run tunes its knobs the first time it meets a machine (dlrun.tune); only the tests of that tune.
+os.environ["DLRUN_TUNE"] = "off"
 pytest_plugins: list[str] = ["fixtures_slurm", "fixtures_images"]
 
 

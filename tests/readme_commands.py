@@ -29,6 +29,7 @@ SITE_MARK = re.compile(r"^#\s*at the (\w+) site\b")
 RUNNABLE = ("dlrun", "make")
 TINY_RUN = (("--steps", "1"), ("--warmup-steps", "1"), ("--batch-size", "2"))
 TINY_MATMUL = (("--size", "256"), ("--repeats", "1"))
+TINY_TUNE = (("--rounds", "2"), ("--knobs", "fused_optimizer"))
 NOT_RUN = {"make test": "it runs the test suite, this test among it"}
 #: Exit codes that are a command's answer rather than its failure.
 ANSWERS = {"doctor": (0, 1)}
@@ -140,6 +141,9 @@ def _adapt(line: Line, argv: list[str], commands: set[str]) -> None:
     elif (command, sub) == ("measure", "matmul"):
         extra = [arg for option, value in TINY_MATMUL if option not in argv for arg in (option, value)]
         why = "a small product"
+    elif command == "tune":
+        extra = [arg for option, value in TINY_TUNE if option not in argv for arg in (option, value)]
+        why = "the fewest rounds and one knob"
     elif (command, sub) == ("images", "pull") and "--dry-run" not in argv:
         extra, why = ["--dry-run"], "no registry is reachable from the test machines"
     if extra:

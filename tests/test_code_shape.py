@@ -20,8 +20,6 @@ KNOWN: dict[str, str] = {
     "images/recipes.py:build_stage": "one branch per recipe step",
     "workloads/harness_tensorflow_train.py:run_benchmark": "the training loop and its options",
     "workloads/harness_tensorflow_ps.py:run_ps": "the parameter-server cluster's roles",
-    "workloads/harness_pytorch.py:build_parser": "one argument per harness option",
-    "workloads/harness_pytorch_collectives.py:run_collective": "the collective sweep",
     "execute/recovery.py:recover_run": "one case per way a run was found",
     "execute/batch.py:execute_batch": "submit, wait, cancel, collect",
     "cli/reproduce.py:_results": "the reproduce table's columns",

@@ -645,7 +645,7 @@ def default_threads():
 @pytest.mark.parametrize("path", HARNESS_FILES[1:], ids=[p.name for p in HARNESS_FILES[1:]])
 def test_each_sibling_imports_alone_without_side_effects(path, default_threads):
     """A fresh interpreter (-I: no cwd, no user site) imports the sibling by itself: it leaves sys.path,
-    the environment (no re-exec, no LD_PRELOAD) and torch's threads as they were, and the three standard
+    the environment (no re-exec, no LD_PRELOAD) and torch's threads as they were, and the four standard
     library parts do not even import torch."""
     proc = subprocess.run([sys.executable, "-I", "-c", _IMPORT_ALONE, str(HARNESS_DIR), path.stem],
                           capture_output=True, text=True, timeout=120, env=_unthreaded_env())
@@ -653,8 +653,8 @@ def test_each_sibling_imports_alone_without_side_effects(path, default_threads):
     seen = json.loads(proc.stdout)
     assert seen["path"] and seen["env"] and seen["dlrun"] == []
     assert seen["threads"] == default_threads
-    stdlib_only = path.stem in ("harness_common", "harness_pytorch_allocator", "harness_pytorch_tfrecord",
-                                "harness_pytorch_mfu", "harness_pytorch_args")
+    stdlib_only = path.stem in ("harness_common", "harness_pytorch_allocator", "harness_pytorch_knobs",
+                                "harness_pytorch_tfrecord", "harness_pytorch_mfu", "harness_pytorch_args")
     assert seen["torch_loaded"] is not stdlib_only
 
 

@@ -24,7 +24,8 @@ SAMPLES = {
     "dist": "horovod", "launcher_arg": ["--exclusive"], "fabric": "roce", "partition": "debug", "account": "proj",
     "time": "01:00:00", "exclusive": False, "allocator": "jemalloc", "variable_update": "replicated",
     "all_reduce_spec": "xring", "ps": 1, "data_format": "NHWC", "benchmark_arg": ["--optimizer=momentum"],
-    "telemetry": "off",
+    "telemetry": "off", "fused_optimizer": "off", "channels_last": "off", "compile": "on", "pin_threads": "on",
+    "cudnn_benchmark": "off", "tune": "auto",  # tests run with DLRUN_TUNE=off (conftest)
 }
 #: Options that cannot be shown on the `matrix` system's PyTorch image (they need a TensorFlow image), with
 #: the system and image where they apply.

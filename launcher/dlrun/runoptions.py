@@ -88,6 +88,9 @@ def _opt(name: str, help: str, **kw: Any) -> RunOption:
 
 
 _BACKEND = "backends"
+#: A knob's values (dlrun.tune): auto leaves the choice to the tuner's decision for this machine, else the default.
+_KNOB = ("auto", "on", "off")
+_TUNED = "auto: the tuner's choice for this machine, else {}."
 RUN_OPTIONS: tuple[RunOption, ...] = (
     # names: the catalog entries a run is made of
     _opt("image", "Image tag (see `dlrun images list`).", default_from="the system's default image",
@@ -168,10 +171,30 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
          "(0.05 to 3600), or off.", default_from="1 second", field="telemetry_period", resolver="telemetry",
          metavar="off|PERIOD"),
     # framework: how the benchmark code runs
-    _opt("allocator", "Memory allocator of the PyTorch harness: auto (tcmalloc, else jemalloc, else "
-         "glibc-tuned), tcmalloc, jemalloc, glibc-tuned or system.", default="auto",
+    _opt("allocator", "Memory allocator of the PyTorch harness: tcmalloc, jemalloc, glibc-tuned or system; "
+         + _TUNED.format("tcmalloc, else jemalloc, else glibc-tuned"), default="auto",
          choices=("auto", "tcmalloc", "jemalloc", "glibc-tuned", "system"), field="allocator",
          resolver="framework", harness_flag="--allocator"),
+    # knobs: how fast the PyTorch harness's step runs, never what it computes (dlrun.tune measures them)
+    _opt("fused_optimizer", "The optimizer's fused step (one pass per tensor; same arithmetic) on, or PyTorch's "
+         "default step off; " + _TUNED.format("fused where this PyTorch has it"), default="auto",
+         choices=_KNOB, field="fused_optimizer", resolver="framework", harness_flag="--fused-optimizer"),
+    _opt("channels_last", "Image models in channels-last (NHWC) memory format on, or NCHW off; "
+         + _TUNED.format("on for CUDA, amp and oneDNN CPUs"), default="auto", choices=_KNOB, field="channels_last",
+         resolver="framework", harness_flag="--channels-last"),
+    _opt("compile", "torch.compile (inductor) the model, in the untimed warm-up steps; " + _TUNED.format("off"),
+         default="auto", choices=_KNOB, field="compile", resolver="framework",
+         harness_flag="--compile"),
+    _opt("pin_threads", "Bind each rank's threads one per CPU of its share (on), or let the OS place them (off); "
+         + _TUNED.format("off"), default="auto", choices=_KNOB, field="pin_threads",
+         resolver="framework", harness_flag="--pin-threads"),
+    _opt("cudnn_benchmark", "GPUs: let cuDNN time its algorithms for each shape (on), or take its heuristics "
+         "(off); " + _TUNED.format("on"), default="auto", choices=_KNOB, field="cudnn_benchmark",
+         resolver="framework", harness_flag="--cudnn-benchmark"),
+    _opt("tune", "auto: before the first run of a configuration on a machine whose fingerprint has no tuning "
+         "decision, measure the knobs left at auto on short runs (within $DLRUN_TUNE_BUDGET_S, default 30 s; "
+         "`dlrun tune` measures all of them) and keep the fastest; off: the defaults.", default_from="$DLRUN_TUNE, else auto", choices=("auto", "off"), field="tune",
+         resolver="framework"),
     _opt("variable_update", "tf_cnn_benchmarks: how gradients meet: parameter_server, distributed_replicated, "
          "collective_all_reduce, horovod, replicated, independent.",
          default_from="horovod where the image has it, else parameter servers on several nodes",
@@ -189,6 +212,9 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
 )
 
 BY_NAME: dict[str, RunOption] = {option.name: option for option in RUN_OPTIONS}
+#: The options that are speed knobs of the PyTorch harness: each run records its value and why (asked for, tuned,
+#: default); dlrun.tune measures those left at their default.
+KNOBS = ("allocator", "fused_optimizer", "channels_last", "threads", "pin_threads", "compile", "cudnn_benchmark")
 
 
 def option(name: str) -> RunOption:

@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from dlrun import __version__
-from dlrun.cli import catalogs, compare, doctor, experiments, measure, report, reproduce, results, run
+from dlrun.cli import catalogs, compare, doctor, experiments, measure, report, reproduce, results, run, tune
 from dlrun.cli.data import data_app
 from dlrun.cli.images import images_app
 
@@ -33,6 +33,7 @@ app = typer.Typer(
 )
 app.command("run")(run.run)
 app.command("plan")(run.plan)
+app.command("tune")(tune.tune)
 app.command("doctor")(doctor.doctor)
 app.command("parse")(results.parse)
 app.command("schema")(catalogs.schema)

@@ -75,12 +75,35 @@ def summary_rows(record: Any) -> list[list[str]]:
             if rates:
                 rows.append(["per rank", ", ".join(f"{r:.2f}" for r in rates)])
             rows.append(["model / batch", f"{res.get('model')} / {res.get('batch_size')} per rank"])
+            rows += precision_rows(extra.get("precision"), extra) + knob_rows(extra.get("knobs"))
         rows.append(["world size", str(res.get("num_devices"))])
         rows.append(["framework", f"{extra.get('framework')} {extra.get('framework_version', '')}"])
     if record.reason:
         rows.append(["reason", record.reason])
     rows.append(["run directory", str(record.path)])
     return rows
+
+
+def precision_rows(asked: Any, extra: dict) -> list[list[str]]:
+    """What the matrix products ran in, where the result says (the harness records it), and on a CPU without
+    bfloat16 instructions that bfloat16 was emulated."""
+    ran = extra.get("precision_ran")
+    if not ran:
+        return []
+    text = f"{asked}: ran {ran}" if asked and asked != ran else str(ran)
+    if extra.get("native_bf16") is False and ran == "bf16":
+        text += " (emulated: this CPU has no bfloat16 instructions, usually slower than fp32)"
+    return [["precision", text]]
+
+
+def knob_rows(knobs: Any) -> list[list[str]]:
+    """The speed knobs the run used and why: asked for, tuned (dlrun tune's decision for this machine) or
+    default."""
+    if not isinstance(knobs, dict) or not knobs:
+        return []
+    parts = [f"{name} {entry.get('value')} ({entry.get('source')})" for name, entry in knobs.items()
+             if isinstance(entry, dict) and entry.get("value") != "n/a"]
+    return [["knobs", ", ".join(parts)]] if parts else []
 
 
 def print_summary(record: Any) -> None:

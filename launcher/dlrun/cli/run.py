@@ -81,6 +81,11 @@ def run(skip_checks: SkipChecksOpt = False, dry_run: DryRunOpt = False, verbose:
 
     # the node's checks, then the image's digest (refused, exit 1, when its copy differs from the site's lock)
     cleared = clear(plan, node_inventory(), lambda findings: checked(findings, skip_checks), skip_checks=skip_checks)
+    from dlrun.tune import tuned_plan
+
+    tuned = tuned_plan(plan, cleared.inventory, log=warn)  # this machine's decision on the knobs left at auto
+    if tuned != plan:
+        plan, rendered = tuned, render_job(tuned)
     execute_plan(plan, rendered, cleared, verbose=verbose)
 
 

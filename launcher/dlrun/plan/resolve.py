@@ -7,6 +7,7 @@ each is a plain function that tests can call on its own.
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,7 +18,7 @@ from dlrun.errors import UsageError
 from dlrun.plan import inputs
 from dlrun.plan.backends import resolve_backends
 from dlrun.plan.resolved import LocalImage, Plan
-from dlrun.runoptions import RESOLVERS, Request, request
+from dlrun.runoptions import KNOBS, RESOLVERS, Request, request
 from dlrun.tfoptions import resolve_tf_options
 
 
@@ -77,9 +78,10 @@ def check_names(res: Resolution) -> None:
         valid = sorted(w.name for w in catalog.workloads.values() if w.trains and w.model in TF2_HARNESS_MODELS)
         raise UsageError(f"workload {work.name!r} has no model in dlrun's TensorFlow 2 harness, which image "
                          f"{img.name!r} runs; valid workloads for it: {', '.join(valid)}")
-    if img.framework == "tensorflow" and res.request.is_given("allocator"):
-        raise UsageError(f"--allocator {res.request.allocator} applies to dlrun's PyTorch harness, but image "
-                         f"{img.name!r} runs TensorFlow; valid for it: auto")
+    for name in KNOBS:  # the PyTorch harness's knobs
+        if img.framework == "tensorflow" and name != "threads" and res.request.is_given(name):
+            raise UsageError(f"--{name.replace('_', '-')} {res.request[name]} applies to dlrun's PyTorch harness, "
+                             f"but image {img.name!r} runs TensorFlow; valid for it: auto")
 
 
 def resolve_layout(res: Resolution) -> dict[str, Any]:
@@ -178,8 +180,14 @@ def resolve_framework(res: Resolution) -> dict[str, Any]:
         res.image, nodes=res.fields["nodes"], world=res.world, device=res.fields["device"],
         variable_update=req.variable_update, all_reduce_spec=req.all_reduce_spec, ps=req.ps,
         data_format=req.data_format, benchmark_args=list(req.benchmark_arg))
-    return {"precision": check_precision(req.precision, res.image, res.fields["device"]), "allocator": req.allocator,
-            **tf_options}
+    knobs = {name: req[name] for name in KNOBS if name != "threads"}
+    pytorch = res.image.harness_framework == "pytorch" and res.workload.trains
+    tune = req.tune or os.environ.get("DLRUN_TUNE") or "auto"
+    if tune not in ("auto", "off"):
+        raise UsageError(f"bad $DLRUN_TUNE {tune!r}; valid: auto, off")
+    return {"precision": check_precision(req.precision, res.image, res.fields["device"]), **knobs, "tune": tune,
+            "knob_sources": {name: "asked for" if req.is_given(name) else "default" for name in KNOBS} if pytorch
+            else {}, **tf_options}
 
 
 #: What each benchmark code can train in: dlrun's PyTorch harness all of them (tf32 and fp16 on GPUs only),

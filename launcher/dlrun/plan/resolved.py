@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -18,6 +18,8 @@ Precision = Literal["fp32", "tf32", "fp16", "bf16", "amp"]
 DATA_MOUNT = "/data"
 
 Allocator = Literal["auto", "tcmalloc", "jemalloc", "glibc-tuned", "system"]
+#: A speed knob of the PyTorch harness: auto is the tuner's decision for the machine, else the default.
+Knob = Literal["auto", "on", "off"]
 Dist = Literal["ddp", "horovod"]
 
 
@@ -76,6 +78,15 @@ class Plan(BaseModel):
     devices: list[str] = []  # host device paths to pass into containers (fabric devices, /dev/infiniband/...)
     data_workers: int = Field(default=0, ge=0)  # data-loader workers per rank (Ren et al.'s j)
     allocator: Allocator = "auto"  # the PyTorch harness's malloc (see harness_pytorch.py)
+    # Speed knobs of the PyTorch harness (dlrun.tune); never part of the comparability key
+    fused_optimizer: Knob = "auto"
+    channels_last: Knob = "auto"
+    compile: Knob = "auto"
+    pin_threads: Knob = "auto"
+    cudnn_benchmark: Knob = "auto"
+    tune: Literal["auto", "off"] = "auto"  # measure the knobs left at auto where no decision is stored
+    knob_sources: dict[str, str] = {}  # knob -> asked for | tuned | default (PyTorch harness training only)
+    tuning: dict[str, Any] = {}  # the tuner's decision this run used (machine, configuration, when), if any
     # The PyTorch harness's distribution layer (--dist); None where the image runs tf_cnn_benchmarks.
     dist: Dist | None = "ddp"
     telemetry_period: float | None = Field(default=1.0, gt=0)  # seconds between telemetry samples; None: off
@@ -126,6 +137,9 @@ DERIVED_FIELDS = {
     "device": "cuda where the system has GPUs, else cpu",
     "master_port": "the rendezvous port (the local executor picks a free one at run time)",
     "devices": "the fabric's host devices",
+    "knob_sources": "which knobs the user asked for (the options), the tuner decided (dlrun.tune) or the "
+                    "defaults decide",
+    "tuning": "the tuner's stored decision a run applied (dlrun.tune)",
 }
 
 

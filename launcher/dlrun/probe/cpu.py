@@ -87,4 +87,19 @@ def cpu_inventory(root: Path = Path("/")) -> dict[str, Any]:
         packages.add(package)
         cores.add((package, core or ""))
     return {"model": cpu_model(root), "logical_cpus": logical or os.cpu_count(), "sockets": len(packages) or None,
-            "physical_cores": len(cores) or None, "usable_cpus": usable_cpus(), "numa": numa_nodes(root)}
+            "physical_cores": len(cores) or None, "usable_cpus": usable_cpus(), "numa": numa_nodes(root),
+            "isa_flags": isa_flags(root)}
+
+
+#: The instruction-set extensions that decide which kernels oneDNN, MKL and ATen run (vector width, FMA, bf16 and
+#: int8 dot products, matrix tiles), by their /proc/cpuinfo names on x86 (flags) and Arm (Features).
+ISA_PREFIXES = ("sse4", "avx", "fma", "f16c", "amx", "sve", "asimd", "bf16", "i8mm", "vsx", "altivec")
+
+
+def isa_flags(root: Path = Path("/")) -> list[str]:
+    """The vector and matrix extensions this CPU reports (first processor's `flags` or `Features`), sorted."""
+    for line in (read_text(root / "proc" / "cpuinfo") or "").splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return sorted({flag for flag in value.split() if flag.startswith(ISA_PREFIXES)})
+    return []

@@ -15,6 +15,7 @@ from dlrun.plan import LocalImage, Plan, resolve_plan
 from dlrun.render import render_job
 from dlrun.reproduce.resume import MODEL_FACTS, Key, StoredRun, facts_key, planned_key, stored_runs
 from dlrun.results.store import Store
+from dlrun.tune.apply import with_sources
 
 #: The harness whose model definitions model facts are counted on.
 FACTS_FRAMEWORK = "pytorch"
@@ -93,7 +94,9 @@ def _count(catalog: Catalog, work: PointWork, workload: str) -> None:
 
 def _plan(catalog: Catalog, work: PointWork, point: Point, local_image: LocalImage | None) -> None:
     try:
-        work.plan = resolve_plan(catalog, str(point.workload), local_image=local_image, **point.plan_options())
+        # the knobs' sources reach the harness's record; an experiment's points run the defaults, untuned
+        work.plan = with_sources(resolve_plan(catalog, str(point.workload), local_image=local_image,
+                                              **point.plan_options()))
     except UsageError as exc:  # the expansion let through what the plan refuses: say so, run the rest
         work.skip = f"dlrun cannot plan it: {exc}"
         return

@@ -32,7 +32,8 @@ Fields (in the order they are printed):
 
 A tf_cnn_benchmarks run's framework carries the settings that decide its value after a slash, as a collective's
 carries its backend: `tensorflow/parameter_server ps=4 layout=NCHW` (variable update, all-reduce spec,
-parameter servers, tensor layout, pass-through flags; see dlrun.tfoptions).
+parameter servers, tensor layout, pass-through flags; see dlrun.tfoptions). The PyTorch harness's speed knobs
+enter it only where the user pinned them (`pytorch pinned: fused_optimizer=off`; see dlrun.tune).
 """
 from __future__ import annotations
 
@@ -220,7 +221,18 @@ def _training_framework(rec: _Record) -> str:
     # Horovod to run several processes, so its key stays the same across rank counts)
     if rec.extra.get("dist") == "horovod" and framework == "pytorch":
         framework = f"{framework}/horovod"
-    return framework
+    pinned = _pinned_knobs(rec.plan)
+    return f"{framework} pinned: {pinned}" if pinned else framework
+
+
+def _pinned_knobs(plan: Mapping[str, Any]) -> str:
+    """The speed knobs the user gave (`--fused-optimizer off`), as `name=value` words. A tuned or default knob
+    never enters the key (the tuner picks what is fastest on each machine, like-for-like); a pinned one is the
+    user's choice of what to compare."""
+    sources = _mapping(plan.get("knob_sources"))
+    field = {"threads": "threads_per_rank"}
+    return " ".join(f"{name}={plan.get(field.get(name, name))}" for name, source in sorted(sources.items())
+                    if source == "asked for")
 
 
 def _communication(rec: _Record) -> Key:

@@ -20,8 +20,9 @@ imports them from there (it puts its own directory on ``sys.path``; the
 caller's working directory does not matter):
 ``harness_common.py`` (shared with the TensorFlow harness: exit codes, the
 error type, output, argument types, throughput statistics),
-``harness_pytorch_allocator.py`` (the memory allocator; standard library
-only, so that it is settled before torch is imported),
+``harness_pytorch_allocator.py`` (the memory allocator) and
+``harness_pytorch_knobs.py`` (the speed knobs and why each has its value;
+both standard library only, settled before torch is imported),
 ``harness_pytorch_features.py`` (checks for features of newer PyTorch
 releases), ``harness_pytorch_models.py`` (model definitions and what is
 counted on them), ``harness_pytorch_data.py`` (the data the steps consume), ``harness_pytorch_dataset.py`` and ``harness_pytorch_tfrecord.py`` (real data),
@@ -36,8 +37,9 @@ tokens), ``harness_pytorch_mfu.py`` (MFU and the peak table),
 ``harness_pytorch_tasks.py`` (what a step consumes per kind of model),
 ``harness_pytorch_args.py`` (the options of the newer features),
 ``harness_pytorch_loader.py`` (the loader-only rate),
-``harness_pytorch_checkpoint.py`` (``--checkpoint-every``) and
-``harness_pytorch_train.py`` (the training benchmark).  Every
+``harness_pytorch_checkpoint.py`` (``--checkpoint-every``),
+``harness_pytorch_train.py`` (the training benchmark) and
+``harness_pytorch_tune.py`` (``dlrun tune``'s trials).  Every
 file needs only the standard library and torch, and each sibling can be
 imported on its own without side effects.
 
@@ -45,10 +47,10 @@ Usage
 -----
     python harness_pytorch.py --model resnet50_v1.5 --batch-size 64 --steps 100
     python harness_pytorch.py --describe --model vgg16
-    python harness_pytorch.py --model bert_squad --batch-size 32 --steps 50
 
 Options: ``--help`` lists them all with their defaults (the newer
-features' are in harness_pytorch_args.py).
+features' are in harness_pytorch_args.py, the speed knobs' in
+harness_pytorch_knobs.py, the collectives' in harness_pytorch_collectives.py).
 
 Models
 ------
@@ -70,9 +72,8 @@ llama3_tiny, llama3_1b, llama3_8b (LLM pretraining).
   conv 64 5x5 SAME, maxpool 2, fc 512, fc classes) on 28x28 inputs with
   3 channels and 1000 classes, i.e. what tf_cnn_benchmarks builds for the
   (synthetic) imagenet data set, not the 1-channel, 10-class MNIST variant.
-* ``trivial`` is a tiny model (conv 3->8 3x3 + batch norm + global average
-  pool + fc 1000) on 32x32 inputs, for fast smoke tests only; unlike
-  tf_cnn_benchmarks' trivial it is not meant to measure anything.
+* ``trivial`` (conv 3->8 3x3, batch norm, global average pool, fc 1000 on
+  32x32 inputs) is for smoke tests only; it measures nothing.
 
 * ``bert_swag`` and ``bert_squad`` are BERT-base (uncased vocabulary of
   30522, 12 layers, hidden 768, 12 heads, feed-forward 3072; 109.5 M
@@ -133,8 +134,17 @@ al.'s batch sizes do) or SQuAD windows; rates count sequences.
   2-core AVX-512 CPU) - and off otherwise (always off wherever
   torch.channels_last does not exist).
   ``on`` fails (exit 2) where channels-last is unsupported.
-* ``--compile`` uses torch.compile where it exists and otherwise warns and
-  runs eagerly (the result records ``compiled``).
+* ``--compile`` (on) uses torch.compile where it exists and otherwise
+  warns and runs eagerly (the result records ``compiled``, and the untimed
+  warm-up's seconds, where compiling happens, as ``warmup_time_s``).
+* ``--pin-threads on`` binds each OpenMP thread to one CPU of this rank's
+  share (OMP_PROC_BIND, OMP_PLACES; set before torch loads, not where the
+  user set them); ``--cudnn-benchmark off`` takes cuDNN's heuristics
+  instead of timing its algorithms per shape (CUDA only).
+* ``knobs`` in the result: the value of every speed knob (allocator,
+  fused_optimizer, channels_last, threads, pin_threads, compile,
+  cudnn_benchmark) and why: asked for, tuned or default (see
+  ``harness_pytorch_knobs.py``).
 * ``--fused-optimizer auto`` (default) gives SGD and AdamW ``fused=True``
   where this PyTorch has a fused step for the device (CPU since PyTorch
   2.4): one pass over each parameter instead of one per operation, 4-7x
@@ -210,6 +220,8 @@ checked all-reduce), so that tests can prove the checks fire.  It has no
 other effect.  With --dist horovod, DLRUN_HARNESS_TEST_HOROVOD_NO_WRAP=1
 leaves the optimizer unwrapped (no gradient averaging), so that tests can
 prove the replica check catches ranks that do not average.
+DLRUN_HARNESS_TEST_CPUINFO=PATH reads PATH instead of /proc/cpuinfo
+(whether the CPU has bfloat16 instructions).
 
 All-reduce benchmark (``--benchmark allreduce``, at least 2 ranks): for each
 message size from --min-bytes to --max-bytes (x --size-factor; float32
@@ -248,8 +260,9 @@ if HARNESS_DIR not in sys.path:
     sys.path.insert(0, HARNESS_DIR)
 
 # Standard library only: torch is not imported yet.
-from harness_pytorch_allocator import (ALLOCATOR_CHOICES,  # noqa: E402
-                                       argv_allocator, setup_allocator)
+from harness_pytorch_allocator import (argv_allocator,  # noqa: E402
+                                       setup_allocator)
+from harness_pytorch_knobs import add_knob_options, pin_threads  # noqa: E402
 
 if __name__ == "__main__":
     _requested = argv_allocator(sys.argv[1:])
@@ -260,21 +273,23 @@ if __name__ == "__main__":
             sys.stderr.write("dlrun-harness: error: %s\n"
                              % getattr(_exc, "message", _exc))
             sys.exit(getattr(_exc, "code", 1))
+        pin_threads(sys.argv[1:])  # OpenMP reads it when torch loads it
 
 import json  # noqa: E402
 
-from harness_pytorch_collectives import (BENCHMARKS,  # noqa: E402
-                                         run_communication)  # (imports torch)
+from harness_pytorch_collectives import (  # noqa: E402 (imports torch)
+    add_collective_options, run_communication)
 from harness_common import (EXIT_USAGE, ArgumentParser,  # noqa: E402
                             HarnessError, error_line, non_negative, out,
                             positive, report_failures)
 from harness_pytorch_features import PRECISIONS  # noqa: E402
 
-CHANNELS_LAST, DEVICES = ("auto", "on", "off"), ("auto", "cpu", "cuda")
+DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("auto", "gloo", "nccl", "mpi")
 from harness_pytorch_args import (add_llm_options,  # noqa: E402
                                   add_training_options)
 from harness_pytorch_horovod import DIST_CHOICES  # noqa: E402
+from harness_pytorch_knobs import trial_spec  # noqa: E402
 from harness_pytorch_models import MODEL_NAMES, describe_model  # noqa: E402
 from harness_pytorch_train import run_benchmark  # noqa: E402
 
@@ -300,7 +315,6 @@ def build_parser():
     p.add_argument("--warmup-steps", type=non_negative, default=10,
                    help="untimed warm-up steps (default 10)")
     p.add_argument("--precision", choices=PRECISIONS, default="fp32")
-    p.add_argument("--channels-last", choices=CHANNELS_LAST, default="auto")
     p.add_argument("--device", choices=DEVICES, default="auto")
     p.add_argument("--threads", type=positive, default=None,
                    help="torch.set_num_threads (default: torch's choice)")
@@ -334,36 +348,8 @@ def build_parser():
                    help="DataLoader worker processes per rank decoding "
                         "--data-dir (default 4; 0 decodes in the training "
                         "process); recorded only for synthetic data")
-    p.add_argument("--compile", action="store_true",
-                   help="use torch.compile where available")
-    p.add_argument("--fused-optimizer", choices=("auto", "on", "off"),
-                   default="auto",
-                   help="auto (default): the optimizer's fused step where "
-                        "this PyTorch has one for the device, else its "
-                        "default; on: fused or exit 2; off: PyTorch's "
-                        "default step")
-    p.add_argument("--benchmark", choices=("train",) + BENCHMARKS,
-                   default="train",
-                   help="train (default), or a collective's bus bandwidth "
-                        "over message sizes (%s), --steps timed and "
-                        "--warmup-steps untimed iterations per size"
-                        % ", ".join(BENCHMARKS))
-    p.add_argument("--min-bytes", type=positive, default=8,
-                   help="collectives: smallest message (default 8)")
-    p.add_argument("--max-bytes", type=positive, default=64 * 1024 * 1024,
-                   help="collectives: largest message (default 64 MiB)")
-    p.add_argument("--size-factor", type=positive, default=2,
-                   help="collectives: size multiplier between messages "
-                        "(default 2)")
-    p.add_argument("--allocator", choices=ALLOCATOR_CHOICES, default="auto",
-                   help="memory allocator: auto (tcmalloc, else jemalloc, "
-                        "else glibc-tuned), tcmalloc, jemalloc, glibc-tuned "
-                        "(glibc that keeps freed memory) or system (the C "
-                        "library's malloc untouched); default auto")
-    p.add_argument("--timeout-s", type=positive, default=None,
-                   help="collective timeout in seconds (dlrun: the run's "
-                        "time limit), so that one stopped rank ends the "
-                        "job; default PyTorch's")
+    add_knob_options(p)
+    add_collective_options(p)
     add_training_options(p)
     add_llm_options(p)
     return p
@@ -371,6 +357,7 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    args.raw_argv = list(sys.argv[1:] if argv is None else argv)
     if args.data_workers is None:  # the LLM reads its windows in-process
         args.data_workers = (DEFAULT_DATA_WORKERS if args.data_dir
                              and not args.model.startswith("llama") else 0)
@@ -393,6 +380,10 @@ def _run(args):
                                "collective benchmarks use the process "
                                "group; valid: --dist ddp" % args.dist)
         return run_communication(args)
+    spec = trial_spec()
+    if spec is not None:  # dlrun tune's trial, not a benchmark
+        from harness_pytorch_tune import run_trial
+        return run_trial(args, spec)
     return run_benchmark(args)
 
 

@@ -21,7 +21,7 @@ import torch
 
 from harness_pytorch_comm import Comm, in_process_group, sync
 from harness_common import (EXIT_WRONG_RESULT, PERTURB_ENV, RULE,
-                            HarnessError, error_line, out)
+                            HarnessError, error_line, out, positive)
 from harness_pytorch_process import run_fields, setup_process
 
 #: benchmark -> (nccl-tests name, redop as nccl-tests prints it, root,
@@ -35,6 +35,27 @@ COLLECTIVES = {
 }
 #: and point-to-point bandwidth (harness_pytorch_sendrecv.py)
 BENCHMARKS = tuple(sorted(COLLECTIVES)) + ("sendrecv",)
+
+
+def add_collective_options(p):
+    """--benchmark and the options of the collective sweeps."""
+    p.add_argument("--benchmark", choices=("train",) + BENCHMARKS,
+                   default="train",
+                   help="train (default), or a collective's bus bandwidth "
+                        "over message sizes (%s), --steps timed and "
+                        "--warmup-steps untimed iterations per size"
+                        % ", ".join(BENCHMARKS))
+    p.add_argument("--min-bytes", type=positive, default=8,
+                   help="collectives: smallest message (default 8)")
+    p.add_argument("--max-bytes", type=positive, default=64 * 1024 * 1024,
+                   help="collectives: largest message (default 64 MiB)")
+    p.add_argument("--size-factor", type=positive, default=2,
+                   help="collectives: size multiplier between messages "
+                        "(default 2)")
+    p.add_argument("--timeout-s", type=positive, default=None,
+                   help="collective timeout in seconds (dlrun: the run's "
+                        "time limit), so that one stopped rank ends the "
+                        "job; default PyTorch's")
 
 
 def message_sizes(min_bytes, max_bytes, factor=2, granule=1):
@@ -209,7 +230,7 @@ def run_collective(args):
                           world_size if whole else 1)
     comm = Comm(rank, world_size, backend, device, args.timeout_s)
     rows, api = in_process_group(comm, _sweep, args, comm, device, sizes)
-    name, redop, root, whole, in_place = COLLECTIVES[benchmark]
+    name = COLLECTIVES[benchmark][0]
     wrong = sum(r["wrong"] for r in rows)
     if wrong:
         bad = [r["bytes"] for r in rows if r["wrong"]]
@@ -218,10 +239,25 @@ def run_collective(args):
                        "ranks, at message sizes %s bytes"
                        % (name.replace("_", "-"), wrong, bad))
         return EXIT_WRONG_RESULT
-    largest = rows[-1]
     avg_busbw = sum(r["busbw_gbs"] for r in rows) / len(rows)
+    result = _record(args, api, rows, avg_busbw, world_size, rank_source,
+                     device_type, device_name, backend)
+    result.update(run_fields(device_type))
+    if rank == 0:
+        out("# Avg bus bandwidth    : %.4f" % avg_busbw)
+        out(RULE)
+        out("DLRUN_RESULT " + json.dumps(result, sort_keys=True))
+    return 0
+
+
+def _record(args, api, rows, avg_busbw, world_size, rank_source, device_type,
+            device_name, backend):
+    """The DLRUN_RESULT record of a sweep (without the versions)."""
+    benchmark = args.benchmark
+    name, redop, root, whole, in_place = COLLECTIVES[benchmark]
+    largest = rows[-1]
     factor = busbw_factor(benchmark, world_size)
-    result = {
+    return {
         "benchmark": benchmark,
         "collective": name,
         "api": "torch.distributed." + api,
@@ -255,12 +291,6 @@ def run_collective(args):
         "backend": backend,
         "threads": torch.get_num_threads(),
     }
-    result.update(run_fields(device_type))
-    if rank == 0:
-        out("# Avg bus bandwidth    : %.4f" % avg_busbw)
-        out(RULE)
-        out("DLRUN_RESULT " + json.dumps(result, sort_keys=True))
-    return 0
 
 
 def _time(coll, steps, warmup, comm, device):

@@ -187,7 +187,9 @@ def setup_process(args, ranks=None):
         index = (local_rank if local_rank is not None else rank) % count
         torch.cuda.set_device(index)
         device = torch.device("cuda", index)
-        torch.backends.cudnn.benchmark = True
+        # cuDNN times its algorithms per shape unless --cudnn-benchmark off
+        torch.backends.cudnn.benchmark = (
+            getattr(args, "cudnn_benchmark", "auto") != "off")
         device_name = torch.cuda.get_device_name(index)
     else:
         device = torch.device("cpu")

@@ -9,6 +9,7 @@ Python >= 3.6 with PyTorch >= 1.0.  What it measures is described in
 import gc
 import json
 import math
+import os
 import socket
 import sys
 import time
@@ -26,6 +27,7 @@ from harness_pytorch_comm import (StepClock, in_process_group,  # noqa
 from harness_pytorch_features import (RAN, make_grad_scaler, maybe_compile,
                                       mkldnn_available, resolve_precision)
 from harness_pytorch_horovod import setup_dist
+from harness_pytorch_knobs import knob_fields
 from harness_pytorch_loader import loader_fields, measure_loader
 from harness_pytorch_mfu import mfu_fields
 from harness_pytorch_models import count_params
@@ -57,7 +59,8 @@ def _precision(precision, device_type, rank, llm):
         precision, device_type, amp_dtype="bfloat16" if llm else None)
     native_bf16 = None
     if ran == "bfloat16" and device_type == "cpu":
-        native_bf16 = cpu_has_native_bf16()
+        native_bf16 = cpu_has_native_bf16(os.environ.get(  # a test's file
+            "DLRUN_HARNESS_TEST_CPUINFO") or "/proc/cpuinfo")
         if native_bf16 is False and rank == 0:
             sys.stderr.write(
                 "dlrun-harness: warning: --precision %s runs bfloat16 on a "
@@ -89,6 +92,8 @@ def run_benchmark(args):
         return code
     result = _result(args, task, comm, outcome, rank_source, device_type,
                      device_name, backend, ran, accum)
+    result.update(knob_fields(args, outcome, task.bert or task.llm,
+                              device_type))
     if task.llm:
         try:
             result.update(mfu_fields(
@@ -194,7 +199,7 @@ def _build(args, task, comm, device, needs_scaler, accum):
     raw_model = model
     if comm.wraps:  # FSDP shards raw_model in place; DDP wraps it
         model = comm.wrap_model(model, device)
-    model, compiled = maybe_compile(model, args.compile)
+    model, compiled = maybe_compile(model, args.compile == "on")
     optimizer, name, fused = task.optimizer(
         raw_model, args, comm.fused_mode(args.fused_optimizer,
                                          task.optimizer_name))
@@ -259,20 +264,17 @@ def _train(args, task, comm, device, autocast, needs_scaler, accum):
                             bool(comm.fields().get("fsdp_sharded")))
     per_step = batch * accum * task.per_instance  # per rank
     loader = measure_loader(source, args.loader_steps, batch, device)
-    index = device.index if device.type == "cuda" else 0
-    kind = "gpu" if device.type == "cuda" else "cpu"
-    local = list(range(comm.devices_per_rank)) if comm.devices_per_rank > 1 \
-        else [index]
-    devices = ["/%s:%d" % (kind, int(g)) for row in comm.all_gather(
-        [float(i) for i in local]) for g in row]
+    devices = _devices(comm, device)  # a collective: every rank takes part
     if rank == 0:
         _header(args, task, comm, devices, optimizer_name, accum)
     first_loss = loss = None
+    warmup_start = time.perf_counter()  # compiling happens here, untimed
     for _ in range(args.warmup_steps):
         loss, _ = step()
         if first_loss is None:
             first_loss = float(loss)
     sync(device)
+    warmup_s = time.perf_counter() - warmup_start
     comm.barrier()
     sync(device)
     if rank == 0:
@@ -284,7 +286,8 @@ def _train(args, task, comm, device, autocast, needs_scaler, accum):
     outcome = {"error": None, "params": params, "compiled": compiled,
                "final_loss": run["final_loss"], "first_loss": first_loss,
                "optimizer": optimizer_name, "fused_optimizer": fused,
-               "data": source.fields(),
+               "data": source.fields(), "warmup_s": warmup_s,
+               "channels_last": task.channels_last,
                "extra": ckpt.fields() if ckpt is not None else {},
                "flops_per_token": task.flops_per_token() if task.llm
                else None}
@@ -300,6 +303,16 @@ def _train(args, task, comm, device, autocast, needs_scaler, accum):
     del model, raw_model, optimizer, scaler, step, source, loss
     gc.collect()
     return outcome
+
+
+def _devices(comm, device):
+    """Every rank's devices, as tf_cnn_benchmarks names them (/gpu:0)."""
+    index = device.index if device.type == "cuda" else 0
+    kind = "gpu" if device.type == "cuda" else "cpu"
+    local = list(range(comm.devices_per_rank)) if comm.devices_per_rank > 1 \
+        else [index]
+    return ["/%s:%d" % (kind, int(g)) for row in comm.all_gather(
+        [float(i) for i in local]) for g in row]
 
 
 def _timed_steps(args, step, device, comm, task, global_per_step, ckpt,

@@ -1,0 +1,134 @@
+"""A run's knobs: the stored decision for this machine applied to the knobs nobody asked for, measured first
+where the machine has none yet (`--tune auto`), and every knob's source passed to the harness, which records
+it with the value in the result.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from dlrun.errors import UsageError
+from dlrun.plan import Plan
+from dlrun.registry import SCHEDULERS
+from dlrun.tune import decisions
+from dlrun.tune.fingerprint import describe, fingerprint_id, machine_fingerprint
+from dlrun.tune.search import AUTO_KNOBS, load_average, measurable, tune
+from dlrun.tune.trial import TrialFailed
+
+#: The harness reads each knob's source from here (harness_pytorch_knobs.py).
+SOURCES_ENV = "DLRUN_KNOB_SOURCES"
+#: Seconds the automatic tuning may spend on measuring rounds (warm-up and process starts come on top).
+BUDGET_ENV = "DLRUN_TUNE_BUDGET_S"
+#: The 1-minute load average from which the machine counts as busy (default: its usable CPUs).
+BUSY_ENV = "DLRUN_TUNE_BUSY_LOAD"
+AUTO_BUDGET_S = 30.0
+AUTO_ROUNDS = 4
+
+Log = Callable[[str], None]
+
+
+def with_sources(plan: Plan, sources: Mapping[str, str] | None = None, **updates: Any) -> Plan:
+    """The plan with `updates`, its knob sources set and passed to the ranks in DLRUN_KNOB_SOURCES."""
+    sources = dict(plan.knob_sources if sources is None else sources)
+    if not sources:
+        return plan.model_copy(update=updates) if updates else plan
+    text = ",".join(f"{name}={'asked' if source == 'asked for' else source}" for name, source in sorted(sources.items()))
+    return plan.model_copy(update={**updates, "knob_sources": sources, "env": {**plan.env, SOURCES_ENV: text}})
+
+
+def apply_decision(plan: Plan, decision: Mapping[str, Any]) -> Plan:
+    """The decision's value for every knob left at its default; those become `tuned`."""
+    sources, updates = dict(plan.knob_sources), {}
+    for name, entry in decisions.checked_knobs(decision.get("knobs")).items():
+        if sources.get(name) != "default":
+            continue  # asked for: the user's value stands
+        updates["threads_per_rank" if name == "threads" else name] = entry["value"]
+        sources[name] = "tuned"
+    where = {k: decision.get(k) for k in ("fingerprint_id", "config_id", "decided_at")}
+    return with_sources(plan, sources, **updates, tuning={**where, "file": str(decisions.decisions_path())})
+
+
+def measures_here(plan: Plan) -> bool:
+    """Whether this machine is where the plan runs: one node, started by dlrun itself (no batch scheduler)."""
+    return plan.nodes == 1 and not SCHEDULERS.get(plan.scheduler).batch
+
+
+def budget_s() -> float:
+    text = os.environ.get(BUDGET_ENV)
+    if not text:
+        return AUTO_BUDGET_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 86400:
+        raise UsageError(f"bad ${BUDGET_ENV} {text!r}; valid: seconds from 1 to 86400")
+    return value
+
+
+def busy_load(fingerprint: Mapping[str, Any]) -> float:
+    """The load average from which a measurement counts as taken on a busy machine."""
+    text = os.environ.get(BUSY_ENV)
+    try:
+        return float(text) if text else float(fingerprint.get("usable_cpus") or 1)
+    except ValueError:
+        raise UsageError(f"bad ${BUSY_ENV} {text!r}; valid: a load average, e.g. 2") from None
+
+
+def is_busy(fingerprint: Mapping[str, Any]) -> bool:
+    load = load_average()
+    return bool(load) and load[0] >= busy_load(fingerprint)
+
+
+def identity(plan: Plan, inventory: Mapping[str, Any]) -> dict[str, Any]:
+    """The machine's fingerprint and the run's configuration, with their ids."""
+    fp = machine_fingerprint(inventory)
+    cfg = decisions.run_config(plan, inventory.get("torch") if plan.image.kind == "host" else None)
+    return {"fingerprint": fp, "fingerprint_id": fingerprint_id(fp), "config": cfg,
+            "config_id": decisions.config_id(cfg)}
+
+
+def measure(plan: Plan, inventory: Mapping[str, Any], knobs: Iterable[str], *, rounds: int, budget: float,
+            log: Log, previous: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Tune `knobs` now and store the decision (keeping `previous` decision's other knobs)."""
+    knobs = list(knobs)
+    who = identity(plan, inventory)
+    busy = is_busy(who["fingerprint"])  # before the trials add their own load
+    decision = {**who, **tune(plan, knobs, rounds=rounds, budget_s=budget, log=log),
+                "decided_at": decisions.now_iso(), "machine": describe(who["fingerprint"]), "busy": busy}
+    kept = {name: entry for name, entry in decisions.checked_knobs((previous or {}).get("knobs")).items()
+            if name not in decision["knobs"] and name not in knobs}
+    decision["knobs"] = {**kept, **decision["knobs"]}
+    decisions.save(decision)
+    return decision
+
+
+def tuned_plan(plan: Plan, inventory: Mapping[str, Any], *, log: Log) -> Plan:
+    """The plan a run executes: the stored decision for this machine and configuration applied; where there is
+    none and the plan says --tune auto, measured first (on this machine only). --tune off: the defaults."""
+    if not plan.knob_sources or plan.tune == "off":
+        return with_sources(plan)
+    who = identity(plan, inventory)
+    decision = decisions.lookup(who["fingerprint_id"], who["config_id"])
+    stale = decision is not None and decision.get("busy") is True and not is_busy(who["fingerprint"])
+    if (decision is None or stale) and measures_here(plan) and measurable(plan, AUTO_KNOBS):
+        why = ("its decision was measured on a busy machine, which is quiet now" if stale else
+               f"first run of this configuration on this machine ({describe(who['fingerprint'])})")
+        log(f"{why}: measuring its knobs (about {budget_s():g} s of rounds; --tune off or DLRUN_TUNE=off skips "
+            "this)")
+        try:
+            decision = measure(plan, inventory, AUTO_KNOBS, rounds=AUTO_ROUNDS, budget=budget_s(), log=log,
+                               previous=decision)
+        except TrialFailed as exc:
+            log(f"tuning failed, the defaults run: {exc}")
+            decisions.save({**who, "knobs": {}, "not_measured": {"all": str(exc)}, "decided_at": decisions.now_iso()})
+            return with_sources(plan)
+        log("tuned: " + summary_line(decision))
+    return with_sources(plan) if decision is None else apply_decision(plan, decision)
+
+
+def summary_line(decision: Mapping[str, Any]) -> str:
+    knobs = decisions.checked_knobs(decision.get("knobs"))
+    return ", ".join(f"{name} {entry['value']}" + (f" ({entry['speedup']:.2f}x)" if entry.get("speedup", 1) != 1
+                                                  else "") for name, entry in sorted(knobs.items())) or "nothing"

@@ -1,0 +1,216 @@
+"""What the tuner measures and how it decides.
+
+1. One trial process times, step by step in alternation, the reference (every knob at its default here) against
+   every combination of the fused optimizer step and channels-last, and on top of the reference fewer threads,
+   cuDNN's heuristics instead of its search (GPUs) and torch.compile (only when asked: compiling ResNet-50 takes
+   minutes). A variant's speed-up is the median over rounds of reference step time / its step time, each round
+   running every variant once back to back, so that a change of the machine's load meets all of them alike.
+2. With the winner of step 1 fixed, one process per allocator and per thread pinning (both are settled before
+   torch loads), against the same configuration with the defaults in a process before and one after them.
+
+A knob moves off its default only where that is faster by more than MARGIN; the decision records every
+speed-up measured, the time it took and the machine's load average, because a decision measured on a busy
+machine is a weaker one.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from dlrun.plan import Plan
+from dlrun.tune.trial import TrialFailed, run_trial
+
+#: A knob leaves its default only for a speed-up above this (measured step times on a quiet machine differ by
+#: about 1 % between identical variants).
+MARGIN = 1.02
+IN_PROCESS = ("fused_optimizer", "channels_last", "threads", "cudnn_benchmark", "compile")
+PER_PROCESS = ("allocator", "pin_threads")
+#: What `dlrun tune` measures unless told otherwise; torch.compile only on request (minutes of compiling).
+DEFAULT_KNOBS = ("allocator", "fused_optimizer", "channels_last", "threads", "pin_threads", "cudnn_benchmark")
+#: What the automatic tuning before a run measures: the knobs one trial process can alternate (each
+#: per-process knob costs a process start and a warm-up, tens of seconds for ResNet-50 on a small node).
+AUTO_KNOBS = ("fused_optimizer", "channels_last", "threads", "cudnn_benchmark")
+ALLOCATORS = ("tcmalloc", "jemalloc", "glibc-tuned", "system")
+
+Log = Callable[[str], None]
+
+
+def measurable(plan: Plan, knobs: Iterable[str]) -> list[str]:
+    """The knobs of `knobs` this plan leaves to the tuner (not asked for, applicable to its device and model)."""
+    out = []
+    for name in knobs:
+        if plan.knob_sources.get(name) != "default":
+            continue
+        if name == "cudnn_benchmark" and plan.device != "cuda":
+            continue
+        if name == "channels_last" and plan.workload.kind != "cnn-training":
+            continue
+        out.append(name)
+    return out
+
+
+def thread_choices(plan: Plan) -> list[int]:
+    """Fewer threads than the run's own: half (a busy or hyper-threaded node can run faster with them)."""
+    half = plan.threads_per_rank // 2
+    return [half] if half >= 1 else []
+
+
+def _spec(knobs: list[str], plan: Plan, rounds: int, budget_s: float, base: Mapping[str, Any] | None = None
+          ) -> dict[str, Any]:
+    grid = {name: ["on", "off"] for name in ("fused_optimizer", "channels_last") if name in knobs}
+    extras: list[dict[str, Any]] = [{"threads": n} for n in thread_choices(plan)] if "threads" in knobs else []
+    extras += [{name: "off" if name == "cudnn_benchmark" else "on"} for name in ("cudnn_benchmark", "compile")
+               if name in knobs]
+    return {"grid": grid, "extras": extras, "base": dict(base or {}), "rounds": rounds,
+            "min_rounds": min(2, rounds), "warmup": 1, "budget_s": budget_s}
+
+
+def speedups(record: Mapping[str, Any]) -> list[float]:
+    """Per variant: the median over rounds of the reference's step time over the variant's (1.0 for the
+    reference itself); nothing where a variant did not run what it was asked (a fused step that does not exist
+    here runs PyTorch's default one)."""
+    variants = record["variants"]
+    ref = variants[0]["step_s"]
+    out = []
+    for v in variants:
+        ran_as_asked = (v["knobs"].get("fused_optimizer") != "on" or v.get("fused")) and \
+            (v["knobs"].get("compile") != "on" or v.get("compiled"))
+        pairs = [r / s for r, s in zip(ref, v["step_s"]) if s > 0]
+        out.append(statistics.median(pairs) if pairs and ran_as_asked else float("nan"))
+    return out
+
+
+def _changed(knobs: Mapping[str, Any], ref: Mapping[str, Any]) -> list[str]:
+    return [name for name in knobs if knobs[name] != ref.get(name)]
+
+
+def choose(record: Mapping[str, Any], knobs: list[str]) -> tuple[dict[str, Any], dict[str, float]]:
+    """(the chosen value of every measured in-process knob, the speed-up each choice is worth over the
+    default). The best grid point wins if it beats the reference by MARGIN; each extra that does is added
+    on top (fewer threads, no cuDNN search, compiling)."""
+    variants, gains = record["variants"], speedups(record)
+    ref = variants[0]["knobs"]
+    grid_names = [n for n in ("fused_optimizer", "channels_last") if n in knobs and ref.get(n) != "n/a"]
+    chosen = {name: ref[name] for name in knobs if name in ref and ref[name] != "n/a"}
+    gain = {name: 1.0 for name in chosen}
+    scored = list(zip(variants[1:], gains[1:]))
+    grid = [(v, g) for v, g in scored if _changed(v["knobs"], ref) and set(_changed(v["knobs"], ref)) <= set(grid_names)]
+    best = max(grid, key=lambda item: item[1], default=(None, 0.0))
+    if best[1] > MARGIN:  # nan never is
+        for name in _changed(best[0]["knobs"], ref):
+            chosen[name], gain[name] = best[0]["knobs"][name], best[1]
+    for v, g in scored:
+        changed = _changed(v["knobs"], ref)
+        if len(changed) == 1 and changed[0] not in grid_names and g > MARGIN and g > gain.get(changed[0], 0):
+            chosen[changed[0]], gain[changed[0]] = v["knobs"][changed[0]], g
+    return chosen, gain
+
+
+def _median_step(record: Mapping[str, Any]) -> float:
+    return statistics.median(record["variants"][0]["step_s"])
+
+
+def choose_per_process(reference: list[float], alternatives: Mapping[str, Mapping[str, float]]
+                       ) -> tuple[dict[str, Any], dict[str, float]]:
+    """For each per-process knob: the alternative whose median step beats the faster of the reference processes
+    (one before, one after the alternatives) by MARGIN the most; none where no alternative does (the default
+    stays). Beating both references keeps a change of the machine's load between processes from deciding."""
+    ref = min(reference)
+    chosen: dict[str, Any] = {}
+    gain: dict[str, float] = {}
+    for knob, options in alternatives.items():
+        best = max(options.items(), key=lambda item: ref / item[1], default=None)
+        if best is not None and ref / best[1] > MARGIN:
+            chosen[knob], gain[knob] = best[0], statistics.median(reference) / best[1]
+    return chosen, gain
+
+
+def load_average() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def tune(plan: Plan, knobs: Iterable[str], *, rounds: int, budget_s: float, log: Log) -> dict[str, Any]:
+    """Measure `knobs` (those `measurable` on this plan) and decide. The decision's `knobs` hold every measured
+    knob's chosen value with its speed-up over the default; `not_measured` says why a knob was left out."""
+    wanted = list(knobs)
+    todo = measurable(plan, wanted)
+    started = time.monotonic()
+    decision: dict[str, Any] = {"knobs": {}, "not_measured": {n: _why_not(plan, n) for n in wanted if n not in todo},
+                                "trials": [], "load_average": [load_average()], "budget_s": budget_s}
+    inproc = [n for n in todo if n in IN_PROCESS]
+    log(f"tuning {plan.workload.name} (batch {plan.batch_size}, {plan.precision}, {plan.threads_per_rank} "
+        f"thread(s)): {', '.join(inproc) or 'the reference'} in one process")
+    record = run_trial(plan, _spec(inproc, plan, rounds, budget_s), {})
+    decision["trials"].append(_summary(record, {}))
+    chosen, gain = choose(record, inproc)
+    defaults = {**(record.get("defaults") or {}), "allocator": record.get("allocator"), "pin_threads": "off"}
+    per = [n for n in todo if n in PER_PROCESS]
+    if per and time.monotonic() - started > budget_s:
+        decision["not_measured"].update({n: f"the {budget_s:g} s budget was spent on the others" for n in per})
+        per = []
+    if per:
+        best = {**{k: v for k, v in defaults.items() if k in IN_PROCESS and v != "n/a"}, **chosen}
+        p_chosen, p_gain = _per_process(plan, per, _spec([], plan, rounds, budget_s, base=best), defaults, decision,
+                                        log)
+        chosen.update({name: defaults[name] for name in per}, **p_chosen)
+        gain.update(p_gain)
+    decision["knobs"] = {name: {"value": value, "speedup": round(gain.get(name, 1.0), 4), "measured": True}
+                         for name, value in chosen.items() if name in todo and value is not None}
+    decision["load_average"].append(load_average())
+    decision.update(seconds=round(time.monotonic() - started, 1), defaults=defaults)
+    return decision
+
+
+def _per_process(plan: Plan, per: list[str], spec: dict[str, Any], defaults: Mapping[str, Any],
+                 decision: dict[str, Any], log: Log) -> tuple[dict[str, Any], dict[str, float]]:
+    options: dict[str, list[tuple[str, str]]] = {}
+    if "allocator" in per:
+        options["allocator"] = [("allocator", a) for a in ALLOCATORS if a != defaults.get("allocator")]
+    if "pin_threads" in per:
+        options["pin_threads"] = [("pin_threads", "on")]
+    log(f"tuning: {', '.join(per)}, one process each, between two reference processes")
+    reference = [_median_step(_trial(plan, spec, {}, decision))]
+    measured: dict[str, dict[str, float]] = {}
+    for knob, alternatives in options.items():
+        for name, value in alternatives:
+            try:
+                record = _trial(plan, spec, {name: value}, decision)
+            except TrialFailed as exc:  # e.g. an allocator this image lacks
+                decision["trials"].append({"process": {name: value}, "failed": str(exc)})
+                continue
+            measured.setdefault(knob, {})[value] = _median_step(record)
+    reference.append(_median_step(_trial(plan, spec, {}, decision)))
+    return choose_per_process(reference, measured)
+
+
+def _trial(plan: Plan, spec: dict[str, Any], process: dict[str, str], decision: dict[str, Any]) -> dict[str, Any]:
+    record = run_trial(plan, spec, process)
+    decision["trials"].append(_summary(record, process))
+    return record
+
+
+def _summary(record: Mapping[str, Any], process: Mapping[str, str]) -> dict[str, Any]:
+    """What a trial measured, for the decision's record (no raw per-step lists beyond the medians)."""
+    return {"process": dict(process), "allocator": record.get("allocator"), "rounds": record.get("rounds"),
+            "seconds": round(float(record.get("seconds") or 0), 2),
+            "variants": [{"knobs": v["knobs"], "median_step_s": statistics.median(v["step_s"]),
+                          "first_step_s": (v.get("warmup_s") or [None])[0], "fused": v.get("fused"),
+                          "compiled": v.get("compiled")} for v in record.get("variants", [])],
+            "speedups": [None if g != g else round(g, 4) for g in speedups(record)]}
+
+
+def _why_not(plan: Plan, name: str) -> str:
+    source = plan.knob_sources.get(name)
+    if source == "asked for":
+        return "asked for: not tuned"
+    if name == "cudnn_benchmark" and plan.device != "cuda":
+        return "n/a: no GPU"
+    if name == "channels_last" and plan.workload.kind != "cnn-training":
+        return "n/a: the model reads tokens"
+    return "n/a for this run"
