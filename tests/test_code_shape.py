@@ -19,10 +19,6 @@ KNOWN: dict[str, str] = {
     "workloads/harness_tensorflow_ps.py:run_ps": "the parameter-server cluster's roles",
     "workloads/harness_pytorch.py:build_parser": "one argument per harness option",
     "workloads/harness_pytorch_collectives.py:run_collective": "the collective sweep",
-    "execute/recovery.py:recover_run": "one case per way a run was found",
-    "execute/batch.py:execute_batch": "submit, wait, cancel, collect",
-    "cli/reproduce.py:_results": "the reproduce table's columns",
-    "results/parsers/nccl_tests.py:parse": "one branch per line kind",
     "results/compare/select.py:guard": "being reworked with machine identity",
     "results/compare/select.py:pick_baseline": "being reworked with machine identity",
 }
