@@ -19,8 +19,6 @@ KNOWN: dict[str, str] = {
     "workloads/harness_tensorflow_ps.py:run_ps": "the parameter-server cluster's roles",
     "workloads/harness_pytorch.py:build_parser": "one argument per harness option",
     "workloads/harness_pytorch_collectives.py:run_collective": "the collective sweep",
-    "results/compare/select.py:guard": "being reworked with machine identity",
-    "results/compare/select.py:pick_baseline": "being reworked with machine identity",
 }
 
 
