@@ -15,8 +15,6 @@ EXEMPT_FILES = {"workloads/harness_pytorch_models.py", "workloads/harness_tensor
 #: function is split (the test fails while an entry is stale, so the list shrinks and never hides a new one).
 KNOWN: dict[str, str] = {
     "tfbench.py:tf_cnn_benchmarks_command": "tf_cnn_benchmarks flags, one branch each",
-    "workloads/harness_tensorflow_train.py:run_benchmark": "the training loop and its options",
-    "workloads/harness_tensorflow_ps.py:run_ps": "the parameter-server cluster's roles",
     "workloads/harness_pytorch.py:build_parser": "one argument per harness option",
     "workloads/harness_pytorch_collectives.py:run_collective": "the collective sweep",
 }
