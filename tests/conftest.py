@@ -13,6 +13,21 @@ REPO = Path(__file__).resolve().parents[1]
 pytest_plugins: list[str] = ["fixtures_slurm", "fixtures_images"]
 
 
+@pytest.fixture(scope="module")
+def catalog(tmp_path_factory):
+    """The built-in catalogs only (no user catalogs, no DLRUN_PATH) with this machine as `localhost`, loaded
+    once per module while that environment holds (experiments included)."""
+    from dlrun.catalog import load_catalog
+    from dlrun.probe.host import probe_host
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg")))
+        patch.delenv("DLRUN_PATH", raising=False)
+        loaded = load_catalog(host=probe_host())
+        loaded.experiments  # noqa: B018  (loaded now, while the environment is fixed)
+        yield loaded
+
+
 @pytest.fixture
 def dlrun_home(tmp_path, monkeypatch) -> Path:
     """An empty, private DLRUN_HOME (run directories + result store) and no user catalogs."""

@@ -36,21 +36,6 @@ SMOKE = "localhost_scaling_smoke"
 SMOKE_POINTS = ("model=trivial ranks_per_node=1", "model=trivial ranks_per_node=2")
 
 
-@pytest.fixture(scope="module")
-def catalog(tmp_path_factory):
-    """The built-in catalogs (no user catalogs) with this machine as `localhost`."""
-    saved = {name: os.environ.get(name) for name in ("XDG_CONFIG_HOME", "DLRUN_PATH")}
-    os.environ["XDG_CONFIG_HOME"] = str(tmp_path_factory.mktemp("xdg"))
-    os.environ.pop("DLRUN_PATH", None)
-    try:
-        loaded = load_catalog(host=probe_host())
-        loaded.experiments
-        yield loaded
-    finally:
-        for name, value in saved.items():
-            os.environ.pop(name, None) if value is None else os.environ.__setitem__(name, value)
-
-
 def _json(*args: str) -> dict:
     proc = run_cli(*args, "--json")
     assert proc.returncode == 0, f"dlrun {' '.join(args)} ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
