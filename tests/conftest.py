@@ -11,6 +11,17 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 pytest_plugins: list[str] = ["fixtures_slurm", "fixtures_images"]
+#: Fixtures that start a resource, and the marker every test using them gets (pyproject.toml lists the markers).
+RESOURCE_FIXTURES = {"slurm_cluster": "slurm", "cpu_reference": "containers", "podman_service": "containers"}
+#: The markers `make check` leaves out.
+RESOURCE_MARKERS = ("mpi", "slurm", "horovod", "tensorflow", "browser", "containers", "slow")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for fixture, marker in RESOURCE_FIXTURES.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                item.add_marker(marker)
 
 
 @pytest.fixture(scope="module")

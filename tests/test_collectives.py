@@ -38,7 +38,7 @@ def _small_sizes_site(tmp_path: Path) -> dict[str, str]:
     return {"DLRUN_PATH": str(site)}
 
 
-@pytest.mark.integration
+@pytest.mark.mpi
 @pytest.mark.parametrize("benchmark", sorted(COLLECTIVES))
 def test_collective_runs_on_two_ranks_and_stores_bus_bandwidth(dlrun_home, tmp_path, benchmark):
     env = _small_sizes_site(tmp_path)

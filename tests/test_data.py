@@ -119,7 +119,7 @@ def datasets(tmp_path_factory):
     return root
 
 
-@pytest.mark.integration
+@pytest.mark.slow
 def test_tfrecord_dataset_trains_and_the_result_says_so(dlrun_home, datasets):
     proc = run_cli("run", "trivial", *TINY, "--data", str(datasets / "tfrecord"), "--data-workers", "2")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -130,7 +130,7 @@ def test_tfrecord_dataset_trains_and_the_result_says_so(dlrun_home, datasets):
     assert "Dataset:     imagenet (tfrecord: " in proc.stdout
 
 
-@pytest.mark.integration
+@pytest.mark.slow
 def test_staged_jpeg_dataset_trains_from_the_copy_and_records_bytes_and_seconds(dlrun_home, datasets):
     source = datasets / "jpeg"
     proc = run_cli("run", "trivial", *TINY, "--data", str(source), "--stage-data", "--data-workers", "1")
@@ -147,7 +147,7 @@ def test_staged_jpeg_dataset_trains_from_the_copy_and_records_bytes_and_seconds(
     assert extra["images_decoded"] >= 12 and Path(staged["path"], "train").is_dir()
 
 
-@pytest.mark.integration
+@pytest.mark.slow
 def test_junk_directory_fails_the_run_with_one_line(dlrun_home, tmp_path):
     junk = tmp_path / "junk" / "train" / "n01440764"
     junk.mkdir(parents=True)

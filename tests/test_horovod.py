@@ -101,7 +101,8 @@ def _stored_result(run_id: str) -> dict:
     return cli_json("results", "show", run_id)["results"][0]["extra"]
 
 
-@pytest.mark.integration
+@pytest.mark.horovod
+@pytest.mark.mpi
 def test_two_rank_horovod_runs_match_the_ddp_contract(dlrun_home):
     """One DDP run and two Horovod runs (mpirun, horovodrun) of the trivial model on the host's Python (which
     has Horovod: make horovod): each is stored, and the results carry the same fields."""
@@ -131,7 +132,8 @@ def test_two_rank_horovod_runs_match_the_ddp_contract(dlrun_home):
     assert "horovodrun -np 2 -H localhost:2" in (Path(list(runs.values())[2]["run_dir"]) / "run.sh").read_text()
 
 
-@pytest.mark.integration
+@pytest.mark.horovod
+@pytest.mark.mpi
 def test_replica_check_catches_horovod_ranks_that_do_not_average():
     """Without the DistributedOptimizer wrap (test hook) the two ranks train on different data apart: the
     end-of-run check over Horovod's allgather must say so (exit 4, no result line)."""
