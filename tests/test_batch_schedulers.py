@@ -24,7 +24,7 @@ def fake_batch(tmp_path):
     return fake_batch_tools.install(tmp_path)
 
 
-@pytest.mark.integration
+@pytest.mark.slow
 @pytest.mark.parametrize("scheduler,output", [("pbs", "pbs.out"), ("lsf", "lsf-7.out")])
 def test_submit_wait_collect_through_pbs_and_lsf(dlrun_home, fake_batch, scheduler, output):
     proc = run_cli("run", "trivial", "--system", f"fake-{scheduler}", env=fake_batch, timeout=300)
@@ -39,7 +39,7 @@ def test_submit_wait_collect_through_pbs_and_lsf(dlrun_home, fake_batch, schedul
     assert json.loads((run_dir / "status.json").read_text())["job_state"] in ("F", "DONE")
 
 
-@pytest.mark.integration
+@pytest.mark.slow
 def test_failed_batch_job_is_recorded_failed(dlrun_home, fake_batch, tmp_path):
     images = tmp_path / "site" / "images"
     images.mkdir()

@@ -8,16 +8,10 @@ import pytest
 from conftest import run_cli
 
 from dlrun.capabilities import disagreements, has
-from dlrun.catalog import load_catalog
 from dlrun.catalog.experiment_vocabulary import CAPABILITIES, CAPABILITY_FAMILIES, MEASURED_METRICS
 from dlrun.catalog.experiments import Deviation, Status
 from dlrun.reproduce import prepare
 from dlrun.results.store import Store
-
-
-@pytest.fixture(scope="module")
-def catalog():
-    return load_catalog()
 
 
 def test_the_catalog_agrees_with_what_the_code_can_do(catalog):

@@ -15,17 +15,6 @@ EXEMPT_FILES = {"workloads/harness_pytorch_models.py", "workloads/harness_tensor
 #: function is split (the test fails while an entry is stale, so the list shrinks and never hides a new one).
 KNOWN: dict[str, str] = {
     "tfbench.py:tf_cnn_benchmarks_command": "tf_cnn_benchmarks flags, one branch each",
-    "catalog/experiment_checks.py:_condition_problems": "one check per condition kind",
-    "probe/fabrics.py:_configs": "one branch per fabric kind",
-    "images/recipes.py:build_stage": "one branch per recipe step",
-    "workloads/harness_tensorflow_train.py:run_benchmark": "the training loop and its options",
-    "workloads/harness_tensorflow_ps.py:run_ps": "the parameter-server cluster's roles",
-    "execute/recovery.py:recover_run": "one case per way a run was found",
-    "execute/batch.py:execute_batch": "submit, wait, cancel, collect",
-    "cli/reproduce.py:_results": "the reproduce table's columns",
-    "results/parsers/nccl_tests.py:parse": "one branch per line kind",
-    "results/compare/select.py:guard": "being reworked with machine identity",
-    "results/compare/select.py:pick_baseline": "being reworked with machine identity",
 }
 
 

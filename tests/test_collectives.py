@@ -3,14 +3,12 @@ the nccl-tests workloads rendered for a DGX-2 (local mpirun) and a DGX H100 Slur
 the guard that refuses a collective result whose rank or host count is not the plan's (real nccl-tests logs)."""
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 from conftest import REPO, cli_json, run_cli
-from matrix_catalog import shellcheck_path
+from golden_files import GOLDEN as GOLDEN_ROOT, assert_golden
 
 from dlrun.catalog import load_catalog
 from dlrun.execute.record import decide_status, finish
@@ -22,8 +20,7 @@ from dlrun.probe.host import probe_host
 from dlrun.render import render_job
 from dlrun.results.store import Store
 
-GOLDEN = Path(__file__).parent / "golden" / "nccl-tests"
-REGEN = os.environ.get("DLRUN_REGEN_GOLDEN") == "1"
+GOLDEN = GOLDEN_ROOT / "nccl-tests"
 LOGS = Path(__file__).parent / "data" / "logs" / "nccl-tests"
 COLLECTIVES = {"allreduce": ("all_reduce", 2 * (2 - 1) / 2), "broadcast": ("broadcast", 1.0),
                "allgather": ("all_gather", (2 - 1) / 2), "reducescatter": ("reduce_scatter", (2 - 1) / 2),
@@ -41,7 +38,7 @@ def _small_sizes_site(tmp_path: Path) -> dict[str, str]:
     return {"DLRUN_PATH": str(site)}
 
 
-@pytest.mark.integration
+@pytest.mark.mpi
 @pytest.mark.parametrize("benchmark", sorted(COLLECTIVES))
 def test_collective_runs_on_two_ranks_and_stores_bus_bandwidth(dlrun_home, tmp_path, benchmark):
     env = _small_sizes_site(tmp_path)
@@ -102,14 +99,7 @@ def test_nccl_tests_scripts_match_golden(fixed_home, case):
     """One process per GPU running the image's own MPI=1 nccl-tests binary, under the system's launcher."""
     options = dict(NCCL_CASES[case])
     script = render_job(_nccl_plan(options.pop("workload"), options.pop("system"), **options)).script
-    path = GOLDEN / f"{case}.sh"
-    if REGEN:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(script)
-    assert path.exists(), f"no golden {path}; regenerate with DLRUN_REGEN_GOLDEN=1"
-    assert script == path.read_text(), f"{case} script differs from {path}"
-    proc = subprocess.run([shellcheck_path(), "--severity=style", str(path)], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout
+    assert_golden(GOLDEN / f"{case}.sh", script, what=f"the {case} script")
     last = script.strip().splitlines()[-1]
     assert "harness_pytorch.py" not in script and "dlrun-rank" not in last  # nccl-tests picks its own GPU
     if case == "dgx2-mpirun":

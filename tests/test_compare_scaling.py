@@ -10,7 +10,7 @@ import pytest
 from conftest import cli_json, run_cli
 
 
-@pytest.mark.integration
+@pytest.mark.mpi
 @pytest.mark.slow
 def test_scaling_table_from_real_runs(dlrun_home, tmp_path):
     env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import cli_json, run_cli
+from golden_files import GOLDEN as GOLDEN_ROOT, assert_golden
 
 from dlrun.datasets import SynthSpec, synthesize
 from dlrun.datasets.tfrecord import crc32c as writer_crc32c
@@ -19,8 +20,7 @@ from dlrun.paths import HARNESS_DIR
 from dlrun.staging import staged_path
 from dlrun.workloads import load_harness
 
-GOLDEN = Path(__file__).parent / "golden" / "scripts"
-REGEN = os.environ.get("DLRUN_REGEN_GOLDEN") == "1"
+GOLDEN = GOLDEN_ROOT / "scripts"
 HARNESS = str(HARNESS_DIR / "harness_pytorch.py")
 TINY = ("--steps", "2", "--warmup-steps", "1", "--batch-size", "4")
 
@@ -119,7 +119,7 @@ def datasets(tmp_path_factory):
     return root
 
 
-@pytest.mark.integration
+@pytest.mark.slow
 def test_tfrecord_dataset_trains_and_the_result_says_so(dlrun_home, datasets):
     proc = run_cli("run", "trivial", *TINY, "--data", str(datasets / "tfrecord"), "--data-workers", "2")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -130,7 +130,7 @@ def test_tfrecord_dataset_trains_and_the_result_says_so(dlrun_home, datasets):
     assert "Dataset:     imagenet (tfrecord: " in proc.stdout
 
 
-@pytest.mark.integration
+@pytest.mark.slow
 def test_staged_jpeg_dataset_trains_from_the_copy_and_records_bytes_and_seconds(dlrun_home, datasets):
     source = datasets / "jpeg"
     proc = run_cli("run", "trivial", *TINY, "--data", str(source), "--stage-data", "--data-workers", "1")
@@ -147,7 +147,7 @@ def test_staged_jpeg_dataset_trains_from_the_copy_and_records_bytes_and_seconds(
     assert extra["images_decoded"] >= 12 and Path(staged["path"], "train").is_dir()
 
 
-@pytest.mark.integration
+@pytest.mark.slow
 def test_junk_directory_fails_the_run_with_one_line(dlrun_home, tmp_path):
     junk = tmp_path / "junk" / "train" / "n01440764"
     junk.mkdir(parents=True)
@@ -175,7 +175,7 @@ def test_fifo_and_empty_directories_are_errors_not_synthetic(tmp_path):
 
 # ------------------------------------------------------------------------------------ rendering --stage-data
 def test_slurm_script_stages_once_per_node_golden(tmp_path, monkeypatch):
-    from matrix_catalog import matrix_plan, shellcheck_path
+    from matrix_catalog import matrix_plan
 
     from dlrun.render import render_job
 
@@ -190,12 +190,7 @@ def test_slurm_script_stages_once_per_node_golden(tmp_path, monkeypatch):
     assert plan.data.path == str(data) and plan.data.staged_copy == staged
     assert script.count(staged) == 2  # the copy step's target and the bind
     script = script.replace(staged, staged_path("/scratch/imagenet")).replace(str(data), "/scratch/imagenet")
-    path = GOLDEN / "slurm-stage-data.sh"
-    if REGEN:
-        path.write_text(script)
-    assert script == path.read_text(), f"the Slurm --stage-data script differs from {path}"
-    proc = subprocess.run([shellcheck_path(), "--severity=style", str(path)], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout
+    assert_golden(GOLDEN / "slurm-stage-data.sh", script, what="the Slurm --stage-data script")
 
 
 def test_stage_data_needs_data_and_a_scheduler_that_reaches_every_node(tmp_path):

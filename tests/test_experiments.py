@@ -3,7 +3,6 @@ the points (and skips) the papers' settings imply, and bad files say path:line: 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,6 @@ from dlrun.catalog.experiments import ExperimentSpec, Status, Tolerance
 from dlrun.catalog.loader import load_file
 from dlrun.catalog.models import peak_for
 from dlrun.plan import resolve_plan
-from dlrun.probe.host import probe_host
 from dlrun.render import render_job
 
 # The experiment ids of the seeds' structured extraction (its `experiments:` section), 26 in all.
@@ -40,24 +38,6 @@ DOCUMENTS = {"Samsi et al. (MIT TX-GAIA)", "Ren et al. (BNL)", "Han et al. (ORNL
 TABLE_II = {"AlexNet": (61.10e6, 0.72e9), "ResNet18": (11.69e6, 1.83e9), "ResNet50": (25.56e6, 4.14e9),
             "ResNet101": (44.55e6, 7.88e9), "ResNet152": (60.19e6, 11.62e9), "BERT-SWAG": (109.5e6, 0.19e9),
             "BERT-SQuAD": (109.5e6, 2.87e9)}
-
-
-@pytest.fixture(scope="module")
-def catalog(tmp_path_factory):
-    """The built-in catalog only (no user catalogs) with this machine as `localhost`, loaded once."""
-    saved = {name: os.environ.get(name) for name in ("XDG_CONFIG_HOME", "DLRUN_PATH")}
-    os.environ["XDG_CONFIG_HOME"] = str(tmp_path_factory.mktemp("xdg"))
-    os.environ.pop("DLRUN_PATH", None)
-    try:
-        loaded = load_catalog(host=probe_host())
-        loaded.experiments  # load while the environment is fixed
-        yield loaded
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def _points(catalog, experiment, system):

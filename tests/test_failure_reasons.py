@@ -66,7 +66,7 @@ def test_without_a_launcher_message_the_exit_code_says_the_signal():
     assert launcher_failure("mpirun: command line ok\nall ranks fine\n") is None
 
 
-@pytest.mark.integration
+@pytest.mark.mpi
 def test_a_killed_rank_of_a_real_mpirun_run(dlrun_home):
     """Rank 1 of a real 2-rank run gets SIGKILL: the run is failed with rank 1, this host and SIGKILL."""
     proc = subprocess.Popen([sys.executable, "-m", "dlrun.cli", "run", "trivial", "--ranks-per-node", "2",

@@ -43,7 +43,7 @@ def test_a_catalog_name_without_stored_runs_is_an_empty_answer_and_a_typo_stays_
 
 
 # ------------------------------------------------------------------------------------------ --skip-checks
-@pytest.mark.integration
+@pytest.mark.slow
 def test_skip_checks_submits_an_image_this_host_has_no_lock_entry_for_and_says_so_as_warnings(dlrun_home, tmp_path):
     """A login node submits a Charliecloud job whose image only the compute nodes' site has recorded: refused
     without --skip-checks (one line); with it, every skipped check is a warning (no `error:`), the job is

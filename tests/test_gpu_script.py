@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from matrix_catalog import shellcheck_path
+from golden_files import shellcheck_path
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -327,7 +327,7 @@ def test_bert_trains_for_real(model, task, per_instance):
     assert [ln.split("\t")[0] for ln in out.splitlines() if "\tsequences/sec: " in ln] == ["1", "2", "3"]
 
 
-@pytest.mark.integration
+@pytest.mark.mpi
 def test_bert_squad_two_ranks_with_the_unused_pooler():
     """SQuAD's head leaves the pooler unused: DDP over 2 ranks still trains, and the replicas agree."""
     proc = _mpirun(["--model", "bert_squad", "--num-layers", "2", "--seq-length", "16", "--batch-size", "2",
@@ -801,7 +801,7 @@ def test_bad_option_is_one_line(capsys):
     assert line.startswith("dlrun-harness: error: argument --model: invalid choice")
 
 
-@pytest.mark.integration
+@pytest.mark.mpi
 def test_two_rank_mpirun():
     proc = _mpirun(["--model", "trivial", "--batch-size", "4", "--steps", "6",
                     "--warmup-steps", "1", "--display-every", "3",
@@ -818,7 +818,7 @@ def test_two_rank_mpirun():
     assert "Devices:     ['/cpu:0', '/cpu:0']" in proc.stdout
 
 
-@pytest.mark.integration
+@pytest.mark.mpi
 def test_two_rank_divergence_is_detected():
     proc = _mpirun(["--model", "trivial", "--batch-size", "4", "--steps", "2",
                     "--warmup-steps", "1"],
@@ -974,7 +974,7 @@ def test_allreduce_needs_two_ranks(capsys):
                                  "--nproc-per-node 2)"]
 
 
-@pytest.mark.integration
+@pytest.mark.mpi
 def test_two_rank_allreduce_sweep():
     proc = _mpirun(["--benchmark", "allreduce", "--min-bytes", "8", "--max-bytes", "65536",
                     "--size-factor", "4", "--steps", "3", "--warmup-steps", "1", "--expected-world-size", "2"])
@@ -994,7 +994,7 @@ def test_two_rank_allreduce_sweep():
     assert "# Avg bus bandwidth    : %.4f" % res["avg_busbw"] in proc.stdout
 
 
-@pytest.mark.integration
+@pytest.mark.mpi
 def test_two_rank_allreduce_wrong_values_exit_6():
     proc = _mpirun(["--benchmark", "allreduce", "--max-bytes", "64", "--steps", "1", "--warmup-steps", "0"],
                    extra_env=["DLRUN_HARNESS_TEST_PERTURB_RANK=1"])
@@ -1005,7 +1005,7 @@ def test_two_rank_allreduce_wrong_values_exit_6():
         "at message sizes [8, 16, 32, 64] bytes"]
 
 
-@pytest.mark.integration
+@pytest.mark.mpi
 def test_two_rank_alltoall_checks_every_block():
     """Rank 0's first element goes to rank 0 only; the check finds it at each size, and a clean run has
     nccl-tests' alltoall sizes (the buffer one rank sends) and per-peer counts."""

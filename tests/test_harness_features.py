@@ -97,7 +97,7 @@ def test_bad_feature_options_are_one_line(args, message):
     assert line.startswith("dlrun-harness: error: " + message), line
 
 
-@pytest.mark.integration
+@pytest.mark.mpi
 def test_sharded_checkpoint_of_two_fsdp_ranks(tmp_path):
     target = tmp_path / "ckpt"
     proc = _mpirun(["--model", "llama3_tiny", "--seq-length", "32", "--batch-size", "2", "--steps", "2",
@@ -114,7 +114,7 @@ def test_sharded_checkpoint_of_two_fsdp_ranks(tmp_path):
     assert record["bytes"] >= 12 * res["params"]
 
 
-@pytest.mark.integration
+@pytest.mark.mpi
 def test_fsdp_shards_a_channels_last_cnn():
     """FSDP2 takes contiguous parameters only; a CNN in channels-last (the CPU default with oneDNN) still trains."""
     proc = _mpirun(["--model", "trivial", "--batch-size", "2", "--steps", "2", "--warmup-steps", "1",
@@ -155,7 +155,7 @@ def test_data_stall_and_loader_rate_on_real_images(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------- sendrecv
-@pytest.mark.integration
+@pytest.mark.mpi
 def test_sendrecv_measures_every_pair_in_both_directions():
     proc = _mpirun(["--benchmark", "sendrecv", "--min-bytes", "64", "--max-bytes", "65536", "--size-factor", "32",
                     "--steps", "3", "--warmup-steps", "1", "--expected-world-size", "3"], np=3)
@@ -173,7 +173,7 @@ def test_sendrecv_measures_every_pair_in_both_directions():
     assert res["value_is"].startswith("the slowest pair's bandwidth at the largest message")
 
 
-@pytest.mark.integration
+@pytest.mark.mpi
 def test_sendrecv_workload_through_dlrun_run(dlrun_home, tmp_path):
     """The catalog's `sendrecv` workload (a site copy with small sizes) runs, is stored and listed in GB/s."""
     import yaml
@@ -194,7 +194,7 @@ def test_sendrecv_workload_through_dlrun_run(dlrun_home, tmp_path):
     assert [(p["src"], p["dst"]) for p in result["extra"]["pairs"]] == [(0, 1), (1, 0)]
 
 
-@pytest.mark.integration
+@pytest.mark.mpi
 def test_sendrecv_wrong_values_exit_6():
     proc = _mpirun(["--benchmark", "sendrecv", "--min-bytes", "64", "--max-bytes", "64", "--steps", "1",
                     "--warmup-steps", "0"], extra_env=["DLRUN_HARNESS_TEST_PERTURB_RANK=1"])

@@ -268,7 +268,7 @@ def test_an_mfu_above_one_is_refused(corpus):
     assert line.startswith("dlrun-harness: error: MFU ") and "against the measured matmul ceiling is above 1" in line
 
 
-@pytest.mark.integration
+@pytest.mark.mpi
 @pytest.mark.parametrize("dist", ["ddp", "fsdp"])
 def test_two_ranks_train_under_ddp_and_fsdp(corpus, ceiling, dist):
     proc = _mpirun(TINY + ["--steps", "10", "--warmup-steps", "1", "--data-dir", str(corpus), "--dist", dist,
@@ -285,7 +285,7 @@ def test_two_ranks_train_under_ddp_and_fsdp(corpus, ceiling, dist):
         assert res["fsdp_sharded"] is True and res["fsdp_api"].endswith("fully_shard")
 
 
-@pytest.mark.integration
+@pytest.mark.mpi
 def test_fsdp_under_torchrun_with_accumulation_and_bf16(corpus):
     proc = _torchrun(TINY + ["--steps", "4", "--warmup-steps", "1", "--data-dir", str(corpus), "--dist", "fsdp",
                              "--global-batch-size", "16", "--precision", "amp"])
@@ -295,7 +295,7 @@ def test_fsdp_under_torchrun_with_accumulation_and_bf16(corpus):
     assert (res["rank_source"], res["amp_dtype"], res["fsdp_param_dtype"]) == ("torchrun", "bfloat16", "bfloat16")
 
 
-@pytest.mark.integration
+@pytest.mark.mpi
 @pytest.mark.parametrize("dist", ["ddp", "fsdp"])
 def test_replica_check_fires_for_dense_and_sharded_parameters(dist):
     proc = _mpirun(TINY + ["--steps", "1", "--warmup-steps", "0", "--dist", dist],

@@ -146,7 +146,9 @@ def test_without_tensorflow_one_line_exit_2():
     assert proc.stderr.count("\n") == 1
 
 
-@pytest.mark.integration
+@pytest.mark.tensorflow
+@pytest.mark.horovod
+@pytest.mark.mpi
 def test_dlrun_run_host_tf_stores_the_pytorch_contract(dlrun_home):
     """A real 2-rank TF 2 run (mpirun, Horovod's DistributedGradientTape, replicas checked) and a real 2-rank
     PyTorch DDP run through `dlrun run`: the same stored JSON contract."""
@@ -195,7 +197,9 @@ def _mpirun_harness(*extra: str) -> subprocess.CompletedProcess:
                            *extra], capture_output=True, text=True, timeout=300, env=env)
 
 
-@pytest.mark.integration
+@pytest.mark.tensorflow
+@pytest.mark.horovod
+@pytest.mark.mpi
 def test_keras_distributed_optimizer_does_not_average_and_the_check_fails_the_run():
     proc = _mpirun_harness("--gradient-averaging", "keras-optimizer")
     assert proc.returncode == 4, proc.stdout + proc.stderr
@@ -203,7 +207,7 @@ def test_keras_distributed_optimizer_does_not_average_and_the_check_fails_the_ru
     assert "dlrun-harness: error: replicas diverged" in proc.stderr
 
 
-@pytest.mark.integration
+@pytest.mark.tensorflow
 def test_parameter_servers_one_ps_two_workers_on_localhost():
     """TF 2 ParameterServerStrategy: the harness starts 1 parameter server and 2 workers (gRPC, localhost)."""
     proc = subprocess.run([sys.executable, str(ENTRY), "--model", "trivial", "--batch-size", "4", "--steps", "6",

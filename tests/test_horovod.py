@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import cli_json, run_cli
+from golden_files import GOLDEN as GOLDEN_ROOT, assert_golden
 
 from dlrun.catalog import load_catalog
 from dlrun.paths import HARNESS_DIR
@@ -20,8 +21,7 @@ from dlrun.plan import resolve_plan
 from dlrun.probe.host import probe_host
 from dlrun.render import render_job
 
-GOLDEN = Path(__file__).parent / "golden" / "systems"
-REGEN = os.environ.get("DLRUN_REGEN_GOLDEN") == "1"
+GOLDEN = GOLDEN_ROOT / "systems"
 FIXED_HOME = "/nonexistent/dlrun-home"
 MPIRUN_ROOT_OK = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 TINY = ["--steps", "2", "--warmup-steps", "1", "--batch-size", "2", "--ranks-per-node", "2"]
@@ -47,11 +47,7 @@ def test_prace_trains_with_horovod_by_default_golden(fixed_home):
     assert plan.dist == "horovod" and plan.image.name == "pytorch1.0-horovod"
     assert any(s.about == "dist" and "Horovod as a distribution layer" in (s.note or "") for s in plan.system.sources)
     script = render_job(plan).script
-    path = GOLDEN / "prace-1080ti.sh"
-    if REGEN:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(script)
-    assert script == path.read_text(), f"PRACE script differs from {path}; review, then DLRUN_REGEN_GOLDEN=1"
+    assert_golden(GOLDEN / "prace-1080ti.sh", script, what="the PRACE script", shell=False)
     last = script.strip().splitlines()[-1]
     assert last.startswith("mpiexec -np 8 ") and last.endswith("--expected-world-size 8 --dist horovod --timeout-s 1800")
     # --dist ddp still renders the DistributedDataParallel harness there, and says so in the plan.
@@ -105,7 +101,8 @@ def _stored_result(run_id: str) -> dict:
     return cli_json("results", "show", run_id)["results"][0]["extra"]
 
 
-@pytest.mark.integration
+@pytest.mark.horovod
+@pytest.mark.mpi
 def test_two_rank_horovod_runs_match_the_ddp_contract(dlrun_home):
     """One DDP run and two Horovod runs (mpirun, horovodrun) of the trivial model on the host's Python (which
     has Horovod: make horovod): each is stored, and the results carry the same fields."""
@@ -135,7 +132,8 @@ def test_two_rank_horovod_runs_match_the_ddp_contract(dlrun_home):
     assert "horovodrun -np 2 -H localhost:2" in (Path(list(runs.values())[2]["run_dir"]) / "run.sh").read_text()
 
 
-@pytest.mark.integration
+@pytest.mark.horovod
+@pytest.mark.mpi
 def test_replica_check_catches_horovod_ranks_that_do_not_average():
     """Without the DistributedOptimizer wrap (test hook) the two ranks train on different data apart: the
     end-of-run check over Horovod's allgather must say so (exit 4, no result line)."""

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 import sysfs_trees as trees
-from matrix_catalog import MATRIX_IMAGE, SCHEDULER_FOR, matrix_catalog, matrix_plan, shellcheck_path
+from golden_files import shellcheck_path
+from matrix_catalog import MATRIX_IMAGE, SCHEDULER_FOR, matrix_catalog, matrix_plan
 
 from dlrun.catalog.loader import Catalog
 from dlrun.errors import UsageError

@@ -18,7 +18,6 @@ import pytest
 import yaml
 
 from conftest import REPO, run_cli
-from dlrun import paths
 from dlrun.errors import DlrunError, UsageError
 from dlrun.images import lock
 from dlrun.registry import ENGINES, Tool

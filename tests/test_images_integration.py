@@ -18,7 +18,7 @@ from fixtures_images import dlrun, require_tools
 
 from dlrun.paths import harness_files
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.containers
 
 
 @pytest.fixture

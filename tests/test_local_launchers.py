@@ -33,7 +33,7 @@ def _wrapper(path: Path, body: str) -> Path:
     return path
 
 
-@pytest.mark.integration
+@pytest.mark.mpi
 def test_mpirun_two_ranks_with_hostile_data_path_and_env(dlrun_home, tmp_path):
     data = tmp_path / "im ages 'q' \"dq\";$(touch pwned-data)`touch pwned-bq`\nline"
     # --data makes the ranks train on the dataset: a real one (dlrun data synth) under the hostile name
@@ -61,7 +61,7 @@ def test_mpirun_two_ranks_with_hostile_data_path_and_env(dlrun_home, tmp_path):
     assert "[1,0]<stdout>:" in (Path(run["run_dir"]) / "output.log").read_text()  # the extra mpirun flag took
 
 
-@pytest.mark.integration
+@pytest.mark.mpi
 def test_torchrun_two_ranks(dlrun_home):
     proc = run_cli("run", "trivial", "--launcher", "torchrun", "--ranks-per-node", "2", "--steps", "2",
                    "--warmup-steps", "1", "--batch-size", "4")
@@ -73,7 +73,7 @@ def test_torchrun_two_ranks(dlrun_home):
     assert "torch.distributed.run --nnodes 1 --nproc_per_node 2" in (Path(run["run_dir"]) / "run.sh").read_text()
 
 
-@pytest.mark.integration
+@pytest.mark.mpi
 def test_dying_rank_under_mpirun_ends_the_job_and_is_recorded_failed(dlrun_home, tmp_path):
     marker = tmp_path / "killed-at"
     wrapper = _wrapper(tmp_path / "py", (

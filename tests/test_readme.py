@@ -134,7 +134,9 @@ def test_the_readme_is_parsed_into_every_command_line():
     assert dry and all(re.search(r"--system (dgx2|txgaia)|images pull", line.text) for line in dry)
 
 
-@pytest.mark.integration
+@pytest.mark.mpi
+@pytest.mark.tensorflow
+@pytest.mark.slow
 @pytest.mark.slow
 def test_every_readme_command_works_as_printed(sites):
     problems = []

@@ -10,14 +10,14 @@ Three layers of checks, as ReFrame does for its container platforms:
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from matrix_catalog import (EXPECTED_RUNTIMES, FABRICS, LAUNCHERS, SCHEDULER_FOR, matrix_plan, shellcheck_path)
+from golden_files import GOLDEN, REGEN, assert_golden, shellcheck_path
+from matrix_catalog import EXPECTED_RUNTIMES, FABRICS, LAUNCHERS, SCHEDULER_FOR, matrix_plan
 
 from dlrun.errors import UsageError
 from dlrun.launchers.horovodrun import HOROVODRUN_OWN_MCA
@@ -29,8 +29,6 @@ from dlrun.shell import join
 from dlrun.registry import RUNTIMES
 from dlrun.registry import SCHEDULERS
 
-GOLDEN = Path(__file__).parent / "golden"
-REGEN = os.environ.get("DLRUN_REGEN_GOLDEN") == "1"
 FIXED_HOME = "/nonexistent/dlrun-home"  # the image store (SIF files) lives under DLRUN_HOME
 SIF = f"{FIXED_HOME}/images/matrix-image/x86_64/matrix-image.sif"
 HARNESS = ("python3 /opt/dlrun/harness_pytorch.py --model trivial --batch-size 8 --steps 3 --warmup-steps 1 "
@@ -359,15 +357,7 @@ def _scheduler_script(name: str) -> str:
 
 @pytest.mark.parametrize("name", sorted(SCHEDULER_CASES))
 def test_whole_script_per_scheduler(name, tmp_path):
-    path = GOLDEN / "scripts" / f"{name}.sh"
-    script = _scheduler_script(name)
-    if REGEN:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(script)
-    assert path.exists(), f"no golden {path}; regenerate with DLRUN_REGEN_GOLDEN=1"
-    assert script == path.read_text(), f"{name} script differs from {path}"
-    proc = subprocess.run([shellcheck_path(), "--severity=style", str(path)], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout
+    assert_golden(GOLDEN / "scripts" / f"{name}.sh", _scheduler_script(name), what=f"the {name} script")
 
 
 def test_kubernetes_manifest_is_an_mpijob_with_a_shellchecked_launcher(tmp_path):

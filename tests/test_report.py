@@ -280,7 +280,7 @@ def busy_core():
     os.kill(pid, signal.SIGKILL)
 
 
-@pytest.mark.integration
+@pytest.mark.mpi
 def test_the_smoke_report_of_a_busy_node_marks_every_point(dlrun_home, tmp_path, busy_core):
     """README's report example, on a node whose other core is kept busy: the runs are contended, the page
     says how many runs are not ok and marks each point, and no scaling efficiency above 120 % stands as a

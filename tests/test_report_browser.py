@@ -8,7 +8,7 @@ from conftest import run_cli
 from report_data import fill, no_model_counts, read
 
 
-@pytest.mark.integration
+@pytest.mark.browser
 def test_report_renders_in_headless_chromium(dlrun_home, tmp_path):
     fill(dlrun_home)
     out = tmp_path / "report"

@@ -36,21 +36,6 @@ SMOKE = "localhost_scaling_smoke"
 SMOKE_POINTS = ("model=trivial ranks_per_node=1", "model=trivial ranks_per_node=2")
 
 
-@pytest.fixture(scope="module")
-def catalog(tmp_path_factory):
-    """The built-in catalogs (no user catalogs) with this machine as `localhost`."""
-    saved = {name: os.environ.get(name) for name in ("XDG_CONFIG_HOME", "DLRUN_PATH")}
-    os.environ["XDG_CONFIG_HOME"] = str(tmp_path_factory.mktemp("xdg"))
-    os.environ.pop("DLRUN_PATH", None)
-    try:
-        loaded = load_catalog(host=probe_host())
-        loaded.experiments
-        yield loaded
-    finally:
-        for name, value in saved.items():
-            os.environ.pop(name, None) if value is None else os.environ.__setitem__(name, value)
-
-
 def _json(*args: str) -> dict:
     proc = run_cli(*args, "--json")
     assert proc.returncode == 0, f"dlrun {' '.join(args)} ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
@@ -520,7 +505,7 @@ def _tagged_runs_of(home: Path, experiment: str) -> list[tuple[str, str, str]]:
         return []
 
 
-@pytest.mark.integration
+@pytest.mark.mpi
 @pytest.mark.slow
 def test_smoke_scaling_runs_is_interrupted_and_resumes_without_rerunning(dlrun_home, tmp_path):
     """Two runs may start; the third one's job is held at its start by a gate the test controls, and Ctrl-C
@@ -635,7 +620,7 @@ def _scontrol(cluster, *args: str) -> None:
     assert done.returncode == 0, f"scontrol {' '.join(args)}: {done.stderr}"
 
 
-@pytest.mark.integration
+@pytest.mark.slurm
 @pytest.mark.slow
 def test_batch_points_are_submitted_at_once_cancelled_on_sigint_and_resumed(slurm_cluster, dlrun_home, tmp_path):
     """The test decides which jobs may run: the partition is down while reproduce submits (jobs queue, none
@@ -692,7 +677,7 @@ def test_batch_points_are_submitted_at_once_cancelled_on_sigint_and_resumed(slur
     assert proc.stderr.count("dlrun: submitted slurm job") == 3
 
 
-@pytest.mark.integration
+@pytest.mark.slow
 @pytest.mark.slow
 def test_until_stable_runs_again_until_the_most_runs_allowed(dlrun_home):
     """Two runs per point are too few for an interval: after the one run each point asks for, one more

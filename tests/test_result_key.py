@@ -21,7 +21,7 @@ def _imported(name: str, system: str = "dgx1v") -> dict:
     return keys.key_from_run(run, rows)
 
 
-@pytest.mark.integration
+@pytest.mark.slow
 def test_a_real_run_has_a_complete_key(dlrun_home):
     proc = run_cli("run", "trivial", "--steps", "2", "--warmup-steps", "1", "--batch-size", "4")
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -255,7 +255,7 @@ def _with_machine(bundle: Path, out: Path, key: Path, machine: dict) -> Path:
     return rebuild(bundle, out, change)
 
 
-@pytest.mark.integration
+@pytest.mark.mpi
 def test_another_sites_runs_on_another_machine_are_compared_never_counted(tmp_path):
     keys = tmp_path / "keys"
     alice = make_key(keys, "alice")

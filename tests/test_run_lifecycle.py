@@ -84,7 +84,7 @@ def _stored(home: Path, run_id: str) -> dict:
     return cli_json("results", "show", run_id, env={"DLRUN_HOME": str(home)})
 
 
-@pytest.mark.integration
+@pytest.mark.mpi
 @pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM", "SIGHUP"] * 3)
 def test_a_signal_to_dlrun_ends_the_job_and_stores_it_cancelled(dlrun_home, signame):
     proc = _start(*TRAIN, "--steps", "100000000")
@@ -106,7 +106,7 @@ def test_a_signal_to_dlrun_ends_the_job_and_stores_it_cancelled(dlrun_home, sign
     sampler_ended(run_dir)
 
 
-@pytest.mark.integration
+@pytest.mark.mpi
 @pytest.mark.parametrize("attempt", range(3))
 def test_a_sigkilled_dlruns_run_is_found_by_the_next_command(dlrun_home, attempt):
     proc = _start(*TRAIN, "--steps", "100000000")
@@ -121,7 +121,7 @@ def test_a_sigkilled_dlruns_run_is_found_by_the_next_command(dlrun_home, attempt
     sampler_ended(Path(runs[0]["run_dir"]), ("SIGTERM", "parent exited"))  # it watches dlrun
 
 
-@pytest.mark.integration
+@pytest.mark.mpi
 def test_a_finished_job_of_a_killed_dlrun_is_recovered_from_its_logs(dlrun_home, tmp_path):
     """dlrun is stopped while its job finishes, then killed: the result is in the rank logs and is stored. The
     job is held at its start (a gate the test opens) until dlrun is stopped, so it cannot finish first."""
@@ -142,7 +142,7 @@ def test_a_finished_job_of_a_killed_dlrun_is_recovered_from_its_logs(dlrun_home,
     assert shown["provenance"]["reason"].startswith("recovered from the job's logs after dlrun (pid ")
 
 
-@pytest.mark.integration
+@pytest.mark.mpi
 def test_time_limit_ends_a_job_with_a_stopped_rank(dlrun_home):
     started = time.monotonic()
     proc = _start(*TRAIN, "--steps", "100000000", "--time", "1")
@@ -160,7 +160,7 @@ def test_time_limit_ends_a_job_with_a_stopped_rank(dlrun_home):
     sampler_ended(Path(run["run_dir"]))
 
 
-@pytest.mark.integration
+@pytest.mark.slow
 def test_a_relative_dlrun_home_is_made_absolute(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     proc = _start("run", "trivial", "--ranks-per-node", "2", "--steps", "1", "--warmup-steps", "1",
@@ -183,7 +183,7 @@ def test_an_unusable_dlrun_home_is_one_line(tmp_path):
                                    "valid: a writable directory, e.g. DLRUN_HOME=~/.local/share/dlrun")
 
 
-@pytest.mark.integration
+@pytest.mark.slow
 @pytest.mark.parametrize("scheduler", ["slurm", "lsf", "pbs"])
 def test_a_signal_to_dlrun_cancels_a_batch_job(dlrun_home, tmp_path, scheduler):
     import fake_batch
@@ -205,7 +205,7 @@ def test_a_signal_to_dlrun_cancels_a_batch_job(dlrun_home, tmp_path, scheduler):
     assert reason == f"dlrun received SIGTERM; {scheduler} job {'7.server' if scheduler == 'pbs' else '7'} was cancelled"
 
 
-@pytest.mark.integration
+@pytest.mark.mpi
 def test_the_harness_collective_timeout_ends_a_job_with_a_stopped_rank(tmp_path):
     """What --time renders as --timeout-s: the surviving rank's gloo collective times out, and mpirun ends the
     job, without waiting for dlrun's own time limit."""
@@ -243,7 +243,7 @@ def _read(path: Path) -> str:
         return ""
 
 
-@pytest.mark.integration
+@pytest.mark.slow
 def test_a_batch_job_outlives_its_killed_dlrun_and_is_stored_when_it_ends(dlrun_home, tmp_path):
     """A batch job belongs to its scheduler: after dlrun is SIGKILLed it is named while it runs and stored
     (from its output) once the scheduler reports it ended. The job is held at its start until the test has

@@ -21,7 +21,7 @@ def _files_contain(root: Path, needle: str) -> list[Path]:
     return [p for p in root.rglob("*") if p.is_file() and needle.encode() in p.read_bytes()]
 
 
-@pytest.mark.integration
+@pytest.mark.mpi
 def test_two_ranks_through_mpirun_store_world_size_2(dlrun_home):
     proc = run_cli("run", "resnet18", "--ranks-per-node", "2", "--steps", "3", "--batch-size", "4",
                    "--warmup-steps", "1", env={"MY_SECRET_TOKEN": SECRET})
@@ -58,7 +58,7 @@ def test_two_ranks_through_mpirun_store_world_size_2(dlrun_home):
     assert not _files_contain(dlrun_home, SECRET), "a secret value was recorded"
 
 
-@pytest.mark.integration
+@pytest.mark.mpi
 def test_allreduce_run_stores_bus_bandwidth(dlrun_home):
     proc = run_cli("run", "allreduce", "--ranks-per-node", "2", "--steps", "2", "--warmup-steps", "1")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -75,7 +75,7 @@ def test_allreduce_run_stores_bus_bandwidth(dlrun_home):
     assert "GB/s" in table
 
 
-@pytest.mark.integration
+@pytest.mark.slow
 def test_single_rank_run_and_results_views(dlrun_home):
     proc = run_cli("run", "trivial", "--steps", "3", "--warmup-steps", "1", "--allocator", "jemalloc")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -107,7 +107,7 @@ def test_failed_run_is_recorded_failed(dlrun_home, tmp_path):
     assert status["state"] == "failed" and status["exit_code"] == 1
 
 
-@pytest.mark.integration
+@pytest.mark.mpi
 def test_sigint_cancels_and_records_cancelled(dlrun_home):
     proc = subprocess.Popen([sys.executable, "-m", "dlrun.cli", "run", "resnet18", "--steps", "100000",
                              "--batch-size", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

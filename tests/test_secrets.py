@@ -99,7 +99,7 @@ def _found(text: str, searched: dict[str, str]) -> list[str]:
     return [name for name, value in searched.items() if value in text]
 
 
-@pytest.mark.integration
+@pytest.mark.mpi
 def test_planted_secrets_are_never_written_and_reach_every_rank(planted):
     values, searched, seen, env = planted["values"], planted["searched"], planted["seen"], planted["env"]
     outputs: list[str] = []
@@ -148,7 +148,7 @@ def test_planted_secrets_are_never_written_and_reach_every_rank(planted):
     assert all(f'export {name}="${{{name}}}"' in script for name in values)
 
 
-@pytest.mark.integration
+@pytest.mark.slow
 def test_private_run_directories_and_store(dlrun_home):
     proc = run_cli("run", "trivial", "--steps", "1", "--warmup-steps", "1", "--batch-size", "2")
     assert proc.returncode == 0, proc.stderr
@@ -221,7 +221,7 @@ def _everywhere(root: Path, value: str) -> list[str]:
     return found
 
 
-@pytest.mark.integration
+@pytest.mark.mpi
 def test_a_secret_the_ranks_print_is_written_nowhere(dlrun_home, tmp_path):
     """The audit's reproduction: MASTER_PORT marked secret with a value no rank can use, so both ranks fail
     printing it (`Port could not be cast to integer value as 'PLANTPORT55'`). The value went into the failure

@@ -19,7 +19,7 @@ import pytest
 from conftest import cli_json, run_cli
 from fixtures_slurm import CLUSTER_SYSTEM
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.slurm, pytest.mark.mpi]
 
 
 def _popen_run(cluster, *args: str) -> subprocess.Popen:

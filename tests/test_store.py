@@ -124,7 +124,7 @@ def test_results_commands_on_a_fresh_home_create_no_file(dlrun_home):
 def test_a_store_that_cannot_be_written_is_one_line_and_the_run_is_stored_later(dlrun_home):
     """The store is written before the run directory is published: when that fails, the run stays in its
     staging directory (recorded on disk) and the next command that opens the store stores and publishes it."""
-    from conftest import cli_json, run_cli
+    from conftest import cli_json
 
     # a folder put in the way of the store file once the run has started (at the start, every command
     # refuses a store path that is not a file: see test_store_defends_itself)

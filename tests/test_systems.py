@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 from conftest import cli_json, run_cli
-from matrix_catalog import shellcheck_path
+from golden_files import shellcheck_path
 
 from dlrun.catalog import load_catalog
 

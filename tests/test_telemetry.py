@@ -200,7 +200,7 @@ def test_energy_per_sample_over_the_timed_window():
 
 
 # ------------------------------------------------------------------------------------ a real local run
-@pytest.mark.integration
+@pytest.mark.mpi
 def test_a_two_rank_local_run_stores_its_series_and_summary(dlrun_home, tmp_path):
     proc = run_cli("run", "resnet18", "--ranks-per-node", "2", "--batch-size", "2", "--steps", "4",
                    "--warmup-steps", "1")
@@ -231,7 +231,7 @@ def _is_sampler(pid: str, run_dir: str) -> bool:
     return any(part.endswith(b"telemetry_sampler.py") and part.startswith(run_dir.encode()) for part in cmdline)
 
 
-@pytest.mark.integration
+@pytest.mark.mpi
 def test_a_failed_run_keeps_its_complete_series(dlrun_home):
     from test_run_lifecycle import sampler_ended
 
@@ -250,7 +250,7 @@ def test_a_failed_run_keeps_its_complete_series(dlrun_home):
 def test_the_batch_lines_start_the_sampler_and_the_exit_trap_stops_it(tmp_path, code):
     """The lines every batch script gets (here with a one-node start command, as a one-node job runs it), run by
     bash: the job's exit status stays the job's, the series ends through the stop file, no sampler is left."""
-    from matrix_catalog import shellcheck_path
+    from golden_files import shellcheck_path
 
     from dlrun.shell import join
     from dlrun.telemetry.launch import batch_lines, batch_sampler_argv, sampler_files

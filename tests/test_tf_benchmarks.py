@@ -14,36 +14,18 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 from job_gate import wait_until
-from matrix_catalog import shellcheck_path
+from golden_files import GOLDEN as GOLDEN_ROOT, assert_golden
 
-from dlrun.catalog import load_catalog
 from dlrun.catalog.experiment_points import expand
 from dlrun.errors import UsageError
 from dlrun.plan import resolve_plan
-from dlrun.probe.host import probe_host
 from dlrun.render import render_job
 from dlrun.results.key import key_from_run
 from dlrun.tfbench import CLUSTER_ARG0, CLUSTER_SCRIPT, tf_cnn_benchmarks_command
 from dlrun.tfoptions import check_all_reduce_spec
 
-GOLDEN = Path(__file__).parent / "golden" / "scripts"
-REGEN = os.environ.get("DLRUN_REGEN_GOLDEN") == "1"
+GOLDEN = GOLDEN_ROOT / "scripts"
 HOSTILE_ARG = "--optimizer=a b'c\"d;e $(touch MARK) `touch MARK` ${HOME} \\ \nline two; rm -rf /nonexistent"
-
-
-@pytest.fixture(scope="module")
-def catalog(tmp_path_factory):
-    saved = {name: os.environ.get(name) for name in ("XDG_CONFIG_HOME", "DLRUN_PATH")}
-    os.environ["XDG_CONFIG_HOME"] = str(tmp_path_factory.mktemp("xdg"))
-    os.environ.pop("DLRUN_PATH", None)
-    try:
-        yield load_catalog(host=probe_host())
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def _argv(catalog, workload="resnet50_v1", **options) -> list[str]:
@@ -201,12 +183,7 @@ def test_golden_tf_scripts(catalog, name, monkeypatch, tmp_path):
     plan = resolve_plan(catalog, case.pop("workload", "resnet50"), **case)
     script = render_job(plan).script.replace(str(dataset), GOLDEN_DATASET)
     path = GOLDEN / f"{name}.sh"
-    if REGEN:
-        path.write_text(script)
-    assert path.exists(), f"no golden {path}; regenerate with DLRUN_REGEN_GOLDEN=1"
-    assert script == path.read_text(), f"{name} script differs from {path}"
-    proc = subprocess.run([shellcheck_path(), "--severity=style", str(path)], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout
+    assert_golden(path, script, what=f"the {name} script")
     assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
 
 

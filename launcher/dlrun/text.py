@@ -44,3 +44,17 @@ def csv_cell(value: Any) -> Any:
     if isinstance(value, str) and value.startswith(CSV_FORMULA_START):
         return "'" + value
     return value
+
+
+def number(value: Any, digits: int = 2, missing: str = "unknown") -> str:
+    """A figure as tables show it (thousands separated), a string as it is, None as `missing`."""
+    if value is None:
+        return missing
+    if isinstance(value, str):
+        return value
+    return f"{value:,.{digits}f}"
+
+
+def percent(value: Any, digits: int = 1, missing: str = "unknown") -> str:
+    """A fraction as a percentage, a string as it is, None as `missing`."""
+    return missing if value is None else value if isinstance(value, str) else f"{value * 100:.{digits}f} %"

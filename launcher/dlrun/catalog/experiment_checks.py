@@ -89,21 +89,27 @@ def _condition_problems(loc: Location, conditions: Conditions, scope: list[Exper
     if "?" in conditions:
         yield loc, f"unknown experiment {conditions['?']!r}"
         return
-    allowed_systems = {name for experiment in scope for name in experiment.systems}
     for key, wanted in conditions.items():
         options = wanted if isinstance(wanted, list) else [wanted]
-        if key == "system":
-            for option in options:
-                if str(option) not in allowed_systems:
-                    yield (*loc, key), f"system {option!r} is not among the experiment's systems " \
-                                       f"({', '.join(sorted(allowed_systems)) or 'none'})"
-            continue
-        axes = [axis for experiment in scope for axis in experiment.axes if axis.name == key]
-        if not axes:
-            names = sorted({axis.name for experiment in scope for axis in experiment.axes} | {"system"})
-            yield (*loc, key), f"{key!r} is not an axis of this experiment; valid: {', '.join(names)}"
-            continue
-        for option in options:
-            if not any(axis.find(option) for axis in axes):
-                labels = [str(value.paper) for axis in axes for value in axis.values]
-                yield (*loc, key), f"{option!r} is not a value of axis {key}; valid: {', '.join(labels)}"
+        check = _system_problems if key == "system" else _axis_problems
+        for problem in check(key, options, scope):
+            yield (*loc, key), problem
+
+
+def _system_problems(key: str, options: list, scope: list[ExperimentSpec]) -> Iterator[str]:
+    allowed = {name for experiment in scope for name in experiment.systems}
+    for option in options:
+        if str(option) not in allowed:
+            yield f"system {option!r} is not among the experiment's systems ({', '.join(sorted(allowed)) or 'none'})"
+
+
+def _axis_problems(key: str, options: list, scope: list[ExperimentSpec]) -> Iterator[str]:
+    axes = [axis for experiment in scope for axis in experiment.axes if axis.name == key]
+    if not axes:
+        names = sorted({axis.name for experiment in scope for axis in experiment.axes} | {"system"})
+        yield f"{key!r} is not an axis of this experiment; valid: {', '.join(names)}"
+        return
+    for option in options:
+        if not any(axis.find(option) for axis in axes):
+            labels = [str(value.paper) for axis in axes for value in axis.values]
+            yield f"{option!r} is not a value of axis {key}; valid: {', '.join(labels)}"

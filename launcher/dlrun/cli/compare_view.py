@@ -10,18 +10,7 @@ from typing import Any
 
 from dlrun.cli.output import console, print_json
 from dlrun.text import csv_cell, for_rich, plain
-
-
-def _num(value: Any, digits: int = 2) -> str:
-    if value is None:
-        return "unknown"
-    if isinstance(value, str):
-        return value
-    return f"{value:,.{digits}f}"
-
-
-def _pct(value: Any, digits: int = 1) -> str:
-    return "unknown" if value is None else value if isinstance(value, str) else f"{value * 100:.{digits}f} %"
+from dlrun.text import number as _num, percent as _pct
 
 
 def _interval(low: Any, high: Any, show: Callable[[Any], str] = _num, why: str = "-") -> str:

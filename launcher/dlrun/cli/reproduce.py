@@ -179,7 +179,7 @@ def _until_stable(works, store, report, stable, cleared, *, verbose: bool, as_js
 def _results(spec, system_work, store, report, *, as_json: bool, command: str) -> int:
     from dlrun.cli.compare_view import print_table
     from dlrun.cli.facts import efficiency_inputs
-    from dlrun.cli.reproduce_view import print_points, print_references, references_json
+    from dlrun.cli.reproduce_view import print_points, print_references
     from dlrun.reproduce import compare_points, compare_references, point_summary
 
     for work in system_work.works:
@@ -187,32 +187,38 @@ def _results(spec, system_work, store, report, *, as_json: bool, command: str) -
     summaries = [point_summary(work) for work in system_work.works if not work.skip]
     references = compare_references(spec, system_work.works, system_work.system)
     comparisons = compare_points(store, spec, system_work.works, facts=efficiency_inputs)
-    failed = [o for o in (report.outcomes if report else []) if o.status not in ("ok", "cancelled")]
-    interrupted = bool(report and report.interrupted)
+    outcomes = report.outcomes if report else []
+    failed = [o for o in outcomes if o.status not in ("ok", "cancelled")]
     if as_json:
-        print_json({"experiment": spec.id, "system": system_work.system, "interrupted": interrupted,
-                    "runs": [{"point": o.step.work.id, "repeat": o.step.repeat, "run_id": o.run_id,
-                              "status": o.status, "reason": o.reason, "values": o.values}
-                             for o in (report.outcomes if report else [])],
-                    "not_run": [{"point": step.work.id, "repeat": step.repeat, "why": why}
-                                for step, why in (report.not_run if report else [])],
-                    "points": summaries, "skipped": [{"point": w.id, "why": w.skip} for w in system_work.skipped],
-                    "references": references_json(references),
-                    "comparisons": [comparison.to_dict() for comparison in comparisons]})
+        print_json(_results_json(spec, system_work, report, summaries, references, comparisons))
     else:
         if summaries and spec.measure != "model-facts":  # model facts: the references table says it all
             print_points(spec, system_work, summaries)
         for comparison in comparisons:
             print_table(comparison)
         print_references(references)
-    if interrupted:
-        stored = sum(1 for o in report.outcomes if o.status == "ok")
+    if report and report.interrupted:
+        stored = sum(1 for o in outcomes if o.status == "ok")
         warn(f"interrupted: {stored} run(s) of this reproduce are stored; `{command}` continues where it stopped")
         return 130
     if failed:
         warn(f"{len(failed)} run(s) failed: " + "; ".join(f"{o.step.work.id}: {o.reason}" for o in failed[:3]))
     outside = _say_verdicts(references)
     return 1 if failed or outside else 0
+
+
+def _results_json(spec, system_work, report, summaries, references, comparisons) -> dict:
+    from dlrun.cli.reproduce_view import references_json
+
+    return {"experiment": spec.id, "system": system_work.system, "interrupted": bool(report and report.interrupted),
+            "runs": [{"point": o.step.work.id, "repeat": o.step.repeat, "run_id": o.run_id,
+                      "status": o.status, "reason": o.reason, "values": o.values}
+                     for o in (report.outcomes if report else [])],
+            "not_run": [{"point": step.work.id, "repeat": step.repeat, "why": why}
+                        for step, why in (report.not_run if report else [])],
+            "points": summaries, "skipped": [{"point": w.id, "why": w.skip} for w in system_work.skipped],
+            "references": references_json(references),
+            "comparisons": [comparison.to_dict() for comparison in comparisons]}
 
 
 def _say_verdicts(references: list) -> bool:

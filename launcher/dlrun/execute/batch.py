@@ -81,25 +81,8 @@ def execute_batch(plan: Plan, rendered: RenderedJob, *, runs_root: Path, store: 
             paths += [rank0] if rank0 not in paths and not launcher.rank_output_in_job_log else []
             return [(path, "stdout") for path in paths]
 
-        status, reason, signum = "failed", None, None
-        state = JobState(state="unknown")
-        interval = min(0.5, poll_interval)
-        try:
-            with guard.armed():
-                while True:
-                    state = scheduler.poll(job_id, run.path)
-                    follower.poll(followed())
-                    if state.done or state.state == "unknown":
-                        break
-                    time.sleep(interval)
-                    interval = min(interval * 1.5, poll_interval)
-        except (Interrupted, KeyboardInterrupt) as exc:
-            signum = exc.signum if isinstance(exc, Interrupted) else 2
-            state = _cancel(scheduler, job_id, run.path)
-            status = "cancelled"
-            reason = f"dlrun received {signal_name(signum)}; {plan.scheduler} job {job_id} was cancelled"
-        except SchedulerError as exc:
-            reason = f"lost track of {plan.scheduler} job {job_id}: {exc}"
+        state, status, reason, signum = _follow(plan, scheduler, job_id, run.path, guard,
+                                                lambda: follower.poll(followed()), poll_interval)
         follower.poll(followed(), final=True)
 
         outputs = scheduler.output_files(job_id, run.path)
@@ -120,3 +103,28 @@ def execute_batch(plan: Plan, rendered: RenderedJob, *, runs_root: Path, store: 
                       base_provenance=base_provenance, result_texts=[job_text, rank0_text], tail=tail,
                       failure=failure, extra={"job_id": job_id, "job_state": state.raw or state.state},
                       signal=signal_name(signum))
+
+
+def _follow(plan: Plan, scheduler, job_id: str, path: Path, guard: SignalGuard, show, poll_interval: float):
+    """Poll the job until it ends (showing its output as it grows), or cancel it on a signal:
+    (its last state, status so far, reason or None, the signal number or None)."""
+    status, reason, signum = "failed", None, None
+    state = JobState(state="unknown")
+    interval = min(0.5, poll_interval)
+    try:
+        with guard.armed():
+            while True:
+                state = scheduler.poll(job_id, path)
+                show()
+                if state.done or state.state == "unknown":
+                    break
+                time.sleep(interval)
+                interval = min(interval * 1.5, poll_interval)
+    except (Interrupted, KeyboardInterrupt) as exc:
+        signum = exc.signum if isinstance(exc, Interrupted) else 2
+        state = _cancel(scheduler, job_id, path)
+        status = "cancelled"
+        reason = f"dlrun received {signal_name(signum)}; {plan.scheduler} job {job_id} was cancelled"
+    except SchedulerError as exc:
+        reason = f"lost track of {plan.scheduler} job {job_id}: {exc}"
+    return state, status, reason, signum

@@ -75,31 +75,15 @@ def recover_run(run: RunDir, store: Store) -> str | None:
     provenance = _json(path / "provenance.json") or {}
     started = float(status.get("started_at") or path.stat().st_mtime)
     if status.get("state") in STATUSES:  # finished and recorded on disk, but not stored
-        result = _json(path / "result.json")
-        extra = {k: v for k, v in status.items() if k not in ("state", "started_at", "finished_at", "duration_s")}
-        record = run_row(summary, run_id=run.run_id, run_dir=run.final, status=status["state"], started=started,
-                         finished=float(status.get("finished_at") or time.time()), provenance={**provenance, **extra})
-        store_and_publish(run, store, record, [result] if result and status["state"] == "ok" else [])
+        _store_recorded(run, store, summary, status, provenance, started)
         return None
-
     job = _json(path / "job.json")
     dlrun = f"dlrun (pid {status.get('pid', '?')})"
-    if job is not None and "job_id" in job:
-        outcome = _batch_outcome(run, summary, job)
-        if isinstance(outcome, str):
-            run.release()
-            return outcome
-        state, exit_code, reason, texts = outcome
-    else:
-        exit_code, texts = None, []
-        if job is not None:
-            if job.get("host") == platform.node():
-                end_processes(lambda: job_processes(job.get("session"), str(path)))
-            texts = [_read(path / "output.log"), rank_log_texts(path)]
-            state, reason = "lost", f"{dlrun} ended while its job ran; the job was ended and left no result"
-        else:
-            state, reason = "lost", f"{dlrun} ended before the job started"
-
+    outcome = _job_outcome(run, summary, job, dlrun)
+    if isinstance(outcome, str):
+        run.release()
+        return outcome
+    state, exit_code, reason, texts = outcome
     result, parsed, _ = parse_first([text for text in texts if text])
     collective = (summary.get("workload") or {}).get("kind") not in TRAINING_KINDS
     if (result is not None and state in ("lost", "ok") and parsed.ok and rank_count_refusal(
@@ -115,6 +99,28 @@ def recover_run(run: RunDir, store: Store) -> str | None:
                      provenance={**provenance, "exit_code": exit_code, "reason": reason, "recovered": True})
     store_and_publish(run, store, record, [result] if state == "ok" else [])
     return None
+
+
+def _store_recorded(run: RunDir, store: Store, summary: dict[str, Any], status: dict[str, Any],
+                    provenance: dict[str, Any], started: float) -> None:
+    """A run that finished and was recorded on disk, but not stored."""
+    result = _json(run.path / "result.json")
+    extra = {k: v for k, v in status.items() if k not in ("state", "started_at", "finished_at", "duration_s")}
+    record = run_row(summary, run_id=run.run_id, run_dir=run.final, status=status["state"], started=started,
+                     finished=float(status.get("finished_at") or time.time()), provenance={**provenance, **extra})
+    store_and_publish(run, store, record, [result] if result and status["state"] == "ok" else [])
+
+
+def _job_outcome(run: RunDir, summary: dict[str, Any], job: dict[str, Any] | None, dlrun: str):
+    """(state, exit code, reason, log texts) of an orphaned run's job, or a line saying its batch job still runs."""
+    if job is not None and "job_id" in job:
+        return _batch_outcome(run, summary, job)
+    if job is None:
+        return "lost", None, f"{dlrun} ended before the job started", []
+    if job.get("host") == platform.node():
+        end_processes(lambda: job_processes(job.get("session"), str(run.path)))
+    texts = [_read(run.path / "output.log"), rank_log_texts(run.path)]
+    return "lost", None, f"{dlrun} ended while its job ran; the job was ended and left no result", texts
 
 
 def _read(path: Path) -> str:

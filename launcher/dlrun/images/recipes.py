@@ -12,8 +12,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlrun.catalog.stack import (CudaSpec, CudnnSpec, HorovodSpec, MpiSpec, NcclSpec, NcclTests, NotUsed,
+from dlrun.catalog.stack import (CudaSpec, CudnnSpec, HorovodSpec, MpiSpec, NcclSpec, NotUsed,
                                  PinnedImageSpec, UcxSpec)
+from dlrun.images.source_builds import source_steps, tensorflow_from_source
 from dlrun.images.spec import SpecFile, spec_files
 
 HPCCM_VERSION = "26.1.0"  # renders the nccl block for ppc64le (26.5.0 raises `Unknown CPU architecture`)
@@ -21,7 +22,6 @@ FORMATS = ("docker", "singularity")
 HARNESS_SRC = "launcher/dlrun/workloads"
 NVIDIA_KEY = "3bf863cc"
 NVIDIA_REPO_ARCH = {"x86_64": "x86_64", "ppc64le": "ppc64el", "aarch64": "sbsa"}
-DEB_TRIPLET = {"x86_64": "x86_64-linux-gnu", "ppc64le": "powerpc64le-linux-gnu", "aarch64": "aarch64-linux-gnu"}
 # Old NVIDIA images list apt sources signed with the key NVIDIA revoked in 2022: `apt-get update` fails
 # on them, so they are removed before the first package install (the steps that need NVIDIA's
 # repository add it back with the current key).
@@ -113,169 +113,145 @@ def check_commands(spec: PinnedImageSpec) -> list[str]:
 
 
 def build_stage(spec_file: SpecFile, arch: str):
-    """The hpccm Stage for one architecture (hpccm's format must be set before calling)."""
+    """The hpccm Stage for one architecture (hpccm's format must be set before calling): the recipe's steps in
+    order, each a function of the spec that adds nothing when the spec does not ask for it."""
     from hpccm import Stage
-    from hpccm.building_blocks import conda, generic_build, nccl, ofed, openmpi, packages, pip, ucx
-    from hpccm.primitives import baseimage, comment, copy, environment, label, shell
-    from hpccm.templates.git import git
+
+    stage = Stage()
+    spec = spec_file.spec
+    for step in (_base_steps, _os_package_steps, _cuda_library_steps, _mpi_steps, _framework_steps,
+                 _horovod_steps, source_steps, _harness_steps):
+        for item in step(spec, arch):
+            stage += item
+    for item in _check_and_label_steps(spec_file, arch):
+        stage += item
+    return stage
+
+
+def _base_steps(spec: PinnedImageSpec, arch: str) -> list:
+    from hpccm.primitives import baseimage, comment, environment, shell
+
+    steps = [baseimage(image=spec.base_for(arch).reference, _arch=arch, _distro=_hpccm_distro(spec))]
+    if _needs_nvidia_fix(spec, arch):
+        steps += [comment("Apt sources of the base image signed with NVIDIA's revoked key"),
+                  shell(commands=[f"rm -f {STALE_NVIDIA_SOURCES}"])]
+    if spec.env:
+        steps.append(environment(variables=dict(spec.env)))
+    return steps
+
+
+def _os_package_steps(spec: PinnedImageSpec, arch: str) -> list:
+    """OS packages; a Debian image installs its pinned package versions (`+bN` rebuilds allowed)."""
+    from hpccm.building_blocks import packages
+    from hpccm.primitives import comment
+
+    os_packages = spec.os_packages(arch)
+    if spec.debootstrap is not None:
+        # Quoted: `*` (any `+bN` rebuild suffix) is apt's version glob, not the shell's.
+        return [comment("Debian packages at the versions the spec pins (debootstrap builds the same set)"),
+                packages(apt=os_packages + [f"'{p.name}={p.version}*'" for p in spec.debootstrap.packages])]
+    return [packages(ospackages=os_packages)] if os_packages else []
+
+
+def _cuda_library_steps(spec: PinnedImageSpec, arch: str) -> list:
+    from hpccm.building_blocks import nccl, packages
+    from hpccm.primitives import comment
+
+    steps: list = []
+    if isinstance(spec.cudnn, CudnnSpec) and spec.cudnn.provided_by == "apt":
+        nvidia_key = f"{_nvidia_repo(spec, arch)}/{NVIDIA_KEY}.pub"
+        signed = f"deb [signed-by=/usr/share/keyrings/{NVIDIA_KEY}.gpg]"
+        major = spec.cudnn.version.split(".")[0]
+        steps += [comment(f"cuDNN {spec.cudnn.version}"), packages(
+            apt=[f"libcudnn{major}={spec.cudnn.apt_version}", f"libcudnn{major}-dev={spec.cudnn.apt_version}"],
+            apt_keys=[nvidia_key],
+            apt_repositories=[f"{signed} {_nvidia_repo(spec, arch)} /",
+                              f"{signed} {_nvidia_repo(spec, arch, 'machine-learning')} /"])]
+    if isinstance(spec.nccl, NcclSpec) and spec.nccl.provided_by == "apt":
+        cuda = spec.cuda.version if isinstance(spec.cuda, CudaSpec) else ""
+        version = spec.nccl.version if "-" in spec.nccl.version else f"{spec.nccl.version}-1"
+        steps.append(nccl(cuda=".".join(cuda.split(".")[:2]), version=version))
+    return steps
+
+
+def _mpi_steps(spec: PinnedImageSpec, arch: str) -> list:
+    from hpccm.building_blocks import ofed, openmpi, ucx
+
+    mpi = spec.mpi
+    if not (isinstance(mpi, MpiSpec) and mpi.provided_by == "source"):
+        return []
+    steps: list = [ofed()] if mpi.verbs else []
+    ucx_prefix: str | bool = False
+    if isinstance(mpi.ucx, UcxSpec) and mpi.ucx.provided_by == "source":
+        ucx_prefix = "/usr/local/ucx"
+        steps.append(ucx(version=mpi.ucx.version, cuda=mpi.cuda_aware, ofed=mpi.verbs, knem=False, xpmem=False,
+                         gdrcopy=False, prefix=ucx_prefix))
+    opts = ["--disable-getpwuid", "--enable-orterun-prefix-by-default", "--with-slurm"]
+    if mpi.psm2_for(arch):
+        opts.append("--with-psm2")
+    steps.append(openmpi(version=mpi.version, cuda=mpi.cuda_aware, infiniband=mpi.verbs, ucx=ucx_prefix,
+                         pmix="internal" if "pmix" in mpi.pmi else False, prefix=mpi.prefix, configure_opts=opts))
+    return steps
+
+
+def _framework_steps(spec: PinnedImageSpec, arch: str) -> list:
+    from hpccm.building_blocks import conda, packages, pip
+    from hpccm.primitives import environment
+
+    install = spec.framework_install
+    pip_cmd = f"{spec.python} -m pip"
+    env = [environment(variables=install.env)] if install.env and install.method in ("pip", "conda") else []
+    if install.method == "pip":
+        args = ["--no-cache-dir"] + ([f"--find-links {install.index_url}"] if install.index_url else [])
+        return env + [pip(packages=install.packages, pip=pip_cmd, ospackages=[], args=args)]
+    if install.method == "conda":
+        return env + [conda(channels=install.channels, packages=install.packages, eula=True,
+                            version=install.conda.version, prefix="/usr/local/anaconda"),
+                      environment(variables={"PATH": "/usr/local/anaconda/bin:$PATH"})]
+    if install.method == "apt" and spec.debootstrap is None:
+        return [packages(apt=install.packages)]
+    if install.method == "source":
+        return [tensorflow_from_source(spec, arch, pip_cmd)]
+    return []
+
+
+def _horovod_steps(spec: PinnedImageSpec, arch: str) -> list:
+    from hpccm.primitives import comment, shell
+
+    if not isinstance(spec.horovod, HorovodSpec):
+        return []
+    flags = " ".join(f"{k}={v}" for k, v in sorted(spec.horovod.build_env.items()))
+    return [comment(f"Horovod {spec.horovod.version}, built against the image's MPI and NCCL"),
+            shell(commands=[
+                "ldconfig /usr/local/cuda/lib64/stubs",  # no GPU driver at build time: link the CUDA stub
+                f"{flags} {spec.python} -m pip install --no-cache-dir horovod=={spec.horovod.version}",
+                "ldconfig"])]
+
+
+def _harness_steps(spec: PinnedImageSpec, arch: str) -> list:
+    from hpccm.primitives import comment, copy, shell
+
+    steps: list = []
+    if spec.harness.files:
+        srcs = [f"{HARNESS_SRC}/{name}" for name in spec.harness.files]
+        steps += [comment("dlrun harness (build from the repository root)"),
+                  copy(src=srcs if len(srcs) > 1 else srcs[0],
+                       dest=f"{spec.harness_dir}/" if len(srcs) > 1 else f"{spec.harness_dir}/{spec.harness.files[0]}")]
+    # Mount points: the dataset (read-only at /data) and the harness directory must exist for Charliecloud.
+    return steps + [shell(commands=[f"mkdir -p /data {spec.harness_dir}"])]
+
+
+def _check_and_label_steps(spec_file: SpecFile, arch: str) -> list:
+    from hpccm.primitives import comment, label, shell
 
     import hpccm.config
     from hpccm.common import container_type
 
-    spec = spec_file.spec
+    checks = check_commands(spec_file.spec)
+    steps: list = [comment("Check that the image holds what the spec pins"), shell(commands=checks)] if checks else []
     docker = hpccm.config.g_ctype == container_type.DOCKER
-    stage = Stage()
-    stage += baseimage(image=spec.base_for(arch).reference, _arch=arch, _distro=_hpccm_distro(spec))
-    if _needs_nvidia_fix(spec, arch):
-        stage += comment("Apt sources of the base image signed with NVIDIA's revoked key")
-        stage += shell(commands=[f"rm -f {STALE_NVIDIA_SOURCES}"])
-
-    if spec.env:
-        stage += environment(variables=dict(spec.env))
-
-    # OS packages; a Debian image installs its pinned package versions (`+bN` rebuilds allowed).
-    os_packages = spec.os_packages(arch)
-    if spec.debootstrap is not None:
-        stage += comment("Debian packages at the versions the spec pins (debootstrap builds the same set)")
-        # Quoted: `*` (any `+bN` rebuild suffix) is apt's version glob, not the shell's.
-        stage += packages(apt=os_packages + [f"'{p.name}={p.version}*'" for p in spec.debootstrap.packages])
-    elif os_packages:
-        stage += packages(ospackages=os_packages)
-
-    nvidia_key = f"{_nvidia_repo(spec, arch)}/{NVIDIA_KEY}.pub"
-    signed = f"deb [signed-by=/usr/share/keyrings/{NVIDIA_KEY}.gpg]"
-    if isinstance(spec.cudnn, CudnnSpec) and spec.cudnn.provided_by == "apt":
-        major = spec.cudnn.version.split(".")[0]
-        stage += comment(f"cuDNN {spec.cudnn.version}")
-        stage += packages(
-            apt=[f"libcudnn{major}={spec.cudnn.apt_version}", f"libcudnn{major}-dev={spec.cudnn.apt_version}"],
-            apt_keys=[nvidia_key],
-            apt_repositories=[f"{signed} {_nvidia_repo(spec, arch)} /",
-                              f"{signed} {_nvidia_repo(spec, arch, 'machine-learning')} /"])
-    if isinstance(spec.nccl, NcclSpec) and spec.nccl.provided_by == "apt":
-        cuda = spec.cuda.version if isinstance(spec.cuda, CudaSpec) else ""
-        version = spec.nccl.version if "-" in spec.nccl.version else f"{spec.nccl.version}-1"
-        stage += nccl(cuda=".".join(cuda.split(".")[:2]), version=version)
-
-    mpi = spec.mpi
-    if isinstance(mpi, MpiSpec) and mpi.provided_by == "source":
-        ucx_prefix: str | bool = False
-        if mpi.verbs:
-            stage += ofed()
-        if isinstance(mpi.ucx, UcxSpec) and mpi.ucx.provided_by == "source":
-            ucx_prefix = "/usr/local/ucx"
-            stage += ucx(version=mpi.ucx.version, cuda=mpi.cuda_aware, ofed=mpi.verbs, knem=False, xpmem=False,
-                         gdrcopy=False, prefix=ucx_prefix)
-        opts = ["--disable-getpwuid", "--enable-orterun-prefix-by-default", "--with-slurm"]
-        if mpi.psm2_for(arch):
-            opts.append("--with-psm2")
-        stage += openmpi(version=mpi.version, cuda=mpi.cuda_aware, infiniband=mpi.verbs, ucx=ucx_prefix,
-                         pmix="internal" if "pmix" in mpi.pmi else False, prefix=mpi.prefix, configure_opts=opts)
-
-    install = spec.framework_install
-    pip_cmd = f"{spec.python} -m pip"
-    if install.method == "pip":
-        args = ["--no-cache-dir"] + ([f"--find-links {install.index_url}"] if install.index_url else [])
-        if install.env:
-            stage += environment(variables=install.env)
-        stage += pip(packages=install.packages, pip=pip_cmd, ospackages=[], args=args)
-    elif install.method == "conda":
-        if install.env:
-            stage += environment(variables=install.env)
-        stage += conda(channels=install.channels, packages=install.packages, eula=True,
-                       version=install.conda.version, prefix="/usr/local/anaconda")
-        stage += environment(variables={"PATH": "/usr/local/anaconda/bin:$PATH"})
-    elif install.method == "apt" and spec.debootstrap is None:
-        stage += packages(apt=install.packages)
-    elif install.method == "source":
-        stage += _tensorflow_from_source(spec, arch, pip_cmd)
-
-    if isinstance(spec.horovod, HorovodSpec):
-        flags = " ".join(f"{k}={v}" for k, v in sorted(spec.horovod.build_env.items()))
-        stage += comment(f"Horovod {spec.horovod.version}, built against the image's MPI and NCCL")
-        stage += shell(commands=[
-            "ldconfig /usr/local/cuda/lib64/stubs",  # no GPU driver at build time: link the CUDA stub
-            f"{flags} {pip_cmd} install --no-cache-dir horovod=={spec.horovod.version}",
-            "ldconfig"])
-
-    for bench in spec.benchmarks:
-        stage += comment(f"{bench.name}: {bench.repo} at {bench.revision}")
-        stage += shell(commands=[_clone(git(), bench, bench.path)])
-
-    tests = spec.nccl_tests
-    if isinstance(tests, NcclTests) and isinstance(mpi, MpiSpec):
-        nccl_home = {"conda": "/usr/local/anaconda"}.get(getattr(spec.nccl, "provided_by", ""), "/usr")
-        make = (f"make -j$(nproc) MPI=1 MPI_HOME={mpi.prefix} CUDA_HOME=/usr/local/cuda NCCL_HOME={nccl_home}")
-        stage += generic_build(repository=tests.repo, commit=tests.commit, branch=None if tests.commit else tests.ref,
-                               build=[make], install=[f"mkdir -p {tests.path}", f"cp -a build/* {tests.path}/"])
-        stage += environment(variables={"PATH": f"{tests.path}:$PATH"})
-
-    if spec.harness.files:
-        stage += comment("dlrun harness (build from the repository root)")
-        srcs = [f"{HARNESS_SRC}/{name}" for name in spec.harness.files]
-        stage += copy(src=srcs if len(srcs) > 1 else srcs[0],
-                      dest=f"{spec.harness_dir}/" if len(srcs) > 1 else f"{spec.harness_dir}/{spec.harness.files[0]}")
-    # Mount points: the dataset (read-only at /data) and the harness directory must exist for Charliecloud.
-    stage += shell(commands=[f"mkdir -p /data {spec.harness_dir}"])
-
-    checks = check_commands(spec)
-    if checks:
-        stage += comment("Check that the image holds what the spec pins")
-        stage += shell(commands=checks)
-
     values = labels(spec_file, arch)
-    stage += label(metadata={k: json.dumps(v) if docker else v for k, v in values.items()})
-    return stage
-
-
-def _clone(template, ref, path: str) -> str:
-    import posixpath
-
-    return template.clone_step(repository=ref.repo, branch=None if ref.commit else ref.ref, commit=ref.commit,
-                               path=posixpath.dirname(path), directory=posixpath.basename(path))
-
-
-def _tensorflow_from_source(spec: PinnedImageSpec, arch: str, pip_cmd: str):
-    """TensorFlow with Bazel, as Han et al. built it for POWER (Bazel has no ppc64le release binary)."""
-    from hpccm import building_blocks as bb, primitives as pr
-    from hpccm.building_blocks.base import bb_base
-    from hpccm.templates.git import git
-
-    source = spec.framework_install.source
-    assert source is not None
-    bazel = source.bazel.version
-    block = bb_base()
-    extra = source.packages_by_arch.get(arch, [])  # type: ignore[call-overload]
-    if extra:
-        block += bb.packages(ospackages=extra)
-    releases = f"https://github.com/bazelbuild/bazel/releases/download/{bazel}"
-    if arch == "x86_64":
-        install_bazel = [f"wget -q -O /var/tmp/bazel-installer.sh {releases}/bazel-{bazel}-installer-linux-x86_64.sh",
-                         "bash /var/tmp/bazel-installer.sh", "rm -f /var/tmp/bazel-installer.sh"]
-    else:
-        install_bazel = ["mkdir -p /var/tmp/bazel", "cd /var/tmp/bazel",
-                         f"wget -q {releases}/bazel-{bazel}-dist.zip", f"unzip -q bazel-{bazel}-dist.zip",
-                         "bash ./compile.sh", "cp output/bazel /usr/local/bin/bazel", "cd /", "rm -rf /var/tmp/bazel"]
-    block += pr.comment(f"Bazel {bazel}")
-    block += pr.shell(commands=install_bazel)
-    if spec.framework_install.packages:
-        block += bb.pip(packages=spec.framework_install.packages, pip=pip_cmd, ospackages=[])
-    env = {**source.configure_env, **source.configure_env_by_arch.get(arch, {}),  # type: ignore[call-overload]
-           "CUDNN_INSTALL_PATH": f"/usr/lib/{DEB_TRIPLET[arch]}"}
-    stubs = "/usr/local/cuda/lib64/stubs"
-    block += pr.comment(f"TensorFlow {spec.framework_version} from source ({source.git.revision})")
-    block += pr.shell(commands=[
-        _clone(git(), source.git, "/var/tmp/tensorflow"),
-        "cd /var/tmp/tensorflow",
-        *[f"export {k}='{v}'" for k, v in sorted(env.items())],
-        f"ln -sf {stubs}/libcuda.so {stubs}/libcuda.so.1",
-        "yes '' | ./configure",
-        f"LD_LIBRARY_PATH={stubs}:$LD_LIBRARY_PATH bazel build --config=opt --config=cuda "
-        "//tensorflow/tools/pip_package:build_pip_package",
-        "bazel-bin/tensorflow/tools/pip_package/build_pip_package /var/tmp/tensorflow_pkg",
-        f"{pip_cmd} install --no-cache-dir /var/tmp/tensorflow_pkg/tensorflow-{spec.framework_version}-*.whl",
-        f"rm -f {stubs}/libcuda.so.1", "cd /", "rm -rf /var/tmp/tensorflow /var/tmp/tensorflow_pkg /root/.cache/bazel"])
-    return block
+    return steps + [label(metadata={k: json.dumps(v) if docker else v for k, v in values.items()})]
 
 
 def header(spec_file: SpecFile, arch: str, fmt: str) -> str:

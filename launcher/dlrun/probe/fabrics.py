@@ -89,27 +89,40 @@ def _active(port: dict[str, Any]) -> bool:
     return "ACTIVE" in (port.get("state") or "").upper()
 
 
+def _ports(ib: list[dict[str, Any]], keep) -> list[tuple[dict, dict]]:
+    return [(d, p) for d in ib for p in d["ports"] if _active(p) and keep(d, p)]
+
+
+def _hcas(ports: list[tuple[dict, dict]]) -> list[str]:
+    return [f"{d['name']}:{p['port']}" for d, p in ports]
+
+
+def _is_opa(device: dict[str, Any]) -> bool:
+    return device["name"].startswith("hfi1")
+
+
+def _roce_config(ib: list[dict[str, Any]]) -> dict | None:
+    ports = _ports(ib, lambda d, p: p["link_layer"] == "Ethernet" and p.get("roce_v2_gid_index") is not None)
+    if not ports:
+        return None
+    dev, port = ports[0]
+    netdevs = port.get("netdevs") or dev["netdevs"]
+    return {"hca": _hcas(ports), "interfaces": netdevs[:1], "gid_index": port["roce_v2_gid_index"]}
+
+
 def _configs(ib: list[dict[str, Any]], hfi_nodes: list[str], up_nics: list[dict[str, Any]]) -> dict[str, dict]:
     """Per usable fabric, the settings to use it (the shape of a system profile's `fabric_config` entry)."""
-    configs: dict[str, dict] = {}
+    configs: dict[str, dict | None] = {}
     ipoib = [n["name"] for n in up_nics if n["type"] == "infiniband"][:1]
-    ib_ports = [(d, p) for d in ib if not d["name"].startswith("hfi1") for p in d["ports"]
-                if p["link_layer"] == "InfiniBand" and _active(p)]
+    ib_ports = _ports(ib, lambda d, p: not _is_opa(d) and p["link_layer"] == "InfiniBand")
     if ib_ports:
-        configs["ib"] = {"hca": [f"{d['name']}:{p['port']}" for d, p in ib_ports], "interfaces": ipoib}
-    opa_ports = [(d, p) for d in ib if d["name"].startswith("hfi1") for p in d["ports"] if _active(p)]
+        configs["ib"] = {"hca": _hcas(ib_ports), "interfaces": ipoib}
+    opa_ports = _ports(ib, lambda d, p: _is_opa(d))
     if opa_ports or hfi_nodes:
-        hcas = [f"{d['name']}:{p['port']}" for d, p in opa_ports] or [f"{h}:1" for h in hfi_nodes]
-        configs["opa"] = {"hca": hcas, "interfaces": ipoib}
-    roce_ports = [(d, p) for d in ib for p in d["ports"]
-                  if p["link_layer"] == "Ethernet" and _active(p) and p.get("roce_v2_gid_index") is not None]
-    if roce_ports:
-        dev, port = roce_ports[0]
-        netdevs = port.get("netdevs") or dev["netdevs"]
-        configs["roce"] = {"hca": [f"{d['name']}:{p['port']}" for d, p in roce_ports], "interfaces": netdevs[:1],
-                           "gid_index": port["roce_v2_gid_index"]}
+        configs["opa"] = {"hca": _hcas(opa_ports) or [f"{h}:1" for h in hfi_nodes], "interfaces": ipoib}
+    configs["roce"] = _roce_config(ib)
     configs["tcp"] = {"interfaces": [n["name"] for n in up_nics if n["type"] == "ethernet"][:1]}
-    return {name: {k: v for k, v in cfg.items() if v != []} for name, cfg in configs.items()}
+    return {name: {k: v for k, v in cfg.items() if v != []} for name, cfg in configs.items() if cfg is not None}
 
 
 def detect_fabrics(root: str | os.PathLike[str] = "/") -> dict[str, Any]:

@@ -9,18 +9,15 @@ from html import escape
 from typing import Any
 
 from dlrun.report.gather import IDS_PER_ROW, Published, Report
+from dlrun.text import number, percent
 
 
 def num(value: Any, digits: int = 2) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, str):
-        return value
-    return f"{value:,.{digits}f}"
+    return number(value, digits, missing="-")
 
 
 def pct(value: Any, digits: int = 1) -> str:
-    return "-" if value is None else value if isinstance(value, str) else f"{value * 100:.{digits}f} %"
+    return percent(value, digits, missing="-")
 
 
 def interval(low: Any, high: Any, show=num) -> str:

@@ -86,19 +86,7 @@ def run_ps(args, build, batch_fn, entry):
             lambda: strategy.distribute_datasets_from_function(dataset_fn))
         iterator = iter(per_worker)
 
-        @tf.function
-        def step(it):
-            def replica(images, labels):
-                with tf.GradientTape() as tape:
-                    logits = model(images, training=True)
-                    loss = loss_fn(labels, tf.cast(logits, tf.float32))
-                    loss = loss / float(batch)
-                variables = model.trainable_variables
-                grads = tape.gradient(loss, variables)
-                optimizer.apply_gradients(zip(grads, variables))
-                return loss
-            images, labels = next(it)
-            return strategy.run(replica, args=(images, labels))
+        step = _step(strategy, model, optimizer, loss_fn, batch)
 
         out("Variables:   parameter_server (%d ps, %d workers, "
             "asynchronous)" % (args.parameter_servers, args.ps_workers))
@@ -129,6 +117,29 @@ def run_ps(args, build, batch_fn, entry):
     out(RULE)
     out("total images/sec: %.2f" % total)
     out(RULE)
+    return _fields(args, total, wall, start_unix, devices, cluster, params,
+                   loss)
+
+
+def _step(strategy, model, optimizer, loss_fn, batch):
+    """One asynchronous training step, scheduled on a worker."""
+    @tf.function
+    def step(it):
+        def replica(images, labels):
+            with tf.GradientTape() as tape:
+                logits = model(images, training=True)
+                loss = loss_fn(labels, tf.cast(logits, tf.float32))
+                loss = loss / float(batch)
+            variables = model.trainable_variables
+            grads = tape.gradient(loss, variables)
+            optimizer.apply_gradients(zip(grads, variables))
+            return loss
+        images, labels = next(it)
+        return strategy.run(replica, args=(images, labels))
+    return step
+
+
+def _fields(args, total, wall, start_unix, devices, cluster, params, loss):
     fields = {
         "value": total, "wall_time_s": wall, "timed_start_unix": start_unix,
         "per_rank_images_per_sec": [total], "per_rank_wall_time_s": [wall],
@@ -140,7 +151,8 @@ def run_ps(args, build, batch_fn, entry):
         "parameter_servers": args.parameter_servers,
         "variable_devices": devices, "cluster": cluster,
         "formula": "batch_size_per_rank*timed_steps/wall_time_s",
-        "global_batch_size": batch, "params": params, "final_loss": loss,
-        "num_classes": NUM_CLASSES,
+        "global_batch_size": args.batch_size, "params": params,
+        "final_loss": loss, "num_classes": NUM_CLASSES,
     }
     return fields
+

@@ -153,14 +153,7 @@ def run_benchmark(args):
         _header(args, comm, device_type, image_size, data_what,
                 "horovod (%s)" % args.gradient_averaging
                 if world_size > 1 else "replicated")
-    first_loss = None
-    for _ in range(args.warmup_steps):
-        value = float(run_step()[0])
-        first_loss = value if first_loss is None else first_loss
-    comm.barrier()
-    if rank == 0:
-        out("Done warm up")
-        out("Step\tImg/sec\ttotal_loss")
+    first_loss = _warm_up(args, run_step, comm, rank)
     per_step = args.batch_size
     window.start()
     start_unix = time.time()  # where the timed window lies (telemetry)
@@ -169,13 +162,74 @@ def run_benchmark(args):
     window_row = window.stop(step_times, base["threads"])
     first_loss = first if first_loss is None else first_loss
 
+    _check_replicas(args, comm, model, loss)
+    gathered = comm.all_gather([per_step * args.steps / wall, wall, stall])
+    result = _result(args, comm, base, gathered, device_type, {
+        "quality": quality_fields(comm.all_gather(window_row)),
+        "timed_start_unix": start_unix,  # rank 0's clock
+        "params": params, "data": data_what, "final_loss": loss,
+        "data_source": data_source})
+    result.update(_contract_fields(args, gathered, first_loss, loss))
+    total = result["value"]
+    if rank == 0:
+        out(RULE)
+        out("total images/sec: %.2f" % total)
+        out(RULE)
+        out("DLRUN_RESULT " + json.dumps(result, sort_keys=True))
+    return 0
+
+
+
+def _result(args, comm, base, gathered, device_type, measured):
+    """The DLRUN_RESULT fields: `base`, the rates and times gathered from
+    every rank, and what this run measured."""
+    world_size = comm.world_size
+    max_wall = max(g[1] for g in gathered)
+    result = dict(base)
+    result.update(measured)
+    result.update({
+        "value": world_size * args.batch_size * args.steps / max_wall,
+        "per_rank_images_per_sec": [g[0] for g in gathered],
+        "per_rank_wall_time_s": [g[1] for g in gathered],
+        "wall_time_s": max_wall, "world_size": world_size,
+        "num_devices": world_size,
+        "global_batch_size": args.batch_size * world_size,
+        "backend": "horovod" if world_size > 1 else "none",
+        "gradient_averaging": (args.gradient_averaging if world_size > 1
+                               else "none"),
+        # The PyTorch harness's contract: how replicas are kept in step,
+        # whether the optimizer step is fused, what was read.
+        "dist": "horovod" if comm.hvd is not None else "none",
+        "fused_optimizer": False})  # Keras applies its own update ops
+    if args.data_dir:
+        result["data_path"] = args.data_dir
+    result.update(run_fields(device_type, comm))
+    return result
+
+def _warm_up(args, run_step, comm, rank):
+    """The untimed steps; the first loss seen (None without warm-up)."""
+    first_loss = None
+    for _ in range(args.warmup_steps):
+        value = float(run_step()[0])
+        first_loss = value if first_loss is None else first_loss
+    comm.barrier()
+    if rank == 0:
+        out("Done warm up")
+        out("Step\tImg/sec\ttotal_loss")
+    return first_loss
+
+
+def _check_replicas(args, comm, model, loss):
+    """End the run when any rank's loss is not finite or the replicas'
+    parameters differ after training."""
+    world_size = comm.world_size
     bad = max(row[0] for row in comm.all_gather([0.0 if _finite(loss)
                                                  else 1.0]))
     if bad:
         raise HarnessError("loss is not finite (rank 0: %r) after %d steps"
                            % (loss, args.steps), EXIT_NONFINITE)
     if world_size > 1:
-        _maybe_perturb(model, rank)
+        _maybe_perturb(model, comm.rank)
         rows = comm.all_gather(param_checksum(model.trainable_variables))
         agree, cmax, cmin = replicas_agree(rows)
         if not agree:
@@ -186,38 +240,6 @@ def run_benchmark(args):
                                              REPLICA_RTOL,
                                              args.gradient_averaging),
                 EXIT_DIVERGED)
-    gathered = comm.all_gather([per_step * args.steps / wall, wall, stall])
-    quality = quality_fields(comm.all_gather(window_row))
-    max_wall = max(g[1] for g in gathered)
-    total = world_size * per_step * args.steps / max_wall
-    result = dict(base)
-    result.update({
-        "value": total,
-        "per_rank_images_per_sec": [g[0] for g in gathered],
-        "per_rank_wall_time_s": [g[1] for g in gathered],
-        "wall_time_s": max_wall, "timed_start_unix": start_unix,  # rank 0's clock
-        "world_size": world_size,
-        "num_devices": world_size, "params": params,
-        "global_batch_size": args.batch_size * world_size,
-        "backend": "horovod" if world_size > 1 else "none",
-        "gradient_averaging": (args.gradient_averaging if world_size > 1
-                               else "none"),
-        "data": data_what, "final_loss": loss,
-        # The PyTorch harness's contract: how replicas are kept in step,
-        # whether the optimizer step is fused, what was read.
-        "dist": "horovod" if comm.hvd is not None else "none",
-        "fused_optimizer": False,  # Keras applies its own update ops
-        "data_source": data_source, "quality": quality})
-    result.update(_contract_fields(args, gathered, first_loss, loss))
-    if args.data_dir:
-        result["data_path"] = args.data_dir
-    result.update(run_fields(device_type, comm))
-    if rank == 0:
-        out(RULE)
-        out("total images/sec: %.2f" % total)
-        out(RULE)
-        out("DLRUN_RESULT " + json.dumps(result, sort_keys=True))
-    return 0
 
 
 def _data(args, step, image_size, rank, world_size):

@@ -15,6 +15,7 @@ rows are geometric means of the rows' ratios.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from dlrun.results.stats import change_sentence, geometric_mean, ratio, summarize
@@ -40,21 +41,25 @@ def _prepare(mode: str, groups: list[Group], axis: Axis, requested: str | None):
     return cells, baseline, labels, guard(cells, axis, series_for(mode, axis))
 
 
-def _missing_baseline(notes: list[str], series: dict[str, Any], label: str) -> None:
-    where = ", ".join(f"{k} {v}" for k, v in series.items())
-    notes.append(f"no runs at the baseline {label} for {where}: that row is left out")
+def _with_baseline(mode: str, axis: Axis, cells: dict[tuple, dict[Any, Cell]], baseline: Any,
+                   labels: dict[Any, str], notes: list[str]) -> Iterator[tuple[dict[str, Any], dict[Any, Cell], Cell]]:
+    """Each row's fields, its cells and its baseline cell; a row without runs at the baseline is left out
+    with a note saying so."""
+    for series, row in cells.items():
+        fields = _series_fields(mode, axis, series)
+        base = row.get(baseline)
+        if base is None:
+            where = ", ".join(f"{k} {v}" for k, v in fields.items())
+            notes.append(f"no runs at the baseline {labels[baseline]} for {where}: that row is left out")
+            continue
+        yield fields, row, base
 
 
 def relative(groups: list[Group], axis: Axis, requested: str | None) -> Comparison:
     cells, baseline, labels, differences = _prepare("relative", groups, axis, requested)
     rows: list[dict[str, Any]] = []
     notes: list[str] = []
-    for series, row in cells.items():
-        fields = _series_fields("relative", axis, series)
-        base = row.get(baseline)
-        if base is None:
-            _missing_baseline(notes, fields, labels[baseline])
-            continue
+    for fields, row, base in _with_baseline("relative", axis, cells, baseline, labels, notes):
         for value, cell in row.items():
             if value == baseline:
                 continue
@@ -83,12 +88,7 @@ def scaling(groups: list[Group], axis: Axis, requested: str | None, inputs: Effi
     notes: list[str] = []
     effs: set[str] = set()
     metrics = set()
-    for series, row in cells.items():
-        fields = _series_fields("scaling", axis, series)
-        base = row.get(baseline)
-        if base is None:
-            _missing_baseline(notes, fields, labels[baseline])
-            continue
+    for fields, row, base in _with_baseline("scaling", axis, cells, baseline, labels, notes):
         for devices, cell in sorted(row.items(), key=lambda item: sort_value(item[0])):
             stats = summarize(cell.values).to_dict()
             ideal = devices / baseline if isinstance(devices, int) and isinstance(baseline, int) else None
@@ -125,12 +125,7 @@ def _tests(mode: str, groups: list[Group], axis: Axis, requested: str | None) ->
     cells, baseline, labels, differences = _prepare(mode, groups, axis, requested)
     rows: list[dict[str, Any]] = []
     notes: list[str] = []
-    for series, row in cells.items():
-        fields = _series_fields(mode, axis, series)
-        base = row.get(baseline)
-        if base is None:
-            _missing_baseline(notes, fields, labels[baseline])
-            continue
+    for fields, row, base in _with_baseline(mode, axis, cells, baseline, labels, notes):
         for value, cell in row.items():
             if value == baseline:
                 continue

@@ -153,30 +153,52 @@ def guard(cells: dict[tuple, dict[Any, Cell]], axis: Axis | None, series_fields:
     varies = set(axis.varies) if axis else set()
     follow = set(FOLLOW_DEVICES) if "devices" in series_fields else set()
     out = spread([(g.key, len(g.values)) for g in groups], ignore=set(series_fields) | varies | follow)
-    for name in sorted(follow - varies):
+    out += _spread_within_rows(cells, sorted(follow - varies), series_fields)
+    out += _unplaced(groups, axis, series_fields)
+    if axis is not None:
+        out += _pooled_in_cells(cells, axis)
+    return out + _unknown_hosts(groups, axis)
+
+
+def _spread_within_rows(cells: dict[tuple, dict[Any, Cell]], names: list[str],
+                        series_fields: tuple[str, ...]) -> list[str]:
+    """Fields that follow from the device count and differ within a row."""
+    out = []
+    for name in names:
         for series, row in cells.items():
             found = spread([(g.key, len(g.values)) for cell in row.values() for g in cell.groups],
                            ignore=set(KEY_FIELDS) - {name})
             where = ", ".join(f"{field} {value}" for field, value in zip(series_fields, series))
             out += [f"{line} (in the row {where})" for line in found]
+    return out
+
+
+def _runs(count: int) -> str:
+    return f"{count} run{'s' if count != 1 else ''}"
+
+
+def _unplaced(groups: list, axis: Axis | None, series_fields: tuple[str, ...]) -> list[str]:
+    """Runs whose row or axis value is unknown."""
+    out = []
     placing = list(series_fields) + ([axis.field] if axis and axis.field not in ("site", "host") else [])
     for name in placing:
         unknown = sum(len(g.values) for g in groups if g.key.get(name, UNKNOWN) == UNKNOWN)
         if unknown:
-            out.append(f"{KEY_FIELDS[name]}: unknown for {unknown} run{'s' if unknown != 1 else ''} "
+            out.append(f"{KEY_FIELDS[name]}: unknown for {_runs(unknown)} "
                        f"(cannot tell where they belong in the comparison)")
     if axis and axis.field == "site":
         missing = sum(len(g.values) for g in groups if not g.site)
         if missing:
-            out.append(f"site: unknown for {missing} run{'s' if missing != 1 else ''}")
-    if axis is not None:
-        out += _pooled_in_cells(cells, axis)
-    if axis and axis.field == "host":
-        missing = sum(len(g.values) for g in groups if g.axis_value(axis) == UNKNOWN)
-        if missing:
-            out.append(f"host: the machine is unknown for {missing} run{'s' if missing != 1 else ''} (cannot tell "
-                       "where they belong in the comparison)")
+            out.append(f"site: unknown for {_runs(missing)}")
     return out
+
+
+def _unknown_hosts(groups: list, axis: Axis | None) -> list[str]:
+    if axis is None or axis.field != "host":
+        return []
+    missing = sum(len(g.values) for g in groups if g.axis_value(axis) == UNKNOWN)
+    return [f"host: the machine is unknown for {_runs(missing)} (cannot tell where they belong in the comparison)"
+            ] if missing else []
 
 
 def axis_label(value: Any, cell_images: list[str]) -> str:
@@ -197,13 +219,9 @@ def pick_baseline(axis: Axis, values: list[Any], requested: str | None, images: 
         if str(value) == requested:
             return value
     if axis.name == "image":
-        named = [v for v in values if requested in images.get(v, [])
-                 or (len(requested) >= 12 and str(v).startswith(requested))]
-        if len(named) == 1:
-            return named[0]
-        if len(named) > 1:
-            raise UsageError(f"--baseline {requested!r} names several digests: {', '.join(map(str, named))}; "
-                             "give a digest prefix")
+        named = _images_named(requested, values, images)
+        if named is not None:
+            return named
     shown = [str(v) for v in values] + [name for names in images.values() for name in names]
     numbers = [v for v in values if isinstance(v, int)]
     if requested.isdigit() and numbers:  # a count: the nearest count, not the nearest spelling
@@ -211,6 +229,16 @@ def pick_baseline(axis: Axis, values: list[Any], requested: str | None, images: 
     else:
         hint = closest(requested, shown)
     return _bad_baseline(axis, requested, hint, shown)
+
+
+def _images_named(requested: str, values: list[Any], images: dict[Any, list[str]]) -> Any:
+    """The one image digest `requested` names (an image name or a digest prefix of 12 or more), or None."""
+    named = [v for v in values if requested in images.get(v, [])
+             or (len(requested) >= 12 and str(v).startswith(requested))]
+    if len(named) > 1:
+        raise UsageError(f"--baseline {requested!r} names several digests: {', '.join(map(str, named))}; "
+                         "give a digest prefix")
+    return named[0] if named else None
 
 
 def _bad_baseline(axis: Axis, requested: str, hint: str | None, shown: list[str]) -> Any:

@@ -52,34 +52,8 @@ def parse(text: str) -> list[ParsedResult]:
     runs: list[_Run] = []
     version = None
     for _, line in tagged_lines(text):
-        current = runs[-1] if runs else None
-        if STARTING.match(line):
-            found = TEST_NAME.search(line)
-            runs.append(_Run(name=found.group("name") if found else None))
-        elif match := HEADER.match(line):
-            if current is None or current.threads is not None:
-                current = _Run()
-                runs.append(current)
-            current.threads = read_int(match.group("threads"), "nccl-tests nThread")
-            current.gpus = read_int(match.group("gpus"), "nccl-tests nGpus")
-        elif current is None:
-            version = version or _version(line)
-        elif match := RANK.match(line):
-            current.ranks.append((read_int(match.group("rank"), "nccl-tests rank"),
-                                  read_int(match.group("pid"), "nccl-tests pid"), match.group("host")))
-        elif COLUMNS.match(line):
-            current.check_column = "#wrong" if "#wrong" in line else "error"
-        elif match := AVG.match(line):
-            current.avg = read_float(match.group("value"), "nccl-tests average bus bandwidth")
-            current.avg_failed = match.group("check") == "FAILED"
-        elif match := OUT_OF_BOUNDS.match(line):
-            current.out_of_bounds = read_int(match.group("count"), "nccl-tests out-of-bounds count")
-        elif current.check_column and _add_row(current, line):
-            pass
-        else:
-            version = version or _version(line)
-            if current.name is None and (found := TEST_NAME.search(line)) and "concluded" in line:
-                current.name = found.group("name")
+        named = _take_line(runs, line)  # always read: it fills the runs
+        version = version or named
     runs = [run for run in runs if run.threads is not None or run.rows or run.avg is not None]
     if not runs:
         return []
@@ -87,6 +61,47 @@ def parse(text: str) -> list[ParsedResult]:
     named = {match.group("name") for match in TEST_NAME.finditer(text)}
     only = next(iter(named)) if len(named) == 1 else None
     return [_result(run, run.name or only, version) for run in runs]
+
+
+def _take_line(runs: list[_Run], line: str) -> str | None:
+    """Read one line into the runs (a new run starts at a test's banner or header); the NCCL version a line
+    that is nothing else names, if any."""
+    current = runs[-1] if runs else None
+    if STARTING.match(line):
+        found = TEST_NAME.search(line)
+        runs.append(_Run(name=found.group("name") if found else None))
+        return None
+    if match := HEADER.match(line):
+        if current is None or current.threads is not None:
+            current = _Run()
+            runs.append(current)
+        current.threads = read_int(match.group("threads"), "nccl-tests nThread")
+        current.gpus = read_int(match.group("gpus"), "nccl-tests nGpus")
+        return None
+    if current is None:
+        return _version(line)
+    if _run_line(current, line):
+        return None
+    if current.name is None and (found := TEST_NAME.search(line)) and "concluded" in line:
+        current.name = found.group("name")
+    return _version(line)
+
+
+def _run_line(run: _Run, line: str) -> bool:
+    """Whether `line` is one of a run's own lines (a rank, the column header, the averages, a table row)."""
+    if match := RANK.match(line):
+        run.ranks.append((read_int(match.group("rank"), "nccl-tests rank"),
+                          read_int(match.group("pid"), "nccl-tests pid"), match.group("host")))
+    elif COLUMNS.match(line):
+        run.check_column = "#wrong" if "#wrong" in line else "error"
+    elif match := AVG.match(line):
+        run.avg = read_float(match.group("value"), "nccl-tests average bus bandwidth")
+        run.avg_failed = match.group("check") == "FAILED"
+    elif match := OUT_OF_BOUNDS.match(line):
+        run.out_of_bounds = read_int(match.group("count"), "nccl-tests out-of-bounds count")
+    else:
+        return bool(run.check_column) and _add_row(run, line)
+    return True
 
 
 def _version(line: str) -> str | None:
