@@ -14,7 +14,6 @@ EXEMPT_FILES = {"workloads/harness_pytorch_models.py", "workloads/harness_tensor
 #: Functions still over a limit, to be split: "file:function" -> why it is still here. Remove an entry when its
 #: function is split (the test fails while an entry is stale, so the list shrinks and never hides a new one).
 KNOWN: dict[str, str] = {
-    "tfbench.py:tf_cnn_benchmarks_command": "tf_cnn_benchmarks flags, one branch each",
 }
 
 

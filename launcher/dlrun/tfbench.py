@@ -64,6 +64,22 @@ def tf_cnn_benchmarks_command(plan: Plan) -> list[str]:
         f"--num_gpus={per_process if gpu else 1}",
         f"--variable_update={plan.variable_update or 'replicated'}",
     ]
+    argv += _distribution_flags(plan, gpu, layout)
+    if plan.precision in ("amp", "fp16"):
+        argv.append("--use_fp16=True")
+    if not gpu:
+        argv += [f"--num_intra_threads={plan.threads_per_rank * per_process}", "--num_inter_threads=1"]
+    where = data_dir(plan)
+    if where is not None:
+        argv += ["--data_name=imagenet", f"--data_dir={where}"]
+    return argv + list(plan.benchmark_args)
+
+
+
+def _distribution_flags(plan: Plan, gpu: bool, layout: str) -> list:
+    """How the replicas share their variables: all-reduce spec, Horovod's device, the parameter device, and
+    the gRPC cluster's hosts (filled per process at run time)."""
+    argv: list = []
     if plan.all_reduce_spec:
         argv.append(f"--all_reduce_spec={plan.all_reduce_spec}")
     if plan.variable_update == "horovod" and plan.world_size > 1 and gpu:
@@ -76,15 +92,7 @@ def tf_cnn_benchmarks_command(plan: Plan) -> list[str]:
                  Expand("--worker_hosts=${DLRUN_TF_WORKER_HOSTS}")]
         if plan.parameter_servers:
             argv.append(Expand("--ps_hosts=${DLRUN_TF_PS_HOSTS}"))
-    if plan.precision in ("amp", "fp16"):
-        argv.append("--use_fp16=True")
-    if not gpu:
-        argv += [f"--num_intra_threads={plan.threads_per_rank * per_process}", "--num_inter_threads=1"]
-    where = data_dir(plan)
-    if where is not None:
-        argv += ["--data_name=imagenet", f"--data_dir={where}"]
-    return argv + list(plan.benchmark_args)
-
+    return argv
 
 # Runs on each node in front of the (runtime-wrapped) tf_cnn_benchmarks command; constant text, only the
 # counts (integers of the plan) are filled in. The process's index in the per-node step is its worker index.
