@@ -19,6 +19,8 @@ from dlrun.catalog.models import TF2_HARNESS_MODELS
 from dlrun.paths import HARNESS_DIR, harness_files
 from dlrun.workloads import load_harness
 
+pytestmark = pytest.mark.tensorflow  # every test here imports or runs TensorFlow
+
 ENTRY = HARNESS_DIR / "harness_tensorflow.py"
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", "--bind-to", "none"]
 
@@ -146,7 +148,6 @@ def test_without_tensorflow_one_line_exit_2():
     assert proc.stderr.count("\n") == 1
 
 
-@pytest.mark.tensorflow
 @pytest.mark.horovod
 @pytest.mark.mpi
 def test_dlrun_run_host_tf_stores_the_pytorch_contract(dlrun_home):
@@ -197,7 +198,6 @@ def _mpirun_harness(*extra: str) -> subprocess.CompletedProcess:
                            *extra], capture_output=True, text=True, timeout=300, env=env)
 
 
-@pytest.mark.tensorflow
 @pytest.mark.horovod
 @pytest.mark.mpi
 def test_keras_distributed_optimizer_does_not_average_and_the_check_fails_the_run():
@@ -207,7 +207,6 @@ def test_keras_distributed_optimizer_does_not_average_and_the_check_fails_the_ru
     assert "dlrun-harness: error: replicas diverged" in proc.stderr
 
 
-@pytest.mark.tensorflow
 def test_parameter_servers_one_ps_two_workers_on_localhost():
     """TF 2 ParameterServerStrategy: the harness starts 1 parameter server and 2 workers (gRPC, localhost)."""
     proc = subprocess.run([sys.executable, str(ENTRY), "--model", "trivial", "--batch-size", "4", "--steps", "6",

@@ -81,6 +81,7 @@ def _first_writer(path: str, worker: int, start) -> None:
     Store(path).add_run(_record(f"w{worker}"), [{"metric": "throughput", "value": 1.0, "unit": "images/sec"}])
 
 
+@pytest.mark.slow
 def test_eight_first_writers_on_eighty_fresh_stores_lose_nothing(tmp_path):
     """Before: `PRAGMA journal_mode = WAL` answered "database is locked" to writers racing on a new store
     (18 of 640 runs lost). Every store here is new; its eight writers start together."""

@@ -192,6 +192,7 @@ def _run_id(stdout: str) -> str:
                 if line.strip().startswith("run ") and ": ok" in line)
 
 
+@pytest.mark.slow
 def test_dlrun_tune_stores_a_decision_that_runs_reuse_and_the_key_ignores(dlrun_home):
     env = {**TUNE_ENV, "DLRUN_HOME": str(dlrun_home)}
     proc = run_cli("tune", "trivial", "--batch-size", "2", "--knobs", "fused_optimizer,channels_last",
@@ -228,6 +229,7 @@ def test_dlrun_tune_stores_a_decision_that_runs_reuse_and_the_key_ignores(dlrun_
                                                                    if k != "framework"}
 
 
+@pytest.mark.slow
 def test_a_first_run_tunes_a_new_fingerprint_is_measured_again_and_asked_knobs_stay(dlrun_home, monkeypatch):
     env = {**TUNE_ENV, "DLRUN_HOME": str(dlrun_home), "DLRUN_TUNE_BUDGET_S": "5"}
     first = run_cli("run", "trivial", *SMALL, "--fused-optimizer", "off", env=env)
