@@ -71,7 +71,7 @@ def test_samples_per_joule_leaves_out_runs_without_energy_and_says_why(store):
     assert row["geomean"] == pytest.approx((spj[0] * spj[1] * spj[2]) ** (1 / 3), rel=1e-9)
     assert "achieved_gflops" not in row  # FLOP/s of peak are of throughput, not of energy
     notes = "\n".join(result.notes)
-    assert f"1 run(s) left out, not counted as zero: energy not readable here" in notes and no_energy in notes
+    assert "1 run(s) left out, not counted as zero: energy not readable here" in notes and no_energy in notes
     assert "1 run(s) left out, not counted as zero: no telemetry" in notes and no_telemetry in notes
     throughput = compare(store, Filters())  # the rate still counts every run
     assert throughput.rows[0]["n"] == 5 and throughput.unit == "images/sec"
