@@ -135,7 +135,7 @@ def energy_cells(summary: Any) -> dict[str, str]:
     spj = _num(per_sample.get("samples_per_joule"))
     power = _num(summary.get("mean_power_w"))
     return {"energy (J)": f"{joules:,.1f} ({', '.join(map(str, summary.get('energy_covers') or []))})",
-            "energy per sample": f"{value:.4g} {unit}" if value is not None else "- (no timed window)",
+            "energy per sample": f"{value:.4g} {unit}" if value is not None else "-",
             "samples/J": f"{spj:.4g} {unit[2:]}s/J" if spj is not None else "-",
             "mean power (W)": f"{power:,.1f}" if power is not None else "-"}
 
