@@ -2,7 +2,7 @@
 
     dlrun compare [RUN_ID ...] [filters] [--precision P] [--batch-size N] [--nodes N] [--by AXIS] [--baseline VALUE] [--mode MODE]
                   [--reference VALUE [--unit UNIT] [--tolerance PCT] [--source TEXT] | --references FILE]
-                  [--allow-mismatch] [--json | --csv]
+                  [--metric rate|samples-per-joule] [--allow-mismatch] [--json | --csv]
 
 The axis picks the mode: --by system, site or host (the machine): relative throughput (Ren et al. Table III),
 the only axes along which runs of different sites or machines are compared; --by devices:
@@ -55,6 +55,10 @@ def compare(
     references: Annotated[Optional[Path], typer.Option(
         "--references", help="YAML or JSON file of published values (value, unit, tolerance_pct, source, "
         "match, conditions).", show_default=False)] = None,
+    metric: Annotated[str, typer.Option(
+        "--metric", help="What is compared: rate (throughput, or a collective's bus bandwidth) or "
+        "samples-per-joule (samples in the timed window per joule measured over it, from the runs' telemetry; "
+        "higher is better; runs without an energy reading are left out and counted in a note).")] = "rate",
     allow_mismatch: Annotated[bool, typer.Option(
         "--allow-mismatch", help="Compare runs that are not like-for-like; the output says so.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable JSON output.")] = False,
@@ -81,7 +85,7 @@ def compare(
                             nodes=nodes)
     refs = _references(reference, unit, tolerance, source, references)
     result = run_compare(store, filters, mode=mode, by=by, baseline=baseline, references=refs,
-                         allow_mismatch=allow_mismatch, facts=efficiency_inputs)
+                         allow_mismatch=allow_mismatch, facts=efficiency_inputs, metric=metric)
     render(result, "json" if as_json else "csv" if as_csv else "table")
 
 

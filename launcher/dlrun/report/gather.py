@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dlrun.errors import DlrunError, UsageError
+from dlrun.report.energy import Telemetry, gather_telemetry
 from dlrun.results.compare import EfficiencyInputs, FactsProvider
 from dlrun.results.compare import axes as modes
 from dlrun.results.compare.model import AXES, Comparison, sort_value
@@ -128,6 +129,7 @@ class Report:
     experiments: list[Any] = field(default_factory=list)            # the catalog's ExperimentSpecs, if any
     quality: dict[str, int] = field(default_factory=dict)           # verdict -> successful runs reported
     holds: list[str] = field(default_factory=list)                  # per table: its sites and machines
+    telemetry: Telemetry = field(default_factory=Telemetry)         # energy cells and power/utilisation traces
 
     @property
     def like_for_like(self) -> bool:
@@ -176,7 +178,8 @@ def gather(store: Store, filters: Filters, *, title: str, selection: str, baseli
     return Report(title=title, selection=selection, unit=units.pop() if len(units) == 1 else None, points=points,
                   scaling=scaling, relative=relative, fabrics=fabrics,
                   differences=list(dict.fromkeys(differences)), notes=list(dict.fromkeys(notes)), runs=runs,
-                  runs_total=total, holds=_holds(scaling, relative, fabrics), quality=_verdicts(groups))
+                  runs_total=total, holds=_holds(scaling, relative, fabrics), quality=_verdicts(groups),
+                  telemetry=gather_telemetry(store, points, runs))
 
 
 def _verdicts(groups: list[Group]) -> dict[str, int]:

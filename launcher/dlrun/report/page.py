@@ -7,6 +7,7 @@ import time
 from html import escape
 
 from dlrun import __version__
+from dlrun.report.energy import MAX_TRACES
 from dlrun.report.gather import Report
 from dlrun.report.plots import PAGE_WIDTH_PX, Plot
 from dlrun.report.tables import (fabrics_table, model_facts_table, published_table, relative_table, runs_table,
@@ -113,6 +114,21 @@ def render_tables(report: Report) -> dict[str, str]:
     return out
 
 
+def _split(plots: list[Plot]) -> tuple[list[Plot], list[Plot]]:
+    """(the scaling and bar plots, the telemetry figures)."""
+    telemetry = [plot for plot in plots if plot.file.startswith("telemetry-")]
+    return [plot for plot in plots if plot not in telemetry], telemetry
+
+
+def _telemetry(figures: list[Plot]) -> list[str]:
+    if not figures:
+        return []
+    return ['<h2 id="telemetry">Telemetry: power and utilisation over time per device</h2>',
+            f'<p class="notes">Per point, its newest run whose series is on this machine (the first {MAX_TRACES} '
+            "points; the energy columns of the tables hold every run). Click a figure for its point's row.</p>",
+            *(_plot(plot) for plot in figures)]
+
+
 def render(report: Report, plots: list[Plot], store: str, tables: dict[str, str]) -> str:
     """The page around `plots` and `tables` (render_tables)."""
     stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
@@ -125,6 +141,7 @@ def render(report: Report, plots: list[Plot], store: str, tables: dict[str, str]
     if report.points or any(not row.interval.startswith("exact") for row in report.published):
         sections += [_mismatch(report), f'<p class="notes" id="statistics">{STATISTICS}</p>']
     sections.append(tables["experiments"])
+    plots, telemetry = _split(plots)
     if report.points:
         sections += ['<h2 id="plots">Plots</h2>', *(_plot(plot) for plot in plots)]
         if not plots:
@@ -135,6 +152,7 @@ def render(report: Report, plots: list[Plot], store: str, tables: dict[str, str]
                      tables["relative"]]
     if report.fabrics:
         sections += ['<h2 id="fabrics-against-baseline">Fabrics (Samsi et al.)</h2>', tables["fabrics"]]
+    sections += _telemetry(telemetry)
     if report.notes:
         sections.append('<div class="notes"><p>Notes:</p><ul>'
                         + "".join(f"<li>{escape(n)}</li>" for n in report.notes) + "</ul></div>")

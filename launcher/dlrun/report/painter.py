@@ -23,9 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from dlrun.errors import DlrunError
-from dlrun.report import plots
+from dlrun.report import plots, telemetry_plot
 from dlrun.report.gather import Report
 from dlrun.report.plots import Plot
+
+
+def draw(report: Report, folder: Path) -> list[Plot]:
+    """Every plot of the report: scaling and bars, then the telemetry figures."""
+    return plots.draw(report, folder) + telemetry_plot.draw(report, folder)
 
 
 def _child(conn: Any, parent_end: Any) -> None:
@@ -40,7 +45,7 @@ def _child(conn: Any, parent_end: Any) -> None:
     except (EOFError, OSError):
         return
     try:
-        reply: tuple[str, Any] = ("ok", plots.draw(report, folder))
+        reply: tuple[str, Any] = ("ok", draw(report, folder))
     except Exception:  # noqa: BLE001 - the parent raises it
         reply = ("error", traceback.format_exc())
     try:
@@ -83,7 +88,7 @@ class Painter:
     def draw(self, report: Report, folder: Path) -> None:
         """Start drawing `report`'s plots into `folder` (in-process: draw them now)."""
         if self._conn is None:
-            self._plots = plots.draw(report, folder)
+            self._plots = draw(report, folder)
             return
         # sent from a thread: the pickled report outgrows the pipe's buffer, and the child reads it only when
         # its imports are done; the tables are rendered here meanwhile

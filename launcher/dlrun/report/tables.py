@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from html import escape
 from typing import Any
 
+from dlrun.report.energy import COLUMNS as ENERGY_COLUMNS, UNREADABLE
 from dlrun.report.gather import IDS_PER_ROW, Published, Report
 from dlrun.text import number, percent
 
@@ -82,7 +83,7 @@ def scaling_table(report: Report) -> str:
                      + (interval(r["scaling_efficiency_low"], r["scaling_efficiency_high"], pct)
                         or no_interval(r["speedup_interval"])),
                      "of peak": pct(r.get("of_peak")), "of matmul": pct(r.get("of_matmul")),
-                     "quality": quality_mark(r), "site": ", ".join(p.sites), "image": ", ".join(p.images),
+                     **_energy(report, report.telemetry.points.get(p.anchor)), "quality": quality_mark(r), "site": ", ".join(p.sites), "image": ", ".join(p.images),
                      "runs": run_links(p.run_ids, listed)})
     frame = pd.DataFrame(rows)
     for column in ("of peak", "of matmul"):
@@ -93,7 +94,20 @@ def scaling_table(report: Report) -> str:
                       raw=["runs", "quality"], table_id="scaling",
                       caption=f"Throughput{unit} as the geometric mean of n repeats, speedup (the ratio of geometric "
                               "means) and scaling efficiency over the fewest devices of each system, with 95 % "
-                              "intervals (t on the logs; Welch's t on the logs for the ratios)")
+                              "intervals (t on the logs; Welch's t on the logs for the ratios)" + _ENERGY_CAPTION
+                              * report.telemetry.any)
+
+
+_ENERGY_CAPTION = ("; energy over the timed window from the runs' telemetry (GPU energy counters or power readings, "
+                   "CPU RAPL; what it covers in brackets), the arithmetic mean of the runs with a reading; "
+                   f"{UNREADABLE}: the runs recorded telemetry but no energy source could be read where they ran")
+
+
+def _energy(report: Report, cells: dict[str, str] | None) -> dict[str, str]:
+    """The energy columns of a row, where the report has telemetry at all."""
+    if not report.telemetry.any:
+        return {}
+    return dict(cells) if cells else dict.fromkeys(ENERGY_COLUMNS, "-")
 
 
 def relative_table(report: Report) -> str:
@@ -221,6 +235,9 @@ def runs_table(report: Report) -> str:
     frame = pd.DataFrame(report.runs, columns=[*RUN_COLUMNS, "value", "unit"])
     frame["value"] = [("-" if v is None else f"{v:.4g} {u}") for v, u in zip(frame["value"], frame["unit"])]
     frame = frame.drop(columns="unit").astype(object).where(frame.notna(), "")
+    if report.telemetry.any:
+        for column in ENERGY_COLUMNS:
+            frame[column] = [_energy(report, report.telemetry.runs.get(r["id"]))[column] for r in report.runs]
     titles = [f"run {r['id']}: {r['workload']} on {r['system']} at site {r['site']}, image {r['image']} "
               f"{r['image_digest'] or ''}" for r in report.runs]
     return html_table(frame, ids=[f"run-{r['id']}" for r in report.runs], titles=titles, table_id="runs",

@@ -4,12 +4,16 @@ threshold it is judged by (this module owns them; README's "Quality verdicts" li
 Verdicts, worst first (a run or point gets the worst that applies, and every reason):
 
   implausible  physically impossible: a scaling efficiency well above 100 % (SUPERLINEAR), a FLOP rate above
-               the devices' nominal peak or the measured matmul ceiling (CEILING), a bus bandwidth above the
-               fabric's line rate (FABRIC_CEILING); judged where the point is compared (dlrun.results.compare
-               .verdicts), since it needs other runs, the system profile or the stored matmul rate
+               the devices' sourced nominal peak (PEAK_CEILING) or the measured matmul ceiling (CEILING), a bus
+               bandwidth above the fabric's line rate (FABRIC_CEILING) or above what the run's detected path
+               allows (PEAK_CEILING); the point's judged where it is compared (dlrun.results.compare.verdicts),
+               since it needs other runs, the system profile or the stored matmul rate
   contended    other work on the node: other processes used more than CONTENDED_SHARE of a node's CPUs
                during the timed steps (from /proc/stat, less the CPU time of the ranks and their data-loader
                workers), or a rank ran more threads than the CPUs it may use
+  degraded     the hardware ran below its rating: a GPU slowed by its power or thermal limits (NVML clock
+               event reasons, in the run's telemetry) for more than THROTTLED_SHARE of the window, or a
+               collective's bus bandwidth below BUSBW_FLOOR of what its detected path allows
   short        the timed window was shorter than MIN_WINDOW_S, or had fewer than MIN_STEPS steps
   noisy        the per-step rates spread more than NOISY_SPREAD (1.4826 x the median absolute deviation
                over the median, the robust spread tf_cnn_benchmarks prints as jitter)
@@ -39,6 +43,14 @@ SUPERLINEAR = 1.20
 CEILING = 1.05
 #: Fraction of the fabric's line rate (links x Gb/s) a bus bandwidth may reach before it is `implausible`.
 FABRIC_CEILING = 1.0
+#: Fraction of a sourced peak (the devices' nominal FLOP rate; the bus bandwidth of the detected NVLink, PCIe
+#: or RDMA path) above which a number is `implausible`: a peak is the most the hardware can do.
+PEAK_CEILING = 1.0
+#: Share of the window a GPU may spend slowed by its power or thermal limits before a run is `degraded`.
+THROTTLED_SHARE = 0.10
+#: Fraction of the detected path's bus bandwidth below which a collective is `degraded` (NCCL reaches 70-90 %
+#: of a link's rate on large messages; half of it means the path or the message sizes are not what they seem).
+BUSBW_FLOOR = 0.5
 #: How long the pre-launch check watches the node (seconds); it warns when other processes use more than
 #: CONTENDED_SHARE of its CPUs.
 BUSY_SAMPLE_S = 0.5
@@ -48,7 +60,7 @@ STABLE_WITHIN = 0.02
 #: ... or when a point has this many runs (`--max-repeats`).
 MAX_REPEATS = 10
 
-VERDICTS = ("implausible", "contended", "short", "noisy", "unknown", "ok")
+VERDICTS = ("implausible", "contended", "degraded", "short", "noisy", "unknown", "ok")
 
 
 def worst(verdicts: Iterable[str]) -> str:
@@ -94,17 +106,46 @@ def judge_inputs(quality: Mapping[str, Any]) -> list[str]:
     return reasons
 
 
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def hardware_reasons(extra: Mapping[str, Any]) -> list[str]:
+    """Reasons from what the hardware did: the run's telemetry (`extra.telemetry`, dlrun.telemetry.summary
+    .result_fields) and a collective's expected bus bandwidth (`extra.expected_busbw`)."""
+    reasons = []
+    telemetry = extra.get("telemetry") if isinstance(extra.get("telemetry"), Mapping) else {}
+    share, window = telemetry.get("gpu_max_slowed_share"), telemetry.get("window_s")
+    if _number(share) and share > THROTTLED_SHARE:
+        of = f" of the {window:.3g} s {telemetry.get('window') or 'window'}" if _number(window) else ""
+        reasons.append(f"degraded: {str(telemetry.get('gpu_slowed_device'))[:80]} was slowed by its power or "
+                       f"thermal limits for {_pct(share)}{of} (more than {_pct(THROTTLED_SHARE)})")
+    expected = extra.get("expected_busbw") if isinstance(extra.get("expected_busbw"), Mapping) else {}
+    fraction, path = expected.get("fraction"), str(expected.get("path") or "the detected path")[:120]
+    if _number(fraction) and _number(expected.get("value")):
+        allows = f"{path} allows {expected['value']:g} GB/s"
+        if fraction > PEAK_CEILING:
+            reasons.append(f"implausible: the bus bandwidth is {_pct(fraction)} of what {allows} (above "
+                           f"{_pct(PEAK_CEILING)})")
+        elif fraction < BUSBW_FLOOR:
+            reasons.append(f"degraded: the bus bandwidth is {_pct(fraction)} of what {allows} (below "
+                           f"{_pct(BUSBW_FLOOR)})")
+    return reasons
+
+
 def run_quality(status: str | None, results: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """{"verdict", "reasons"} of a stored run from its status and result rows."""
+    """{"verdict", "reasons"} of a stored run from its status and result rows: the harness's figures, and what
+    the hardware did (a reason from telemetry or the expected bus bandwidth stands without the harness's)."""
     rows = list(results)
     if status != "ok" or not rows:
         return {"verdict": "unknown", "reasons": ["unknown: no result to judge (the run did not end ok)"]}
     extra = rows[0].get("extra") if isinstance(rows[0].get("extra"), Mapping) else {}
     quality = extra.get("quality")
-    if not isinstance(quality, Mapping):
-        return {"verdict": "unknown", "reasons": ["unknown: the run recorded no load, window or step spread (a log "
-                                                  "of another tool, or a run stored before dlrun recorded them)"]}
-    reasons = judge_inputs(quality)
+    if isinstance(quality, Mapping):
+        reasons = judge_inputs(quality) + hardware_reasons(extra)
+    else:
+        reasons = ["unknown: the run recorded no load, window or step spread (a log of another tool, or a run "
+                   "stored before dlrun recorded them)"] + hardware_reasons(extra)
     return {"verdict": worst(r.split(":", 1)[0] for r in reasons), "reasons": reasons}
 
 
@@ -115,7 +156,7 @@ def point_reasons(row: Mapping[str, Any]) -> list[str]:
     eff = row.get("scaling_efficiency")
     if isinstance(eff, (int, float)) and eff > SUPERLINEAR:
         reasons.append(f"implausible: scaling efficiency {_pct(eff)} (above {_pct(SUPERLINEAR)})")
-    for column, what, limit in (("of_peak", "the devices' nominal peak", CEILING),
+    for column, what, limit in (("of_peak", "the devices' nominal peak", PEAK_CEILING),
                                 ("of_matmul", "the measured matmul rate", CEILING),
                                 ("of_fabric", "the fabric's line rate", FABRIC_CEILING)):
         value = row.get(column)

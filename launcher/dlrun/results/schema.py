@@ -75,6 +75,15 @@ RUN_COLUMNS = ("id", "created_at", "finished_at", "status", "workload", "model",
 ORIGINS = ("local", "import-log", "bundle")
 #: The metrics a run is judged by (one per run): training throughput, or collective bus bandwidth.
 PRIMARY_METRICS = ("throughput", "busbw")
+_SPJ = "json_extract(res.data, '$.extra.telemetry.samples_per_joule')"
+#: What `compare --metric` compares: (SQL text of one result row's value, the result metrics it is read from).
+#: A run without the value gives a word Python's float() reads: 'nan' where the run's telemetry could read no
+#: energy, '-inf' where it had none; never a number (printf would turn NULL into 0).
+COMPARED_VALUES = {
+    "rate": ("printf('%.17g', res.value)", PRIMARY_METRICS),
+    "samples-per-joule": (f"CASE WHEN json_extract(res.data, '$.extra.telemetry') IS NULL THEN '-inf' "
+                          f"WHEN {_SPJ} IS NULL THEN 'nan' ELSE printf('%.17g', {_SPJ}) END", ("throughput",)),
+}
 
 
 def too_new_error(version: int) -> DlrunError:

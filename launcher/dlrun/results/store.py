@@ -28,7 +28,7 @@ from dlrun.results.fingerprint import checked
 from dlrun.results.key import key_from_run, key_hash, key_json
 from dlrun.results.quality import run_quality
 from dlrun.results.query import Filters, like_prefix, where
-from dlrun.results.schema import (ORIGINS, PRIMARY_METRICS, RUN_COLUMNS, SCHEMA_VERSION,
+from dlrun.results.schema import (COMPARED_VALUES, ORIGINS, PRIMARY_METRICS, RUN_COLUMNS, SCHEMA_VERSION,
                                   ensure_schema)
 from dlrun.results.site import local_site
 from dlrun.results.store_check import StoreError, check_path, check_tables, damaged, is_damage
@@ -341,17 +341,19 @@ class Store:
                 results.setdefault(run_id, []).append(data)
         return [_full_run(row, results.get(row[0], [])) for row in rows]
 
-    def grouped_values(self, filters: Filters, by_site: bool = False) -> list[dict[str, Any]]:
-        """The primary values of successful runs, grouped in SQL by key (and site): one row per group
-        with its key, metric, unit, run ids and values (in matching order), and the image names seen."""
+    def grouped_values(self, filters: Filters, by_site: bool = False, compared: str = "rate") -> list[dict[str, Any]]:
+        """The primary values (or another of COMPARED_VALUES) of successful runs, grouped in SQL by key (and
+        site): one row per group with its key, metric, unit, run ids and values (in matching order), and the
+        image names seen."""
         clause, params = where(filters)
         # The unary + keeps SQLite from walking the status or key index over the whole table (a random
         # read per run, 3x slower than one pass over 100,000 runs); the filters' own indexes still apply.
         clause = (clause + " AND " if clause else "WHERE ") + "+r.status = 'ok'"
         site = "r.site" if by_site else "NULL"
-        metrics = ", ".join(f"'{m}'" for m in PRIMARY_METRICS)
+        value, read_from = COMPARED_VALUES[compared]
+        metrics = ", ".join(f"'{m}'" for m in read_from)
         query = (f"SELECT r.key_hash, r.key, {site}, res.metric, res.unit, count(*), "
-                 "group_concat(r.id, ' '), group_concat(printf('%.17g', res.value), ' '), "
+                 f"group_concat(r.id, ' '), group_concat({value}, ' '), "
                  "group_concat(coalesce(r.verdict, 'unknown'), ' '), group_concat(DISTINCT r.image) "
                  f"FROM runs r JOIN results res ON res.run_id = r.id AND res.metric IN ({metrics}) "
                  f"{clause} GROUP BY +r.key_hash, {site}, res.metric, res.unit")

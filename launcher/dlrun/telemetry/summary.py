@@ -22,6 +22,8 @@ SAMPLE_UNITS = {"images/sec": "image", "sequences/sec": "sequence", "tokens/sec"
 #: clock are not slowdowns).
 THROTTLE_REASONS = {0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x10: "sync_boost", 0x20: "sw_thermal_slowdown",
                     0x40: "hw_thermal_slowdown", 0x80: "hw_power_brake_slowdown"}
+#: The reasons that are the GPU's own power or thermal limits (sync boost waits on other GPUs: not one).
+POWER_THERMAL = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
 MAX_POWER_W = 100_000.0  # one node; anything above is a misread, not a measurement
 
 
@@ -117,6 +119,12 @@ def _throttled(window: list[dict[str, Any]], period: float) -> dict[str, float]:
     return seconds
 
 
+def _slowed(window: list[dict[str, Any]], period: float) -> float:
+    """Seconds in which any power or thermal limit slowed the GPU (each sample counts one period)."""
+    return sum(period for g in window if isinstance(g.get("throttle"), int) and not isinstance(g.get("throttle"), bool)
+               and g["throttle"] & POWER_THERMAL)
+
+
 def _gpu_device(series: Series, index: Any, start: float, end: float, inside: list[dict[str, Any]]):
     rows = [(s["t"], next((g for g in s.get("gpu") or [] if isinstance(g, dict) and g.get("i") == index), None))
             for s in series.samples]
@@ -130,7 +138,8 @@ def _gpu_device(series: Series, index: Any, start: float, end: float, inside: li
             "max_temp_c": _max([_num(g.get("temp_c"), -50, 200) for g in window]),
             "mean_sm_mhz": _mean([_num(g.get("sm_mhz"), 0, 100_000) for g in window]),
             "max_pcie_gen": _max([_num(g.get("pcie_gen"), 1, 16) for g in window]),
-            "throttled_s": _throttled(window, series.period_s or 0.0)}
+            "throttled_s": _throttled(window, series.period_s or 0.0),
+            "slowed_s": _slowed(window, series.period_s or 0.0), "name": f"{series.node} GPU {index}"}
 
 
 def node_summary(series: Series, start: float, end: float) -> dict[str, Any]:
@@ -154,14 +163,21 @@ def _window(series: list[Series], result: dict[str, Any] | None) -> tuple[float,
     return first, last, "whole job"
 
 
-def _gpu_totals(nodes: list[dict[str, Any]], source: str) -> dict[str, Any] | None:
+def _most_slowed(devices: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
+    """The GPU that power or thermal limits slowed longest, and its share of the window."""
+    device = max(devices, key=lambda d: d["slowed_s"])
+    share = min(device["slowed_s"] / seconds, 1.0) if seconds > 0 else None
+    return {"max_slowed_share": None if share is None else round(share, 4), "slowed_device": device["name"]}
+
+
+def _gpu_totals(nodes: list[dict[str, Any]], source: str, seconds: float) -> dict[str, Any] | None:
     devices = [d for n in nodes for d in n["gpus"]]
     if not devices:
         return None
     throttled: dict[str, float] = {}
     for device in devices:
-        for name, seconds in device["throttled_s"].items():
-            throttled[name] = throttled.get(name, 0.0) + seconds
+        for name, spent in device["throttled_s"].items():
+            throttled[name] = throttled.get(name, 0.0) + spent
     energies = [d["energy_j"] for d in devices]
     return {"source": source, "devices": len(devices),
             "mean_util_pct": _round(_mean([d["mean_util_pct"] for d in devices]), 1),
@@ -173,7 +189,7 @@ def _gpu_totals(nodes: list[dict[str, Any]], source: str) -> dict[str, Any] | No
             "max_temp_c": max((d["max_temp_c"] for d in devices if d["max_temp_c"] is not None), default=None),
             "mean_sm_mhz": _round(_mean([d["mean_sm_mhz"] for d in devices]), 0),
             "throttled_s": {k: round(v, 1) for k, v in sorted(throttled.items())},
-            "throttled_device_s": round(sum(throttled.values()), 1)}
+            "throttled_device_s": round(sum(throttled.values()), 1), **_most_slowed(devices, seconds)}
 
 
 def _cpu_energy(nodes: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
@@ -232,7 +248,7 @@ def summarize(series: list[Series], result: dict[str, Any] | None = None) -> dic
     seconds = max(end - start, 0.0)
     nodes = [node_summary(s, start, end) for s in series]
     sources = sorted({n["gpu_source"] for n in nodes})
-    gpu = _gpu_totals(nodes, ", ".join(sources))
+    gpu = _gpu_totals(nodes, ", ".join(sources), seconds)
     cpu_energy = _cpu_energy(nodes, seconds)
     energy, covers, why = _energy(gpu, cpu_energy)
     cpu = {key: _round(_mean([n["cpu"][key] for n in nodes]), 1) for key in ("mean_util_pct", "mean_load1", "mean_mhz")}
@@ -268,4 +284,6 @@ def result_fields(summary: dict[str, Any]) -> dict[str, Any]:
             "energy_per_sample": per_sample.get("value"), "energy_per_sample_unit": per_sample.get("unit"),
             "samples_per_joule": per_sample.get("samples_per_joule"), "mean_power_w": summary["mean_power_w"],
             "gpu_mean_util_pct": gpu.get("mean_util_pct"), "gpu_throttled_device_s": gpu.get("throttled_device_s"),
-            "cpu_mean_util_pct": summary["cpu"]["mean_util_pct"], "window": summary["window"]["what"]}
+            "cpu_mean_util_pct": summary["cpu"]["mean_util_pct"], "window": summary["window"]["what"],
+            "window_s": summary["window"]["seconds"], "gpu_max_slowed_share": gpu.get("max_slowed_share"),
+            "gpu_slowed_device": gpu.get("slowed_device")}

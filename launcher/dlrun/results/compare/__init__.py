@@ -20,7 +20,7 @@ from dlrun.errors import DlrunError, UsageError, unknown_name
 from dlrun.results.query import Filters
 from dlrun.results.store import Store
 
-from dlrun.results.compare import axes, groups as by_key, verdicts
+from dlrun.results.compare import axes, groups as by_key, measured, verdicts
 from dlrun.results.compare.efficiency import EfficiencyInputs
 from dlrun.results.compare.model import (AXES, AXIS_MODES, MODE_OF_AXIS, MODES, Axis, Comparison, MismatchError,
                                          Reference, Source)
@@ -62,14 +62,15 @@ def resolve_mode(mode: str | None, by: str | None, has_references: bool) -> tupl
 
 def compare(store: Store, filters: Filters, *, mode: str | None = None, by: str | None = None,
             baseline: str | None = None, references: Sequence[Reference] = (), allow_mismatch: bool = False,
-            facts: FactsProvider | None = None) -> Comparison:
-    """The comparison of the selected runs; raises MismatchError when they are not like-for-like and
-    `allow_mismatch` is not set."""
+            facts: FactsProvider | None = None, metric: str = "rate") -> Comparison:
+    """The comparison of the selected runs' `metric` (measured.METRICS); raises MismatchError when they are
+    not like-for-like and `allow_mismatch` is not set."""
     mode, axis = resolve_mode(mode, by, bool(references))
+    measured.check_metric(metric, mode)
     if baseline is not None and axis is None:
         raise UsageError(f"--baseline needs an axis to pick from; --mode {mode} has none")
     try:
-        selected = load_groups(store, filters, by_site=axis is not None and axis.name == "site")
+        selected = load_groups(store, filters, by_site=axis is not None and axis.name == "site", compared=metric)
     except DlrunError as exc:
         raise _nothing_to_compare(store, filters) or exc from None
     if mode == "summary":
@@ -91,7 +92,7 @@ def compare(store: Store, filters: Filters, *, mode: str | None = None, by: str 
         raise MismatchError(result.differences)
     if not result.rows:
         result.notes.append("no row could be compared: every row lacks runs at the baseline")
-    result.notes += dropped_note(selected)
+    result.notes += dropped_note(selected) + measured.unmeasured_note(selected) + measured.metric_note(metric)
     return result
 
 

@@ -21,6 +21,7 @@ from typing import Any
 from dlrun.results.stats import change_sentence, geometric_mean, ratio, summarize
 
 from dlrun.results.compare.efficiency import EfficiencyInputs, columns_for, efficiency
+from dlrun.results.compare.measured import WORDS
 from dlrun.results.compare.model import Axis, Comparison, series_for, sort_value
 from dlrun.results.compare.select import Cell, Group, axis_label, guard, pick_baseline, place
 
@@ -130,6 +131,7 @@ def _tests(mode: str, groups: list[Group], axis: Axis, requested: str | None) ->
             if value == baseline:
                 continue
             r = ratio(base.values, cell.values)
+            words = WORDS.get(cell.groups[0].metric, ("slower", "faster"))
             b, o = summarize(base.values), summarize(cell.values)
             rows.append({**fields, axis.name: labels[value], "baseline": labels[baseline],
                          "baseline_n": b.n, "baseline_geomean": b.geomean, "baseline_stdev": b.stdev,
@@ -137,7 +139,7 @@ def _tests(mode: str, groups: list[Group], axis: Axis, requested: str | None) ->
                          "ratio": r.ratio, "ratio_low": r.low, "ratio_high": r.high, "change_pct": _pct(r.ratio),
                          "change_low_pct": _pct(r.low), "change_high_pct": _pct(r.high), "p_value": r.p_value,
                          "welch_t": r.t, "welch_dof": r.dof, "significant": r.significant, "interval": r.interval,
-                         "verdict": change_sentence(r), "runs": cell.run_ids, "baseline_runs": base.run_ids})
+                         "verdict": change_sentence(r, words), "runs": cell.run_ids, "baseline_runs": base.run_ids})
     return rows, baseline, labels, differences, notes
 
 

@@ -90,6 +90,9 @@ def run_precision(key_precision: Any) -> str:
 
 
 def columns_for(metric: str) -> list[str]:
+    """The efficiency columns of a rate; none for samples per joule (FLOP/s of peak are of throughput)."""
+    if metric == "samples_per_joule":
+        return []
     return COLUMNS_COMMUNICATION if metric == "busbw" else COLUMNS_TRAINING
 
 
@@ -98,6 +101,8 @@ def efficiency(key: Mapping[str, Any], metric: str, rate: float, inputs: Efficie
     """The efficiency columns for a mean `rate` (samples/s, or GB/s of bus bandwidth) of runs with `key`;
     why a column is unknown goes into `notes`."""
     system = inputs.systems.get(key.get("system"))
+    if not columns_for(metric):
+        return {}
     if metric == "busbw":
         return _communication(key, rate, system, notes)
     out: dict[str, Any] = dict.fromkeys(COLUMNS_TRAINING)

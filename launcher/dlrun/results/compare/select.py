@@ -11,6 +11,7 @@ from dlrun.results.key import KEY_FIELDS, MACHINE_FIELDS, UNKNOWN, machine_label
 from dlrun.results.query import Filters
 from dlrun.results.store import Store
 
+from dlrun.results.compare import measured
 from dlrun.results.compare.model import Axis, sort_value
 
 
@@ -29,6 +30,8 @@ class Group:
     #: runs left out because their value is no rate (zero, negative or not finite)
     dropped: list[str] = field(default_factory=list)
     verdicts: list[str] = field(default_factory=list)  # each run's quality verdict, in run_ids' order
+    #: runs left out because they lack the compared value (measured.UNMEASURED): why -> run ids
+    unmeasured: dict[str, list[str]] = field(default_factory=dict)
 
     def axis_value(self, axis: Axis | None) -> Any:
         if axis is None:
@@ -67,28 +70,35 @@ class Cell:
         return sorted({g.key.get(name) for g in self.groups}, key=str)
 
 
-def load_groups(store: Store, filters: Filters, by_site: bool = False) -> list[Group]:
-    """The selected successful runs grouped by key (and site), with positive finite values only."""
+def load_groups(store: Store, filters: Filters, by_site: bool = False, compared: str = "rate") -> list[Group]:
+    """The selected successful runs grouped by key (and site), with positive finite values only; a run that
+    lacks the compared value (`--metric`) is set aside with the reason."""
     groups = []
     dropped_only: list[str] = []
-    for row in store.grouped_values(filters, by_site=by_site):
+    unmeasured_only: dict[str, list[str]] = {}
+    for row in store.grouped_values(filters, by_site=by_site, compared=compared):
         if row["key"] is None:  # written around the store (no key): it can only be unknown
             row["key"] = {name: UNKNOWN for name in KEY_FIELDS}
             row["key_hash"] = "unknown"
         verdicts = row.get("verdicts") or ["unknown"] * len(row["run_ids"])
         kept = [(run_id, value, verdict) for run_id, value, verdict in zip(row["run_ids"], row["values"], verdicts)
                 if math.isfinite(value) and value > 0]
-        dropped = sorted(set(row["run_ids"]) - {run_id for run_id, _, _ in kept})
+        missing = measured.unmeasured(row["run_ids"], row["values"])
+        dropped = sorted(set(row["run_ids"]) - {run_id for run_id, _, _ in kept} - {r for m in missing.values()
+                                                                                      for r in m})
         if kept:
-            groups.append(Group(row["key"], row["key_hash"], row["site"], row["metric"], row["unit"],
+            groups.append(Group(row["key"], row["key_hash"], row["site"], *measured.metric_and_unit(compared, row),
                                 [r for r, _, _ in kept], [v for _, v, _ in kept], row.get("images") or [], dropped,
-                                [q for _, _, q in kept]))
+                                [q for _, _, q in kept], missing))
         else:
             dropped_only.extend(dropped)
+            for why, ids in missing.items():
+                unmeasured_only.setdefault(why, []).extend(ids)
     if not groups:
         raise DlrunError("nothing to compare: no successful run with a result matches the selection"
                          + (f" ({len(dropped_only)} with a value that is no rate: zero, negative or not finite)"
-                            if dropped_only else ""))
+                            if dropped_only else "")
+                         + "".join(f"; {text}" for text in measured.unmeasured_text(unmeasured_only)))
     return groups
 
 
