@@ -35,6 +35,11 @@ def resolve_dist(catalog: Catalog, dist: str | None, work: WorkloadSpec, img: Im
                  launcher: str) -> str | None:
     """--dist, else Horovod under horovodrun, else the system's default (training only); an image without
     Horovod cannot run it. None for TensorFlow images: tf_cnn_benchmarks distributes by itself."""
+    if work.kind == "command":
+        if dist is not None:
+            raise UsageError(f"--dist {dist} applies to dlrun's PyTorch harness, but workload {work.name!r} runs the "
+                             "site's own command, which distributes by itself; valid: no --dist")
+        return None
     if img.framework != "pytorch":
         if dist is not None:
             raise UsageError(f"--dist {dist} applies to dlrun's PyTorch harness, but image {img.name!r} runs "

@@ -69,6 +69,8 @@ def check_names(res: Resolution) -> None:
         raise UsageError(f"image {img.name!r} has framework {img.framework!r}, which no dlrun workload command "
                          "runs; valid: pytorch, tensorflow")
     tf_cnn = img.framework == "tensorflow" and img.harness_framework is None
+    if work.kind == "command":  # the site's own program: any image of the system's architecture runs it
+        return
     if tf_cnn and not work.tf_cnn_model and work.kind != "nccl-tests":
         valid = sorted(w.name for w in catalog.workloads.values() if w.tf_cnn_model)
         raise UsageError(f"workload {work.name!r} has no tf_cnn_benchmarks model, which image {img.name!r} "
@@ -95,7 +97,7 @@ def resolve_layout(res: Resolution) -> dict[str, Any]:
     if ranks > per_node_limit:
         raise UsageError(f"--ranks-per-node {ranks} exceeds the {per_node_limit} {unit} per node of "
                          f"system {system.name!r}; valid: 1..{per_node_limit}")
-    if not res.workload.trains and nodes * ranks < 2:
+    if not res.workload.trains and res.workload.kind != "command" and nodes * ranks < 2:
         raise UsageError(f"workload {res.workload.name!r} measures {res.workload.measures} between ranks and needs "
                          f"at least 2, got {nodes * ranks} ({nodes} node(s) x {ranks}); valid: --ranks-per-node 2 "
                          "or more, or --nodes 2 or more")
@@ -108,7 +110,7 @@ def resolve_batch(res: Resolution) -> dict[str, Any]:
     req, work, system = res.request, res.workload, res.system
     nodes, ranks, world = res.fields["nodes"], res.fields["ranks_per_node"], res.world
     batch, total = req.batch_size, req.global_batch_size
-    if not work.trains and (batch is not None or total is not None or req.is_given("precision")):
+    if not work.trains and work.kind != "command" and (batch is not None or total is not None or req.is_given("precision")):
         raise UsageError(f"workload {work.name!r} trains no model; --batch-size, --global-batch-size and "
                          "--precision do not apply (valid: --steps and --warmup-steps, per message size)")
     if batch is not None and total is not None:

@@ -14,7 +14,8 @@ Fields (in the order they are printed):
   global_batch       samples per step over all devices
   data               synthetic, or real:<dataset>; data_format: the on-disk format of real data
   framework          pytorch, tensorflow, pytorch/horovod (the harness with --dist horovod); for collectives
-                     the library and backend (pytorch/gloo, nccl-tests)
+                     the library and backend (pytorch/gloo, nccl-tests); `command` for a site's own command,
+                     whose model is `command <sha256 of its text and the files it names>`
   framework_version  the version the run reported (else the image's pinned one), +horovod<version> with Horovod
   image_digest       the image's content digest; for the `host` image (no container) the sha256 of the
                      harness file stands in (`host:harness-<16 hex digits>`), next to the framework version
@@ -91,6 +92,8 @@ def run_kind(run: Mapping[str, Any], result: Mapping[str, Any]) -> str:
     workload = plan.get("workload") if isinstance(plan.get("workload"), dict) else {}
     if metric == "matmul" or run.get("workload") == "matmul":
         return "matmul"
+    if workload.get("kind") == "command":
+        return "command"
     if metric == "busbw" or workload.get("kind") not in (None, "cnn-training", "bert-finetuning") \
             or plan.get("collective"):
         return "communication"
@@ -135,6 +138,8 @@ def key_from_run(run: Mapping[str, Any], results: Iterable[Mapping[str, Any]] = 
         key.update(_training(rec, key["devices"]))
     elif rec.kind == "communication":
         key.update(_communication(rec))
+    elif rec.kind == "command":
+        key.update(_command(rec, key["devices"]))
     else:
         key.update(model=NOT_APPLICABLE, precision=_training_precision(run.get("precision"), rec.result.get("dtype")),
                    framework=_known(rec.result.get("framework")), **_NO_BATCH)
@@ -237,6 +242,19 @@ def _communication(rec: _Record) -> Key:
     return {"model": model, "precision": _known(_DTYPES.get(dtype, dtype)), "framework": framework, **_NO_BATCH}
 
 
+def _command(rec: _Record, devices: Any) -> Key:
+    """A site's own command: the command itself (its text and the files it names, by hash) is the model, and
+    the plan's batch, precision and data are what it was given."""
+    digest = str((rec.run.get("provenance") or {}).get("command_sha256") or "")
+    per_device = _count(rec.run.get("batch_size"))
+    data = rec.plan.get("data")
+    return {"model": f"command {digest.split(':')[-1][:16]}" if digest else UNKNOWN,
+            "precision": _known(rec.run.get("precision")), "batch_per_device": per_device,
+            "global_batch": per_device * devices if isinstance(per_device, int) and isinstance(devices, int)
+            else UNKNOWN, "data": f"path:{data['path']}" if isinstance(data, dict) and data.get("path")
+            else NOT_APPLICABLE, "data_format": NOT_APPLICABLE, "framework": "command"}
+
+
 def _training_precision(precision: Any, amp_dtype: Any) -> str:
     if not precision:
         return UNKNOWN
@@ -286,6 +304,8 @@ def _framework_version(kind: str, fmt: str | None, result: Mapping[str, Any], ex
                        image: Mapping[str, Any]) -> str:
     if kind == "matmul":
         return _known(result.get("framework_version"))
+    if kind == "command":  # the command's software is its hash (the model field) and the image's digest
+        return NOT_APPLICABLE
     version = extra.get("framework_version") or image.get("framework_version")
     if fmt == "tf_cnn_benchmarks":
         version = extra.get("tensorflow")
