@@ -118,6 +118,8 @@ def test_dry_run_shows_the_command_and_the_plan_variables(dlrun_home, tmp_path):
                    "--dry-run", env=env, check=True)
     assert f"python3 {tmp_path / 'train.py'}" in proc.stdout and "dlrun-command" in proc.stdout
     assert "DLRUN_WORLD_SIZE=2" in proc.stdout and "DLRUN_BATCH_SIZE=3" in proc.stdout
+    shown = run_cli("workloads", "show", "my_pingpong", env=env, check=True).stdout
+    assert "once per node" in shown and "latency in us, lower is better" in shown
     bad = run_cli("run", "my_train", "--dist", "horovod", "--dry-run", env=env)
     assert bad.returncode == 2 and "valid: no --dist" in bad.stderr and bad.stderr.strip().count("\n") == 0
 
