@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from dlrun.errors import UsageError
-from dlrun.job import RankCommand, RenderedJob
+from dlrun.job import RUN_DIR_VAR, RankCommand, RenderedJob
 from dlrun.plan import Plan, fabric_for
 from dlrun.runoptions import harness_args
 from dlrun.registry import LAUNCHERS, RUNTIMES, SCHEDULERS
@@ -44,6 +44,7 @@ def harness_command(plan: Plan) -> list[str]:
             what += ["--data-dir", plan.data.mount]
         precision = ["--precision", plan.precision]
         data_workers = plan.data_workers
+        what += training_args(plan)
     return [
         plan.image.python, f"{plan.image.harness_dir}/{HARNESS[plan.image.harness_framework or work.framework]}",
         *what,
@@ -53,10 +54,23 @@ def harness_command(plan: Plan) -> list[str]:
         "--device", plan.device,
         "--threads", str(plan.threads_per_rank),
         "--expected-world-size", str(plan.world_size),
-    ] + (["--dist", "horovod"] if plan.dist == "horovod" else []) + (
+    ] + (["--dist", str(plan.dist)] if plan.dist in ("horovod", "fsdp", "dataparallel") else []) + (
         ["--data-workers", str(data_workers)] if data_workers else []) + harness_args(
         lambda name: getattr(plan, name)) + (
         ["--timeout-s", str(collective_timeout_s(plan))] if collective_timeout_s(plan) else [])
+
+
+def training_args(plan: Plan) -> list[str]:
+    """Gradient accumulation (the harness's global batch over every device), the checkpoint folder (the run
+    directory's checkpoints/ unless --checkpoint-dir), and an LLM's measured matmul ceiling for its MFU."""
+    args: list[str] = []
+    if plan.grad_accum > 1:
+        args += ["--global-batch-size", str(plan.global_batch_size)]
+    if plan.checkpoint_every is not None:
+        args += ["--checkpoint-dir", plan.checkpoint_dir or Expand(f"${{{RUN_DIR_VAR}}}/checkpoints")]
+    if plan.matmul_gflops is not None and plan.workload.kind == "llm-pretraining":
+        args += ["--matmul-gflops", f"{plan.matmul_gflops:.6g}"]
+    return args
 
 
 def nccl_tests_command(plan: Plan) -> list[str]:

@@ -47,13 +47,13 @@ class PublishedValue(Strict):
     source: Source
 
 
-TRAINING_KINDS = ("cnn-training", "bert-finetuning")
+TRAINING_KINDS = ("cnn-training", "bert-finetuning", "llm-pretraining")
 #: Collectives the harness measures over torch.distributed (`--benchmark KIND`), and what each is called in text.
 COLLECTIVE_KINDS = {"allreduce": "all-reduce", "broadcast": "broadcast", "allgather": "all-gather",
                     "reducescatter": "reduce-scatter", "alltoall": "all-to-all",
                     "sendrecv": "send/receive between every pair of ranks"}
-WorkloadKind = Literal["cnn-training", "bert-finetuning", "allreduce", "broadcast", "allgather", "reducescatter",
-                       "alltoall", "sendrecv", "nccl-tests", "command"]
+WorkloadKind = Literal["cnn-training", "bert-finetuning", "llm-pretraining", "allreduce", "broadcast", "allgather",
+                       "reducescatter", "alltoall", "sendrecv", "nccl-tests", "command"]
 
 
 class WorkloadSpec(Strict):

@@ -27,11 +27,14 @@ from dlrun.probe.topology import topology_summary
 from dlrun.results.fingerprint import fingerprint_of
 from dlrun.results.parsers import ParseError, ParsedResult, parse_all, parse_text
 from dlrun.results.parsers.figure_of_merit import direction, parse_command_output
+from dlrun.results.parsers.model import SECONDARY_METRICS
 from dlrun.results.site import local_site
 from dlrun.results.store import Store, StoreError
 from dlrun.secrets import plan_secret_values, redact_data, redact_file, redact_text
 from dlrun.staging import stage_records, stage_summary
 
+#: The harness's exit code for a number that cannot be (harness_common.EXIT_IMPOSSIBLE: an MFU above 1).
+EXIT_IMPOSSIBLE = 7
 #: Statuses a stored run can have. `lost`: its dlrun died and the job's result could not be recovered.
 STATUSES = ("ok", "failed", "cancelled", "timeout", "lost")
 
@@ -212,6 +215,22 @@ def command_result(plan: Plan, texts: list[str]) -> tuple[ParsedResult | None, s
     return replace(parsed, extra=extra), None
 
 
+def secondary_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """A training result's MFU (against the device's peak, against the measured matmul ceiling) and checkpoint
+    seconds and GB/s as result rows of their own, each saying what it is; none that the run did not measure."""
+    extra = result.get("extra") or {}
+    rows = []
+    for metric, unit in SECONDARY_METRICS.items():
+        value = extra.get(metric)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+            said = {"mfu_peak": extra.get("peak_source"), "mfu_matmul": extra.get("mfu_formula"),
+                    "checkpoint_seconds": "seconds of all checkpoints (barrier to barrier, slowest rank)",
+                    "checkpoint_gbs": extra.get("checkpoint_gbs_formula")}[metric]
+            rows.append({"metric": metric, "value": float(value), "unit": unit, "kind": result.get("kind"),
+                         "value_is": str(said or metric)[:400]})
+    return rows
+
+
 def _iso(stamp: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(stamp))
 
@@ -262,6 +281,8 @@ def decide_status(plan: Plan, status: str, reason: str | None, exit_code: int | 
     job in one line (dlrun.execute.failure)."""
     if status in ("cancelled", "timeout", "lost"):
         return status, reason, None
+    if exit_code == EXIT_IMPOSSIBLE and plan.workload.kind == "llm-pretraining":
+        return "failed", f"impossible number (MFU above 1): {reason or failure()}", None
     if exit_code != 0:
         return "failed", reason or failure(), None
     nccl_tests = plan.workload.kind == "nccl-tests"
@@ -273,7 +294,7 @@ def decide_status(plan: Plan, status: str, reason: str | None, exit_code: int | 
     if result is None:
         return "failed", f"the job exited 0 but {error}", None
     collective = parsed.metric == "busbw" if plan.workload.kind == "command" else not plan.workload.trains
-    refusal = rank_count_refusal(parsed, plan.world_size, plan.nodes, collective=collective)
+    refusal = rank_count_refusal(parsed, plan.device_count, plan.nodes, collective=collective)
     if refusal:
         return "failed", refusal, result
     if nccl_tests and parsed.problems:
@@ -326,6 +347,7 @@ def finish(plan: Plan, run: RunDir, store: Store, *, status: str, reason: str | 
     record = run_row(plan.summary(), run_id=run.run_id, run_dir=run.final, status=status, started=started,
                      finished=finished, provenance={**base_provenance, "exit_code": exit_code, "reason": reason,
                                                     **({"nccl": nccl} if nccl else {}), **extra})
-    final = store_and_publish(run, store, record, [result] if result and status == "ok" else [])
+    final = store_and_publish(run, store, record, [result, *secondary_rows(result)] if result and status == "ok"
+                              else [])
     return RunRecord(id=run.run_id, path=final, status=status, exit_code=exit_code, result=result,
                      reason=reason, tail=tail[-10:], signal=signal)

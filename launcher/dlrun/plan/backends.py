@@ -51,6 +51,9 @@ def resolve_dist(catalog: Catalog, dist: str | None, work: WorkloadSpec, img: Im
                              "DistributedDataParallel; valid: --dist horovod, or --launcher mpirun")
         dist = "horovod"
     if not work.trains:
+        if dist in ("fsdp", "dataparallel"):
+            raise UsageError(f"--dist {dist} distributes training, but workload {work.name!r} measures "
+                             f"{work.measures}; valid: no --dist (or --dist ddp)")
         if dist == "horovod":
             raise UsageError(f"--dist horovod (or --launcher horovodrun) applies to training, but workload "
                              f"{work.name!r} measures all-reduce over a torch.distributed process group; "

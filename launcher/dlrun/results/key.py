@@ -14,8 +14,7 @@ Fields (in the order they are printed):
   global_batch       samples per step over all devices
   data               synthetic, or real:<dataset>; data_format: the on-disk format of real data
   framework          pytorch, tensorflow, pytorch/horovod (the harness with --dist horovod); for collectives
-                     the library and backend (pytorch/gloo, nccl-tests); `command` for a site's own command,
-                     whose model is `command <sha256 of its text and the files it names>`
+                     the library and backend (pytorch/gloo, nccl-tests); `command` (model: `command <hash>`)
   framework_version  the version the run reported (else the image's pinned one), +horovod<version> with Horovod
   image_digest       the image's content digest; for the `host` image (no container) the sha256 of the
                      harness file stands in (`host:harness-<16 hex digits>`), next to the framework version
@@ -43,6 +42,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dlrun.results.parsers.model import SECONDARY_METRICS
+
 UNKNOWN = "unknown"
 NOT_APPLICABLE = "n/a"
 
@@ -63,9 +64,8 @@ MACHINE_FIELDS: dict[str, str] = {
 #: The machine's fields that the image (not the node) decides: they differ along the image axes.
 STACK_FIELDS = ("cuda", "cudnn", "nccl")
 KEY_FIELDS.update(MACHINE_FIELDS)
-
 #: Key fields no run option decides (those the options decide are declared in dlrun.runoptions).
-NOT_FROM_OPTIONS = {"workload": "the workload argument", "model": "the workload's model, or the collective measured",
+NOT_FROM_OPTIONS = {"workload": "the workload argument",  # model: the workload's, with an LLM's --seq-length
                     "site": "the site that ran it (DLRUN_SITE, config.yaml's site:, the host's domain)",
                     **{name: "the node the job ran on, and the software stack it saw" for name in MACHINE_FIELDS}}
 
@@ -73,6 +73,7 @@ Key = dict[str, Any]
 
 # Element types as nccl-tests prints them -> the names the harness uses.
 _DTYPES = {"float": "float32", "half": "float16", "double": "float64", "bfloat16": "bfloat16"}
+_TRAINING = ("cnn-training", "bert-finetuning", "llm-pretraining")  # dlrun.catalog.models.TRAINING_KINDS
 # Formats whose logs say which framework produced them.
 _FRAMEWORK_OF_FORMAT = {"tf_cnn_benchmarks": "tensorflow", "nccl-tests": "nccl-tests"}
 
@@ -86,7 +87,7 @@ def _count(value: Any) -> int | str:
 
 
 def run_kind(run: Mapping[str, Any], result: Mapping[str, Any]) -> str:
-    """training | communication | matmul, from the result's metric (else the plan)."""
+    """training | communication | matmul | command, from the result's metric (else the plan)."""
     metric = result.get("metric")
     plan = run.get("plan") or {}
     workload = plan.get("workload") if isinstance(plan.get("workload"), dict) else {}
@@ -94,8 +95,7 @@ def run_kind(run: Mapping[str, Any], result: Mapping[str, Any]) -> str:
         return "matmul"
     if workload.get("kind") == "command":
         return "command"
-    if metric == "busbw" or workload.get("kind") not in (None, "cnn-training", "bert-finetuning") \
-            or plan.get("collective"):
+    if metric == "busbw" or workload.get("kind") not in (None, *_TRAINING) or plan.get("collective"):
         return "communication"
     return "training"
 
@@ -116,7 +116,7 @@ class _Record:
 
 
 def _record(run: Mapping[str, Any], results: list[Mapping[str, Any]]) -> _Record:
-    result = results[0] if results else {}
+    result = next((r for r in results if r.get("metric") not in SECONDARY_METRICS), results[0] if results else {})
     plan = run.get("plan") or {}
     provenance = run.get("provenance") or {}
     imported = (run.get("origin") or plan.get("origin") or provenance.get("origin")) == "import-log"
@@ -195,6 +195,8 @@ def _where(rec: _Record) -> Key:
     """workload, system, devices, nodes, and the fabric where traffic crosses it."""
     run = rec.run
     devices = _count(run.get("world_size") if run.get("world_size") is not None else rec.result.get("num_devices"))
+    if rec.extra.get("dist") == "dataparallel":  # one process per node: the devices are its GPUs
+        devices = _count(rec.result.get("num_devices"))
     nodes = _count(run.get("nodes"))
     return {"workload": _known(run.get("workload")), "system": _known(run.get("system")), "devices": devices,
             "nodes": nodes, "fabric": NOT_APPLICABLE if nodes == 1 else _known(run.get("fabric"))}
@@ -209,7 +211,7 @@ def _training(rec: _Record, devices: Any) -> Key:
     if not total and isinstance(per_device, int) and isinstance(devices, int):
         total = per_device * devices
     data, data_format = _data(rec.imported, rec.fmt, rec.workload, extra, rec.plan, rec.image)
-    return {"model": _known(run.get("model") or result.get("model")),
+    return {"model": _model(rec),
             "precision": _training_precision(run.get("precision"), extra.get("amp_dtype")),
             "batch_per_device": per_device, "global_batch": _count(total), "data": data, "data_format": data_format,
             "framework": _training_framework(rec)}
@@ -223,9 +225,18 @@ def _training_framework(rec: _Record) -> str:
         framework = f"{framework}/{benchmark}"
     # Horovod averages gradients its own way: not DDP's like-for-like (the TensorFlow 2 harness has only
     # Horovod to run several processes, so its key stays the same across rank counts)
-    if rec.extra.get("dist") == "horovod" and framework == "pytorch":
-        framework = f"{framework}/horovod"
+    if rec.extra.get("dist") in ("horovod", "fsdp", "dataparallel") and framework == "pytorch":
+        framework = f"{framework}/{rec.extra['dist']}"
     return framework
+
+
+def _model(rec: _Record) -> str:
+    """The model; an LLM's with its sequence length and activation checkpointing (both decide a step's cost)."""
+    model, seq = _known(rec.run.get("model") or rec.result.get("model")), rec.extra.get("seq_length")
+    if rec.workload.get("kind") != "llm-pretraining" or model == UNKNOWN:
+        return model
+    checkpointing = rec.extra.get("activation_checkpointing", rec.plan.get("activation_checkpointing"))
+    return f"{model} seq={seq or UNKNOWN}" + (" activation-checkpointing" if checkpointing else "")
 
 
 def _communication(rec: _Record) -> Key:
@@ -243,16 +254,14 @@ def _communication(rec: _Record) -> Key:
 
 
 def _command(rec: _Record, devices: Any) -> Key:
-    """A site's own command: the command itself (its text and the files it names, by hash) is the model, and
-    the plan's batch, precision and data are what it was given."""
+    """A site's own command: its hash (text and named files) is the model; batch, precision, data its plan's."""
     digest = str((rec.run.get("provenance") or {}).get("command_sha256") or "")
-    per_device = _count(rec.run.get("batch_size"))
-    data = rec.plan.get("data")
+    per_device, data = _count(rec.run.get("batch_size")), rec.plan.get("data")
+    total = per_device * devices if isinstance(per_device, int) and isinstance(devices, int) else UNKNOWN
     return {"model": f"command {digest.split(':')[-1][:16]}" if digest else UNKNOWN,
-            "precision": _known(rec.run.get("precision")), "batch_per_device": per_device,
-            "global_batch": per_device * devices if isinstance(per_device, int) and isinstance(devices, int)
-            else UNKNOWN, "data": f"path:{data['path']}" if isinstance(data, dict) and data.get("path")
-            else NOT_APPLICABLE, "data_format": NOT_APPLICABLE, "framework": "command"}
+            "precision": _known(rec.run.get("precision")), "batch_per_device": per_device, "global_batch": total,
+            "data": f"path:{data['path']}" if isinstance(data, dict) and data.get("path") else NOT_APPLICABLE,
+            "data_format": NOT_APPLICABLE, "framework": "command"}
 
 
 def _training_precision(precision: Any, amp_dtype: Any) -> str:
