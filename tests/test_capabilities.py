@@ -75,8 +75,8 @@ def test_a_status_or_deviation_the_code_contradicts_is_named(catalog):
 
 
 def test_an_unknown_capability_is_refused_where_it_is_written():
-    with pytest.raises(ValueError, match="unknown capability 'perf-counters'; valid: real-data, system-storage, or "
-                                         "FAMILY:NAME"):
+    with pytest.raises(ValueError, match="unknown capability 'perf-counters'; valid: real-data, system-storage, "
+                                         "parallelism-axis, or FAMILY:NAME"):
         Status(kind="needs-feature", requires=["perf-counters"], reason="hardware counters")
     with pytest.raises(ValueError, match="unknown capability 'metric:'"):
         Deviation(setting="x", dlrun="y", reason="a reason long enough", lacks=["metric:"])
@@ -107,3 +107,9 @@ def test_experiments_show_says_what_dlrun_has_and_lacks(dlrun_home):
     assert "real-data (dlrun has it)" in text and "system-storage (dlrun lacks it:" in text
     large = run_cli("experiments", "show", "E001_large_models_fp32")
     assert "being added" not in large.stdout and "needs-workload" not in large.stdout
+
+
+def test_dataparallel_alone_does_not_make_the_dataparallel_experiment_runnable(catalog):
+    """--dist dataparallel exists; the experiment still needs its points to choose it (and a GPU count)."""
+    assert has("dist:dataparallel", catalog) and not has("parallelism-axis", catalog)
+    assert catalog.experiment("E001_dataparallel_vs_ddp").status.kind == "needs-feature"

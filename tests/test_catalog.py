@@ -143,7 +143,7 @@ def test_collective_and_nccl_tests_workloads(dlrun_home):
     ("- {name: w, description: d, kind: allreduce, model: resnet18}\n", "kind allreduce trains no model"),
     ("- {name: w, description: d, kind: allreduce, min_bytes: 64, max_bytes: 8}\n",
      "min_bytes 64 exceeds max_bytes 8"),
-    ("- {name: w, description: d, kind: gather}\n", "Input should be 'cnn-training', 'bert-finetuning', 'allreduce'"),
+    ("- {name: w, description: d, kind: gather}\n", "Input should be 'cnn-training', 'bert-finetuning', 'llm-pretraining', 'allreduce'"),
     ("- {name: w, description: d, kind: nccl-tests}\n", "a nccl-tests workload needs `nccl_test`"),
     ("- {name: w, description: d, kind: broadcast, nccl_test: broadcast_perf}\n",
      "kind broadcast runs no nccl-tests binary"),

@@ -95,7 +95,7 @@ def test_the_report_draws_each_points_telemetry_and_escapes_what_the_nodes_wrote
     assert hostile not in html and f"{escape(hostile)}: CPU power {UNREADABLE}" in html
 
 
-@pytest.mark.integration
+@pytest.mark.mpi
 def test_a_two_rank_local_runs_telemetry_is_reported(dlrun_home, tmp_path):
     proc = run_cli("run", "resnet18", "--ranks-per-node", "2", "--batch-size", "2", "--steps", "4",
                    "--warmup-steps", "1", "--telemetry", "0.2")

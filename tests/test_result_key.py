@@ -9,6 +9,7 @@ from conftest import REPO, run_cli
 
 from dlrun.probe.cpu import cpu_inventory, memory_gb
 from dlrun.results import key as keys
+from dlrun.results import key_diff
 from dlrun.results.fingerprint import short_cpu_name
 from dlrun.results.import_log import import_log
 from dlrun.results.store import Store
@@ -38,7 +39,7 @@ def test_a_real_run_has_a_complete_key(dlrun_home):
                    "framework_version": torch.__version__,
                    "image_digest": "host:harness-" + run["provenance"]["harness_sha256"].split(":")[-1][:16],
                    "devices": 1, "nodes": 1, "system": "localhost", "fabric": "n/a", **machine}
-    assert run["key_hash"] == keys.key_hash(key) and keys.has_unknown(key) == []
+    assert run["key_hash"] == keys.key_hash(key) and key_diff.has_unknown(key) == []
     assert run["origin"] == "local" and run["site"]
     assert run["fingerprint"]["node_from"] == "job"  # what the job reported of its node, not dlrun's inventory
     # 2 timed steps: too few to judge (and on a busy machine, contended, which is worse)
@@ -50,7 +51,7 @@ def test_an_imported_tf_cnn_benchmarks_log_says_what_it_cannot_tell():
     key = _imported("tf_cnn_benchmarks/tensorflow23032_1gpu_nightly.log")
     assert key["workload"] == "tf_cnn_benchmarks" and key["framework"] == "tensorflow"
     assert key["system"] == "dgx1v"
-    assert keys.has_unknown(key) == ["model", "precision", "batch_per_device", "global_batch", "data",
+    assert key_diff.has_unknown(key) == ["model", "precision", "batch_per_device", "global_batch", "data",
                                      "data_format", "framework_version", "image_digest", "devices", "nodes",
                                      "fabric", "site", *keys.MACHINE_FIELDS]  # nobody said where it ran
 
@@ -70,29 +71,29 @@ def test_two_imported_logs_are_never_silently_equal():
     a = _imported("tf_cnn_benchmarks/tensorflow23032_1gpu_nightly.log")
     b = _imported("tf_cnn_benchmarks/tfbenchmarks_pr63_1gpu_2017.log")
     assert keys.key_hash(a) == keys.key_hash(b)  # the same text of unknowns ...
-    found = keys.differences(a, b)              # ... but nothing is known to match
+    found = key_diff.differences(a, b)              # ... but nothing is known to match
     assert "image digest: unknown on both sides (cannot tell whether they match)" in found
-    assert len(found) == len(keys.has_unknown(a))
+    assert len(found) == len(key_diff.has_unknown(a))
 
 
 def test_differences_in_words_and_the_axis_that_may_differ():
     a = {**{name: "x" for name in keys.KEY_FIELDS}, "devices": 1, "precision": "fp32", "system": "dgx2"}
     b = {**a, "devices": 8, "precision": "amp(float16)", "system": "rtx-ts4", "framework_version": "unknown"}
-    assert keys.differences(a, b) == ["precision: fp32 ≠ amp(float16)",
+    assert key_diff.differences(a, b) == ["precision: fp32 ≠ amp(float16)",
                                       "framework version: x ≠ unknown (cannot tell whether they match)",
                                       "devices: 1 ≠ 8", "system: dgx2 ≠ rtx-ts4"]
-    assert keys.differences(a, b, ignore={"system", "devices", "precision", "framework_version"}) == []
-    assert keys.differences(a, dict(a)) == []
+    assert key_diff.differences(a, b, ignore={"system", "devices", "precision", "framework_version"}) == []
+    assert key_diff.differences(a, dict(a)) == []
 
 
 def test_spread_over_many_runs_counts_each_value():
     fp32 = {**{name: "x" for name in keys.KEY_FIELDS}, "precision": "fp32"}
     amp = {**fp32, "precision": "amp(bfloat16)", "image_digest": "unknown"}
-    assert keys.spread([(fp32, 3), (amp, 2)]) == [
+    assert key_diff.spread([(fp32, 3), (amp, 2)]) == [
         "precision: amp(bfloat16) (2 runs) ≠ fp32 (3 runs)",
         "image digest: x (3 runs) ≠ unknown (2 runs) (cannot tell whether they match)"]
-    assert keys.spread([(amp, 1)]) == []  # a single run matches nothing, so nothing is in doubt
-    assert keys.spread([(amp, 2)]) == ["image digest: unknown for 2 runs (cannot tell whether they match)"]
+    assert key_diff.spread([(amp, 1)]) == []  # a single run matches nothing, so nothing is in doubt
+    assert key_diff.spread([(amp, 2)]) == ["image digest: unknown for 2 runs (cannot tell whether they match)"]
 
 
 def test_the_hash_is_stable_across_versions_and_field_order():
@@ -135,7 +136,7 @@ def test_the_machine_and_the_site_are_in_the_key_and_differences_name_them():
         "gpu": "NVIDIA A100-SXM4-40GB", "gpu_count": 8, "gpu_memory_gib": 40, "driver": "535.104.05",
         "cuda": "12.2", "cudnn": "8902", "nccl": "2.18.5", "fabric_rate": "200 Gb/s"}
     there = _keyed({**A100_NODE, "cpu": "Intel Xeon Platinum 8480+", "cuda": "12.4"}, site="b.example.org")
-    assert keys.differences(here, there) == ["site: a.example.org ≠ b.example.org",
+    assert key_diff.differences(here, there) == ["site: a.example.org ≠ b.example.org",
                                              "cpu: AMD EPYC 7742 ≠ Intel Xeon Platinum 8480+", "cuda: 12.2 ≠ 12.4"]
     assert keys.machine_label(here) == "AMD EPYC 7742 2x64 1008 GiB, 8x NVIDIA A100-SXM4-40GB"
 
@@ -151,7 +152,7 @@ def test_a_run_on_cpus_has_no_cuda_stack_and_one_node_no_fabric_rate():
 def test_a_run_without_a_fingerprint_cannot_be_shown_to_match_any_machine():
     before = _keyed(None)
     assert all(before[name] == "unknown" for name in keys.MACHINE_FIELDS)
-    assert "cpu: unknown ≠ AMD EPYC 7742 (cannot tell whether they match)" in keys.differences(before, _keyed(A100_NODE))
+    assert "cpu: unknown ≠ AMD EPYC 7742 (cannot tell whether they match)" in key_diff.differences(before, _keyed(A100_NODE))
 
 
 def test_cpu_names_are_shortened_to_the_part():
@@ -212,7 +213,7 @@ def test_an_imported_tf_cnn_benchmarks_log_gets_the_key_of_the_dlrun_run_of_the_
     imported_key = keys.key_from_run({**run, "origin": "import-log"}, rows)
     for name in set(keys.KEY_FIELDS) - set(WHERE):
         assert imported_key[name] == dlrun_key[name], name
-    assert keys.has_unknown(imported_key, WHERE) == [] and keys.differences(imported_key, dlrun_key, WHERE) == []
+    assert key_diff.has_unknown(imported_key, WHERE) == [] and key_diff.differences(imported_key, dlrun_key, WHERE) == []
     assert imported_key["framework"] == "tensorflow/horovod layout=NCHW" and imported_key["image_digest"] == DIGEST
     # stored in the same shape: the columns and the plan record a dlrun run of the plan gets
     same = [c for c in RUN_COLUMNS if c not in ("id", "created_at", "finished_at", "site", "origin", "run_dir",
@@ -241,7 +242,7 @@ def test_an_imported_dllogger_log_is_keyed_as_the_code_that_ran_it(dlrun_home):
         local_image=with_local_image,
         options=ImportOptions(workload="resnet50", image="pytorch1.0-nvcr18.11", nodes=1))
     key = keys.key_from_run({**run, "origin": "import-log"}, rows)
-    assert keys.has_unknown(key, WHERE) == []
+    assert key_diff.has_unknown(key, WHERE) == []
     assert (key["precision"], key["batch_per_device"], key["global_batch"], key["devices"], key["nodes"]) == \
         ("amp", 128, 1024, 8, 1)
     assert (key["data"], key["data_format"], key["framework"]) == ("real:imagenet", "jpeg",
@@ -281,5 +282,5 @@ def test_an_imported_nccl_tests_log_gets_the_key_of_the_dlrun_run_of_the_same_th
                                                                 image="pytorch2.6-ngc24.12", fabric="ib"))
     imported_key = keys.key_from_run({**run, "origin": "import-log"}, rows)
     assert {k: v for k, v in imported_key.items() if k != "site"} == {k: v for k, v in dlrun_key.items() if k != "site"}
-    assert keys.has_unknown(imported_key, WHERE) == ["framework_version"]  # this log prints no NCCL version line
+    assert key_diff.has_unknown(imported_key, WHERE) == ["framework_version"]  # this log prints no NCCL version line
     assert (imported_key["devices"], imported_key["nodes"], imported_key["fabric"]) == (16, 2, "ib")

@@ -26,13 +26,18 @@ SAMPLES = {
     "all_reduce_spec": "xring", "ps": 1, "data_format": "NHWC", "benchmark_arg": ["--optimizer=momentum"],
     "telemetry": "off", "fused_optimizer": "off", "channels_last": "off", "compile": "on", "pin_threads": "on",
     "cudnn_benchmark": "off", "tune": "auto",  # tests run with DLRUN_TUNE=off (conftest)
+    "seq_length": 128, "grad_accum": 2, "activation_checkpointing": True, "checkpoint_every": 5,
+    "checkpoint_dir": "/scratch/ckpt",
 }
+#: Options of LLM workloads only, shown on llama3_tiny.
+LLM_OPTIONS = {"seq_length", "activation_checkpointing"}
 #: Options that cannot be shown on the `matrix` system's PyTorch image (they need a TensorFlow image), with
 #: the system and image where they apply.
 TF_OPTIONS = {"variable_update", "all_reduce_spec", "ps", "data_format", "benchmark_arg"}
 #: Options whose sample needs another option's value to be valid.
 NEEDS = {"stage_data": {"data": "{dataset}"}, "secret_env": {"env": ["HF_TOKEN=s3cret"]}, "scheduler": {"launcher": "mpirun"},
-         "system": {"image": None, "fabric": None, "nodes": 1, "scheduler": None, "launcher": None, "runtime": None}, "all_reduce_spec": {"variable_update": "replicated"}}
+         "system": {"image": None, "fabric": None, "nodes": 1, "scheduler": None, "launcher": None, "runtime": None}, "all_reduce_spec": {"variable_update": "replicated"},
+         "checkpoint_dir": {"checkpoint_every": 5}}
 
 
 def _command_params(name: str) -> dict[str, object]:
@@ -99,15 +104,19 @@ def test_every_option_has_a_sample_and_every_sample_reaches_the_plan(dlrun_home,
     base = dict(system="matrix", scheduler="slurm", launcher="srun", runtime="singularity", ranks_per_node=2,
                 nodes=2)
 
-    def plan(**extra):
+    def plan(workload="trivial", **extra):
         options = {**base, **extra}
         options = {k: (str(dataset) if v == "{dataset}" else v) for k, v in options.items()}
-        return resolve_plan(catalog, "trivial", **{k: v for k, v in options.items() if v is not None})
+        return resolve_plan(catalog, workload, **{k: v for k, v in options.items() if v is not None})
 
     baseline = plan().summary()
+    llm = plan("llama3_tiny").summary()
+    for name in sorted(LLM_OPTIONS):
+        changed = plan("llama3_tiny", **{name: SAMPLES[name]}).summary()
+        assert changed[BY_NAME[name].field] != llm[BY_NAME[name].field], name
     for opt in RUN_OPTIONS:
-        if opt.name in TF_OPTIONS:
-            continue  # below, on a TensorFlow image
+        if opt.name in TF_OPTIONS or opt.name in LLM_OPTIONS:
+            continue  # below, on a TensorFlow image; above, on an LLM
         assert base.get(opt.name) != SAMPLES[opt.name], f"the sample of --{opt.name} is the baseline's value"
         extra = {**NEEDS.get(opt.name, {}), opt.name: SAMPLES[opt.name]}
         changed = plan(**extra).summary()

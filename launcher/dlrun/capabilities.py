@@ -6,6 +6,7 @@ here from the code that would provide it, never written down by hand:
 
     real-data          the PyTorch harness takes --data-dir (and reads a dataset format)
     system-storage     the system profile schema has a field naming file systems
+    parallelism-axis   `--dist` is declared with the experiment axis `parallelism`
     workload:NAME      the catalog has the workload
     collective:NAME    the harness's table of collectives (--benchmark) has it
     dist:NAME          `dlrun run --dist` takes it and the PyTorch harness runs it
@@ -123,6 +124,10 @@ def has(name: str, catalog: Catalog) -> bool:
         return "--data-dir" in _harness_options() and bool(_data_formats())
     if name == "system-storage":
         return any(field in SystemSpec.model_fields for field in STORAGE_FIELDS)
+    if name == "parallelism-axis":  # an experiment point sets --dist only through a declared axis
+        from dlrun.runoptions import BY_NAME
+
+        return BY_NAME["dist"].axis == "parallelism"
     raise KeyError(name)
 
 

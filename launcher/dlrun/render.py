@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from dlrun.errors import UsageError
-from dlrun.job import RankCommand, RenderedJob
+from dlrun.job import RUN_DIR_VAR, RankCommand, RenderedJob
 from dlrun.plan import Plan, fabric_for
 from dlrun.runoptions import harness_args
 from dlrun.registry import LAUNCHERS, RUNTIMES, SCHEDULERS
@@ -44,6 +44,7 @@ def harness_command(plan: Plan) -> list[str]:
             what += ["--data-dir", plan.data.mount]
         precision = ["--precision", plan.precision]
         data_workers = plan.data_workers
+        what += training_args(plan)
     return [
         plan.image.python, f"{plan.image.harness_dir}/{HARNESS[plan.image.harness_framework or work.framework]}",
         *what,
@@ -53,10 +54,23 @@ def harness_command(plan: Plan) -> list[str]:
         "--device", plan.device,
         "--threads", str(plan.threads_per_rank),
         "--expected-world-size", str(plan.world_size),
-    ] + (["--dist", "horovod"] if plan.dist == "horovod" else []) + (
+    ] + (["--dist", str(plan.dist)] if plan.dist in ("horovod", "fsdp", "dataparallel") else []) + (
         ["--data-workers", str(data_workers)] if data_workers else []) + harness_args(
         lambda name: getattr(plan, name)) + (
         ["--timeout-s", str(collective_timeout_s(plan))] if collective_timeout_s(plan) else [])
+
+
+def training_args(plan: Plan) -> list[str]:
+    """Gradient accumulation (the harness's global batch over every device), the checkpoint folder (the run
+    directory's checkpoints/ unless --checkpoint-dir), and an LLM's measured matmul ceiling for its MFU."""
+    args: list[str] = []
+    if plan.grad_accum > 1:
+        args += ["--global-batch-size", str(plan.global_batch_size)]
+    if plan.checkpoint_every is not None:
+        args += ["--checkpoint-dir", plan.checkpoint_dir or Expand(f"${{{RUN_DIR_VAR}}}/checkpoints")]
+    if plan.matmul_gflops is not None and plan.workload.kind == "llm-pretraining":
+        args += ["--matmul-gflops", f"{plan.matmul_gflops:.6g}"]
+    return args
 
 
 def nccl_tests_command(plan: Plan) -> list[str]:
@@ -71,9 +85,38 @@ def nccl_tests_command(plan: Plan) -> list[str]:
             "-c", "1"]
 
 
+#: In front of a site's own command (`kind: command`): the rank and local rank from whichever launcher started
+#: it, and, for `run_per: node`, every rank but the node's first leaves. Constant text; the command follows.
+COMMAND_PRELUDE = (
+    'export DLRUN_RANK="${RANK:-${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-${SLURM_PROCID:-${PMI_RANK:-0}}}}}"; '
+    'export DLRUN_LOCAL_RANK="${LOCAL_RANK:-${OMPI_COMM_WORLD_LOCAL_RANK:-${SLURM_LOCALID:-${MPI_LOCALRANKID:-0}}}}"; '
+)
+PER_NODE_GUARD = '[ "$DLRUN_LOCAL_RANK" = 0 ] || exit 0; '
+COMMAND_ARG0 = "dlrun-command"
+
+
+def command_argv(plan: Plan) -> list[str]:
+    """`bash -c PRELUDE+COMMAND dlrun-command`: the site's command as its catalog gives it (shell text)."""
+    work = plan.workload
+    guard = PER_NODE_GUARD if work.run_per == "node" else ""
+    return ["bash", "-c", COMMAND_PRELUDE + guard + str(work.command), COMMAND_ARG0]
+
+
+def command_environment(plan: Plan) -> dict[str, str]:
+    """The plan's variables a site's command sees (dlrun.catalog.commands.COMMAND_VARIABLES)."""
+    return {"DLRUN_WORLD_SIZE": str(plan.world_size), "DLRUN_NODES": str(plan.nodes),
+            "DLRUN_RANKS_PER_NODE": str(plan.ranks_per_node), "DLRUN_BATCH_SIZE": str(plan.batch_size),
+            "DLRUN_STEPS": str(plan.steps), "DLRUN_WARMUP_STEPS": str(plan.warmup_steps),
+            "DLRUN_PRECISION": plan.precision, "DLRUN_DEVICE": plan.device,
+            "DLRUN_THREADS": str(plan.threads_per_rank),
+            "DLRUN_DATA": plan.data.mount if plan.data is not None else ""}
+
+
 def workload_command(plan: Plan) -> list[str]:
-    """One rank's command: nccl-tests workloads run the image's nccl-tests; otherwise the image's framework
-    decides which benchmark code runs the workload."""
+    """One rank's command: nccl-tests workloads run the image's nccl-tests, command workloads the site's own
+    command; otherwise the image's framework decides which benchmark code runs the workload."""
+    if plan.workload.kind == "command":
+        return command_argv(plan)
     if plan.workload.kind == "nccl-tests":
         return nccl_tests_command(plan)
     if plan.image.harness_framework is None:
@@ -89,6 +132,8 @@ def rank_environment(plan: Plan) -> dict[str, str]:
         "MASTER_PORT": Expand(f"${{DLRUN_MASTER_PORT:-{plan.master_port}}}"),
         "PYTHONUNBUFFERED": "1",
     }
+    if plan.workload.kind == "command":
+        env.update(command_environment(plan))
     env.update(fabric_for(plan).env)
     if plan.device == "cuda" and plan.fabric != "tcp":
         # The executor reads NCCL's own account of the transport it chose (NET/IB vs NET/Socket).
@@ -115,7 +160,7 @@ def render_job(plan: Plan) -> RenderedJob:
     rank = launcher.prepare(plan, rank)
     if not scheduler.runs_image:  # a Kubernetes pod is the container; no runtime wraps the command
         rank = runtime.wrap(plan, rank)
-    if plan.image.harness_framework is None and tf_layout(plan) != "per-rank":
+    if plan.image.harness_framework is None and plan.workload.kind != "command" and tf_layout(plan) != "per-rank":
         launch = tf_node_launch(plan, rank, scheduler)  # one process per node (dlrun.tfbench)
     else:
         launch = launcher.wrap(plan, rank, scheduler)

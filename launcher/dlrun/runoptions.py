@@ -28,7 +28,7 @@ from dlrun.registry import LAUNCHERS, RUNTIMES, SCHEDULERS
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "amp")
 #: The resolvers of dlrun.plan, in the order they run; `RunOption.resolver` names one of them.
 RESOLVERS = ("names", "layout", "batch", "data", "environment", "backends", "fabric", "scheduler", "framework",
-             "telemetry")
+             "training", "telemetry")
 
 
 @dataclass(frozen=True)
@@ -148,10 +148,12 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
          default_from="the system's (none for one local rank)", field="launcher", resolver=_BACKEND),
     _opt("runtime", f"Container runtime: {', '.join(RUNTIMES.names())}.",
          default_from="the system's (host for a host image)", field="runtime", resolver=_BACKEND),
-    _opt("dist", "How the PyTorch harness distributes training: ddp (DistributedDataParallel) or horovod "
-         "(Horovod's DistributedOptimizer; needs an image with Horovod).",
-         default_from="the system's; horovod under --launcher horovodrun", choices=("ddp", "horovod"),
-         field="dist", key=("framework",), resolver=_BACKEND),
+    _opt("dist", "How the PyTorch harness distributes training: ddp (DistributedDataParallel), horovod "
+         "(Horovod's DistributedOptimizer; needs an image with Horovod), fsdp (FSDP2 fully_shard) or dataparallel "
+         "(one process per node over all its GPUs, torch.nn.DataParallel; GPUs only).",
+         default_from="the system's; horovod under --launcher horovodrun",
+         choices=("ddp", "horovod", "fsdp", "dataparallel"), field="dist", key=("framework", "devices"),
+         resolver=_BACKEND),
     _opt("launcher_arg", "Extra launcher flag, passed as given (repeatable).", type=list, field="launcher_args",
          resolver=_BACKEND, metavar="FLAG"),
     # fabric: how nodes talk
@@ -195,6 +197,23 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
          "decision, measure the knobs left at auto on short runs (within $DLRUN_TUNE_BUDGET_S, default 30 s; "
          "`dlrun tune` measures all of them) and keep the fastest; off: the defaults.", default_from="$DLRUN_TUNE, else auto", choices=("auto", "off"), field="tune",
          resolver="framework"),
+    # training: what a training step holds and what a run saves
+    _opt("seq_length", "LLM workloads: tokens per sequence.", type=int, minimum=1,
+         default_from="the model's (8192 for llama3_1b and llama3_8b, 256 for llama3_tiny)", field="seq_length",
+         key=("model",), resolver="training", harness_flag="--seq-length"),
+    _opt("grad_accum", "Micro-batches per optimizer step (gradient accumulation): the global batch is batch per "
+         "rank x ranks x this.", type=int, default=1, minimum=1, field="grad_accum", key=("global_batch",),
+         resolver="training"),
+    _opt("activation_checkpointing", "LLM workloads: recompute each decoder layer in the backward instead of "
+         "keeping its activations.", type=bool, default=False, field="activation_checkpointing", key=("model",),
+         resolver="training", harness_flag="--activation-checkpointing"),
+    _opt("checkpoint_every", "Save model and optimizer state after every N-th timed step; seconds and GB/s are "
+         "stored with the run.", type=int, minimum=1, default_from="none saved", field="checkpoint_every",
+         resolver="training",
+         harness_flag="--checkpoint-every", metavar="N"),
+    _opt("checkpoint_dir", "Where --checkpoint-every writes (bound read-write).",
+         default_from="checkpoints/ in the run directory", field="checkpoint_dir", resolver="training",
+         metavar="PATH"),
     _opt("variable_update", "tf_cnn_benchmarks: how gradients meet: parameter_server, distributed_replicated, "
          "collective_all_reduce, horovod, replicated, independent.",
          default_from="horovod where the image has it, else parameter servers on several nodes",
@@ -294,6 +313,8 @@ def harness_args(values: Callable[[str], Any]) -> list[str]:
         if opt.harness_flag is None:
             continue
         value = values(opt.field or opt.name)
-        if value is not None and value != opt.default:
+        if opt.type is bool:  # a flag: present or not
+            argv += [opt.harness_flag] if value else []
+        elif value is not None and value != opt.default:
             argv += [opt.harness_flag, str(value)]
     return argv

@@ -69,6 +69,8 @@ CAPABILITIES: dict[str, str] = {
                  "shards) instead of synthetic tensors",
     "system-storage": "system profiles that name their file systems, so that a run records which one its data "
                       "was read from",
+    "parallelism-axis": "experiment points that choose --dist from their parallelism axis, with a DataParallel "
+                        "process over the point's GPU count (not always all of its node's GPUs)",
 }
 CAPABILITY_FAMILIES: dict[str, str] = {
     "workload": "the workload NAME exists in the catalog",

@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from dlrun.catalog.commands import CommandResult, check_command_fields
 from dlrun.errors import DlrunError
 from dlrun.registry import SCHEDULERS
 
@@ -46,13 +47,13 @@ class PublishedValue(Strict):
     source: Source
 
 
-TRAINING_KINDS = ("cnn-training", "bert-finetuning")
+TRAINING_KINDS = ("cnn-training", "bert-finetuning", "llm-pretraining")
 #: Collectives the harness measures over torch.distributed (`--benchmark KIND`), and what each is called in text.
 COLLECTIVE_KINDS = {"allreduce": "all-reduce", "broadcast": "broadcast", "allgather": "all-gather",
                     "reducescatter": "reduce-scatter", "alltoall": "all-to-all",
                     "sendrecv": "send/receive between every pair of ranks"}
-WorkloadKind = Literal["cnn-training", "bert-finetuning", "allreduce", "broadcast", "allgather", "reducescatter",
-                       "alltoall", "sendrecv", "nccl-tests"]
+WorkloadKind = Literal["cnn-training", "bert-finetuning", "llm-pretraining", "allreduce", "broadcast", "allgather",
+                       "reducescatter", "alltoall", "sendrecv", "nccl-tests", "command"]
 
 
 class WorkloadSpec(Strict):
@@ -61,8 +62,8 @@ class WorkloadSpec(Strict):
     # cnn-training, bert-finetuning: the harness trains `model` (a BERT model name carries its task and sequence
     # length, e.g. bert_swag); allreduce, broadcast, allgather, reducescatter, alltoall: the harness measures that
     # collective's bus bandwidth over the run's process group (message sizes min_bytes, x size_factor, ...,
-    # max_bytes); sendrecv: point-to-point bandwidth of every pair of ranks, both directions; nccl-tests: the image's own nccl-tests binary `nccl_test` (e.g. all_reduce_perf), one process
-    # per GPU, over the same sizes.
+    # max_bytes); sendrecv: every pair of ranks, both directions; nccl-tests: the image's own binary `nccl_test`, one
+    # process per GPU; command: the site's own `command` and `result` contract (dlrun.catalog.commands).
     kind: WorkloadKind = "cnn-training"
     nccl_test: str | None = Field(default=None, pattern=r"^[a-z_]+_perf$")
     framework: Literal["pytorch", "tensorflow"] = "pytorch"
@@ -78,6 +79,9 @@ class WorkloadSpec(Strict):
     default_warmup_steps: int = Field(default=5, ge=0)
     published_params: PublishedValue | None = None
     published_ops_per_image: PublishedValue | None = None
+    command: str | None = None
+    run_per: Literal["rank", "node"] = "rank"
+    result: CommandResult | None = None
     sources: list[Source] = []
 
     @property
@@ -97,6 +101,7 @@ class WorkloadSpec(Strict):
                              "leave out `nccl_test`")
         if self.min_bytes > self.max_bytes:
             raise ValueError(f"min_bytes {self.min_bytes} exceeds max_bytes {self.max_bytes}")
+        check_command_fields(self)
         return self
 
     @property

@@ -25,7 +25,7 @@ def workloads_list(as_json: JsonOpt = False) -> None:
         print_json([w.model_dump(mode="json") for w in workloads.values()])
         return
     table("workloads", ["name", "model", "framework", "batch", "description"],
-          [[w.name, w.label, _frameworks(w), w.default_batch_size if w.trains else "-", w.description]
+          [[w.name, w.label, _frameworks(w), w.default_batch_size if w.trains or w.command else "-", w.description]
            for w in workloads.values()])
 
 
@@ -33,8 +33,25 @@ def _frameworks(workload: WorkloadSpec) -> str:
     """The workload's framework, plus TensorFlow 2 where dlrun's TF harness has its model (image host-tf)."""
     from dlrun.catalog.models import TF2_HARNESS_MODELS
 
+    if workload.kind == "command":
+        return "the site's own command"
     return workload.framework + (", tensorflow 2" if workload.trains and workload.model in TF2_HARNESS_MODELS
                                  else "")
+
+
+def _show_command(workload: WorkloadSpec, data: dict, as_json: bool) -> None:
+    """A site's own command: what runs, where, and how its result is read."""
+    if as_json:
+        print_json(data)
+        return
+    result = workload.result
+    reads = (f"regex {result.regex!r}: {result.metric} in {result.unit}, {result.direction} is better"
+             if result and result.format == "regex" else f"parser {result.format if result else '?'}")
+    fields_table(f"workload {workload.name}", [
+        ["name", workload.name], ["description", workload.description], ["kind", workload.kind],
+        ["command", str(workload.command)], ["runs", f"once per {workload.run_per}"], ["result", reads],
+        ["default batch / steps / warm-up",
+         f"{workload.default_batch_size} / {workload.default_steps} / {workload.default_warmup_steps}"]])
 
 
 @workloads_app.command("show")
@@ -45,6 +62,9 @@ def workloads_show(name: Annotated[str, typer.Argument(help="Workload name.")], 
 
     workload = load_catalog().workload(name)
     data = workload.model_dump(mode="json")
+    if workload.kind == "command":
+        _show_command(workload, data, as_json)
+        return
     if not workload.trains:
         if as_json:
             print_json(data)

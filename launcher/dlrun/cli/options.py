@@ -114,5 +114,22 @@ def resolve(options: dict[str, Any]):
     kwargs["env"] = [*(kwargs.get("env") or []), *entries]
     catalog = load_catalog()
     kwargs["system"] = kwargs.get("system") or default_system(catalog)
-    return resolve_plan(catalog, kwargs.pop("workload"), local_image=with_local_image, secret_env=names,
-                        **kwargs)
+    plan = resolve_plan(catalog, kwargs.pop("workload"), local_image=with_local_image, secret_env=names, **kwargs)
+    return with_matmul_ceiling(plan)
+
+
+def with_matmul_ceiling(plan):
+    """An LLM plan with the store's newest `dlrun measure matmul` rate of its system at its precision (amp:
+    the half precision it runs in on the device), which the harness quotes MFU against; else as it is."""
+    from dlrun.paths import store_path
+    from dlrun.results.store import Store
+
+    if plan.workload.kind != "llm-pretraining" or not store_path().exists():
+        return plan
+    store = Store(store_path())
+    amp = "fp16" if plan.device == "cuda" else "bf16"
+    for precision in (plan.precision, *((amp,) if plan.precision == "amp" else ())):
+        found = store.latest_matmul(plan.system.name, precision)
+        if found and found.get("gflops"):
+            return plan.model_copy(update={"matmul_gflops": float(found["gflops"])})
+    return plan

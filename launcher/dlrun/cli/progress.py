@@ -63,7 +63,11 @@ def summary_rows(record: Any) -> list[list[str]]:
     res = record.result or {}
     if res:
         extra = res.get("extra", {})
-        if res["metric"] == "busbw":
+        if extra.get("command_workload"):  # a site's own command: its figure and which printed figure it is
+            better = "lower" if extra.get("direction") == "lower" else "higher"
+            rows.append([res["metric"], f"{res['value']:.6g} {res['unit']} ({better} is better)"])
+            rows.append(["value is", str(res.get("value_is", ""))])
+        elif res["metric"] == "busbw":
             rows.append(["bus bandwidth", f"{res['value']:.3f} {res['unit']} at {extra.get('largest_bytes')} B "
                                           f"(average over sizes {extra.get('avg_busbw', 0):.3f})"])
             rows.append(["formula", str(extra.get("formula", ""))])
@@ -77,7 +81,8 @@ def summary_rows(record: Any) -> list[list[str]]:
             rows.append(["model / batch", f"{res.get('model')} / {res.get('batch_size')} per rank"])
             rows += precision_rows(extra.get("precision"), extra) + knob_rows(extra.get("knobs"))
         rows.append(["world size", str(res.get("num_devices"))])
-        rows.append(["framework", f"{extra.get('framework')} {extra.get('framework_version', '')}"])
+        if not extra.get("command_workload"):
+            rows.append(["framework", f"{extra.get('framework')} {extra.get('framework_version', '')}"])
     if record.reason:
         rows.append(["reason", record.reason])
     rows.append(["run directory", str(record.path)])

@@ -68,6 +68,9 @@ def results_show(run_id: Annotated[str, typer.Argument(help="Run id (a unique pr
         rows.append([res["metric"], f"{res['value']:.2f} {res['unit']}"])
         if res.get("value_is"):  # which printed figure it is (results stored before dlrun said so have none)
             rows.append([f"{res['metric']} is", res["value_is"]])
+        per_device = (res.get("extra") or {}).get("tokens_per_sec_per_device")
+        if res["metric"] == "throughput" and isinstance(per_device, (int, float)):
+            rows.append(["throughput per device", f"{per_device:.2f} tokens/sec (all devices' rate / devices)"])
     from dlrun.results.fingerprint import describe
     from dlrun.results.key import KEY_FIELDS
     from dlrun.telemetry.show import telemetry_rows

@@ -7,11 +7,13 @@ line, and the next dlrun command that opens the store stores and publishes it (d
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import shlex
 import sqlite3
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +26,15 @@ from dlrun.plan import Plan
 from dlrun.probe.topology import topology_summary
 from dlrun.results.fingerprint import fingerprint_of
 from dlrun.results.parsers import ParseError, ParsedResult, parse_all, parse_text
+from dlrun.results.parsers.figure_of_merit import direction, parse_command_output
+from dlrun.results.parsers.model import SECONDARY_METRICS
 from dlrun.results.site import local_site
 from dlrun.results.store import Store, StoreError
 from dlrun.secrets import plan_secret_values, redact_data, redact_file, redact_text
 from dlrun.staging import stage_records, stage_summary
 
+#: The harness's exit code for a number that cannot be (harness_common.EXIT_IMPOSSIBLE: an MFU above 1).
+EXIT_IMPOSSIBLE = 7
 #: Statuses a stored run can have. `lost`: its dlrun died and the job's result could not be recovered.
 STATUSES = ("ok", "failed", "cancelled", "timeout", "lost")
 
@@ -74,8 +80,34 @@ def provenance(plan: Plan, image_check: dict[str, Any] | None = None) -> dict[st
         "harness_sha256": digest,
         "harness_files_sha256": per_file,
         "image_stack": pinned_stack(plan),
+        **(command_provenance(plan) if plan.workload.kind == "command" else {}),
         **(image_check or {}),
     }
+
+
+#: Files a command names that are hashed into its provenance: at most this many, each up to this size.
+COMMAND_FILES, COMMAND_FILE_BYTES = 32, 256 * 1024 * 1024
+
+
+def command_provenance(plan: Plan) -> dict[str, Any]:
+    """A site's command as it ran, its sha256, and the sha256 of every file it names that this machine has
+    (its script, its input files); files only the image holds are hashed with the image (its digest)."""
+    command = str(plan.workload.command)
+    try:
+        words = shlex.split(command, comments=True)
+    except ValueError:  # unbalanced quotes: bash will say so when it runs
+        words = command.split()
+    files: dict[str, str] = {}
+    for word in words:
+        path = Path(word.rpartition("=")[2])
+        try:
+            if len(files) < COMMAND_FILES and path.is_absolute() and path.is_file() \
+                    and path.stat().st_size <= COMMAND_FILE_BYTES:
+                files[str(path)] = "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+        except OSError:
+            continue
+    digest = hashlib.sha256(json.dumps([command, sorted(files.items())]).encode()).hexdigest()
+    return {"command": command, "command_files_sha256": files, "command_sha256": f"sha256:{digest}"}
 
 
 def pinned_stack(plan: Plan) -> dict[str, str]:
@@ -170,6 +202,35 @@ def rank_count_refusal(parsed: ParsedResult, world_size: int, nodes: int, *, col
     return None
 
 
+def command_result(plan: Plan, texts: list[str]) -> tuple[ParsedResult | None, str | None]:
+    """A site's command's result under its contract, with which way its metric is better; a result that does
+    not say how many ranks took part is the plan's (the command ran on them all)."""
+    parsed, error = parse_command_output(plan.workload.result, texts)
+    if parsed is None:
+        return None, error
+    extra = {**parsed.extra, "direction": direction(parsed.metric), "command_workload": plan.workload.name}
+    ranks = plan.nodes if plan.workload.run_per == "node" else plan.world_size
+    if parsed.num_devices is None:
+        parsed = replace(parsed, num_devices=plan.world_size, num_ranks=ranks, extra=extra)
+    return replace(parsed, extra=extra), None
+
+
+def secondary_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """A training result's MFU (against the device's peak, against the measured matmul ceiling) and checkpoint
+    seconds and GB/s as result rows of their own, each saying what it is; none that the run did not measure."""
+    extra = result.get("extra") or {}
+    rows = []
+    for metric, unit in SECONDARY_METRICS.items():
+        value = extra.get(metric)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+            said = {"mfu_peak": extra.get("peak_source"), "mfu_matmul": extra.get("mfu_formula"),
+                    "checkpoint_seconds": "seconds of all checkpoints (barrier to barrier, slowest rank)",
+                    "checkpoint_gbs": extra.get("checkpoint_gbs_formula")}[metric]
+            rows.append({"metric": metric, "value": float(value), "unit": unit, "kind": result.get("kind"),
+                         "value_is": str(said or metric)[:400]})
+    return rows
+
+
 def _iso(stamp: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(stamp))
 
@@ -189,7 +250,7 @@ def run_row(summary: dict[str, Any], *, run_id: str, run_dir: Path, status: str,
         "runtime": summary["runtime"], "fabric": summary["fabric"],
         "nodes": summary["nodes"], "ranks_per_node": summary["ranks_per_node"], "world_size": summary["world_size"],
         # a collective trains nothing: it has no batch size
-        "batch_size": summary["batch_size"] if workload.get("kind") in TRAINING_KINDS else None,
+        "batch_size": summary["batch_size"] if workload.get("kind") in (*TRAINING_KINDS, "command") else None,
         "precision": summary["precision"],
         "run_dir": str(run_dir),
         "site": local_site(), "origin": "local",  # the comparability key is computed by the store
@@ -220,13 +281,20 @@ def decide_status(plan: Plan, status: str, reason: str | None, exit_code: int | 
     job in one line (dlrun.execute.failure)."""
     if status in ("cancelled", "timeout", "lost"):
         return status, reason, None
+    if exit_code == EXIT_IMPOSSIBLE and plan.workload.kind == "llm-pretraining":
+        return "failed", f"impossible number (MFU above 1): {reason or failure()}", None
     if exit_code != 0:
         return "failed", reason or failure(), None
     nccl_tests = plan.workload.kind == "nccl-tests"
-    result, parsed, error = (parse_nccl_tests if nccl_tests else parse_first)(result_texts)
+    if plan.workload.kind == "command":
+        parsed, error = command_result(plan, result_texts)
+        result = None if parsed is None else parsed.to_dict()
+    else:
+        result, parsed, error = (parse_nccl_tests if nccl_tests else parse_first)(result_texts)
     if result is None:
         return "failed", f"the job exited 0 but {error}", None
-    refusal = rank_count_refusal(parsed, plan.world_size, plan.nodes, collective=not plan.workload.trains)
+    collective = parsed.metric == "busbw" if plan.workload.kind == "command" else not plan.workload.trains
+    refusal = rank_count_refusal(parsed, plan.device_count, plan.nodes, collective=collective)
     if refusal:
         return "failed", refusal, result
     if nccl_tests and parsed.problems:
@@ -279,6 +347,7 @@ def finish(plan: Plan, run: RunDir, store: Store, *, status: str, reason: str | 
     record = run_row(plan.summary(), run_id=run.run_id, run_dir=run.final, status=status, started=started,
                      finished=finished, provenance={**base_provenance, "exit_code": exit_code, "reason": reason,
                                                     **({"nccl": nccl} if nccl else {}), **extra})
-    final = store_and_publish(run, store, record, [result] if result and status == "ok" else [])
+    final = store_and_publish(run, store, record, [result, *secondary_rows(result)] if result and status == "ok"
+                              else [])
     return RunRecord(id=run.run_id, path=final, status=status, exit_code=exit_code, result=result,
                      reason=reason, tail=tail[-10:], signal=signal)

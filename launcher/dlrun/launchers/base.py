@@ -141,8 +141,8 @@ def numa_map(plan: Plan) -> list[int] | None:
 def gpu_affinity_argv(plan: Plan) -> list[str]:
     """`bash -c AFFINITY dlrun-rank` for GPU plans (one rank per GPU); nothing on CPU. nccl-tests chooses its
     GPU itself (device = its local rank among the MPI processes of its host) and fails when it sees one GPU
-    only, so its ranks keep every GPU visible."""
-    if plan.device != "cuda" or plan.workload.kind == "nccl-tests":
+    only, so its ranks keep every GPU visible, as does a --dist dataparallel process (all of its node's GPUs)."""
+    if plan.device != "cuda" or plan.workload.kind == "nccl-tests" or plan.dist == "dataparallel":
         return []
     numa = numa_map(plan) or []
     return ["bash", "-c", AFFINITY_SCRIPT.replace("@NUMA@", " ".join(str(int(n)) for n in numa)), AFFINITY_ARG0]

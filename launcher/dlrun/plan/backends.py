@@ -35,6 +35,11 @@ def resolve_dist(catalog: Catalog, dist: str | None, work: WorkloadSpec, img: Im
                  launcher: str) -> str | None:
     """--dist, else Horovod under horovodrun, else the system's default (training only); an image without
     Horovod cannot run it. None for TensorFlow images: tf_cnn_benchmarks distributes by itself."""
+    if work.kind == "command":
+        if dist is not None:
+            raise UsageError(f"--dist {dist} applies to dlrun's PyTorch harness, but workload {work.name!r} runs the "
+                             "site's own command, which distributes by itself; valid: no --dist")
+        return None
     if img.framework != "pytorch":
         if dist is not None:
             raise UsageError(f"--dist {dist} applies to dlrun's PyTorch harness, but image {img.name!r} runs "
@@ -46,6 +51,9 @@ def resolve_dist(catalog: Catalog, dist: str | None, work: WorkloadSpec, img: Im
                              "DistributedDataParallel; valid: --dist horovod, or --launcher mpirun")
         dist = "horovod"
     if not work.trains:
+        if dist in ("fsdp", "dataparallel"):
+            raise UsageError(f"--dist {dist} distributes training, but workload {work.name!r} measures "
+                             f"{work.measures}; valid: no --dist (or --dist ddp)")
         if dist == "horovod":
             raise UsageError(f"--dist horovod (or --launcher horovodrun) applies to training, but workload "
                              f"{work.name!r} measures all-reduce over a torch.distributed process group; "

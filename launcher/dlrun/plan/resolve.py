@@ -70,6 +70,8 @@ def check_names(res: Resolution) -> None:
         raise UsageError(f"image {img.name!r} has framework {img.framework!r}, which no dlrun workload command "
                          "runs; valid: pytorch, tensorflow")
     tf_cnn = img.framework == "tensorflow" and img.harness_framework is None
+    if work.kind == "command":  # the site's own program: any image of the system's architecture runs it
+        return
     if tf_cnn and not work.tf_cnn_model and work.kind != "nccl-tests":
         valid = sorted(w.name for w in catalog.workloads.values() if w.tf_cnn_model)
         raise UsageError(f"workload {work.name!r} has no tf_cnn_benchmarks model, which image {img.name!r} "
@@ -91,13 +93,14 @@ def resolve_layout(res: Resolution) -> dict[str, Any]:
     if nodes > system.nodes:
         raise UsageError(f"--nodes {nodes} exceeds system {system.name!r}, which has {system.nodes} node(s); "
                          f"valid: 1..{system.nodes}, or --system NAME for a larger system (see dlrun systems list)")
-    ranks = req.ranks_per_node or system.gpus_per_node or 1
+    # --dist dataparallel: one process per node drives all of its GPUs
+    ranks = req.ranks_per_node or (1 if req.dist == "dataparallel" else system.gpus_per_node) or 1
     per_node_limit = system.gpus_per_node or system.cpu.cores * system.cpu.threads_per_core
     unit = "GPU(s)" if system.gpus_per_node else "CPU(s)"
     if ranks > per_node_limit:
         raise UsageError(f"--ranks-per-node {ranks} exceeds the {per_node_limit} {unit} per node of "
                          f"system {system.name!r}; valid: 1..{per_node_limit}")
-    if not res.workload.trains and nodes * ranks < 2:
+    if not res.workload.trains and res.workload.kind != "command" and nodes * ranks < 2:
         raise UsageError(f"workload {res.workload.name!r} measures {res.workload.measures} between ranks and needs "
                          f"at least 2, got {nodes * ranks} ({nodes} node(s) x {ranks}); valid: --ranks-per-node 2 "
                          "or more, or --nodes 2 or more")
@@ -110,7 +113,8 @@ def resolve_batch(res: Resolution) -> dict[str, Any]:
     req, work, system = res.request, res.workload, res.system
     nodes, ranks, world = res.fields["nodes"], res.fields["ranks_per_node"], res.world
     batch, total = req.batch_size, req.global_batch_size
-    if not work.trains and (batch is not None or total is not None or req.is_given("precision")):
+    if not work.trains and work.kind != "command" and (batch is not None or total is not None
+                                                       or req.is_given("precision")):
         raise UsageError(f"workload {work.name!r} trains no model; --batch-size, --global-batch-size and "
                          "--precision do not apply (valid: --steps and --warmup-steps, per message size)")
     if batch is not None and total is not None:
@@ -229,9 +233,49 @@ def resolve_telemetry(res: Resolution) -> dict[str, Any]:
     return {"telemetry_period": period}
 
 
+def resolve_training(res: Resolution) -> dict[str, Any]:
+    """--seq-length and --activation-checkpointing (LLMs), --grad-accum, --checkpoint-every/--checkpoint-dir,
+    and what --dist fsdp/dataparallel need."""
+    req, work, dist = res.request, res.workload, res.fields.get("dist")
+    llm_only = [opt for opt in ("seq_length", "activation_checkpointing") if req.is_given(opt)]
+    if llm_only and work.kind != "llm-pretraining":
+        flag = "--" + llm_only[0].replace("_", "-")
+        raise UsageError(f"{flag} applies to LLM workloads, not workload {work.name!r} ({work.kind}); valid: "
+                         "llama3_tiny, llama3_1b, llama3_8b (dlrun workloads list)")
+    trained = [opt for opt in ("grad_accum", "checkpoint_every", "checkpoint_dir") if req.is_given(opt)]
+    if trained and (not work.trains or res.image.harness_framework != "pytorch"):
+        raise UsageError(f"--{trained[0].replace('_', '-')} applies to training in dlrun's PyTorch harness, not "
+                         f"workload {work.name!r} on image {res.image.name!r}; valid: leave it out")
+    if req.is_given("checkpoint_dir") and req.checkpoint_every is None:
+        raise UsageError(f"--checkpoint-dir {req.checkpoint_dir} says where checkpoints go, but none is saved; "
+                         "valid: add --checkpoint-every N")
+    if dist == "dataparallel":
+        check_dataparallel(res)
+    binds = list(res.fields.get("binds") or [])
+    folder = req.checkpoint_dir
+    if folder is not None:
+        if not folder.startswith("/"):
+            raise UsageError(f"bad --checkpoint-dir {folder!r}; valid: an absolute path (it is bound read-write "
+                             "at the same path)")
+        binds.append(inputs.parse_bind(f"{folder}:{folder}:rw"))
+    return {"seq_length": req.seq_length, "grad_accum": req.grad_accum,
+            "activation_checkpointing": bool(req.activation_checkpointing), "checkpoint_every": req.checkpoint_every,
+            "checkpoint_dir": folder, "binds": binds}
+
+
+def check_dataparallel(res: Resolution) -> None:
+    """torch.nn.DataParallel: one process per node over that node's GPUs; nothing to spread on a CPU."""
+    if res.fields["device"] != "cuda":
+        raise UsageError(f"--dist dataparallel spreads one process over a node's GPUs, but system "
+                         f"{res.system.name!r} has none; valid: --dist ddp (or fsdp) on CPUs")
+    if res.fields["ranks_per_node"] != 1:
+        raise UsageError(f"--dist dataparallel runs one process per node, got --ranks-per-node "
+                         f"{res.fields['ranks_per_node']}; valid: --ranks-per-node 1 (or leave it out)")
+
+
 #: Every resolver of dlrun.runoptions.RESOLVERS ("names" runs first, in resolve_plan itself).
 PIPELINE: dict[str, Resolver] = {
     "layout": resolve_layout, "batch": resolve_batch, "data": resolve_data, "environment": resolve_environment,
     "backends": _resolve_backends, "fabric": resolve_fabric, "scheduler": resolve_scheduler,
-    "framework": resolve_framework, "telemetry": resolve_telemetry,
+    "framework": resolve_framework, "training": resolve_training, "telemetry": resolve_telemetry,
 }

@@ -20,7 +20,7 @@ DATA_MOUNT = "/data"
 Allocator = Literal["auto", "tcmalloc", "jemalloc", "glibc-tuned", "system"]
 #: A speed knob of the PyTorch harness: auto is the tuner's decision for the machine, else the default.
 Knob = Literal["auto", "on", "off"]
-Dist = Literal["ddp", "horovod"]
+Dist = Literal["ddp", "horovod", "fsdp", "dataparallel"]
 
 
 class Bind(BaseModel):
@@ -89,6 +89,13 @@ class Plan(BaseModel):
     tuning: dict[str, Any] = {}  # the tuner's decision this run used (machine, configuration, when), if any
     # The PyTorch harness's distribution layer (--dist); None where the image runs tf_cnn_benchmarks.
     dist: Dist | None = "ddp"
+    seq_length: int | None = Field(default=None, gt=0)  # LLMs: tokens per sequence; None: the model's
+    grad_accum: int = Field(default=1, gt=0)  # micro-batches per optimizer step
+    activation_checkpointing: bool = False
+    checkpoint_every: int | None = Field(default=None, gt=0)
+    checkpoint_dir: str | None = None  # None: checkpoints/ in the run directory
+    # the store's newest `dlrun measure matmul` rate of the system at the run's precision (LLM MFU's ceiling)
+    matmul_gflops: float | None = Field(default=None, gt=0)
     telemetry_period: float | None = Field(default=1.0, gt=0)  # seconds between telemetry samples; None: off
     scheduler_options: SchedulerOptions = SchedulerOptions()
     launcher_args: list[str] = []  # extra flags for the launcher (mpirun, srun, ...), passed as given
@@ -119,8 +126,13 @@ class Plan(BaseModel):
         return self.nodes * self.ranks_per_node
 
     @property
+    def device_count(self) -> int:
+        """Devices that do the work: a GPU per rank, or under --dist dataparallel every GPU of each node."""
+        return self.nodes * (self.system.gpus_per_node or 1) if self.dist == "dataparallel" else self.world_size
+
+    @property
     def global_batch_size(self) -> int:
-        return self.world_size * self.batch_size
+        return self.device_count * self.batch_size * self.grad_accum
 
     def summary(self) -> dict:
         """The plan as JSON-able data, with the derived counts spelled out."""
@@ -140,6 +152,7 @@ DERIVED_FIELDS = {
     "knob_sources": "which knobs the user asked for (the options), the tuner decided (dlrun.tune) or the "
                     "defaults decide",
     "tuning": "the tuner's stored decision a run applied (dlrun.tune)",
+    "matmul_gflops": "the store's newest `dlrun measure matmul` of the system at the run's precision (dlrun run)",
 }
 
 

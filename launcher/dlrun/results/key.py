@@ -14,7 +14,7 @@ Fields (in the order they are printed):
   global_batch       samples per step over all devices
   data               synthetic, or real:<dataset>; data_format: the on-disk format of real data
   framework          pytorch, tensorflow, pytorch/horovod (the harness with --dist horovod); for collectives
-                     the library and backend (pytorch/gloo, nccl-tests)
+                     the library and backend (pytorch/gloo, nccl-tests); `command` (model: `command <hash>`)
   framework_version  the version the run reported (else the image's pinned one), +horovod<version> with Horovod
   image_digest       the image's content digest; for the `host` image (no container) the sha256 of the
                      harness file stands in (`host:harness-<16 hex digits>`), next to the framework version
@@ -43,6 +43,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dlrun.results.parsers.model import SECONDARY_METRICS
+
 UNKNOWN = "unknown"
 NOT_APPLICABLE = "n/a"
 
@@ -63,9 +65,8 @@ MACHINE_FIELDS: dict[str, str] = {
 #: The machine's fields that the image (not the node) decides: they differ along the image axes.
 STACK_FIELDS = ("cuda", "cudnn", "nccl")
 KEY_FIELDS.update(MACHINE_FIELDS)
-
 #: Key fields no run option decides (those the options decide are declared in dlrun.runoptions).
-NOT_FROM_OPTIONS = {"workload": "the workload argument", "model": "the workload's model, or the collective measured",
+NOT_FROM_OPTIONS = {"workload": "the workload argument",  # model: the workload's, with an LLM's --seq-length
                     "site": "the site that ran it (DLRUN_SITE, config.yaml's site:, the host's domain)",
                     **{name: "the node the job ran on, and the software stack it saw" for name in MACHINE_FIELDS}}
 
@@ -73,6 +74,7 @@ Key = dict[str, Any]
 
 # Element types as nccl-tests prints them -> the names the harness uses.
 _DTYPES = {"float": "float32", "half": "float16", "double": "float64", "bfloat16": "bfloat16"}
+_TRAINING = ("cnn-training", "bert-finetuning", "llm-pretraining")  # dlrun.catalog.models.TRAINING_KINDS
 # Formats whose logs say which framework produced them.
 _FRAMEWORK_OF_FORMAT = {"tf_cnn_benchmarks": "tensorflow", "nccl-tests": "nccl-tests"}
 
@@ -86,14 +88,15 @@ def _count(value: Any) -> int | str:
 
 
 def run_kind(run: Mapping[str, Any], result: Mapping[str, Any]) -> str:
-    """training | communication | matmul, from the result's metric (else the plan)."""
+    """training | communication | matmul | command, from the result's metric (else the plan)."""
     metric = result.get("metric")
     plan = run.get("plan") or {}
     workload = plan.get("workload") if isinstance(plan.get("workload"), dict) else {}
     if metric == "matmul" or run.get("workload") == "matmul":
         return "matmul"
-    if metric == "busbw" or workload.get("kind") not in (None, "cnn-training", "bert-finetuning") \
-            or plan.get("collective"):
+    if workload.get("kind") == "command":
+        return "command"
+    if metric == "busbw" or workload.get("kind") not in (None, *_TRAINING) or plan.get("collective"):
         return "communication"
     return "training"
 
@@ -114,7 +117,7 @@ class _Record:
 
 
 def _record(run: Mapping[str, Any], results: list[Mapping[str, Any]]) -> _Record:
-    result = results[0] if results else {}
+    result = next((r for r in results if r.get("metric") not in SECONDARY_METRICS), results[0] if results else {})
     plan = run.get("plan") or {}
     provenance = run.get("provenance") or {}
     imported = (run.get("origin") or plan.get("origin") or provenance.get("origin")) == "import-log"
@@ -136,6 +139,8 @@ def key_from_run(run: Mapping[str, Any], results: Iterable[Mapping[str, Any]] = 
         key.update(_training(rec, key["devices"]))
     elif rec.kind == "communication":
         key.update(_communication(rec))
+    elif rec.kind == "command":
+        key.update(_command(rec, key["devices"]))
     else:
         key.update(model=NOT_APPLICABLE, precision=_training_precision(run.get("precision"), rec.result.get("dtype")),
                    framework=_known(rec.result.get("framework")), **_NO_BATCH)
@@ -191,6 +196,8 @@ def _where(rec: _Record) -> Key:
     """workload, system, devices, nodes, and the fabric where traffic crosses it."""
     run = rec.run
     devices = _count(run.get("world_size") if run.get("world_size") is not None else rec.result.get("num_devices"))
+    if rec.extra.get("dist") == "dataparallel":  # one process per node: the devices are its GPUs
+        devices = _count(rec.result.get("num_devices"))
     nodes = _count(run.get("nodes"))
     return {"workload": _known(run.get("workload")), "system": _known(run.get("system")), "devices": devices,
             "nodes": nodes, "fabric": NOT_APPLICABLE if nodes == 1 else _known(run.get("fabric"))}
@@ -205,7 +212,7 @@ def _training(rec: _Record, devices: Any) -> Key:
     if not total and isinstance(per_device, int) and isinstance(devices, int):
         total = per_device * devices
     data, data_format = _data(rec.imported, rec.fmt, rec.workload, extra, rec.plan, rec.image)
-    return {"model": _known(run.get("model") or result.get("model")),
+    return {"model": _model(rec),
             "precision": _training_precision(run.get("precision"), extra.get("amp_dtype")),
             "batch_per_device": per_device, "global_batch": _count(total), "data": data, "data_format": data_format,
             "framework": _training_framework(rec)}
@@ -219,8 +226,8 @@ def _training_framework(rec: _Record) -> str:
         framework = f"{framework}/{benchmark}"
     # Horovod averages gradients its own way: not DDP's like-for-like (the TensorFlow 2 harness has only
     # Horovod to run several processes, so its key stays the same across rank counts)
-    if rec.extra.get("dist") == "horovod" and framework == "pytorch":
-        framework = f"{framework}/horovod"
+    if rec.extra.get("dist") in ("horovod", "fsdp", "dataparallel") and framework == "pytorch":
+        framework = f"{framework}/{rec.extra['dist']}"
     pinned = _pinned_knobs(rec.plan)
     return f"{framework} pinned: {pinned}" if pinned else framework
 
@@ -235,6 +242,15 @@ def _pinned_knobs(plan: Mapping[str, Any]) -> str:
                     if source == "asked for")
 
 
+def _model(rec: _Record) -> str:
+    """The model; an LLM's with its sequence length and activation checkpointing (both decide a step's cost)."""
+    model, seq = _known(rec.run.get("model") or rec.result.get("model")), rec.extra.get("seq_length")
+    if rec.workload.get("kind") != "llm-pretraining" or model == UNKNOWN:
+        return model
+    checkpointing = rec.extra.get("activation_checkpointing", rec.plan.get("activation_checkpointing"))
+    return f"{model} seq={seq or UNKNOWN}" + (" activation-checkpointing" if checkpointing else "")
+
+
 def _communication(rec: _Record) -> Key:
     result, extra, plan = rec.result, rec.extra, rec.plan
     model = _known(result.get("collective") or plan.get("collective")
@@ -247,6 +263,17 @@ def _communication(rec: _Record) -> Key:
     framework = (f"{framework}/{backend}" if framework and backend
                  else _known(_FRAMEWORK_OF_FORMAT.get(rec.fmt or result.get("kind") or "")))
     return {"model": model, "precision": _known(_DTYPES.get(dtype, dtype)), "framework": framework, **_NO_BATCH}
+
+
+def _command(rec: _Record, devices: Any) -> Key:
+    """A site's own command: its hash (text and named files) is the model; batch, precision, data its plan's."""
+    digest = str((rec.run.get("provenance") or {}).get("command_sha256") or "")
+    per_device, data = _count(rec.run.get("batch_size")), rec.plan.get("data")
+    total = per_device * devices if isinstance(per_device, int) and isinstance(devices, int) else UNKNOWN
+    return {"model": f"command {digest.split(':')[-1][:16]}" if digest else UNKNOWN,
+            "precision": _known(rec.run.get("precision")), "batch_per_device": per_device, "global_batch": total,
+            "data": f"path:{data['path']}" if isinstance(data, dict) and data.get("path") else NOT_APPLICABLE,
+            "data_format": NOT_APPLICABLE, "framework": "command"}
 
 
 def _training_precision(precision: Any, amp_dtype: Any) -> str:
@@ -298,6 +325,8 @@ def _framework_version(kind: str, fmt: str | None, result: Mapping[str, Any], ex
                        image: Mapping[str, Any]) -> str:
     if kind == "matmul":
         return _known(result.get("framework_version"))
+    if kind == "command":  # the command's software is its hash (the model field) and the image's digest
+        return NOT_APPLICABLE
     version = extra.get("framework_version") or image.get("framework_version")
     if fmt == "tf_cnn_benchmarks":
         version = extra.get("tensorflow")
@@ -324,60 +353,3 @@ def key_json(key: Key) -> str:
 def key_hash(key: Key) -> str:
     """A stable 16-hex-digit hash of the key: equal keys, equal hashes (across sites and versions)."""
     return hashlib.sha256(key_json(key).encode()).hexdigest()[:16]
-
-
-def has_unknown(key: Key, ignore: Iterable[str] = ()) -> list[str]:
-    """Fields of `key` that are unknown, apart from `ignore`."""
-    skip = set(ignore)
-    return [name for name in KEY_FIELDS if name not in skip and key.get(name) == UNKNOWN]
-
-
-def differences(a: Key, b: Key, ignore: Iterable[str] = ()) -> list[str]:
-    """Why `a` and `b` are not like-for-like, one sentence per field; [] when they are.
-
-    `ignore` names fields allowed to differ (the axis a comparison is made along)."""
-    skip = set(ignore)
-    out = []
-    for name, label in KEY_FIELDS.items():
-        if name in skip:
-            continue
-        va, vb = a.get(name, UNKNOWN), b.get(name, UNKNOWN)
-        if va == UNKNOWN and vb == UNKNOWN:
-            out.append(f"{label}: unknown on both sides (cannot tell whether they match)")
-        elif UNKNOWN in (va, vb):
-            out.append(f"{label}: {va} ≠ {vb} (cannot tell whether they match)")
-        elif va != vb:
-            out.append(f"{label}: {va} ≠ {vb}")
-    return out
-
-
-def spread(keys: Iterable[tuple[Key, int]], ignore: Iterable[str] = ()) -> list[str]:
-    """Differences within a set of keys, each given with how many runs carry it; [] when like-for-like.
-
-    One sentence per field: "precision: fp32 (3 runs), amp(bfloat16) (2 runs)", or "image digest:
-    unknown for 4 runs (cannot tell whether they match)" (an unknown field of even one group of repeats
-    is a difference: its runs cannot be shown to match each other)."""
-    skip = set(ignore)
-    keys = list(keys)
-    total = sum(runs for _, runs in keys)
-    out = []
-    for name, label in KEY_FIELDS.items():
-        if name in skip:
-            continue
-        counts: dict[Any, int] = {}
-        for key, runs in keys:
-            value = key.get(name, UNKNOWN)
-            counts[value] = counts.get(value, 0) + runs
-        unknown = counts.pop(UNKNOWN, 0)
-        doubt = " (cannot tell whether they match)"
-        if counts and (len(counts) > 1 or unknown):
-            listed = " ≠ ".join(f"{value} ({_runs(n)})"
-                                     for value, n in sorted(counts.items(), key=lambda i: str(i[0])))
-            out.append(f"{label}: {listed}" + (f" ≠ unknown ({_runs(unknown)}){doubt}" if unknown else ""))
-        elif unknown and total > 1:  # one run alone matches nothing, so nothing is unknown about a match
-            out.append(f"{label}: unknown for {_runs(unknown)}{doubt}")
-    return out
-
-
-def _runs(n: int) -> str:
-    return f"{n} run" if n == 1 else f"{n} runs"

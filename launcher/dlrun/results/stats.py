@@ -214,16 +214,19 @@ def ratio(base: Sequence[float], other: Sequence[float], confidence: float = CON
                  f"{confidence * 100:g} % Welch t interval on logs", estimate)
 
 
-def change_sentence(r: Ratio, words: tuple[str, str] = ("slower", "faster")) -> str:
+def change_sentence(r: Ratio, words: tuple[str, str] = ("slower", "faster"), better: str = "higher") -> str:
     """"slower by 4.1 % (95 % CI 2.7–5.1 %, p = 0.001)", "faster by …", "no significant difference (…)",
     or why there is no test, for a rate (higher is better; `words` name a lower and a higher value).
-    Percentages are of the baseline's geometric mean; a slowdown and its interval stay below 100 %."""
+    Percentages are of the baseline's geometric mean; a slowdown and its interval stay below 100 %. For a
+    value that is better lower (a latency): "lower (better) by …" / "higher (worse) by …"."""
     if r.low is None or r.high is None or r.p_value is None:
         return f"not tested: {r.interval}"
     level = f"{r.estimate.confidence * 100:g} % CI"
     if not r.significant:
         return (f"no significant difference (p = {r.p_value:.2g}; {level} "
                 f"{(r.low - 1) * 100:+.1f} % to {(r.high - 1) * 100:+.1f} %)")
+    if better == "lower":
+        words = ("lower (better)", "higher (worse)")
     if r.ratio < 1.0:
         return (f"{words[0]} by {(1 - r.ratio) * 100:.1f} % ({level} {(1 - r.high) * 100:.1f}–{(1 - r.low) * 100:.1f} %,"
                 f" p = {r.p_value:.2g})")

@@ -48,6 +48,18 @@ def describe_model(model: str) -> dict[str, Any]:
     return models.describe_model(model)
 
 
+def describe_llm(model: str, seq_length: int) -> dict[str, Any]:
+    """An LLM's parameters and FLOPs per token at `seq_length` (the attention term grows with it), counted on
+    the harness's model built on the meta device (no memory for weights)."""
+    try:
+        llama = load_harness("pytorch", "llama")
+    except ImportError as exc:
+        raise DlrunError(f"cannot count model facts: {exc}; install the torch extra: pip install -e '.[torch]'")
+    if model not in llama.LLAMA_NAMES:
+        raise unknown_name("LLM model", model, llama.LLAMA_NAMES)
+    return llama.describe_llama(model, seq_length)
+
+
 def _harness_sha256() -> str | None:
     digest, _ = harness_hashes(HARNESS_DIR, "pytorch")
     return f"sha256:{digest}" if digest else None

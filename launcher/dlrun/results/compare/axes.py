@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from dlrun.results.parsers.figure_of_merit import LOWER_IS_BETTER
 from dlrun.results.stats import change_sentence, geometric_mean, ratio, summarize
 
 from dlrun.results.compare.efficiency import EfficiencyInputs, columns_for, efficiency
@@ -69,7 +70,7 @@ def relative(groups: list[Group], axis: Axis, requested: str | None) -> Comparis
                          "n": len(cell.values), "geomean": geometric_mean(cell.values),
                          "baseline_n": len(base.values), "baseline_geomean": geometric_mean(base.values),
                          "relative": interval.ratio, "relative_low": interval.low, "relative_high": interval.high,
-                         "interval": interval.interval, "unit": cell.unit,
+                         "interval": interval.interval, "unit": cell.unit, "better": _better(cell),
                          "runs": cell.run_ids, "baseline_runs": base.run_ids})
     averages: list[dict[str, Any]] = []
     for value in sorted({r[axis.name] for r in rows}):
@@ -78,7 +79,7 @@ def relative(groups: list[Group], axis: Axis, requested: str | None) -> Comparis
             averages.append({"workload": "geometric mean", "model": f"{len(column)} rows", "devices": devices,
                              axis.name: value, "baseline": labels[baseline], "relative": geometric_mean(column)})
     columns = [*series_for("relative", axis), axis.name, "baseline", "n", "geomean", "baseline_n", "baseline_geomean",
-               "relative", "relative_low", "relative_high", "interval", "unit", "runs", "baseline_runs"]
+               "relative", "relative_low", "relative_high", "interval", "unit", "better", "runs", "baseline_runs"]
     return Comparison("relative", f"throughput relative to {labels[baseline]}", columns, rows, axis=axis.name,
                       baseline=labels[baseline], summary_rows=averages, differences=differences, notes=notes)
 
@@ -139,8 +140,14 @@ def _tests(mode: str, groups: list[Group], axis: Axis, requested: str | None) ->
                          "ratio": r.ratio, "ratio_low": r.low, "ratio_high": r.high, "change_pct": _pct(r.ratio),
                          "change_low_pct": _pct(r.low), "change_high_pct": _pct(r.high), "p_value": r.p_value,
                          "welch_t": r.t, "welch_dof": r.dof, "significant": r.significant, "interval": r.interval,
-                         "verdict": change_sentence(r, words), "runs": cell.run_ids, "baseline_runs": base.run_ids})
+                         "verdict": change_sentence(r, words, _better(cell)), "better": _better(cell),
+                         "runs": cell.run_ids, "baseline_runs": base.run_ids})
     return rows, baseline, labels, differences, notes
+
+
+def _better(cell: Cell) -> str:
+    """Which way the cell's metric is better: lower for a latency, higher for every rate."""
+    return "lower" if cell.groups[0].metric in LOWER_IS_BETTER else "higher"
 
 
 def _pct(value: float | None) -> float | None:
@@ -150,7 +157,7 @@ def _pct(value: float | None) -> float | None:
 
 TEST_COLUMNS = ["baseline", "baseline_n", "baseline_geomean", "baseline_stdev", "n", "geomean", "stdev", "unit",
                 "ratio", "ratio_low", "ratio_high", "change_pct", "change_low_pct", "change_high_pct", "p_value",
-                "welch_t", "welch_dof", "significant", "interval", "verdict", "runs", "baseline_runs"]
+                "welch_t", "welch_dof", "significant", "interval", "verdict", "better", "runs", "baseline_runs"]
 
 
 def fabrics(groups: list[Group], axis: Axis, requested: str | None) -> Comparison:

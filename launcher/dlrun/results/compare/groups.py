@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from dlrun.results.key import KEY_FIELDS, UNKNOWN, spread
+from dlrun.results.key import KEY_FIELDS, UNKNOWN
+from dlrun.results.key_diff import spread
 from dlrun.results.stats import judge, summarize
 
 from dlrun.results.compare.efficiency import EfficiencyInputs, columns_for, efficiency

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dlrun.errors import DlrunError, UsageError, closest
-from dlrun.results.key import KEY_FIELDS, MACHINE_FIELDS, UNKNOWN, machine_label, spread
+from dlrun.results.key import KEY_FIELDS, MACHINE_FIELDS, UNKNOWN, machine_label
+from dlrun.results.key_diff import spread
 from dlrun.results.query import Filters
 from dlrun.results.store import Store
 

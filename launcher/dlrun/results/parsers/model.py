@@ -17,6 +17,10 @@ UNITS = ("images/sec", "sequences/sec", "samples/sec", "tokens/sec", "GB/s", "us
 #: Metrics a result may carry: training throughput, nccl-tests bus bandwidth, and what bring-your-own tools
 #: report: point-to-point or storage bandwidth (OSU, fio; GB/s) and latency (OSU; microseconds).
 METRICS = ("throughput", "busbw", "bandwidth", "latency")
+#: Result rows a training run stores beside its throughput (dlrun.execute.record.secondary_rows): MFU against
+#: the device's peak and against the measured matmul ceiling, checkpoint seconds and GB/s. Never the primary.
+SECONDARY_METRICS = {"mfu_peak": "fraction", "mfu_matmul": "fraction", "checkpoint_seconds": "s",
+                     "checkpoint_gbs": "GB/s"}
 MAX_TEXT = 200  # names (model, collective, data type) longer than this are not names
 MAX_VALUE_IS = 400  # the sentence saying which printed figure a result took
 

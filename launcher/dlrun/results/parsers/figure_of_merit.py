@@ -1,0 +1,69 @@
+"""A site's own command's result (`kind: command`, dlrun.catalog.commands): one of dlrun's parsers by name,
+or a declared figure of merit read by the site's regular expression.
+
+The regular expression is the site's; the text it reads is the command's output, searched line by line
+(launcher tags removed) with lines cut at MAX_LINE characters and at most MAX_LINES lines, so that neither a
+long line nor a long log makes the search slow. The last matching line is the value: a program that prints
+progress prints its final figure last.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from dlrun.results.parsers import parse_all
+from dlrun.results.parsers.common import read_float, tagged_lines
+from dlrun.results.parsers.model import ParsedResult, ParseError
+
+KIND = "command"
+MAX_LINE = 4096
+MAX_LINES = 200_000
+#: The direction each metric is better in (as dlrun.catalog.commands.BETTER declares it).
+LOWER_IS_BETTER = frozenset({"latency"})
+
+
+def parse_figure(text: str, pattern: str, *, metric: str, unit: str, description: str | None = None) -> ParsedResult:
+    """The last line of `text` that `pattern` (one group) matches, as a `metric` in `unit`."""
+    regex = re.compile(pattern)
+    found: tuple[int, str] | None = None
+    for number, (_, line) in enumerate(tagged_lines(text)):
+        if number >= MAX_LINES:
+            break
+        match = regex.search(line[:MAX_LINE])
+        if match:
+            found = (number + 1, match.group(1) or "")
+    if found is None:
+        raise ParseError(f"no line matches the figure of merit's regex {pattern!r}")
+    line, figure = found
+    value = read_float(figure, f"figure of merit on line {line}")
+    what = description or f"{metric} in {unit}"
+    return ParsedResult(kind=KIND, metric=metric, value=value, unit=unit,
+                        extra={"figure_of_merit": {"regex": pattern, "line": line, "text": figure},
+                               "direction": direction(metric)},
+                        value_is=f"{what}: the figure of merit on output line {line} (the last line the regex "
+                                 "matches)")
+
+
+def direction(metric: str) -> str:
+    """Which way `metric` is better: lower for a latency, higher for every rate."""
+    return "lower" if metric in LOWER_IS_BETTER else "higher"
+
+
+def parse_command_output(result: Any, texts: list[str]) -> tuple[ParsedResult | None, str | None]:
+    """(result, error) of a command's output `texts` (the first that holds one) under its `result` contract
+    (a dlrun.catalog.commands.CommandResult)."""
+    error = None
+    for text in texts:
+        try:
+            if result.format == "regex":
+                return parse_figure(text, result.regex, metric=result.metric, unit=result.unit,
+                                    description=result.description), None
+            found = parse_all(text, result.parser)
+        except ParseError as exc:
+            error = str(exc)
+            continue
+        if len(found) > 1:
+            return None, (f"the command printed {len(found)} {result.format} results; its contract names one "
+                          "(run one test per workload)")
+        return found[0], None
+    return None, error or "the command printed nothing"
