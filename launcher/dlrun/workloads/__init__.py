@@ -37,12 +37,17 @@ def load_harness(framework: str = "pytorch", part: str | None = None) -> ModuleT
     return importlib.import_module(name)
 
 
-def describe_model(model: str) -> dict[str, Any]:
-    """Parameters and forward multiply-adds per instance, counted on the harness's own definition."""
+def _counting_harness(part: str):
+    """The PyTorch harness's module that counts a model's facts; a one-line error without torch."""
     try:
-        models = load_harness("pytorch", "models")
+        return load_harness("pytorch", part)
     except ImportError as exc:
         raise DlrunError(f"cannot count model facts: {exc}; install the torch extra: pip install -e '.[torch]'")
+
+
+def describe_model(model: str) -> dict[str, Any]:
+    """Parameters and forward multiply-adds per instance, counted on the harness's own definition."""
+    models = _counting_harness("models")
     if model not in models.MODEL_NAMES:
         raise unknown_name("model", model, models.MODEL_NAMES)
     return models.describe_model(model)
@@ -51,10 +56,7 @@ def describe_model(model: str) -> dict[str, Any]:
 def describe_llm(model: str, seq_length: int) -> dict[str, Any]:
     """An LLM's parameters and FLOPs per token at `seq_length` (the attention term grows with it), counted on
     the harness's model built on the meta device (no memory for weights)."""
-    try:
-        llama = load_harness("pytorch", "llama")
-    except ImportError as exc:
-        raise DlrunError(f"cannot count model facts: {exc}; install the torch extra: pip install -e '.[torch]'")
+    llama = _counting_harness("llama")
     if model not in llama.LLAMA_NAMES:
         raise unknown_name("LLM model", model, llama.LLAMA_NAMES)
     return llama.describe_llama(model, seq_length)
