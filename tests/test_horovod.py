@@ -69,7 +69,7 @@ def test_dist_in_plan_json_and_defaults(dlrun_home):
 
 
 BAD = [
-    (["--dist", "horovd"], ["unknown --dist 'horovd'", "did you mean 'horovod'?", "valid: ddp, horovod"]),
+    (["--dist", "horovd"], ["unknown --dist 'horovd'", "did you mean 'horovod'?", "valid: dataparallel, ddp, fsdp, horovod"]),
     (["--image", "cpu-reference", "--dist", "horovod"],
      ["--dist horovod, but image 'cpu-reference' has no Horovod", "--image pytorch1.0-horovod", "or --dist ddp"]),
     (["--image", "cpu-reference", "--system", "prace-1080ti"],

@@ -153,7 +153,7 @@ def run_benchmark(args):
         _header(args, comm, device_type, image_size, data_what,
                 "horovod (%s)" % args.gradient_averaging
                 if world_size > 1 else "replicated")
-    first_loss = _warm_up(args, run_step, comm, rank)
+    first_loss, warmup_s = _warm_up(args, run_step, comm, rank)
     per_step = args.batch_size
     window.start()
     start_unix = time.time()  # where the timed window lies (telemetry)
@@ -168,7 +168,10 @@ def run_benchmark(args):
         "quality": quality_fields(comm.all_gather(window_row)),
         "timed_start_unix": start_unix,  # rank 0's clock
         "params": params, "data": data_what, "final_loss": loss,
-        "data_source": data_source})
+        "data_source": data_source, "warmup_time_s": warmup_s,
+        # The PyTorch harness's speed knobs (dlrun tune): none here; no
+        # thread is pinned to a CPU
+        "knobs": {}, "pinned_cpus": None})
     result.update(_contract_fields(args, gathered, first_loss, loss))
     total = result["value"]
     if rank == 0:
@@ -207,7 +210,9 @@ def _result(args, comm, base, gathered, device_type, measured):
     return result
 
 def _warm_up(args, run_step, comm, rank):
-    """The untimed steps; the first loss seen (None without warm-up)."""
+    """The untimed steps: (the first loss seen, None without warm-up; their
+    seconds)."""
+    started = time.perf_counter()
     first_loss = None
     for _ in range(args.warmup_steps):
         value = float(run_step()[0])
@@ -216,7 +221,7 @@ def _warm_up(args, run_step, comm, rank):
     if rank == 0:
         out("Done warm up")
         out("Step\tImg/sec\ttotal_loss")
-    return first_loss
+    return first_loss, time.perf_counter() - started
 
 
 def _check_replicas(args, comm, model, loss):
