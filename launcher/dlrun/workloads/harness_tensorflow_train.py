@@ -168,10 +168,7 @@ def run_benchmark(args):
         "quality": quality_fields(comm.all_gather(window_row)),
         "timed_start_unix": start_unix,  # rank 0's clock
         "params": params, "data": data_what, "final_loss": loss,
-        "data_source": data_source, "warmup_time_s": warmup_s,
-        # The PyTorch harness's speed knobs (dlrun tune): none here; no
-        # thread is pinned to a CPU
-        "knobs": {}, "pinned_cpus": None})
+        "data_source": data_source, "warmup_time_s": warmup_s})
     result.update(_contract_fields(args, gathered, first_loss, loss))
     total = result["value"]
     if rank == 0:
@@ -203,7 +200,10 @@ def _result(args, comm, base, gathered, device_type, measured):
         # The PyTorch harness's contract: how replicas are kept in step,
         # whether the optimizer step is fused, what was read.
         "dist": "horovod" if comm.hvd is not None else "none",
-        "fused_optimizer": False})  # Keras applies its own update ops
+        "fused_optimizer": False,  # Keras applies its own update ops
+        # The PyTorch harness's speed knobs (dlrun tune): none here; no
+        # thread is pinned to a CPU
+        "knobs": {}, "pinned_cpus": None})
     if args.data_dir:
         result["data_path"] = args.data_dir
     result.update(run_fields(device_type, comm))
