@@ -3,49 +3,16 @@ torch.distributed.checkpoint), gradient accumulation, the data-stall time and lo
 point-to-point benchmark, --dist dataparallel's refusal on a CPU, and the sourced peak table behind MFU."""
 
 import json
-import os
-import shutil
-import socket
-import subprocess
-import sys
 
 import pytest
 
 from dlrun.paths import HARNESS_DIR
+from harness_runs import mpirun_harness as _mpirun, run_harness as _run
 from dlrun.workloads import load_harness
 
 HARNESS = HARNESS_DIR / "harness_pytorch.py"
 common = load_harness("pytorch", "common")
 mfu = load_harness("pytorch", "mfu")
-
-
-def _env(**extra):
-    env = dict(os.environ)
-    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-                "PMIX_RANK", "SLURM_PROCID", "SLURM_NTASKS", "DLRUN_HARNESS_TEST_PERTURB_RANK"):
-        env.pop(key, None)
-    env.update({"OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}, **extra)
-    return env
-
-
-def _run(args, timeout=300):
-    return subprocess.run([sys.executable, str(HARNESS), *args], capture_output=True, text=True,
-                          timeout=timeout, env=_env())
-
-
-def _mpirun(args, extra_env=(), np=2, timeout=300):
-    mpirun = shutil.which("mpirun")
-    assert mpirun, "mpirun not found on PATH"
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [mpirun, "-np", str(np), "--oversubscribe", "--allow-run-as-root", "--bind-to", "none",
-           "-x", "MASTER_ADDR=127.0.0.1", "-x", "MASTER_PORT=%d" % port, "-x", "OMP_NUM_THREADS=1",
-           "-x", "PYTHONWARNINGS=ignore"]
-    for item in extra_env:
-        cmd += ["-x", item]
-    return subprocess.run(cmd + [sys.executable, str(HARNESS), *args], capture_output=True, text=True,
-                          timeout=timeout, env=_env())
 
 
 def _results(stdout):

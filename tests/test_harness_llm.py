@@ -4,9 +4,6 @@ ranks under DDP and FSDP2 (gloo, launched by mpirun and torchrun as dlrun launch
 a measured matmul ceiling and the refusal of an MFU above 1."""
 
 import json
-import os
-import shutil
-import socket
 import struct
 import subprocess
 import sys
@@ -17,6 +14,7 @@ import torch
 
 from dlrun.measure import measure_matmul
 from dlrun.paths import HARNESS_DIR
+from harness_runs import free_port as _free_port, harness_env as _env, mpirun_harness as _mpirun, run_harness as _run
 from dlrun.results.parsers import parse_text
 from dlrun.workloads import load_harness
 
@@ -34,38 +32,6 @@ common = load_harness("pytorch", "common")
 # documentation, ollama/ollama docs/api.md, "Show Model Information" for llama3 8B:
 # `"general.parameter_count": 8030261248`; the same architecture as Llama 3.1 8B; Meta's card: "8B").
 PUBLISHED = {"llama3_1b": 1235814400, "llama3_8b": 8030261248}
-
-
-def _env(**extra):
-    env = dict(os.environ)
-    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-                "PMIX_RANK", "SLURM_PROCID", "SLURM_NTASKS", "DLRUN_HARNESS_TEST_PERTURB_RANK"):
-        env.pop(key, None)
-    env.update({"OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}, **extra)
-    return env
-
-
-def _free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _run(args, timeout=300):
-    return subprocess.run([sys.executable, str(HARNESS), *args], capture_output=True, text=True,
-                          timeout=timeout, env=_env())
-
-
-def _mpirun(args, extra_env=(), np=2, timeout=300):
-    mpirun = shutil.which("mpirun")
-    assert mpirun, "mpirun not found on PATH"
-    cmd = [mpirun, "-np", str(np), "--oversubscribe", "--allow-run-as-root", "--bind-to", "none",
-           "-x", "MASTER_ADDR=127.0.0.1", "-x", "MASTER_PORT=%d" % _free_port(),
-           "-x", "OMP_NUM_THREADS=1", "-x", "PYTHONWARNINGS=ignore"]
-    for item in extra_env:
-        cmd += ["-x", item]
-    return subprocess.run(cmd + [sys.executable, str(HARNESS), *args], capture_output=True, text=True,
-                          timeout=timeout, env=_env())
 
 
 def _torchrun(args, np=2, timeout=300):
