@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launcher" / "dlrun" / "workloads"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launcher" / "dlrun" / "harness"))
 import harness_pytorch_collectives as harness  # noqa: E402  (the shipped harness file itself)
 from harness_pytorch_comm import Comm  # noqa: E402
 

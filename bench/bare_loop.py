@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launcher"))
-from dlrun.workloads import load_harness  # noqa: E402
+from dlrun.harness import load_harness  # noqa: E402
 
 
 def main() -> None:

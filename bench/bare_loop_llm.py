@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launcher"))
-from dlrun.workloads import load_harness  # noqa: E402
+from dlrun.harness import load_harness  # noqa: E402
 
 
 def main() -> None:

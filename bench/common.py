@@ -18,7 +18,7 @@ VENV_BIN = Path(sys.executable).parent
 PYTHON = sys.executable
 DLRUN = str(VENV_BIN / "dlrun")
 # The entry file (it imports its siblings from its own directory), as `dlrun run` starts it.
-HARNESS = REPO_ROOT / "launcher" / "dlrun" / "workloads" / "harness_pytorch.py"
+HARNESS = REPO_ROOT / "launcher" / "dlrun" / "harness" / "harness_pytorch.py"
 
 
 @dataclass
@@ -115,7 +115,7 @@ def bench_env(threads: int, **extra: str) -> dict[str, str]:
 def harness_allocator() -> tuple[str, str | None]:
     """The allocator the harness picks by default on this machine (name, library), as it decides it."""
     sys.path.insert(0, str(REPO_ROOT / "launcher"))
-    from dlrun.workloads import load_harness
+    from dlrun.harness import load_harness
 
     h = load_harness("pytorch", "allocator")
     action, name, library = h.plan_allocator("auto", None, h.find_allocator)
@@ -125,7 +125,7 @@ def harness_allocator() -> tuple[str, str | None]:
 def allocator_env(name: str, library: str | None) -> dict[str, str]:
     """Environment that gives a plain Python process the allocator the harness runs under."""
     sys.path.insert(0, str(REPO_ROOT / "launcher"))
-    from dlrun.workloads import load_harness
+    from dlrun.harness import load_harness
 
     h = load_harness("pytorch", "allocator")
     if name == "tcmalloc":

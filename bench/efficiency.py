@@ -46,7 +46,7 @@ def bf16_verdict(ceiling: dict) -> str | None:
 
 def measure(threads: int, repeats: int, log, quick: bool = False, before: bool = True) -> list[Row]:
     sys.path.insert(0, str(BENCH_DIR.parent / "launcher"))
-    from dlrun.workloads import describe_model
+    from dlrun.harness import describe_model
 
     macs = describe_model(MODEL)["forward_macs"]
     train_flop = 3 * 2 * macs

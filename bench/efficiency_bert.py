@@ -26,7 +26,7 @@ MODEL = "bert_squad"
 
 def measure(threads: int, repeats: int, log, quick: bool = False, before: bool = True) -> list[Row]:
     sys.path.insert(0, str(BENCH_DIR.parent / "launcher"))
-    from dlrun.workloads import describe_model
+    from dlrun.harness import describe_model
 
     macs = describe_model(MODEL)["forward_macs"]  # per sequence
     train_flop = 3 * 2 * macs

@@ -18,7 +18,7 @@ import torch
 
 from common import REPO_ROOT
 
-sys.path.insert(0, str(REPO_ROOT / "launcher" / "dlrun" / "workloads"))
+sys.path.insert(0, str(REPO_ROOT / "launcher" / "dlrun" / "harness"))
 import harness_pytorch_data as data  # noqa: E402
 import harness_pytorch_features as features  # noqa: E402
 import harness_pytorch_models as models  # noqa: E402

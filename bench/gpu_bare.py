@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launcher"))
 
 
 def train(args) -> dict:
-    from dlrun.workloads import load_harness
+    from dlrun.harness import load_harness
 
     models = load_harness("pytorch", "models")
     torch.backends.cudnn.benchmark = True

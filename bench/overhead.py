@@ -43,7 +43,7 @@ def _dlrun_once(home: Path, workload: str, batch: int, steps: int, warmup: int, 
 
 def measure(threads: int, repeats: int, log, quick: bool = False) -> list[Row]:
     sys.path.insert(0, str(BENCH_DIR.parent / "launcher"))
-    from dlrun.workloads import load_harness
+    from dlrun.harness import load_harness
 
     harness = load_harness("pytorch", "features")
     rows: list[Row] = []

@@ -30,7 +30,7 @@ from dlrun.registry import ENGINES, LAUNCHERS, RUNTIMES, SCHEDULERS
 PACKAGE = REPO / "launcher" / "dlrun"
 #: Where backends live and may name each other; the in-container harness imports nothing from dlrun and
 #: reads the variables each launcher sets (RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID), naming their sources.
-BACKEND_DIRS = ("runtimes", "launchers", "schedulers", "images/engines", "workloads")
+BACKEND_DIRS = ("runtimes", "launchers", "schedulers", "images/engines", "harness")
 #: The attributes and variables whose value is a backend's name.
 ROLES = ("runtime", "launcher", "scheduler", "engine")
 #: Backend names that are also ordinary words in dlrun's data (an image kind, a run's origin, "no value"):

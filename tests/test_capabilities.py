@@ -20,7 +20,7 @@ def test_the_catalog_agrees_with_what_the_code_can_do(catalog):
 
 def test_capabilities_are_read_from_the_code_that_provides_them(catalog):
     from dlrun.datasets import FORMATS
-    from dlrun.workloads import load_harness
+    from dlrun.harness import load_harness
 
     collectives = set(load_harness("pytorch", "collectives").COLLECTIVES)
     assert collectives >= {"allreduce", "broadcast", "allgather"}

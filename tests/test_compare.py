@@ -358,7 +358,7 @@ def test_cli_reference_file(home, tmp_path):
 
 
 def test_model_counts_are_counted_once_and_kept_per_harness(tmp_path, monkeypatch):
-    from dlrun.workloads import CACHE_NAME, counted_models
+    from dlrun.harness import CACHE_NAME, counted_models
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert counted_models({"trivial", "no-such-model"}) == {"trivial": {"forward_macs": 229184, "params": 9232}}

@@ -18,7 +18,7 @@ from dlrun.datasets.tfrecord import example, write_record
 from dlrun.errors import UsageError
 from dlrun.paths import HARNESS_DIR
 from dlrun.staging import staged_path
-from dlrun.workloads import load_harness
+from dlrun.harness import load_harness
 
 GOLDEN = GOLDEN_ROOT / "scripts"
 HARNESS = str(HARNESS_DIR / "harness_pytorch.py")

@@ -107,7 +107,7 @@ def test_table_ii_references_equal_the_published_numbers(catalog):
 
 def test_table_ii_cnn_rows_are_within_tolerance_of_the_harness_models(catalog):
     """The harness's own models (what `dlrun workloads show NAME --json` counts) against Table II."""
-    from dlrun.workloads import describe_model
+    from dlrun.harness import describe_model
 
     experiment = catalog.experiment("E001_table2_model_facts")
     judged = 0

@@ -23,7 +23,7 @@ import torch
 from conftest import cli_json
 
 from dlrun.paths import HARNESS_DIR, harness_files, harness_hashes
-from dlrun.workloads import load_harness
+from dlrun.harness import load_harness
 
 HARNESS = HARNESS_DIR / "harness_pytorch.py"
 HARNESS_FILES = harness_files("pytorch")

@@ -8,7 +8,7 @@ import pytest
 
 from dlrun.paths import HARNESS_DIR
 from harness_runs import mpirun_harness as _mpirun, run_harness as _run
-from dlrun.workloads import load_harness
+from dlrun.harness import load_harness
 
 HARNESS = HARNESS_DIR / "harness_pytorch.py"
 common = load_harness("pytorch", "common")

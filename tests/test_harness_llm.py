@@ -16,7 +16,7 @@ from dlrun.measure import measure_matmul
 from dlrun.paths import HARNESS_DIR
 from harness_runs import free_port as _free_port, harness_env as _env, mpirun_harness as _mpirun, run_harness as _run
 from dlrun.results.parsers import parse_text
-from dlrun.workloads import load_harness
+from dlrun.harness import load_harness
 
 HARNESS = HARNESS_DIR / "harness_pytorch.py"
 REPO = Path(__file__).resolve().parents[1]

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from dlrun.workloads import load_harness
+from dlrun.harness import load_harness
 
 common = load_harness("pytorch", "common")
 features = load_harness("pytorch", "features")

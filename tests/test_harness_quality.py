@@ -15,7 +15,7 @@ import time
 import pytest
 
 from dlrun.paths import HARNESS_DIR
-from dlrun.workloads import load_harness
+from dlrun.harness import load_harness
 
 common = load_harness("pytorch", "common")
 BUSY = "import time\nend = time.time() + {seconds}\nwhile time.time() < end:\n    pass\n"

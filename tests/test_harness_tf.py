@@ -17,7 +17,7 @@ import tensorflow as tf
 from conftest import cli_json, run_cli
 from dlrun.catalog.models import TF2_HARNESS_MODELS
 from dlrun.paths import HARNESS_DIR, harness_files
-from dlrun.workloads import load_harness
+from dlrun.harness import load_harness
 
 pytestmark = pytest.mark.tensorflow  # every test here imports or runs TensorFlow
 

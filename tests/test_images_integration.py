@@ -238,7 +238,7 @@ def test_recipe_builds_from_the_assembled_context_and_runs(cpu_reference, reques
         assert [c.name.startswith(f"cpu-built-{arch}-") for c in contexts] == [True]
         spec = get_spec("cpu-reference").spec
         for name in spec.harness.files:
-            copied = contexts[0] / "launcher" / "dlrun" / "workloads" / name
+            copied = contexts[0] / "launcher" / "dlrun" / "harness" / name
             assert copied.read_bytes() == (paths.HARNESS_DIR / name).read_bytes()
             if engine == "charliecloud":
                 built = tmp_path / "store" / "cpu-built" / arch / "rootfs" / spec.harness_dir.strip("/") / name

@@ -136,7 +136,7 @@ def test_singularity_definition_parses_and_round_trips(name, arch, tmp_path):
     # One file is copied to its path; several (the harness entry and its siblings) into the directory.
     several = len(spec.harness.files) > 1
     assert [f.split() for f in parsed.files] == [
-        [f"launcher/dlrun/workloads/{f}", f"{spec.harness_dir}/" if several else f"{spec.harness_dir}/{f}"]
+        [f"launcher/dlrun/harness/{f}", f"{spec.harness_dir}/" if several else f"{spec.harness_dir}/{f}"]
         for f in spec.harness.files]
     if getattr(spec.nccl_tests, "commit", None):
         assert "make -j$(nproc) MPI=1" in install and spec.nccl_tests.commit in install

@@ -10,7 +10,7 @@ import os
 import pytest
 
 from conftest import run_cli
-from dlrun.workloads import load_harness
+from dlrun.harness import load_harness
 
 knobs_mod = load_harness("pytorch", "knobs")
 tune_mod = load_harness("pytorch", "tune")

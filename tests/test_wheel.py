@@ -52,7 +52,7 @@ def test_the_wheel_carries_the_catalogs_and_the_harness(installed):
     names = zipfile.ZipFile(installed["wheel"]).namelist()
     assert "dlrun/_builtin/recipes/workloads/cnn.yaml" in names
     assert "dlrun/_builtin/containers/cpu-reference/image.yaml" in names
-    assert "dlrun/workloads/harness_pytorch.py" in names
+    assert "dlrun/harness/harness_pytorch.py" in names
     assert not any(name.startswith(("tests/", "bench/")) for name in names)
 
 

@@ -14,7 +14,7 @@ from dlrun.catalog import load_catalog
 from dlrun.measure import matmul_record
 from dlrun.paths import store_path
 from dlrun.results.store import Store
-from dlrun.workloads import describe_llm, describe_model
+from dlrun.harness import describe_llm, describe_model
 
 TINY = ("--seq-length", "32", "--batch-size", "2", "--steps", "2", "--warmup-steps", "1", "--threads", "1",
         "--telemetry", "off")

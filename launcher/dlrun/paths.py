@@ -21,7 +21,7 @@ from dlrun.errors import UsageError
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 #: The in-container harness files (standard library + framework only), bound or copied into images.
-HARNESS_DIR = PACKAGE_DIR / "workloads"
+HARNESS_DIR = PACKAGE_DIR / "harness"
 #: The part every framework's harness ships with (exit codes, errors, statistics).
 HARNESS_COMMON = "harness_common.py"
 #: Where a wheel puts the built-in catalogs (see `[tool.hatch.build.targets.wheel.force-include]`).

@@ -242,7 +242,7 @@ class NcclTests(GitRef):
 
 
 class Harness(Strict):
-    """dlrun's own in-container harness scripts, copied from launcher/dlrun/workloads at build time."""
+    """dlrun's own in-container harness scripts, copied from launcher/dlrun/harness at build time."""
 
     files: list[str] = []
 

@@ -58,7 +58,7 @@ def _show_command(workload: WorkloadSpec, data: dict, as_json: bool) -> None:
 @handle_errors
 def workloads_show(name: Annotated[str, typer.Argument(help="Workload name.")], as_json: JsonOpt = False) -> None:
     """Show a workload, with parameters and forward multiply-adds counted from the harness's own model."""
-    from dlrun.workloads import describe_model
+    from dlrun.harness import describe_model
 
     workload = load_catalog().workload(name)
     data = workload.model_dump(mode="json")

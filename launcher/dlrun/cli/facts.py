@@ -1,6 +1,6 @@
 """What the efficiency columns need from outside the store: system profiles from the catalogs, and the
 forward multiply-adds of each model, counted on the harness's own model definitions (and cached beside them:
-dlrun.workloads.counted_models). Without PyTorch the catalog's published count (Ren et al., Table II)
+dlrun.harness.counted_models). Without PyTorch the catalog's published count (Ren et al., Table II)
 stands in, named as such.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dlrun.results.key import NOT_APPLICABLE, UNKNOWN
 def efficiency_inputs(keys: list[dict[str, Any]]):
     """EfficiencyInputs for the systems and models of the selected runs."""
     from dlrun.results.compare.efficiency import EfficiencyInputs, ModelFlops, system_facts
-    from dlrun.workloads import counted_models
+    from dlrun.harness import counted_models
 
     systems = {k.get("system") for k in keys} - {UNKNOWN, None}
     models = {k.get("model") for k in keys if k.get("batch_per_device") != NOT_APPLICABLE} - {UNKNOWN, None}
@@ -50,7 +50,7 @@ def _llm_flops(models: set[str]) -> dict[str, Any]:
     token (FLOPs / 6), so that training FLOP per token = 6 N + 12 L H Q T (PaLM, Appendix B)."""
     from dlrun.errors import DlrunError
     from dlrun.results.compare.efficiency import ModelFlops
-    from dlrun.workloads import describe_llm
+    from dlrun.harness import describe_llm
 
     out = {}
     for name in models:

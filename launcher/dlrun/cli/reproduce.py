@@ -134,7 +134,7 @@ def _run(spec, system_work, store, *, skip_checks: bool, verbose: bool, as_json:
         say_if_busy([step.work.plan for step in steps if step.work.plan is not None], out)
         describe = None
         if spec.measure == "model-facts":
-            from dlrun.workloads import describe_model as describe
+            from dlrun.harness import describe_model as describe
         batch = any(is_batch(step.work) for step in steps)
         with ReproduceDisplay(len(steps), verbose=verbose, stderr=as_json, follow_steps=not batch) as display:
             if batch:

@@ -1,7 +1,7 @@
 """The directory Docker, Podman, Singularity and Charliecloud build an image from, assembled from the
 installed dlrun.
 
-The generated recipes copy the harness from `launcher/dlrun/workloads/<file>`, relative to the build
+The generated recipes copy the harness from `launcher/dlrun/harness/<file>`, relative to the build
 context: the repository's layout, so a site can build from a checkout with no dlrun installed. dlrun
 itself never builds from its source tree or from site-packages (a wheel has no such layout, and a build
 context would send the whole tree to the engine): it copies the image's recipes (from the spec's folder)

@@ -19,7 +19,7 @@ from dlrun.images.spec import SpecFile, spec_files
 
 HPCCM_VERSION = "26.1.0"  # renders the nccl block for ppc64le (26.5.0 raises `Unknown CPU architecture`)
 FORMATS = ("docker", "singularity")
-HARNESS_SRC = "launcher/dlrun/workloads"
+HARNESS_SRC = "launcher/dlrun/harness"
 NVIDIA_KEY = "3bf863cc"
 NVIDIA_REPO_ARCH = {"x86_64": "x86_64", "ppc64le": "ppc64el", "aarch64": "sbsa"}
 # Old NVIDIA images list apt sources signed with the key NVIDIA revoked in 2022: `apt-get update` fails

@@ -13,7 +13,7 @@ from dlrun.execute.rundir import new_run_id
 from dlrun.reproduce.resume import TaggedStore
 from dlrun.reproduce.work import PointWork
 
-#: model name in the harness -> {"params", "forward_macs", "image_size", ...} (`dlrun.workloads.describe_model`,
+#: model name in the harness -> {"params", "forward_macs", "image_size", ...} (`dlrun.harness.describe_model`,
 #: passed in by the caller: the harness sits above this layer).
 Describe = Callable[[str], dict[str, Any]]
 

@@ -108,7 +108,7 @@ def run_local(steps: list[Step], *, store_path: Path, runs_root: Path, progress:
             sink = progress.starting(step)
             if work.facts is not None:
                 if describe is None:
-                    raise ValueError("model-facts points need a describe function (dlrun.workloads.describe_model)")
+                    raise ValueError("model-facts points need a describe function (dlrun.harness.describe_model)")
                 outcome = _facts_outcome(step, count_and_store(work, describe, store_path))
             else:
                 assert work.plan is not None and work.rendered is not None

@@ -113,7 +113,7 @@ def _gib(value: Any, per_gib: float) -> int | None:
 
 
 def _from_job(node: Mapping[str, Any]) -> dict[str, Any]:
-    """The node's part from the harness's `node` record (dlrun.workloads.harness_common.node_facts)."""
+    """The node's part from the harness's `node` record (dlrun.harness.harness_common.node_facts)."""
     sockets, cores = node.get("sockets"), node.get("physical_cores")
     gpus = [g for g in node.get("gpus") or [] if isinstance(g, Mapping)]
     return {"cpu": short_cpu_name(node.get("cpu_model")), "sockets": sockets,

@@ -21,7 +21,7 @@ Verdicts, worst first (a run or point gets the worst that applies, and every rea
                run stored before dlrun recorded these figures
   ok           none of the above
 
-The harness records the figures (dlrun.workloads.harness_common: `quality` in its result); the store keeps a
+The harness records the figures (dlrun.harness.harness_common: `quality` in its result); the store keeps a
 run's verdict with it (`quality` and `verdict` columns), judged when the run is stored.
 """
 from __future__ import annotations
