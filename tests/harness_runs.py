@@ -8,15 +8,18 @@ import socket
 import subprocess
 import sys
 
+from dlrun.harness import load_harness
 from dlrun.paths import HARNESS_DIR
 
 HARNESS = HARNESS_DIR / "harness_pytorch.py"
+#: Every variable the harness reads its rank from (harness_ranks.RANK_SOURCES).
+RANK_VARIABLES = {key for _, rank, size, local in load_harness("pytorch", "ranks").RANK_SOURCES
+                  for key in (rank, size, *local)}
 
 
 def harness_env(**extra):
     env = dict(os.environ)
-    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-                "PMIX_RANK", "SLURM_PROCID", "SLURM_NTASKS", "DLRUN_HARNESS_TEST_PERTURB_RANK"):
+    for key in (*RANK_VARIABLES, "DLRUN_HARNESS_TEST_PERTURB_RANK"):
         env.pop(key, None)
     env.update({"OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}, **extra)
     return env

@@ -356,27 +356,6 @@ def test_bert_workloads_in_the_catalog(dlrun_home):
 # Pure helpers
 # ---------------------------------------------------------------------------
 
-def test_detect_rank_env_order():
-    d = process.detect_rank_env
-    assert d({}) == (0, 1, 0, "single")
-    both = {"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1",
-            "OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "8"}
-    assert d(both) == (1, 4, 1, "torchrun")
-    ompi = {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "8",
-            "OMPI_COMM_WORLD_LOCAL_RANK": "1", "PMIX_RANK": "3",
-            "SLURM_PROCID": "0", "SLURM_NTASKS": "1"}
-    assert d(ompi) == (3, 8, 1, "openmpi")
-    pmix = {"PMIX_RANK": "2", "SLURM_NTASKS": "4", "SLURM_LOCALID": "0",
-            "SLURM_PROCID": "2"}
-    assert d(pmix) == (2, 4, 0, "pmix")
-    assert d({"SLURM_PROCID": "5", "SLURM_NTASKS": "6", "SLURM_LOCALID": "1"}) == (5, 6, 1, "slurm")
-    assert d({"SLURM_PROCID": "0", "SLURM_NTASKS": "2"}) == (0, 2, None, "slurm")
-    with pytest.raises(common.HarnessError, match=r"^inconsistent rank 4 / world size 4 \(torchrun\)$"):
-        d({"RANK": "4", "WORLD_SIZE": "4"})
-    with pytest.raises(common.HarnessError, match=r"^bad RANK='x' in the environment \(torchrun\)$"):
-        d({"RANK": "x", "WORLD_SIZE": "4"})
-
-
 def test_perf_stats_and_replica_tolerance():
     rate, err, jitter = train.perf_stats(10, [0.1, 0.1, 0.1])
     assert rate == pytest.approx(100.0) and err == pytest.approx(0.0) and jitter == pytest.approx(0.0)
@@ -602,8 +581,9 @@ def test_harness_files_are_the_entry_and_every_sibling():
     assert names[0] == "harness_pytorch.py" and names[1:] == sorted(names[1:])
     on_disk = sorted(p.name for p in HARNESS_DIR.glob("*.py") if p.name != "__init__.py")
     assert sorted({*names, *(p.name for p in harness_files("tensorflow"))}) == on_disk
-    # one shared part, shipped with both frameworks' harnesses (a fix there reaches both)
-    assert "harness_common.py" in names and "harness_common.py" in [p.name for p in harness_files("tensorflow")]
+    # the shared parts, shipped with both frameworks' harnesses (a fix there reaches both)
+    for shared in ("harness_common.py", "harness_ranks.py"):
+        assert shared in names and shared in [p.name for p in harness_files("tensorflow")]
     assert {"harness_pytorch_models.py", "harness_pytorch_comm.py", "harness_pytorch_train.py",
             "harness_pytorch_data.py"} <= set(names)
     assert harness_files("tensorflow")[0].name == "harness_tensorflow.py"  # TF 2 (TF 1.x runs tf_cnn_benchmarks)
@@ -653,8 +633,9 @@ def test_each_sibling_imports_alone_without_side_effects(path, default_threads):
     seen = json.loads(proc.stdout)
     assert seen["path"] and seen["env"] and seen["dlrun"] == []
     assert seen["threads"] == default_threads
-    stdlib_only = path.stem in ("harness_common", "harness_pytorch_allocator", "harness_pytorch_knobs",
-                                "harness_pytorch_tfrecord", "harness_pytorch_mfu", "harness_pytorch_args")
+    stdlib_only = path.stem in ("harness_common", "harness_ranks", "harness_pytorch_allocator",
+                                "harness_pytorch_knobs", "harness_pytorch_tfrecord", "harness_pytorch_mfu",
+                                "harness_pytorch_args")
     assert seen["torch_loaded"] is not stdlib_only
 
 

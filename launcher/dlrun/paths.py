@@ -22,28 +22,29 @@ from dlrun.errors import UsageError
 PACKAGE_DIR = Path(__file__).resolve().parent
 #: The in-container harness files (standard library + framework only), bound or copied into images.
 HARNESS_DIR = PACKAGE_DIR / "harness"
-#: The part every framework's harness ships with (exit codes, errors, statistics).
-HARNESS_COMMON = "harness_common.py"
+#: The parts every framework's harness ships with (exit codes, errors, statistics; the launcher's ranks).
+HARNESS_SHARED = ("harness_common.py", "harness_ranks.py")
 #: Where a wheel puts the built-in catalogs (see `[tool.hatch.build.targets.wheel.force-include]`).
 SHIPPED_DIR = PACKAGE_DIR / "_builtin"
 
 
 def harness_files(framework: str = "pytorch") -> list[Path]:
     """The files of a framework's in-container harness, read from the harness directory: the entry
-    `harness_<framework>.py` first, then in name order the shared `harness_common.py` and the entry's
-    siblings `harness_<framework>_*.py`. Shipped, bound and hashed together; empty for a framework that has
+    `harness_<framework>.py` first, then in name order the shared `harness_common.py` and `harness_ranks.py`
+    and the entry's siblings `harness_<framework>_*.py`. Shipped, bound and hashed together; empty for a framework that has
     no dlrun harness (TensorFlow 1.x images run tf_cnn_benchmarks)."""
     entry = HARNESS_DIR / f"harness_{framework}.py"
     if not entry.is_file():
         return []
-    return [entry, *sorted([HARNESS_DIR / HARNESS_COMMON, *HARNESS_DIR.glob(f"harness_{framework}_*.py")])]
+    shared = [HARNESS_DIR / name for name in HARNESS_SHARED]
+    return [entry, *sorted([*shared, *HARNESS_DIR.glob(f"harness_{framework}_*.py")])]
 
 
 def harness_hashes(harness_dir: Path, framework: str) -> tuple[str | None, dict[str, str | None]]:
     """(digest, per-file sha256) of a framework's harness files as they lie in `harness_dir`. The digest is
     the sha256 of their `sha256sum` listing in name order, so one value names the whole harness and
-    `cd DIR && LC_ALL=C sha256sum harness_common.py harness_pytorch*.py | sha256sum` recomputes it; None when a file is
-    missing or the framework has no harness."""
+    `cd DIR && LC_ALL=C sha256sum harness_common.py harness_pytorch*.py harness_ranks.py | sha256sum`
+    recomputes it; None when a file is missing or the framework has no harness."""
     files = {path.name: _file_sha256(harness_dir / path.name) for path in harness_files(framework)}
     if not files or None in files.values():
         return None, files

@@ -20,7 +20,8 @@ imports them from there (it puts its own directory on ``sys.path``; the
 caller's working directory does not matter):
 ``harness_common.py`` (shared with the TensorFlow harness: exit codes, the
 error type, output, argument types, throughput statistics),
-``harness_pytorch_allocator.py`` (the memory allocator) and
+``harness_ranks.py`` (shared too: the rank and world size from the
+launcher's variables), ``harness_pytorch_allocator.py`` (the memory allocator) and
 ``harness_pytorch_knobs.py`` (the speed knobs and why each has its value;
 both standard library only, settled before torch is imported),
 ``harness_pytorch_features.py`` (checks for features of newer PyTorch

@@ -27,7 +27,6 @@ weight_decay instead of per_rank_images_per_sec, image_size, num_classes,
 data_format and momentum; the log ends with "total sequences/sec: N".
 """
 
-import os
 import platform
 
 import torch
@@ -35,58 +34,7 @@ import torch
 from harness_pytorch_allocator import ALLOCATOR, setup_allocator
 from harness_common import (EXIT_WORLD_SIZE, HARNESS_VERSION,
                             HarnessError, cpu_name, node_facts)
-
-
-def _env_int(environ, key, source):
-    value = environ.get(key)
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise HarnessError("bad %s=%r in the environment (%s)"
-                           % (key, value, source))
-
-
-def detect_rank_env(environ=None):
-    """(rank, world_size, local_rank or None, source) from the launcher's
-    environment: torchrun, Open MPI, PMIx, Slurm, else one process."""
-    env = os.environ if environ is None else environ
-    rank = size = local = None
-    source = "single"
-    if "RANK" in env and "WORLD_SIZE" in env:
-        source = "torchrun"
-        rank = _env_int(env, "RANK", source)
-        size = _env_int(env, "WORLD_SIZE", source)
-        if "LOCAL_RANK" in env:
-            local = _env_int(env, "LOCAL_RANK", source)
-    elif "OMPI_COMM_WORLD_RANK" in env and "OMPI_COMM_WORLD_SIZE" in env:
-        source = "openmpi"
-        rank = _env_int(env, "OMPI_COMM_WORLD_RANK", source)
-        size = _env_int(env, "OMPI_COMM_WORLD_SIZE", source)
-        if "OMPI_COMM_WORLD_LOCAL_RANK" in env:
-            local = _env_int(env, "OMPI_COMM_WORLD_LOCAL_RANK", source)
-    elif "PMIX_RANK" in env and ("OMPI_COMM_WORLD_SIZE" in env
-                                 or "SLURM_NTASKS" in env):
-        source = "pmix"
-        rank = _env_int(env, "PMIX_RANK", source)
-        size_key = ("OMPI_COMM_WORLD_SIZE" if "OMPI_COMM_WORLD_SIZE" in env
-                    else "SLURM_NTASKS")
-        size = _env_int(env, size_key, source)
-        for key in ("OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"):
-            if key in env:
-                local = _env_int(env, key, source)
-                break
-    elif "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
-        source = "slurm"
-        rank = _env_int(env, "SLURM_PROCID", source)
-        size = _env_int(env, "SLURM_NTASKS", source)
-        if "SLURM_LOCALID" in env:
-            local = _env_int(env, "SLURM_LOCALID", source)
-    else:
-        rank, size, local = 0, 1, 0
-    if size < 1 or rank < 0 or rank >= size:
-        raise HarnessError("inconsistent rank %d / world size %d (%s)"
-                           % (rank, size, source))
-    return rank, size, local, source
+from harness_ranks import detect_rank_env
 
 
 # --- Device, backend and what the process runs on ---------------------------

@@ -12,7 +12,8 @@ Files
 Shipped together in one directory; the entry puts its own directory on
 ``sys.path``: ``harness_common.py`` (shared with the PyTorch harness: exit codes, the
 error type, output, argument types, throughput statistics; standard library
-only), ``harness_tensorflow_models.py`` (the
+only), ``harness_ranks.py`` (shared too: the rank and world size from the
+launcher's variables), ``harness_tensorflow_models.py`` (the
 models), ``harness_tensorflow_data.py`` (synthetic batch, tf.data
 pipelines), ``harness_tensorflow_process.py`` (ranks, Horovod, threads,
 device, versions), ``harness_tensorflow_train.py`` (the training loop,

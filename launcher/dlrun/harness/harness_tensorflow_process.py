@@ -11,33 +11,7 @@ import tensorflow as tf
 
 from harness_common import (EXIT_WORLD_SIZE, HARNESS_VERSION,
                             HarnessError, cpu_name, node_facts)
-
-# (source, rank variable, size variable), first match wins.
-_RANK_SOURCES = (
-    ("openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
-    ("horovod", "HOROVOD_RANK", "HOROVOD_SIZE"),
-    ("pmix", "PMIX_RANK", "SLURM_NTASKS"),
-    ("slurm", "SLURM_PROCID", "SLURM_NTASKS"),
-)
-
-
-def detect_rank_env(environ=None):
-    """(rank, world_size, source) from the launcher's environment: Open MPI,
-    horovodrun (gloo), PMIx, Slurm, else one process."""
-    env = os.environ if environ is None else environ
-    for source, rank_key, size_key in _RANK_SOURCES:
-        if rank_key in env and size_key in env:
-            try:
-                rank, size = int(env[rank_key]), int(env[size_key])
-            except ValueError:
-                raise HarnessError("bad %s=%r / %s=%r in the environment"
-                                   % (rank_key, env[rank_key], size_key,
-                                      env[size_key]))
-            if size < 1 or rank < 0 or rank >= size:
-                raise HarnessError("inconsistent rank %d / world size %d (%s)"
-                                   % (rank, size, source))
-            return rank, size, source
-    return 0, 1, "single"
+from harness_ranks import detect_rank_env
 
 
 class Comm(object):
@@ -66,7 +40,7 @@ def setup_process(args):
     """Check the world size, start Horovod where there are several
     processes, settle threads and the device.  Returns (comm, rank_source,
     device_type, device_name)."""
-    rank, world_size, source = detect_rank_env()
+    rank, world_size, _, source = detect_rank_env()
     if (args.expected_world_size is not None
             and args.expected_world_size != world_size):
         raise HarnessError(
