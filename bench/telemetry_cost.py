@@ -8,7 +8,7 @@ does, so that the sampler's own CPU seconds can be read back. Goal: telemetry at
 
 Load-robust (the machine this runs on is shared and its load moves by several units within minutes): each
 round runs on and off back to back (alternated order), and the figures are the rounds' paired ratios, whose
-geometric mean gets a 95 % t interval on the logs (dlrun.results.stats.summarize): drift between rounds
+geometric mean gets a 95 % t interval on the logs (dlrun.results.compare.stats.summarize): drift between rounds
 cancels within a pair. Two figures: throughput on / off (what a user sees, blurred by the others' work), and
 CPU seconds off / on of the whole run (the harness, its launcher and the sampler: getrusage of the run's
 children), which other processes do not add to. The load average is recorded at each run's start and end.
@@ -83,7 +83,7 @@ def _paired(name: str) -> list[float]:
 
 
 def _interval(ratios: list[float]) -> str:
-    from dlrun.results.stats import summarize
+    from dlrun.results.compare.stats import summarize
 
     s = summarize(ratios)
     if s.ci_low is None or s.ci_high is None:
@@ -96,7 +96,7 @@ def measure(threads: int, repeats: int, log, quick: bool = False) -> list[Row]:
         home = Path(tmp)
         values = alternate({"on": lambda: _once(home, threads, "1"), "off": lambda: _once(home, threads, "off")},
                            repeats, log)
-    from dlrun.results.stats import geometric_mean
+    from dlrun.results.compare.stats import geometric_mean
 
     speed, cpu = _paired("img_s"), _paired("cpu_s")
     share = sum(c["sampler_cpu_s"] for c in COSTS) / sum(c["run_s"] * threads for c in COSTS) if COSTS else None

@@ -10,7 +10,7 @@ import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
-from dlrun.results.import_log import import_log
+from dlrun.results.exchange.import_log import import_log
 from dlrun.results.store import Store
 
 LOGS = Path(__file__).parent / "data" / "logs"

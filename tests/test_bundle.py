@@ -15,12 +15,12 @@ import pytest
 from bundle_data import allowed_signers, filled_store, make_key, members, rebuild, regular
 
 from dlrun.errors import DlrunError, UsageError
-from dlrun.results.bundle import FORMAT_VERSION, BundleError
-from dlrun.results.bundle_import import import_bundle
-from dlrun.results.bundle_sign import sign
+from dlrun.results.exchange.bundle import FORMAT_VERSION, BundleError
+from dlrun.results.exchange.bundle_import import import_bundle
+from dlrun.results.exchange.bundle_sign import sign
 from dlrun.results.limits import Limits
-from dlrun.results.export import export_bundle
-from dlrun.results.query import Filters
+from dlrun.results.exchange.export import export_bundle
+from dlrun.results.store.query import Filters
 from dlrun.results.store import Store
 
 

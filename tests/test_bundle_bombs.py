@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 from bundle_data import allowed_signers, filled_store, make_key
 
-from dlrun.results.export import export_bundle
-from dlrun.results.query import Filters
+from dlrun.results.exchange.export import export_bundle
+from dlrun.results.store.query import Filters
 
 #: What one import may take: the interpreter with dlrun's modules loaded takes about 45 MiB of address space
 #: (VmPeak); the largest manifest the default limits let through is 16 MiB, parsed within the container budget.
@@ -179,7 +179,7 @@ def test_a_fifo_is_refused_instead_of_waited_on(tmp_path):
 KILLED_IMPORT = """
 import os, signal, sys
 from pathlib import Path
-from dlrun.results import bundle_import
+from dlrun.results.exchange import bundle_import
 from dlrun.results.store import Store
 
 real = bundle_import.read_bundle

@@ -20,10 +20,10 @@ from bundle_data import filled_store
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dlrun.results.bundle import BundleError
-from dlrun.results.bundle_read import read_bundle
-from dlrun.results.export import export_bundle
-from dlrun.results.query import Filters
+from dlrun.results.exchange.bundle import BundleError
+from dlrun.results.exchange.bundle_read import read_bundle
+from dlrun.results.exchange.export import export_bundle
+from dlrun.results.store.query import Filters
 
 
 def fuzz(examples: int) -> settings:

@@ -17,7 +17,7 @@ from dlrun.errors import UsageError
 from dlrun.measure import matmul_record
 from dlrun.results.compare import EfficiencyInputs, MismatchError, Reference, Source, compare
 from dlrun.results.compare.efficiency import ModelFlops, Peak, SystemFacts, system_facts
-from dlrun.results.query import Filters
+from dlrun.results.store.query import Filters
 from dlrun.results.store import Store
 
 

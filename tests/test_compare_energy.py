@@ -13,7 +13,7 @@ from conftest import run_cli
 from dlrun.errors import DlrunError, UsageError
 from dlrun.probe import telemetry_gpu
 from dlrun.results.compare import compare
-from dlrun.results.query import Filters
+from dlrun.results.store.query import Filters
 from dlrun.results.store import Store
 from dlrun.telemetry.series import Series
 from dlrun.telemetry.summary import result_fields, summarize

@@ -12,7 +12,7 @@ from compare_data import DGX2_NODE, add
 from conftest import run_cli
 
 from dlrun.results.compare import MismatchError, Reference, Source, compare
-from dlrun.results.query import Filters
+from dlrun.results.store.query import Filters
 from dlrun.results.store import Store
 
 #: Another machine at another site: what a Xeon 8480+ node with H100s reports.
@@ -57,7 +57,7 @@ def test_along_site_or_host_they_are_compared(store, axis):
     result = compare(store, Filters(), by=axis)
     assert result.like_for_like and result.mode == "relative"
     rows = {r["devices"]: r for r in result.rows}
-    # ratios of geometric means (dlrun.results.stats): close to the ratios of the middle values
+    # ratios of geometric means (dlrun.results.compare.stats): close to the ratios of the middle values
     assert rows[1]["relative"] == pytest.approx(150 / 100, rel=1e-3)
     assert rows[2]["relative"] == pytest.approx(295 / 198, rel=1e-3)
     if axis == "host":  # two machines of one site, both `dgx2` to it: the machine is the axis

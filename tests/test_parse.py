@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 
-from dlrun.results.import_log import ORIGIN, import_log
+from dlrun.results.exchange.import_log import ORIGIN, import_log
 from dlrun.results.parsers import FORMATS, ParseError, ParsedResult, list_formats, parse_all, parse_text
 from dlrun.results.store import Store
 

@@ -13,7 +13,7 @@ from compare_data import record
 from dlrun.probe.topology import expected_busbw, parse_topo_matrix
 from dlrun.results.compare import compare
 from dlrun.results.quality import BUSBW_FLOOR, THROTTLED_SHARE, point_reasons, run_quality
-from dlrun.results.query import Filters
+from dlrun.results.store.query import Filters
 from dlrun.results.store import Store
 from dlrun.telemetry.series import Series
 from dlrun.telemetry.summary import result_fields, summarize

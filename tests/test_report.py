@@ -25,7 +25,7 @@ from dlrun.report import gather
 from dlrun.report.plots import MAX_DOTS, PAGE_WIDTH_PX, bars_plot, scaling_plot
 from dlrun.reproduce.work import plan_points
 from dlrun.results.fingerprint import fingerprint_of
-from dlrun.results.query import Filters
+from dlrun.results.store.query import Filters
 from dlrun.results.store import Store
 
 

@@ -18,7 +18,7 @@ from report_data import fill, no_model_counts
 
 from dlrun.errors import DlrunError
 from dlrun.report import Painter, gather, write
-from dlrun.results.query import Filters
+from dlrun.results.store.query import Filters
 
 
 def _report(home: Path):

@@ -16,7 +16,7 @@ from conftest import cli_json, run_cli
 from dlrun.probe import telemetry_gpu
 from dlrun.report import Painter, gather, write
 from dlrun.report.energy import UNREADABLE, point_cells, trace
-from dlrun.results.query import Filters
+from dlrun.results.store.query import Filters
 from dlrun.results.store import Store
 from dlrun.telemetry.series import read_run
 from dlrun.telemetry.summary import summarize

@@ -29,7 +29,7 @@ from dlrun.reproduce.stable import more_repeats, stability
 from dlrun.reproduce.work import PointWork, plan_points
 from dlrun.results.fingerprint import this_machine
 from dlrun.results.site import local_site
-from dlrun.results.stats import summarize
+from dlrun.results.compare.stats import summarize
 from dlrun.results.store import Store
 
 SMOKE = "localhost_scaling_smoke"

@@ -9,9 +9,9 @@ from conftest import REPO, run_cli
 
 from dlrun.probe.cpu import cpu_inventory, memory_gb
 from dlrun.results import key as keys
-from dlrun.results import key_diff
+from dlrun.results.compare import key_diff
 from dlrun.results.fingerprint import short_cpu_name
-from dlrun.results.import_log import import_log
+from dlrun.results.exchange.import_log import import_log
 from dlrun.results.store import Store
 
 LOGS = REPO / "tests" / "data" / "logs"
@@ -196,10 +196,10 @@ def test_an_imported_tf_cnn_benchmarks_log_gets_the_key_of_the_dlrun_run_of_the_
     from dlrun.execute.record import run_row
     from dlrun.images.verify import with_local_image
     from dlrun.plan import resolve_plan
-    from dlrun.results.import_log import import_log_as_runs
-    from dlrun.results.import_plan import ImportOptions
+    from dlrun.results.exchange.import_log import import_log_as_runs
+    from dlrun.results.exchange.import_plan import ImportOptions
     from dlrun.results.parsers import parse_text
-    from dlrun.results.schema import RUN_COLUMNS
+    from dlrun.results.store.schema import RUN_COLUMNS
 
     catalog = _locked_catalog()
     plan = resolve_plan(catalog, "resnet101_v1", image="tf1.14-nccl", system="txgaia", nodes=1, ranks_per_node=2,
@@ -233,8 +233,8 @@ def test_an_imported_dllogger_log_is_keyed_as_the_code_that_ran_it(dlrun_home):
     # slower in one vendor's harness than in another's").
     from dlrun.images.verify import with_local_image
     from dlrun.reproduce.resume import planned_key
-    from dlrun.results.import_log import import_log_as_runs
-    from dlrun.results.import_plan import ImportOptions
+    from dlrun.results.exchange.import_log import import_log_as_runs
+    from dlrun.results.exchange.import_plan import ImportOptions
 
     catalog = _locked_catalog("pytorch1.0-nvcr18.11")
     [(run, rows, plan)] = import_log_as_runs(
@@ -266,8 +266,8 @@ def test_an_imported_nccl_tests_log_gets_the_key_of_the_dlrun_run_of_the_same_th
     from dlrun.execute.record import run_row
     from dlrun.images.verify import with_local_image
     from dlrun.plan import resolve_plan
-    from dlrun.results.import_log import import_log_as_runs
-    from dlrun.results.import_plan import ImportOptions
+    from dlrun.results.exchange.import_log import import_log_as_runs
+    from dlrun.results.exchange.import_plan import ImportOptions
     from dlrun.results.parsers import parse_text
 
     catalog = _locked_catalog("pytorch2.6-ngc24.12")

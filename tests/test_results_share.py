@@ -18,9 +18,9 @@ from bundle_data import LOGS, allowed_signers, make_key, members, rebuild, regul
 from conftest import run_cli
 
 from dlrun.probe.cpu import cpu_inventory
-from dlrun.results.export import TABLE_COLUMNS
+from dlrun.results.exchange.export import TABLE_COLUMNS
 from dlrun.results.fingerprint import short_cpu_name
-from dlrun.results.import_log import import_log
+from dlrun.results.exchange.import_log import import_log
 from dlrun.results.site import local_site
 from dlrun.results.store import Store
 

@@ -17,7 +17,7 @@ import scipy.stats
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from dlrun.results import stats
+from dlrun.results.compare import stats
 
 # Throughput-like repeats (img/s): A a baseline, B about 4 % slower, C the same as A; D and E unequal in
 # size and spread.
@@ -134,7 +134,7 @@ def test_verdicts_against_a_published_band():
 
 def test_compare_never_imports_scipy_stats():
     # scipy.stats costs 0.7 s of import: compare and report have 2 s over a 100,000-run store
-    code = ("import sys; from dlrun.results import stats; s = stats.summarize([1.0, 2.0, 3.0]); "
+    code = ("import sys; from dlrun.results.compare import stats; s = stats.summarize([1.0, 2.0, 3.0]); "
             "stats.judge(stats.ratio([1.0, 2.0, 3.0], [2.0, 3.0, 4.0]).estimate, -1.0, 1.0); "
             "import dlrun.results.compare, dlrun.report.gather, dlrun.reproduce.references; "
             "print('scipy.special' in sys.modules, 'scipy.stats' in sys.modules)")

@@ -15,8 +15,8 @@ import pytest
 from bundle_data import LOGS, filled_store
 from conftest import run_cli
 
-from dlrun.results.export import export_bundle
-from dlrun.results.query import Filters
+from dlrun.results.exchange.export import export_bundle
+from dlrun.results.store.query import Filters
 from dlrun.results.store import Store
 
 LOG = LOGS / "horovod" / "issue712_pytorch_synthetic_4gpu.log"
@@ -147,7 +147,7 @@ def test_delete_undoes_an_import_after_a_yes(dlrun_home, tmp_path):
 
 
 def test_delete_never_leaves_the_dlrun_home(dlrun_home, tmp_path):
-    from dlrun.results.delete import delete_runs
+    from dlrun.results.store.delete import delete_runs
 
     store = Store(dlrun_home / "results.sqlite")
     elsewhere = tmp_path / "data" / "run-x"

@@ -14,7 +14,7 @@ from dlrun.errors import DlrunError, UsageError
 from dlrun.preflight import node_inventory
 from dlrun.results.fingerprint import short_cpu_name
 from dlrun.results.key import key_from_run, key_hash
-from dlrun.results.query import Filters, parse_since
+from dlrun.results.store.query import Filters, parse_since
 from dlrun.results.site import host_domain, local_site
 from dlrun.results.store import SCHEMA_VERSION, Store
 

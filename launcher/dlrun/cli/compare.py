@@ -10,7 +10,7 @@ speedup and scaling efficiency (PRACE guide Tables 8, 9); --by fabric: relative 
 --by image, precision, batch, data or framework-version: regression test (Welch's t). --reference or
 --references: against published values. Nothing: statistics per configuration. Every estimate is a
 geometric mean of the repeats, every ratio one of geometric means, with 95 % intervals from the logs
-(dlrun.results.stats; none below 3 repeats).
+(dlrun.results.compare.stats; none below 3 repeats).
 """
 from __future__ import annotations
 

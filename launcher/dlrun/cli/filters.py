@@ -36,7 +36,7 @@ def build_filters(store, run_ids: list[str] | None = None, *, workload=None, sys
                   nodes=None):
     """Checked filters: run id prefixes resolved, every value one the store holds or the catalogs define
     (else exit 2 with the closest such value), `--since` parsed."""
-    from dlrun.results.query import Filters, check_values, parse_since
+    from dlrun.results.store.query import Filters, check_values, parse_since
 
     filters = Filters(run_ids=store.resolve_ids(run_ids or []), workload=tuple(workload or ()),
                       system=tuple(system or ()), image=tuple(image or ()), status=tuple(status or ()),

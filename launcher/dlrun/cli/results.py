@@ -100,7 +100,7 @@ def results_delete(
     import sys
 
     from dlrun.paths import dlrun_home
-    from dlrun.results.delete import delete_runs
+    from dlrun.results.store.delete import delete_runs
 
     if not run_ids and not any((workload, system, image, status, since, experiment, site)):
         raise UsageError("name the runs to delete; valid: run ids, or filters such as --site SITE or --since 1d")
@@ -130,7 +130,7 @@ def parse(file: Annotated[Path, typer.Argument(help="Log file: dlrun harness, nc
           as_json: JsonOpt = False) -> None:
     """Parse a benchmark log and print the extracted result, which printed figure it is (value_is) and
     anything that makes it untrustworthy (problems)."""
-    from dlrun.results.import_log import read_log
+    from dlrun.results.exchange.import_log import read_log
     from dlrun.results.parsers import parse_text
 
     text, _ = read_log(file)  # regular files only, at most limits.log_bytes

@@ -61,7 +61,7 @@ def export(
 ) -> None:
     """Write stored runs to one file: a bundle another site imports (signed with --sign), or a flat table."""
     from dlrun import __version__
-    from dlrun.results.export import export_bundle, export_table, format_of
+    from dlrun.results.exchange.export import export_bundle, export_table, format_of
 
     chosen = format_of(out, fmt)
     if chosen != "bundle":
@@ -75,7 +75,7 @@ def export(
         rows = export_table(store, filters, out, chosen)
         print(plain(f"wrote {out}: {rows} rows ({chosen})"))
         return
-    from dlrun.results.bundle_sign import sign as ssh_sign
+    from dlrun.results.exchange.bundle_sign import sign as ssh_sign
     from dlrun.results.site import local_site
 
     name = _site_name(exporting_site, "--exporting-site") if exporting_site else local_site()
@@ -101,7 +101,7 @@ def import_(
     """Verify a bundle (every member's sha256, and its signature) and store the runs this site lacks, within
     the limits in config.yaml (see README: Limits)."""
     from dlrun.paths import dlrun_home
-    from dlrun.results.bundle_import import import_bundle
+    from dlrun.results.exchange.bundle_import import import_bundle
 
     result = import_bundle(_store(), bundle, dlrun_home(), allowed_signers=allowed_signers, unsigned=unsigned)
     if as_json:
@@ -160,7 +160,7 @@ def import_log(
     log does not (image; batch, precision, nodes where it is silent; fabric across nodes), are checked as
     `dlrun run` checks them, and must agree with what the log says. --machine says which machine it ran on."""
     from dlrun.cli.machine import machine_of
-    from dlrun.results.import_plan import ImportOptions
+    from dlrun.results.exchange.import_plan import ImportOptions
 
     if not system.strip():
         raise UsageError("--system must name the system the log was produced on, e.g. --system dgx2")
@@ -173,7 +173,7 @@ def import_log(
         pairs = _as_dlrun_runs(file.resolve(), system, options, fmt, (origin, fingerprint), experiment, store)
     else:
         from dlrun.cli.machine import with_machine
-        from dlrun.results.import_log import import_log as records_of
+        from dlrun.results.exchange.import_log import import_log as records_of
 
         pairs = with_machine(records_of(file.resolve(), system=system, fmt=fmt, site=origin), origin, fingerprint)
     added = store.add_runs(pairs, same_provenance=("log_sha256", "log_result_index"))
@@ -197,7 +197,7 @@ def _as_dlrun_runs(path: Path, system: str, options, fmt: Optional[str], machine
     from dlrun.cli.machine import with_machine
     from dlrun.cli.options import load_catalog
     from dlrun.images.verify import with_local_image
-    from dlrun.results.import_log import import_log_as_runs
+    from dlrun.results.exchange.import_log import import_log_as_runs
     from dlrun.results.key import key_from_run
 
     if experiment is not None and options.workload is None and options.model is None:

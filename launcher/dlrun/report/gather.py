@@ -31,7 +31,7 @@ from dlrun.results.compare.select import Group, dropped_note, load_groups
 from dlrun.results.compare.verdicts import annotate
 from dlrun.results.key import NOT_APPLICABLE, UNKNOWN
 from dlrun.results.quality import summarize_verdicts
-from dlrun.results.query import Filters
+from dlrun.results.store.query import Filters
 from dlrun.results.store import Store
 
 #: The newest runs listed with their provenance (a table of 20,000 rows helps no reader).

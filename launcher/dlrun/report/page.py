@@ -12,7 +12,7 @@ from dlrun.report.gather import Report
 from dlrun.report.plots import PAGE_WIDTH_PX, Plot
 from dlrun.report.tables import (fabrics_table, model_facts_table, published_table, relative_table, runs_table,
                                  scaling_table)
-from dlrun.results.stats import MIN_REPEATS
+from dlrun.results.compare.stats import MIN_REPEATS
 
 STYLE = """
 body { font-family: "DejaVu Sans", sans-serif; margin: 1.5em; color: #222; max-width: %dpx; }

@@ -8,7 +8,7 @@ scaling.png   throughput against devices on log-log axes, a line per system (per
 bars.png      the geometric mean per configuration as a bar with its 95 % interval and the repeats as dots,
               a colour per fabric when the runs used several fabrics, else per system (Samsi et al., Fig. 4)
 
-Intervals are those of the logs (dlrun.results.stats), so no bar or whisker reaches below zero; a point of
+Intervals are those of the logs (dlrun.results.compare.stats), so no bar or whisker reaches below zero; a point of
 fewer than three repeats has no whisker. Both plots are as wide as the page's content (PAGE_WIDTH_PX), drawn
 at the size the page shows them, so that the image maps' pixel areas stay where the points are.
 """

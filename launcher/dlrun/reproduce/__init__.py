@@ -26,7 +26,7 @@ from dlrun.reproduce.resume import TaggedStore, planned_key, same_point, stored_
 from dlrun.reproduce.runner import RunReport, Step, StepOutcome, is_batch, run_batch, run_local, schedule
 from dlrun.reproduce.select import check_repeats, choose_systems, parse_where
 from dlrun.reproduce.work import PointWork, plan_points, point_id
-from dlrun.results.stats import geometric_mean
+from dlrun.results.compare.stats import geometric_mean
 from dlrun.results.store import Store
 
 __all__ = ["PointWork", "ReferenceRow", "RunReport", "Step", "StepOutcome", "SystemWork", "TaggedStore",

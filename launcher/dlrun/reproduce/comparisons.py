@@ -11,7 +11,7 @@ from dlrun.catalog.experiment_vocabulary import WORKLOAD_AXES
 from dlrun.catalog.experiments import ExperimentSpec
 from dlrun.reproduce.work import PointWork
 from dlrun.results.compare import Comparison, FactsProvider, compare
-from dlrun.results.query import Filters
+from dlrun.results.store.query import Filters
 from dlrun.results.store import Store
 
 #: Axes that set how many devices a point runs on: compare's `devices` axis.

@@ -4,7 +4,7 @@ the time to train N samples), evaluated on the stored runs of one system.
 
 Each side of the operation (the reference's own points and its baseline, or the numerator and the
 denominator) pools the runs of the points its conditions select. Every quantity is a monotone function of
-one estimate on the log scale (dlrun.results.stats): the ratio of the two sides' geometric means with
+one estimate on the log scale (dlrun.results.compare.stats): the ratio of the two sides' geometric means with
 Welch's t interval on the logs, or one side's geometric mean with its t interval. `Scale` carries that
 function, so that the interval and the published tolerance band are compared on the same scale. What needs
 more than one system's points (a ratio of two systems), an aggregate over an axis (`aggregate`, `over`) or
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from dlrun.catalog.experiment_points import matches
 from dlrun.catalog.experiments import Reference
 from dlrun.reproduce.work import PointWork
-from dlrun.results.stats import LogEstimate, ratio, summarize
+from dlrun.results.compare.stats import LogEstimate, ratio, summarize
 
 #: Units a time-for-samples reference may be published in, in seconds.
 TIME_UNITS = {"s": 1.0, "min": 60.0, "h": 3600.0, "hours": 3600.0, "days": 86400.0, "d": 86400.0}

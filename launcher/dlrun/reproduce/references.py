@@ -25,7 +25,7 @@ from dlrun.reproduce.model_facts import FACT_UNITS
 from dlrun.reproduce.trust import trusted
 from dlrun.reproduce.work import PointWork
 from dlrun.results.compare.groups import UNIT_ALIASES
-from dlrun.results.stats import LogEstimate, judge, summarize
+from dlrun.results.compare.stats import LogEstimate, judge, summarize
 
 #: Verdicts, in the order a reader should worry about them. `implausible`: every run that would answer it was
 #: left out (dlrun.reproduce.trust).

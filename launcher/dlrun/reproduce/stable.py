@@ -1,6 +1,6 @@
 """`dlrun reproduce --until-stable`: after the repeats an experiment asks for, one more run of every point
 whose 95 % interval is still wider than the target, round after round, until each is narrow enough or has
-the most runs allowed. The interval is the statistics module's (dlrun.results.stats.summarize, called
+the most runs allowed. The interval is the statistics module's (dlrun.results.compare.stats.summarize, called
 through its public function only); below its minimum of runs there is none, and the point is not stable."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from dlrun.reproduce.runner import Step, schedule
 from dlrun.reproduce.work import PointWork
-from dlrun.results.stats import summarize
+from dlrun.results.compare.stats import summarize
 
 PRIMARY = ("throughput", "busbw")
 

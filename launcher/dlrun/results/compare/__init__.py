@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from dlrun.errors import DlrunError, UsageError, unknown_name
-from dlrun.results.query import Filters
+from dlrun.results.store.query import Filters
 from dlrun.results.store import Store
 
 from dlrun.results.compare import axes, groups as by_key, measured, verdicts

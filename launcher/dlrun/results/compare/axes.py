@@ -9,7 +9,7 @@ fabrics     one fabric against another: relative difference per row and its aver
 regression  any axis over repeated runs: Welch's t-test per row, "slower by X % (95 % CI a–b %)" or
             "no significant difference"
 
-Every ratio is one of geometric means with Welch's t interval on the logs (dlrun.results.stats.ratio): the
+Every ratio is one of geometric means with Welch's t interval on the logs (dlrun.results.compare.stats.ratio): the
 test and the interval are one computation, and an interval on a ratio is always positive. Averages over
 rows are geometric means of the rows' ratios.
 """
@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from dlrun.results.parsers.figure_of_merit import LOWER_IS_BETTER
-from dlrun.results.stats import change_sentence, geometric_mean, ratio, summarize
+from dlrun.results.compare.stats import change_sentence, geometric_mean, ratio, summarize
 
 from dlrun.results.compare.efficiency import EfficiencyInputs, columns_for, efficiency
 from dlrun.results.compare.measured import WORDS

@@ -1,14 +1,14 @@
 """Modes without an axis: statistics per configuration (`summary`) and runs against published values
 (`reference`). Each configuration's estimate is the geometric mean of its repeats with the t interval of
-their logs (dlrun.results.stats); a published value is judged by that interval against its tolerance band."""
+their logs (dlrun.results.compare.stats); a published value is judged by that interval against its tolerance band."""
 from __future__ import annotations
 
 import math
 from typing import Any
 
 from dlrun.results.key import KEY_FIELDS, UNKNOWN
-from dlrun.results.key_diff import spread
-from dlrun.results.stats import judge, summarize
+from dlrun.results.compare.key_diff import spread
+from dlrun.results.compare.stats import judge, summarize
 
 from dlrun.results.compare.efficiency import EfficiencyInputs, columns_for, efficiency
 from dlrun.results.compare.model import Comparison, Reference, sort_value

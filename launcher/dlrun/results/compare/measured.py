@@ -7,9 +7,9 @@ import math
 from typing import Any
 
 from dlrun.errors import UsageError, unknown_name
-from dlrun.results.schema import COMPARED_VALUES
+from dlrun.results.store.schema import COMPARED_VALUES
 
-#: --metric names (dlrun.results.schema.COMPARED_VALUES) and the group metric their values stand for.
+#: --metric names (dlrun.results.store.schema.COMPARED_VALUES) and the group metric their values stand for.
 METRICS = {"rate": None, "samples-per-joule": "samples_per_joule"}
 #: Modes whose columns mean something for a metric other than the rate (scaling efficiency is of throughput).
 MODES_OF = {"samples-per-joule": ("summary", "reference", "relative", "fabrics", "regression")}

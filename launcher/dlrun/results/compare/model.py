@@ -6,7 +6,7 @@ from typing import Any
 
 from dlrun.errors import DlrunError, unquoted
 from dlrun.results.key import MACHINE_FIELDS, STACK_FIELDS
-from dlrun.results.stats import METHOD
+from dlrun.results.compare.stats import METHOD
 
 #: Modes, and the axis each compares along when `--by` is not given (None: no axis).
 MODES: dict[str, str | None] = {"summary": None, "reference": None, "relative": "system", "scaling": "devices",
@@ -118,7 +118,7 @@ class Comparison:
 
     `summary_rows` hold averages over rows (Ren et al.'s "Average", Samsi et al.'s average reduction: the
     geometric mean of the rows' ratios); `differences` is empty exactly when the comparison is like-for-like;
-    `statistics` says how every estimate and interval was made (dlrun.results.stats.METHOD). `sites` and
+    `statistics` says how every estimate and interval was made (dlrun.results.compare.stats.METHOD). `sites` and
     `machines` are those of the compared runs (dlrun.results.key.machine_label), `quality` their verdicts
     (verdict -> runs), and every row carries its point's verdict (`quality`, `quality_reasons`:
     dlrun.results.compare.verdicts)."""

@@ -8,8 +8,8 @@ from typing import Any
 
 from dlrun.errors import DlrunError, UsageError, closest
 from dlrun.results.key import KEY_FIELDS, MACHINE_FIELDS, UNKNOWN, machine_label
-from dlrun.results.key_diff import spread
-from dlrun.results.query import Filters
+from dlrun.results.compare.key_diff import spread
+from dlrun.results.store.query import Filters
 from dlrun.results.store import Store
 
 from dlrun.results.compare import measured

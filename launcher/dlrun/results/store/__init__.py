@@ -1,7 +1,7 @@
 """SQLite result store: WAL mode, one transaction per run, safe for parallel writers.
 
-The schema and its versions are in `dlrun.results.schema`. Version 2 adds where a run came from (`site`, `origin`), what
-experiment point it belongs to (`experiment`, `point`) and its comparability key (`key`, `key_hash`; see
+The schema and its versions are in `dlrun.results.store.schema`. Version 2 adds where a run came from (`site`,
+`origin`), what experiment point it belongs to (`experiment`, `point`) and its comparability key (`key`, `key_hash`; see
 `dlrun.results.key`), with the indexes that the `results list` filters and `compare` grouping use.
 
 The store is created private to its user (0600), in WAL mode, by whichever writer comes first; concurrent
@@ -27,11 +27,11 @@ from dlrun.paths import private_dir
 from dlrun.results.fingerprint import checked
 from dlrun.results.key import key_from_run, key_hash, key_json
 from dlrun.results.quality import run_quality
-from dlrun.results.query import Filters, like_prefix, where
-from dlrun.results.schema import (COMPARED_VALUES, ORIGINS, PRIMARY_METRICS, RUN_COLUMNS, SCHEMA_VERSION,
-                                  ensure_schema)
+from dlrun.results.store.query import Filters, like_prefix, where
+from dlrun.results.store.schema import (COMPARED_VALUES, ORIGINS, PRIMARY_METRICS, RUN_COLUMNS, SCHEMA_VERSION,
+                                        ensure_schema)
 from dlrun.results.site import local_site
-from dlrun.results.store_check import StoreError, check_path, check_tables, damaged, is_damage
+from dlrun.results.store.check import StoreError, check_path, check_tables, damaged, is_damage
 
 T = TypeVar("T")
 Pair = tuple[dict[str, Any], list[dict[str, Any]]]
@@ -81,7 +81,7 @@ class Store:
 
     def _create_private(self) -> None:
         """The store file, created 0600 before SQLite opens it (its -wal and -shm files take its mode); never
-        through a symbolic link (dlrun.results.store_check), so nothing outside the store's folder is created or
+        through a symbolic link (dlrun.results.store.check), so nothing outside the store's folder is created or
         chmodded."""
         private_dir(self.path.parent)
         check_path(self.path)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import zlib
 
-from dlrun.results.bundle import BundleError
+from dlrun.results.exchange.bundle import BundleError
 from dlrun.results.limits import Limits, size_text
 
 CHUNK = 1 << 20

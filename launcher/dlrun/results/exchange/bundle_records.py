@@ -15,10 +15,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from dlrun.results.bundle import RUN_ID, BundleError
+from dlrun.results.exchange.bundle import RUN_ID, BundleError
 from dlrun.results.limits import Limits, size_text
-from dlrun.results.query import STATUSES
-from dlrun.results.schema import ORIGINS
+from dlrun.results.store.query import STATUSES
+from dlrun.results.store.schema import ORIGINS
 from dlrun.results.site import SITE_PATTERN
 
 #: Objects and arrays one run record may hold (a run's plan, provenance and node inventory hold hundreds).

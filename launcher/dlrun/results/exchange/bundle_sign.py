@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from dlrun.results.bundle import SIGNATURE_NAMESPACE, BundleError
+from dlrun.results.exchange.bundle import SIGNATURE_NAMESPACE, BundleError
 
 SSH_KEYGEN = "ssh-keygen"
 TIMEOUT_S = 60

@@ -6,7 +6,7 @@ log shows problems (wrong elements, an average that disagrees with the table) is
 without result rows, the way the executor stores a run whose result cannot be trusted; the parsed numbers
 stay in the provenance for inspection.
 
-Told which workload the log ran (`import_log_as_runs`, dlrun.results.import_plan), the run is stored in the
+Told which workload the log ran (`import_log_as_runs`, dlrun.results.exchange.import_plan), the run is stored in the
 shape of a dlrun run of that plan: the columns and the plan record the executor writes
 (dlrun.execute.record.run_row), so that its comparability key is the one such a run gets. Without that, the
 workload column holds the log's format (`tf_cnn_benchmarks`, `nccl-tests:all_reduce`) and what the log does
@@ -25,7 +25,7 @@ from dlrun.catalog.models import TRAINING_KINDS
 from dlrun.errors import UsageError
 from dlrun.files import open_regular
 from dlrun.plan import LocalImage, Plan
-from dlrun.results.import_plan import FOREIGN_CODE, ImportOptions, resolve_import_plan
+from dlrun.results.exchange.import_plan import FOREIGN_CODE, ImportOptions, resolve_import_plan
 from dlrun.results.limits import site_limits, size_text
 from dlrun.results.parsers import ParsedResult, ParseError, parse_all
 
@@ -144,7 +144,7 @@ def import_log_as_runs(path: Path, *, catalog: Catalog, system: str, options: Im
                        fmt: str | None = None, now: float | None = None, site: str | None = None,
                        local_image: LocalImage | None = None) -> list[tuple[dict[str, Any], list[dict[str, Any]], Plan]]:
     """Every result of the log at `path` as (run, rows, plan): the records of a dlrun run of the workload
-    `options` name (dlrun.results.import_plan), and its plan; a UsageError when the options and the log do
+    `options` name (dlrun.results.exchange.import_plan), and its plan; a UsageError when the options and the log do
     not make one plan."""
     text, digest = read_log(path)
     found = []

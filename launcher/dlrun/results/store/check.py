@@ -16,7 +16,7 @@ import stat
 from pathlib import Path
 
 from dlrun.errors import DlrunError
-from dlrun.results.schema import RUN_COLUMNS, SCHEMA_VERSION, too_new_error
+from dlrun.results.store.schema import RUN_COLUMNS, SCHEMA_VERSION, too_new_error
 
 HEADER = b"SQLite format 3\x00"
 COMPANIONS = ("-wal", "-shm", "-journal")

@@ -2,7 +2,7 @@
 into memory beyond the site's limits (dlrun.results.limits).
 
 The archive is read once, as a stream: gzip is inflated here (bounded, and no data may follow the gzip
-stream), every tar header is checked before tarfile acts on it (dlrun.results.bundle_stream), the stream
+stream), every tar header is checked before tarfile acts on it (dlrun.results.exchange.bundle_stream), the stream
 must start with manifest.json (and manifest.json.sig, if signed), and the signature policy is applied to the
 manifest's bytes before anything else is parsed: nothing from an unverified bundle is even read as JSON
 when the site requires signatures. Every later member must be a regular file that the manifest lists, with
@@ -26,10 +26,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dlrun.errors import UsageError
 from dlrun.files import open_regular
-from dlrun.results.bundle import (FORMAT, MANIFEST, READ_VERSIONS, MAX_SIGNATURE_BYTES, RUNS, SIGNATURE, BundleError,
-                                  split_member)
-from dlrun.results.bundle_records import RunsSpool, load_json
-from dlrun.results.bundle_stream import CHUNK, Inflated, TarGuard
+from dlrun.results.exchange.bundle import (FORMAT, MANIFEST, READ_VERSIONS, MAX_SIGNATURE_BYTES, RUNS, SIGNATURE,
+                                           BundleError, split_member)
+from dlrun.results.exchange.bundle_records import RunsSpool, load_json
+from dlrun.results.exchange.bundle_stream import CHUNK, Inflated, TarGuard
 from dlrun.results.limits import DEFAULT, Limits, size_text
 from dlrun.results.site import SITE_PATTERN
 

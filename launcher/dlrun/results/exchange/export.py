@@ -1,4 +1,4 @@
-"""Exporting stored runs: as a results bundle for another site (dlrun.results.bundle), or as a flat table for
+"""Exporting stored runs: as a results bundle for another site (dlrun.results.exchange.bundle), or as a flat table for
 spreadsheets and notebooks (CSV, JSON lines, Parquet) with one row per run and metric.
 
 Both take what the store holds and nothing else: a value the store keeps redacted stays redacted, and no
@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from dlrun.errors import UsageError, unknown_name
-from dlrun.results.bundle import LogFile, Written, run_directory_files, write_bundle
+from dlrun.results.exchange.bundle import LogFile, Written, run_directory_files, write_bundle
 from dlrun.results.key import KEY_FIELDS
 from dlrun.results.limits import site_limits
-from dlrun.results.query import Filters
+from dlrun.results.store.query import Filters
 from dlrun.results.site import DEFAULT_SITE
 from dlrun.results.store import RUN_COLUMNS, Store
 from dlrun.telemetry.show import EXPORT_COLUMNS, export_fields

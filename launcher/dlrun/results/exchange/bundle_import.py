@@ -2,7 +2,7 @@
 records, and one store transaction.
 
 Policy (what a careful site accepts):
-  - Every member is checked against the manifest's sha256 and size, always (dlrun.results.bundle_read), and
+  - Every member is checked against the manifest's sha256 and size, always (dlrun.results.exchange.bundle_read), and
     nothing beyond the site's limits is read (dlrun.results.limits).
   - A signed bundle is verified against an allowed-signers file: `--allowed-signers FILE`, else
     `allowed_signers: PATH` in dlrun's config.yaml (relative to its directory). The signer must be named in
@@ -47,16 +47,16 @@ from typing import Any
 
 from dlrun.config import config_file, config_path, site_config
 from dlrun.errors import DlrunError, UsageError
-from dlrun.results.bundle import BundleError
-from dlrun.results.bundle_read import Manifest, ReadBundle, read_bundle
-from dlrun.results.bundle_records import spooled_runs
-from dlrun.results.bundle_sign import verify
-from dlrun.results.import_staging import IMPORTED_DIR, clean_interrupted_imports, import_staging
+from dlrun.results.exchange.bundle import BundleError
+from dlrun.results.exchange.bundle_read import Manifest, ReadBundle, read_bundle
+from dlrun.results.exchange.bundle_records import spooled_runs
+from dlrun.results.exchange.bundle_sign import verify
+from dlrun.results.store.imported import IMPORTED_DIR, clean_interrupted_imports, import_staging
 from dlrun.results.fingerprint import checked
 from dlrun.results.key import key_from_run
 from dlrun.results.limits import Limits, site_limits
-from dlrun.results.query import Filters
-from dlrun.results.schema import recovered_fingerprint
+from dlrun.results.store.query import Filters
+from dlrun.results.store.schema import recovered_fingerprint
 from dlrun.results.site import DEFAULT_SITE, local_site
 from dlrun.results.store import Store
 
