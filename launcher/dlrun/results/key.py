@@ -32,7 +32,7 @@ Fields (in the order they are printed):
 
 A tf_cnn_benchmarks run's framework carries the settings that decide its value after a slash, as a collective's
 carries its backend: `tensorflow/parameter_server ps=4 layout=NCHW` (variable update, all-reduce spec,
-parameter servers, tensor layout, pass-through flags; see dlrun.tfoptions). The PyTorch harness's speed knobs
+parameter servers, tensor layout, pass-through flags; see dlrun.tfcnn.options). The PyTorch harness's speed knobs
 enter it only where the user pinned them (`pytorch pinned: fused_optimizer=off`; see dlrun.tune).
 """
 from __future__ import annotations
@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dlrun.results.parsers.model import SECONDARY_METRICS
+from dlrun.tfcnn.options import key_part
 
 UNKNOWN = "unknown"
 NOT_APPLICABLE = "n/a"
@@ -221,7 +222,7 @@ def _training(rec: _Record, devices: Any) -> Key:
 def _training_framework(rec: _Record) -> str:
     framework = _known(rec.extra.get("framework") or rec.image.get("framework")
                        or _FRAMEWORK_OF_FORMAT.get(rec.fmt or ""))
-    benchmark = _tf_benchmark(rec.plan, rec.image)
+    benchmark = key_part(rec.plan, rec.image)
     if benchmark is not None:
         framework = f"{framework}/{benchmark}"
     # Horovod averages gradients its own way: not DDP's like-for-like (the TensorFlow 2 harness has only
@@ -282,19 +283,6 @@ def _training_precision(precision: Any, amp_dtype: Any) -> str:
     if precision == "amp":
         return f"amp({amp_dtype})" if amp_dtype else "amp"
     return str(precision)
-
-
-def _tf_benchmark(plan: Mapping[str, Any], image: Mapping[str, Any]) -> str | None:
-    """What decides a tf_cnn_benchmarks run's value beyond the other fields (see dlrun.tfoptions)."""
-    if image.get("framework") != "tensorflow" or not plan.get("variable_update"):
-        return None  # not tf_cnn_benchmarks, an imported log, or a run recorded before dlrun stored them
-    parts = [str(plan["variable_update"])]
-    if plan.get("all_reduce_spec"):
-        parts.append(f"all_reduce_spec={plan['all_reduce_spec']}")
-    if plan.get("parameter_servers"):
-        parts.append(f"ps={plan['parameter_servers']}")
-    parts.append(f"layout={plan.get('data_format')}")  # tensor layout, not the on-disk data format
-    return " ".join(parts + [str(arg) for arg in plan.get("benchmark_args") or []])
 
 
 def _data(imported: bool, fmt: str | None, workload: Mapping[str, Any], extra: Mapping[str, Any],

@@ -1,6 +1,7 @@
 """tf_cnn_benchmarks' own knobs as plan data: how variables are updated (parameter servers, all-reduce, Horovod),
 the all-reduce algorithm, the parameter-server count, the tensor layout and pass-through flags, checked against
-what the image's tf_cnn_benchmarks accepts and what dlrun can start.
+what the image's tf_cnn_benchmarks accepts and what dlrun can start; and what of them a stored run's
+comparability key carries (`key_part`).
 
 Flag names and values are tf_cnn_benchmarks' (benchmark_cnn.py and allreduce.py of the `cnn_tf_v1.N_compatible`
 branch the image pins): `--variable_update` gained `collective_all_reduce` and `--all_reduce_spec` the
@@ -9,6 +10,7 @@ branch the image pins): `--variable_update` gained `collective_all_reduce` and `
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from dlrun.errors import UsageError, closest, unknown_name
@@ -191,3 +193,17 @@ def _spec(mode: str, spec: str | None, version: str | None, multi_worker: bool) 
         raise UsageError("--all-reduce-spec nccl reduces within one worker only, but the plan has several; "
                          "valid: nccl/xring, xring, pscpu, collective")
     return spec
+
+
+def key_part(plan: Mapping[str, Any], image: Mapping[str, Any]) -> str | None:
+    """What decides a tf_cnn_benchmarks run's value beyond the other fields of the comparability key
+    (dlrun.results.key), from a stored run's plan and image."""
+    if image.get("framework") != "tensorflow" or not plan.get("variable_update"):
+        return None  # not tf_cnn_benchmarks, an imported log, or a run recorded before dlrun stored them
+    parts = [str(plan["variable_update"])]
+    if plan.get("all_reduce_spec"):
+        parts.append(f"all_reduce_spec={plan['all_reduce_spec']}")
+    if plan.get("parameter_servers"):
+        parts.append(f"ps={plan['parameter_servers']}")
+    parts.append(f"layout={plan.get('data_format')}")  # tensor layout, not the on-disk data format
+    return " ".join(parts + [str(arg) for arg in plan.get("benchmark_args") or []])
