@@ -12,7 +12,7 @@ from dlrun.catalog.models import (CpuSpec, FabricConfig, GpuSpec, ImageSpec, Sch
                                   SystemSpec)
 from dlrun.images.verify import with_local_image
 from dlrun.plan import Plan, resolve_plan
-from dlrun.probe.fabrics import FABRIC_ORDER
+from dlrun.probe.fabric_devices import FABRIC_ORDER
 from dlrun.registry import LAUNCHERS as LAUNCHER_REGISTRY
 from dlrun.registry import SCHEDULERS
 

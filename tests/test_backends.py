@@ -42,7 +42,7 @@ ALLOWED = {
     ("catalog/models.py", "mpirun"): "SystemSpec's default launcher for a system that names none",
     ("catalog/localhost.py", "mpirun"): "the detected localhost system's launcher",
     ("probe/mpi.py", "mpirun"): "the probe runs the host's `mpirun --version` (a program, whatever the launcher)",
-    ("probe/fabrics.py", "docker"): "an interface name prefix (docker0) that is no fabric",
+    ("probe/fabric_devices.py", "docker"): "an interface name prefix (docker0) that is no fabric",
     ("images/steps.py", "*"): "the programs image operations run, by command name, with how to install each",
     ("images/refs.py", "*"): "URI schemes of image locations (docker://, podman://)",
     ("images/recipes.py", "*"): "hpccm's recipe formats (Dockerfile: docker, definition file: singularity)",

@@ -18,7 +18,7 @@ from dlrun.catalog.loader import CatalogError, load_file
 from dlrun.catalog.models import WorkloadSpec
 from dlrun.results.parsers import FORMATS
 from dlrun.results.parsers.figure_of_merit import parse_figure
-from dlrun.results.parsers.model import METRICS, UNITS, ParseError
+from dlrun.results.parsers.result import METRICS, UNITS, ParseError
 from dlrun.results.compare.stats import change_sentence, ratio
 
 # A user's own training script: every rank works, rank 0 prints the result line (as dlrun's harness does),

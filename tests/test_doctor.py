@@ -9,7 +9,7 @@ from conftest import run_cli
 
 from dlrun.launchers.base import PmiRequest
 from dlrun.preflight import node_inventory
-from dlrun.preflight.mpi import check_mpi_compat
+from dlrun.preflight.mpi_pairs import check_mpi_compat
 from dlrun.probe.mpi import MpiInfo, parse_mpi_version
 from dlrun.registry import LAUNCHERS, RUNTIMES
 
@@ -132,7 +132,7 @@ def test_mismatch_is_a_warning_when_the_ranks_do_not_load_the_images_mpi():
     from matrix_catalog import matrix_plan
 
     from dlrun.preflight import preflight
-    from dlrun.preflight.mpi import uses_image_mpi
+    from dlrun.preflight.mpi_pairs import uses_image_mpi
 
     plan = matrix_plan("singularity", "mpirun", "tcp")
     assert not uses_image_mpi(plan)  # the PyTorch harness: rank ids from the environment, gloo/NCCL

@@ -10,7 +10,7 @@ import sysfs_trees as trees
 from dlrun.catalog.models import FabricConfig
 from dlrun.errors import UsageError
 from dlrun.fabrics import NCCL_IFNAME_EXCLUDE, check_nccl_transport, fabric_settings, nccl_transports, roce_gid_shell
-from dlrun.probe.fabrics import detect_fabrics, pick_roce_gid_index
+from dlrun.probe.fabric_devices import detect_fabrics, pick_roce_gid_index
 
 
 # ------------------------------------------------------------------------------------------ settings

@@ -166,7 +166,7 @@ def test_decisions_are_stored_per_fingerprint_and_configuration_and_checked_when
 
 def test_the_fingerprint_changes_with_the_hardware_and_not_with_the_moment():
     from dlrun.preflight import node_inventory
-    from dlrun.tune.fingerprint import fingerprint_id, machine_fingerprint
+    from dlrun.tune.machine_key import fingerprint_id, machine_fingerprint
 
     inventory = node_inventory()
     fp = machine_fingerprint(inventory)

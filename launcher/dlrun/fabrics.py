@@ -1,10 +1,10 @@
 """Interconnects as data: what each fabric needs (devices, NCCL/UCX/libfabric env, OpenMPI MCA settings),
 and the check that NCCL really used the fabric a run asked for.
 
-Pure functions of a system profile's `FabricConfig`; finding fabrics on a node is `dlrun.probe.fabrics`.
+Pure functions of a system profile's `FabricConfig`; finding fabrics on a node is `dlrun.probe.fabric_devices`.
 Where a value can only be known on the compute node (the RoCE v2 GID index when the profile does not pin
 it) the settings carry a shell snippet that picks it there at job start, with the same rule as
-`dlrun.probe.fabrics.pick_roce_gid_index`.
+`dlrun.probe.fabric_devices.pick_roce_gid_index`.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 
 from dlrun.catalog.models import FabricConfig
 from dlrun.errors import unknown_name
-from dlrun.probe.fabrics import FABRIC_ORDER, VIRTUAL_IF_PREFIXES
+from dlrun.probe.fabric_devices import FABRIC_ORDER, VIRTUAL_IF_PREFIXES
 from dlrun.shell import Expand
 
 FABRICS = FABRIC_ORDER

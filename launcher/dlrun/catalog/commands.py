@@ -26,7 +26,7 @@ PARSER_FORMATS = {"dlrun-result": "dlrun-harness", "nccl-tests": "nccl-tests", "
 ResultFormat = Literal["dlrun-result", "nccl-tests", "tf_cnn_benchmarks", "horovod", "dllogger", "mlperf", "osu",
                        "fio", "regex"]
 #: What a declared figure of merit may be, with the unit it is given in and which way is better (as
-#: dlrun.results.parsers.model.METRICS and UNITS hold them; tests/test_byo.py checks that they agree).
+#: dlrun.results.parsers.result.METRICS and UNITS hold them; tests/test_byo.py checks that they agree).
 FigureMetric = Literal["throughput", "bandwidth", "latency", "busbw"]
 FigureUnit = Literal["images/sec", "sequences/sec", "samples/sec", "tokens/sec", "GB/s", "us"]
 #: The direction each metric is better in: a latency is better when lower, every rate when higher.

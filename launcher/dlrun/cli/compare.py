@@ -105,7 +105,7 @@ def preload_statistics() -> None:
 
 
 def _references(value, unit, tolerance, source, path):
-    from dlrun.results.compare.references import reference_from_data, references_from_data
+    from dlrun.results.compare.reference_values import reference_from_data, references_from_data
 
     if path is not None:
         import yaml

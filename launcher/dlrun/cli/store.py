@@ -8,7 +8,7 @@ from dlrun.cli.output import warn
 
 def open_store():
     from dlrun.paths import dlrun_home, runs_dir, staging_dirs, store_path
-    from dlrun.results.store.imported import clean_interrupted_imports
+    from dlrun.results.store.import_staging import clean_interrupted_imports
     from dlrun.results.store import Store
 
     store = Store(store_path())

@@ -27,7 +27,7 @@ def tune(knobs: KnobsOpt = None, rounds: RoundsOpt = 6, budget: BudgetOpt = None
     """Measure this configuration's speed knobs on this machine, keep the fastest, store the decision."""
     from dlrun.preflight import node_inventory
     from dlrun.tune.apply import measure, measures_here
-    from dlrun.tune.fingerprint import describe
+    from dlrun.tune.machine_key import describe
     from dlrun.tune.search import DEFAULT_KNOBS, IN_PROCESS, PER_PROCESS
 
     valid = (*IN_PROCESS, *PER_PROCESS)

@@ -27,7 +27,7 @@ from dlrun.probe.topology import topology_summary
 from dlrun.results.fingerprint import fingerprint_of
 from dlrun.results.parsers import ParseError, ParsedResult, parse_all, parse_text
 from dlrun.results.parsers.figure_of_merit import direction, parse_command_output
-from dlrun.results.parsers.model import SECONDARY_METRICS
+from dlrun.results.parsers.result import SECONDARY_METRICS
 from dlrun.results.site import local_site
 from dlrun.results.store import Store, StoreError
 from dlrun.secrets import plan_secret_values, redact_data, redact_file, redact_text

@@ -19,7 +19,7 @@ from dlrun.plan import inputs
 from dlrun.plan.backends import resolve_backends
 from dlrun.plan.resolved import LocalImage, Plan
 from dlrun.runoptions import KNOBS, RESOLVERS, Request, request
-from dlrun.tfcnn.options import resolve_tf_options
+from dlrun.tfcnn.knobs import resolve_tf_options
 
 
 @dataclass
@@ -178,7 +178,7 @@ def resolve_scheduler(res: Resolution) -> dict[str, Any]:
 
 
 def resolve_framework(res: Resolution) -> dict[str, Any]:
-    """Precision, allocator, and tf_cnn_benchmarks' own knobs checked against the image (dlrun.tfcnn.options)."""
+    """Precision, allocator, and tf_cnn_benchmarks' own knobs checked against the image (dlrun.tfcnn.knobs)."""
     req = res.request
     tf_options = resolve_tf_options(
         res.image, nodes=res.fields["nodes"], world=res.world, device=res.fields["device"],

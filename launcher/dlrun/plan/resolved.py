@@ -100,7 +100,7 @@ class Plan(BaseModel):
     scheduler_options: SchedulerOptions = SchedulerOptions()
     launcher_args: list[str] = []  # extra flags for the launcher (mpirun, srun, ...), passed as given
     secret_env: list[str] = []  # names in `env` the user marked secret (--secret-env); see dlrun.secrets
-    # tf_cnn_benchmarks only (dlrun.tfcnn.options): None / 0 / [] for the PyTorch harness.
+    # tf_cnn_benchmarks only (dlrun.tfcnn.knobs): None / 0 / [] for the PyTorch harness.
     variable_update: str | None = None
     all_reduce_spec: str | None = None
     parameter_servers: int = Field(default=0, ge=0)

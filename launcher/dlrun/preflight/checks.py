@@ -7,7 +7,7 @@ from typing import Any
 from dlrun.launchers.base import PmiRequest
 from dlrun.plan import Plan
 from dlrun.preflight.findings import Finding
-from dlrun.preflight.mpi import check_mpi_compat, image_mpi, uses_image_mpi
+from dlrun.preflight.mpi_pairs import check_mpi_compat, image_mpi, uses_image_mpi
 from dlrun.preflight.node import node_findings
 from dlrun.probe.mpi import MpiInfo, parse_mpi_version
 from dlrun.registry import LAUNCHERS, RUNTIMES, SCHEDULERS, Tool

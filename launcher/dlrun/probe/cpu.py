@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from dlrun.probe.files import read_text
+from dlrun.probe.sysfs import read_text
 
 ARCHES = ("x86_64", "ppc64le", "aarch64")
 

@@ -6,7 +6,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from dlrun.probe.files import read_text
+from dlrun.probe.sysfs import read_text
 from dlrun.probe.tools import tool_output
 
 QUERY = "index,name,memory.total,pci.bus_id,uuid,driver_version"

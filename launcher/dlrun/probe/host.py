@@ -17,8 +17,8 @@ from typing import Any
 from dlrun import __version__
 from dlrun.probe.cpu import (cpu_inventory, cpu_model, machine_arch, memory_gb, memory_kib, numa_nodes,
                              usable_cpus)
-from dlrun.probe.fabrics import detect_fabrics
-from dlrun.probe.files import read_text
+from dlrun.probe.fabric_devices import detect_fabrics
+from dlrun.probe.sysfs import read_text
 from dlrun.probe.gpu import gpu_inventory, gpus
 from dlrun.probe.mpi import mpi_inventory
 from dlrun.probe.tools import tool_output, tool_versions

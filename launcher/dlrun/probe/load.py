@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlrun.probe.files import read_text
+from dlrun.probe.sysfs import read_text
 
 
 @dataclass(frozen=True)

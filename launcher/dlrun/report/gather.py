@@ -26,7 +26,7 @@ from dlrun.errors import DlrunError, UsageError
 from dlrun.report.energy import Telemetry, gather_telemetry
 from dlrun.results.compare import EfficiencyInputs, FactsProvider
 from dlrun.results.compare import axes as modes
-from dlrun.results.compare.model import AXES, Comparison, sort_value
+from dlrun.results.compare.types import AXES, Comparison, sort_value
 from dlrun.results.compare.select import Group, dropped_note, load_groups
 from dlrun.results.compare.verdicts import annotate
 from dlrun.results.key import NOT_APPLICABLE, UNKNOWN

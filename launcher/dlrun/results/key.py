@@ -32,7 +32,7 @@ Fields (in the order they are printed):
 
 A tf_cnn_benchmarks run's framework carries the settings that decide its value after a slash, as a collective's
 carries its backend: `tensorflow/parameter_server ps=4 layout=NCHW` (variable update, all-reduce spec,
-parameter servers, tensor layout, pass-through flags; see dlrun.tfcnn.options). The PyTorch harness's speed knobs
+parameter servers, tensor layout, pass-through flags; see dlrun.tfcnn.knobs). The PyTorch harness's speed knobs
 enter it only where the user pinned them (`pytorch pinned: fused_optimizer=off`; see dlrun.tune).
 """
 from __future__ import annotations
@@ -43,8 +43,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dlrun.results.parsers.model import SECONDARY_METRICS
-from dlrun.tfcnn.options import key_part
+from dlrun.results.parsers.result import SECONDARY_METRICS
+from dlrun.tfcnn.knobs import key_part
 
 UNKNOWN = "unknown"
 NOT_APPLICABLE = "n/a"

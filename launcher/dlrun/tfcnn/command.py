@@ -1,7 +1,7 @@
 """tf_cnn_benchmarks, the benchmark code the seeds' TensorFlow numbers come from: its command line, and how its
 processes are laid out.
 
-Three layouts, chosen by the plan's `variable_update` (dlrun.tfcnn.options):
+Three layouts, chosen by the plan's `variable_update` (dlrun.tfcnn.knobs):
   * per rank: Horovod, one process per GPU, started by the plan's launcher (mpirun, jsrun, srun); also a
     single rank;
   * per node: local training (replicated, independent, parameter_server on one node), one process with
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from dlrun.job import Launch, RankCommand
 from dlrun.plan import Plan
 from dlrun.shell import Expand
-from dlrun.tfcnn.options import CLUSTER_MODES
+from dlrun.tfcnn.knobs import CLUSTER_MODES
 
 if TYPE_CHECKING:
     from dlrun.schedulers.base import Scheduler

@@ -8,6 +8,6 @@ machine (`search`, `trial`), the fastest kept and stored with the machine's fing
 comparability key.
 """
 from dlrun.tune.apply import apply_decision, measure, tuned_plan, with_sources
-from dlrun.tune.fingerprint import fingerprint_id, machine_fingerprint
+from dlrun.tune.machine_key import fingerprint_id, machine_fingerprint
 
 __all__ = ["apply_decision", "fingerprint_id", "machine_fingerprint", "measure", "tuned_plan", "with_sources"]

@@ -12,7 +12,7 @@ from dlrun.errors import UsageError
 from dlrun.plan import Plan
 from dlrun.registry import SCHEDULERS
 from dlrun.tune import decisions
-from dlrun.tune.fingerprint import describe, fingerprint_id, machine_fingerprint
+from dlrun.tune.machine_key import describe, fingerprint_id, machine_fingerprint
 from dlrun.tune.search import AUTO_KNOBS, load_average, measurable, tune
 from dlrun.tune.trial import TrialFailed
 

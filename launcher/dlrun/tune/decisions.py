@@ -20,7 +20,7 @@ from typing import Any
 from dlrun.files import write_json
 from dlrun.paths import dlrun_home, private_dir
 from dlrun.plan import Plan
-from dlrun.tune.fingerprint import fingerprint_id
+from dlrun.tune.machine_key import fingerprint_id
 
 FILE_NAME = "tuning.json"
 #: The largest file read (bytes) and the most decisions kept.

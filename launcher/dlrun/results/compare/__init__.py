@@ -22,7 +22,7 @@ from dlrun.results.store import Store
 
 from dlrun.results.compare import axes, groups as by_key, measured, verdicts
 from dlrun.results.compare.efficiency import EfficiencyInputs
-from dlrun.results.compare.model import (AXES, AXIS_MODES, MODE_OF_AXIS, MODES, Axis, Comparison, MismatchError,
+from dlrun.results.compare.types import (AXES, AXIS_MODES, MODE_OF_AXIS, MODES, Axis, Comparison, MismatchError,
                                          Reference, Source)
 from dlrun.results.compare.select import Group, dropped_note, load_groups
 

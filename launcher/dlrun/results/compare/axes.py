@@ -23,7 +23,7 @@ from dlrun.results.compare.stats import change_sentence, geometric_mean, ratio, 
 
 from dlrun.results.compare.efficiency import EfficiencyInputs, columns_for, efficiency
 from dlrun.results.compare.measured import WORDS
-from dlrun.results.compare.model import Axis, Comparison, series_for, sort_value
+from dlrun.results.compare.types import Axis, Comparison, series_for, sort_value
 from dlrun.results.compare.select import Cell, Group, axis_label, guard, pick_baseline, place
 
 

@@ -11,7 +11,7 @@ from dlrun.results.compare.key_diff import spread
 from dlrun.results.compare.stats import judge, summarize
 
 from dlrun.results.compare.efficiency import EfficiencyInputs, columns_for, efficiency
-from dlrun.results.compare.model import Comparison, Reference, sort_value
+from dlrun.results.compare.types import Comparison, Reference, sort_value
 from dlrun.results.compare.select import Group
 
 STAT_COLUMNS = ["n", "geomean", "ci_low", "ci_high", "interval", "stdev", "median", "min", "max"]

@@ -13,7 +13,7 @@ from dlrun.results.store.query import Filters
 from dlrun.results.store import Store
 
 from dlrun.results.compare import measured
-from dlrun.results.compare.model import Axis, sort_value
+from dlrun.results.compare.types import Axis, sort_value
 
 
 @dataclass

@@ -15,7 +15,7 @@ from typing import Any
 from dlrun.results.key import UNKNOWN, machine_label
 from dlrun.results.quality import SUPERLINEAR, point_reasons, summarize_verdicts, worst
 
-from dlrun.results.compare.model import Comparison
+from dlrun.results.compare.types import Comparison
 from dlrun.results.compare.select import Group
 
 #: Key fields that follow from the device count: runs that differ only in them are one scaling series.

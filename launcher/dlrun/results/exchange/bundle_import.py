@@ -51,7 +51,7 @@ from dlrun.results.exchange.bundle import BundleError
 from dlrun.results.exchange.bundle_read import Manifest, ReadBundle, read_bundle
 from dlrun.results.exchange.bundle_records import spooled_runs
 from dlrun.results.exchange.bundle_sign import verify
-from dlrun.results.store.imported import IMPORTED_DIR, clean_interrupted_imports, import_staging
+from dlrun.results.store.import_staging import IMPORTED_DIR, clean_interrupted_imports, import_staging
 from dlrun.results.fingerprint import checked
 from dlrun.results.key import key_from_run
 from dlrun.results.limits import Limits, site_limits

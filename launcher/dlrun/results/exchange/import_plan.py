@@ -27,7 +27,7 @@ from dlrun.errors import UsageError, unknown_name
 from dlrun.plan import LocalImage, Plan, resolve_plan
 from dlrun.results.parsers import ParsedResult
 from dlrun.runoptions import PRECISIONS
-from dlrun.tfcnn.options import PS_MODES
+from dlrun.tfcnn.knobs import PS_MODES
 
 #: The code behind logs dlrun does not produce itself, as the key's framework names it after the image's.
 FOREIGN_CODE = {"dllogger": "deeplearningexamples", "horovod": "horovod-synthetic-benchmark", "mllog": "mlperf"}

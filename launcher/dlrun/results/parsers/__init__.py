@@ -12,7 +12,7 @@ from types import ModuleType
 
 from dlrun.errors import unknown_name
 from dlrun.results.parsers import dllogger, dlrun_harness, fio, horovod, mllog, nccl_tests, osu, tf_cnn_benchmarks
-from dlrun.results.parsers.model import UNITS, ParsedResult, ParseError, SizeRow
+from dlrun.results.parsers.result import UNITS, ParsedResult, ParseError, SizeRow
 
 __all__ = ["FORMATS", "UNITS", "ParseError", "ParsedResult", "SizeRow", "list_formats", "parse_all",
            "parse_text"]

@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from dlrun.results.parsers.model import ParseError
+from dlrun.results.parsers.result import ParseError
 
 #: Prefixes launchers put before each output line: OpenMPI `--tag-output` (`[1,0]<stdout>:`), horovodrun
 #: (`[0]<stdout>:`) and Slurm `srun --label` (`0: `, right-aligned as ` 0: ` when there are ten ranks or more).

@@ -22,7 +22,7 @@ from statistics import fmean
 from typing import Any
 
 from dlrun.results.parsers.dllogger_lines import Event, read_events
-from dlrun.results.parsers.model import ParsedResult, ParseError, check_count, check_rate
+from dlrun.results.parsers.result import ParsedResult, ParseError, check_count, check_rate
 
 NAME = "dllogger"
 DESCRIPTION = ("NVIDIA DeepLearningExamples dllogger: `DLLL {json}` lines or the stdout backend's "

@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import Any
 
 from dlrun.results.parsers.common import NUMBER, read_json, tagged_lines
-from dlrun.results.parsers.model import ParseError
+from dlrun.results.parsers.result import ParseError
 
 JSON_PREFIX = "DLLL "
 #: Prefixes of the stdout backend's lines, then the timestamp and ` - `.

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from dlrun.results.parsers.common import read_json, tagged_lines
-from dlrun.results.parsers.model import ParsedResult, ParseError
+from dlrun.results.parsers.result import ParsedResult, ParseError
 
 NAME = "dlrun-harness"
 DESCRIPTION = "dlrun's in-container harness: one `DLRUN_RESULT {json}` line"

@@ -13,7 +13,7 @@ from typing import Any
 
 from dlrun.results.parsers import parse_all
 from dlrun.results.parsers.common import read_float, tagged_lines
-from dlrun.results.parsers.model import ParsedResult, ParseError
+from dlrun.results.parsers.result import ParsedResult, ParseError
 
 KIND = "command"
 MAX_LINE = 4096

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dlrun.results.parsers.model import ParsedResult, ParseError, check_rate
+from dlrun.results.parsers.result import ParsedResult, ParseError, check_rate
 
 NAME = "fio"
 DESCRIPTION = "fio --output-format=json: `{\"fio version\": ..., \"jobs\": [...]}`"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from dlrun.results.parsers.common import NUMBER, first_rank, read_float, read_int, tagged_lines
-from dlrun.results.parsers.model import ParsedResult
+from dlrun.results.parsers.result import ParsedResult
 
 NAME = "horovod"
 DESCRIPTION = "Horovod synthetic benchmarks: `Total img/sec on N GPU(s): X +-Y`"

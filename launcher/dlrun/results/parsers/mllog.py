@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from dlrun.results.parsers.common import json_records
-from dlrun.results.parsers.model import ParsedResult, ParseError, check_count, check_rate
+from dlrun.results.parsers.result import ParsedResult, ParseError, check_count, check_rate
 
 NAME = "mllog"
 DESCRIPTION = "MLPerf `:::MLLOG {json}` lines with a tracked_stats throughput"

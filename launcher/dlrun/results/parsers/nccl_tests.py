@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 from dlrun.results.parsers.common import NUMBER, read_float, read_int, tagged_lines
-from dlrun.results.parsers.model import ParsedResult, ParseError, SizeRow
+from dlrun.results.parsers.result import ParsedResult, ParseError, SizeRow
 
 NAME = "nccl-tests"
 DESCRIPTION = "nccl-tests: per-size rows, `# Avg bus bandwidth`, `Rank N ... device N` lines"

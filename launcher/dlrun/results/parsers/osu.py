@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 from dlrun.results.parsers.common import read_float, read_int, tagged_lines
-from dlrun.results.parsers.model import ParsedResult, ParseError
+from dlrun.results.parsers.result import ParsedResult, ParseError
 
 NAME = "osu"
 DESCRIPTION = "OSU Micro-Benchmarks: `# OSU MPI ... Test vX` and its Size table"

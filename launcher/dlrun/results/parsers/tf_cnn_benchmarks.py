@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 
 from dlrun.results.parsers.common import NUMBER, first_rank, read_float, read_int, tagged_lines
-from dlrun.results.parsers.model import ParsedResult
+from dlrun.results.parsers.result import ParsedResult
 
 NAME = "tf_cnn_benchmarks"
 DESCRIPTION = "tf_cnn_benchmarks: `total images/sec: N` and its header"

@@ -10,7 +10,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlrun.results.store.imported import IMPORTED_DIR
+from dlrun.results.store.import_staging import IMPORTED_DIR
 from dlrun.results.store import Store
 
 

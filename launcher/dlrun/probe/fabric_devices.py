@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from dlrun.probe.files import numeric_entries, read_text
+from dlrun.probe.sysfs import numeric_entries, read_text
 
 #: Fabric names, best first.
 FABRIC_ORDER = ("ib", "opa", "roce", "tcp")

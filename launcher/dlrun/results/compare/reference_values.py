@@ -17,7 +17,7 @@ from typing import Any
 from dlrun.errors import UsageError, closest
 from dlrun.results.key import KEY_FIELDS
 
-from dlrun.results.compare.model import Reference, Source
+from dlrun.results.compare.types import Reference, Source
 
 ENTRY_FIELDS = ("value", "unit", "tolerance_pct", "label", "source", "match", "conditions")
 SOURCE_FIELDS = ("doc", "where", "quote")
