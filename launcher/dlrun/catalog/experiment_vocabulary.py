@@ -80,7 +80,7 @@ CAPABILITY_FAMILIES: dict[str, str] = {
     "dist": "the PyTorch harness distributes training as NAME (its --dist)",
     "data-format": "the PyTorch harness reads datasets in the format NAME",
     "metric": "dlrun stores results of the metric NAME",
-    "precision": "the PyTorch harness computes in precision NAME (its --precision, e.g. fp8)",
+    "precision": "`dlrun run --precision NAME` exists and the PyTorch harness computes in it",
 }
 
 
