@@ -59,7 +59,8 @@ def _records(tmp_path: Path) -> dict[str, list[str]]:
 
 
 def _hosts(args: list[str]) -> tuple[str, str]:
-    return (next(a for a in args if a.startswith("--worker_hosts=")), next(a for a in args if a.startswith("--ps_hosts=")))
+    workers = next(a for a in args if a.startswith("--worker_hosts="))
+    return workers, next(a for a in args if a.startswith("--ps_hosts="))
 
 
 def test_each_node_puts_its_own_interface_address_in_the_host_lists(tmp_path):
