@@ -18,7 +18,8 @@ from dlrun.plan import resolve_plan
 from dlrun.render import render_job
 from dlrun.tfbench import CLUSTER_ARG0, IP_HOSTS_SCRIPT, cluster_script
 
-# records each role's argv; a worker returns at once, a parameter server waits to be stopped
+# records each role's argv; a parameter server waits to be stopped, a worker returns once every parameter
+# server has started (as a real worker reaches them all before it trains)
 RECORDER = """#!{python}
 import json, os, sys, time
 args = sys.argv[1:]
@@ -28,6 +29,9 @@ with open(os.path.join(os.environ["RECORD"], "%s.%s.json" % (role, task)), "w") 
     json.dump(args, f)
 while role == "ps":
     time.sleep(3600)
+servers = [h for h in next((a.split("=", 1)[1] for a in args if a.startswith("--ps_hosts=")), "").split(",") if h]
+while len([n for n in os.listdir(os.environ["RECORD"]) if n.startswith("ps.")]) < len(servers):
+    time.sleep(0.05)
 """
 # `ip -4 -o addr show dev IFACE` as iproute2 prints it, with this node's address (NODE_ADDR; none: no line)
 IP_STANDIN = """#!/bin/sh
@@ -69,7 +73,8 @@ def test_each_node_puts_its_own_interface_address_in_the_host_lists(tmp_path):
     nodes = [subprocess.Popen(_argv(script), env={**env, "SLURM_PROCID": str(i), "NODE_ADDR": f"10.0.0.{i + 1}"},
                               stderr=subprocess.PIPE, text=True) for i in (0, 1)]
     results = [(node.wait(timeout=300), node.stderr.read()) for node in nodes]
-    assert results == [(0, ""), (0, "")]
+    assert [rc for rc, _ in results] == [0, 0], results
+    assert not any("dlrun:" in err for _, err in results)
     records = _records(tmp_path)
     assert sorted(records) == ["ps.0", "ps.1", "ps.2", "ps.3", "worker.0", "worker.1"]
     expected = ("--worker_hosts=10.0.0.1:5000,10.0.0.2:5000",
