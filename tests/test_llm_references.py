@@ -28,6 +28,8 @@ DGXC = "EL_dgxc_llama31_8b_bf16"
 BRIDGE = "EL_megatron_bridge_llama3_8b_fp8"
 # (system, dense bf16, dense fp8, fp32 TFLOPS per GPU, GPU memory GB, HBM GB/s, the datasheet's sparse bf16)
 PEAKS = [("dgx-h200", 989.5, 1979, 67, 141, 4800, "1,979"), ("dgx-b200", 2250, 4500, 75, 180, 7700, "4.5 PFLOPS")]
+#: HBM bandwidth per GPU, GB/s: what memory-bound LLM steps are bounded by on each generation
+BANDWIDTHS = {"dgx-h100": 3350, "dgx-h200": 4800, "dgx-b200": 7700}
 
 
 @pytest.mark.parametrize("system, bf16, fp8, fp32, memory, bandwidth, sparse", PEAKS)
@@ -42,6 +44,13 @@ def test_profiles_carry_dense_peaks_halved_from_the_sparse_figures_they_quote(ca
     assert "halved" in peaks["fp8-tensor"].source.note and "halved" not in peaks["fp32"].source.note
     assert (gpus.count_per_node, gpus.memory_gb, gpus.memory_bandwidth_gbs) == (8, memory, bandwidth)
     assert catalog.system(system).fabric_config["ib"].links == 8
+
+
+def test_every_current_profile_states_its_hbm_bandwidth_with_a_source(catalog):
+    for system, bandwidth in BANDWIDTHS.items():
+        spec = catalog.system(system)
+        assert spec.gpus.memory_bandwidth_gbs == bandwidth
+        assert any("gpus.memory_bandwidth_gbs" in (source.about or "") for source in spec.sources), system
 
 
 def test_profiles_say_why_the_sxm_part_and_cite_each_value(catalog):
