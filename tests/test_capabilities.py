@@ -91,13 +91,14 @@ def _rendered(catalog, experiment: str, tmp_path) -> list[str]:
 def test_what_a_deviation_says_dlrun_renders_is_in_the_rendered_jobs(catalog, tmp_path):
     claims = [(spec.id, deviation) for spec in catalog.experiments.values() for deviation in spec.deviations
               if deviation.renders]
-    assert [experiment for experiment, _ in claims] == ["E002_scale_up_single_node"]
+    assert [experiment for experiment, _ in claims] == ["E002_scale_up_single_node", "EL_dgxc_llama31_8b_bf16"]
     for experiment, deviation in claims:
         scripts = _rendered(catalog, experiment, tmp_path)
         for text in deviation.renders:
             assert any(text in script for script in scripts), f"{experiment}: {deviation.setting}: {text!r}"
     # what the deviation said before: Horovod, which this image does not have
-    assert not any("--variable_update=horovod" in script for script in _rendered(catalog, experiment, tmp_path))
+    assert not any("--variable_update=horovod" in script
+                   for script in _rendered(catalog, "E002_scale_up_single_node", tmp_path))
 
 
 def test_experiments_show_says_what_dlrun_has_and_lacks(dlrun_home):

@@ -30,10 +30,13 @@ SEED_EXPERIMENTS = {
     "EG_uc61_futuregan_dataparallel", "EG_uc62_resnet50_intelcaffe_448", "EG_uc63_resnet50_mxnet_1080ti",
     "EG_uc63_resnet50_pytorch_horovod_1080ti", "EG_uc64_resnet50_vgg16_zenith", "EG_fig11_mi25_vs_titanv",
 }
+# Today's LLM pretraining references (issue 21): NVIDIA's published tables, not the seeds'.
+LLM_EXPERIMENTS = {"EL_dgxc_llama31_8b_bf16", "EL_megatron_bridge_llama3_8b_fp8"}
 # dlrun's own experiments: no document behind them, no published numbers.
 DLRUN_OWN = {"localhost_scaling_smoke"}
 DOCUMENTS = {"Samsi et al. (MIT TX-GAIA)", "Ren et al. (BNL)", "Han et al. (ORNL Summitdev)",
-             "PRACE Best Practice Guide - Deep Learning"}
+             "PRACE Best Practice Guide - Deep Learning", "NVIDIA DGX Cloud Benchmarking Recipes",
+             "NVIDIA Megatron-Bridge performance summary"}
 # Ren et al. (BNL), Table II: parameters and operations per instance, as printed.
 TABLE_II = {"AlexNet": (61.10e6, 0.72e9), "ResNet18": (11.69e6, 1.83e9), "ResNet50": (25.56e6, 4.14e9),
             "ResNet101": (44.55e6, 7.88e9), "ResNet152": (60.19e6, 11.62e9), "BERT-SWAG": (109.5e6, 0.19e9),
@@ -51,7 +54,7 @@ def _by_label(points):
 
 # ------------------------------------------------------------------------------------------- loading
 def test_all_seed_experiments_load_plus_table_ii(catalog):
-    assert set(catalog.experiments) == SEED_EXPERIMENTS | {"E001_table2_model_facts"} | DLRUN_OWN
+    assert set(catalog.experiments) == SEED_EXPERIMENTS | {"E001_table2_model_facts"} | DLRUN_OWN | LLM_EXPERIMENTS
     assert len(SEED_EXPERIMENTS) == 26
 
 
@@ -246,14 +249,15 @@ def test_every_runnable_point_resolves_into_a_rendered_job(catalog):
                     rendered += 1
     # 221 before BERT, Ren et al.'s 38 BERT points, dlrun's own smoke experiment, Ren et al.'s 18 broadcast points,
     # Samsi et al.'s three all-reduce strategies (4 models x 2 fabrics x 3 x 9 GPU counts) and Han et al.'s
-    # parameter-server runs (3 x 5, 3 x 6)
-    assert rendered == 259 + 2 + 18 + 216 + 15 + 18
+    # parameter-server runs (3 x 5, 3 x 6), and the DGX Cloud recipe's Llama 3.1 8B on 8 to 128 H100
+    assert rendered == 259 + 2 + 18 + 216 + 15 + 18 + 5
 
 
 # ------------------------------------------------------------------------------------------- list / show
 def test_list_rows_and_show_data(catalog):
     rows = experiment_rows(catalog)
-    assert [row["id"] for row in rows] == sorted(SEED_EXPERIMENTS | {"E001_table2_model_facts"} | DLRUN_OWN)
+    assert [row["id"] for row in rows] == sorted(SEED_EXPERIMENTS | {"E001_table2_model_facts"} | DLRUN_OWN
+                                                 | LLM_EXPERIMENTS)
     table = list_table(rows)
     assert all(len(cells) == len(LIST_COLUMNS) for cells in table)
     nccl = next(cells for cells in table if cells[0] == "E001_nccl_bus_bandwidth")

@@ -13,7 +13,7 @@ from dlrun.catalog import load_catalog
 from dlrun.probe.host import probe_host
 
 SYSTEMS = ["txgaia", "dgx2", "dgx1v", "aws-p3dn", "ac922", "rtx-ts4", "summitdev", "prace-1080ti", "dgx-h100",
-           "localhost"]
+           "dgx-h200", "dgx-b200", "localhost"]
 SEED_DOCS = {"txgaia": "Samsi et al.", "dgx2": "Ren et al.", "dgx1v": "Ren et al.", "aws-p3dn": "Ren et al.",
              "ac922": "Ren et al.", "rtx-ts4": "Ren et al.", "summitdev": "Han et al.",
              "prace-1080ti": "PRACE Best Practice Guide"}

@@ -12,6 +12,7 @@ here from the code that would provide it, never written down by hand:
     dist:NAME          `dlrun run --dist` takes it and the PyTorch harness runs it
     data-format:NAME   a dataset reader of the PyTorch harness reads it (its `format`)
     metric:NAME        some code of dlrun stores result rows of that metric
+    precision:NAME     `dlrun run --precision` takes it and the PyTorch harness computes in it
 
 The harness files are read as source (`ast`), not imported: they import PyTorch. `disagreements()` lists
 every status and deviation the code contradicts; the tests require none for the built-in catalog.
@@ -110,6 +111,10 @@ def _family(family: str, catalog: Catalog) -> set[str]:
         return set(_data_formats())
     if family == "metric":
         return set(_stored_metrics())
+    if family == "precision":
+        from dlrun.runoptions import PRECISIONS
+
+        return _strings(_assigned(_tree(HARNESS_DIR / "harness_pytorch_features.py"), "PRECISIONS")) & set(PRECISIONS)
     raise KeyError(family)
 
 

@@ -43,6 +43,8 @@ class Point:
     data_workers: int | None = None
     parameter_servers: int | None = None
     allreduce_strategy: str | None = None  # tf_cnn_benchmarks VARIABLE_UPDATE[:ALL_REDUCE_SPEC]
+    dist: str | None = None                # --dist and --grad-accum from a settings rule (None: the defaults)
+    grad_accum: int | None = None
     extra: dict[str, Scalar] = field(default_factory=dict)
     references: tuple[str, ...] = ()
     skip: str | None = None
@@ -53,7 +55,9 @@ class Point:
     def plan_options(self) -> dict[str, Any]:
         """Keyword arguments for `dlrun.plan.resolve_plan`: every run option declared with an `axis`
         (dlrun.runoptions), from the point's field of that name (None: the plan's default)."""
-        return {opt.name: getattr(self, opt.axis) for opt in RUN_OPTIONS if opt.axis is not None}
+        options = {opt.name: getattr(self, opt.axis) for opt in RUN_OPTIONS if opt.axis is not None}
+        return {**options, **{name: value for name, value in (("dist", self.dist), ("grad_accum", self.grad_accum))
+                              if value is not None}}
 
     @property
     def variable_update(self) -> str | None:
@@ -74,7 +78,7 @@ class Point:
                 "batch_from": self.batch_from, "steps": self.steps, "warmup_steps": self.warmup_steps,
                 "repeats": self.repeats, "data_workers": self.data_workers,
                 "parameter_servers": self.parameter_servers, "allreduce_strategy": self.allreduce_strategy,
-                "extra": dict(self.extra),
+                "dist": self.dist, "grad_accum": self.grad_accum, "extra": dict(self.extra),
                 "references": list(self.references), "skip": self.skip}
 
 
@@ -132,7 +136,7 @@ def _chosen(experiment: ExperimentSpec, values: dict[str, AxisValue], system_nam
     run = experiment.run
     chosen: dict[str, Any] = {"steps": run.steps if run else None, "warmup_steps": run.warmup_steps if run else None,
                               "data_workers": None, "ranks_per_node": None, "image": experiment.image,
-                              "batch_per_device": None}
+                              "batch_per_device": None, "dist": None, "grad_accum": None}
     batch_from = ""
     for rule in experiment.settings:
         if not matches(rule.when, values, system_name):
@@ -178,7 +182,8 @@ def _placed(experiment: ExperimentSpec, system: SystemSpec, dlrun: Mapping[str, 
                  batch_from=batch_from, steps=chosen["steps"], warmup_steps=chosen["warmup_steps"],
                  data_workers=_int_or_none(dlrun.get("data_workers", chosen["data_workers"])),
                  parameter_servers=_int_or_none(dlrun.get("parameter_servers") or None),
-                 allreduce_strategy=str(strategy) if strategy else None, skip=skip)
+                 allreduce_strategy=str(strategy) if strategy else None, dist=chosen["dist"],
+                 grad_accum=chosen["grad_accum"], skip=skip)
 
 
 def _int_or_none(value: Any) -> int | None:

@@ -58,6 +58,8 @@ METRICS: dict[str, str] = {
     "link_bandwidth": "measured point-to-point bandwidth of one link",
     "link_volume": "data moved over links during one epoch",
     "checkpoint_time": "time to write one checkpoint",
+    "mfu": "model FLOP utilisation: the model's FLOPs per second over the devices' dense peak (a document's own "
+           "FLOP count and peak)",
 }
 MEASURED_METRICS = frozenset({"throughput", "busbw", "params", "forward_macs"})
 
@@ -78,6 +80,7 @@ CAPABILITY_FAMILIES: dict[str, str] = {
     "dist": "the PyTorch harness distributes training as NAME (its --dist)",
     "data-format": "the PyTorch harness reads datasets in the format NAME",
     "metric": "dlrun stores results of the metric NAME",
+    "precision": "`dlrun run --precision NAME` exists and the PyTorch harness computes in it",
 }
 
 

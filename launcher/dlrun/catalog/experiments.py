@@ -245,6 +245,8 @@ class Rule(Strict):
     data_workers: int | None = Field(default=None, ge=0)
     ranks_per_node: int | None = Field(default=None, gt=0)
     image: str | None = Field(default=None, pattern=NAME_PATTERN)
+    dist: Literal["ddp", "horovod", "fsdp"] | None = None  # --dist (an 8B model's optimizer state needs fsdp)
+    grad_accum: int | None = Field(default=None, gt=0)  # --grad-accum: a document's global batch per step
     why: str = Field(min_length=5)
 
 

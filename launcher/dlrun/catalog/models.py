@@ -115,9 +115,8 @@ class WorkloadSpec(Strict):
         return COLLECTIVE_KINDS.get(self.kind) or self.nccl_test or self.kind
 
 
-PeakPrecision = Literal["fp64", "fp32", "tf32-tensor", "fp16", "fp16-tensor", "bf16-tensor"]
-# The peaks that bound a run's arithmetic, fastest first: amp runs half precision on tensor units where the
-# device has them (fp16 autocast on CUDA), else plain fp16; fp32 runs count against the fp32 units.
+PeakPrecision = Literal["fp64", "fp32", "tf32-tensor", "fp16", "fp16-tensor", "bf16-tensor", "fp8-tensor"]
+# The peaks bounding a run, fastest first: amp runs on tensor units where present (fp16 autocast), else fp16.
 RUN_PRECISION_PEAKS: dict[str, tuple[str, ...]] = {
     "fp32": ("fp32",), "tf32": ("tf32-tensor",), "fp16": ("fp16-tensor", "fp16"), "bf16": ("bf16-tensor",),
     "amp": ("fp16-tensor", "bf16-tensor", "fp16")}
@@ -154,6 +153,7 @@ class GpuSpec(Strict):
     model: str
     count_per_node: int = Field(gt=0)
     memory_gb: float | None = None
+    memory_bandwidth_gbs: float | None = Field(default=None, gt=0)  # the GPU's own memory (HBM), GB/s
     interconnect: str | None = None
     # NUMA node of each GPU (index = GPU id), for CPU binding; None when unknown.
     numa_affinity: list[int] | None = None

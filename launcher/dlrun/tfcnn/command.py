@@ -17,6 +17,7 @@ Three layouts, chosen by the plan's `variable_update` (dlrun.tfcnn.knobs):
 from __future__ import annotations
 
 import dataclasses
+import shlex
 from typing import TYPE_CHECKING
 
 from dlrun.job import Launch, RankCommand
@@ -94,6 +95,25 @@ def _distribution_flags(plan: Plan, gpu: bool, layout: str) -> list:
             argv.append(Expand("--ps_hosts=${DLRUN_TF_PS_HOSTS}"))
     return argv
 
+# Where the fabric names its IP interface (ib0: IP over InfiniBand), each node writes that interface's IPv4
+# address into the shared run directory and the host lists' entries become those addresses (entry k of
+# --worker_hosts runs on node k, of --ps_hosts on node k / per): bare host names resolve to the management net.
+IP_HOSTS_SCRIPT = (
+    'iface=@IFACE@; '
+    'addr=$(ip -4 -o addr show dev "$iface" 2>/dev/null | awk \'{ split($4, a, "/"); print a[1]; exit }\'); '
+    'if [ -z "$addr" ]; then echo "dlrun: no IPv4 address on interface $iface on $(hostname)" >&2; exit 1; fi; '
+    'echo "$addr" >"$dir/addr.$i.tmp"; mv "$dir/addr.$i.tmp" "$dir/addr.$i"; '
+    'for ((t = 0; t < 600; t++)); do '
+    '[ "$(find "$dir" -name "addr.*" ! -name "*.tmp" | wc -l)" -ge "$workers" ] && break; sleep 1; done; '
+    'addrs=(); for ((k = 0; k < workers; k++)); do addrs+=("$(cat "$dir/addr.$k" 2>/dev/null || true)"); '
+    'if [ -z "${addrs[k]}" ]; then echo "dlrun: node $k wrote no $iface address in 600 s" >&2; exit 1; fi; done; '
+    'args=(); for a in "$@"; do case "$a" in '
+    '--worker_hosts=* | --ps_hosts=*) p=1; [ "${a%%=*}" = --ps_hosts ] && p=$per; '
+    'n=0; list=""; IFS=, read -r -a entries <<< "${a#*=}"; '
+    'for e in "${entries[@]}"; do list+="${list:+,}${addrs[n / p]}:${e##*:}"; n=$((n + 1)); done; '
+    'args+=("${a%%=*}=$list") ;; '
+    '*) args+=("$a") ;; esac; done; set -- "${args[@]}"; '
+)
 # Runs on each node in front of the (runtime-wrapped) tf_cnn_benchmarks command; constant text, only the
 # counts (integers of the plan) are filled in. The process's index in the per-node step is its worker index.
 CLUSTER_SCRIPT = (
@@ -111,10 +131,21 @@ CLUSTER_SCRIPT = (
     'exit "$rc"'
 )
 CLUSTER_ARG0 = "dlrun-tf-cluster"
+SERVERS_LOOP = "for ((j = i * per;"
 
 
 def servers_per_node(plan: Plan) -> int:
     return -(-plan.parameter_servers // plan.nodes)
+
+
+def cluster_script(servers: int, per: int, workers: int, iface: str | None) -> str:
+    """The per-node wrapper for these counts; with `iface`, the host lists become that interface's addresses
+    (set before the parameter servers start)."""
+    script = (CLUSTER_SCRIPT.replace("@PS@", str(int(servers))).replace("@PER@", str(int(per)))
+              .replace("@WORKERS@", str(int(workers))))
+    if not iface:
+        return script
+    return script.replace(SERVERS_LOOP, IP_HOSTS_SCRIPT.replace("@IFACE@", shlex.quote(iface)) + SERVERS_LOOP, 1)
 
 
 def cluster_setup(plan: Plan, hosts_shell: str) -> list[str]:
@@ -136,8 +167,9 @@ def tf_node_launch(plan: Plan, rank: RankCommand, scheduler: "Scheduler") -> Lau
     """The per-node and cluster layouts: one process per node from the scheduler, the cluster wrapper in front."""
     if tf_layout(plan) == "per-node":
         return scheduler.per_node_launch(plan, rank)
-    script = (CLUSTER_SCRIPT.replace("@PS@", str(int(plan.parameter_servers)))
-              .replace("@PER@", str(servers_per_node(plan))).replace("@WORKERS@", str(int(plan.nodes))))
+    fabric = plan.system.fabric_config.get(plan.fabric)
+    script = cluster_script(plan.parameter_servers, servers_per_node(plan), plan.nodes,
+                            fabric.interfaces[0] if fabric is not None and fabric.interfaces else None)
     wrapped = rank.with_argv(["bash", "-c", script, CLUSTER_ARG0, *rank.argv])
     launch = scheduler.per_node_launch(plan, wrapped)
     return dataclasses.replace(launch, setup=[*cluster_setup(plan, scheduler.compute_hosts_shell(plan, launch)),
