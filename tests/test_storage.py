@@ -1,0 +1,144 @@
+"""Storage workloads (`kind: storage`): the harness's storage reader run for real through `dlrun run` over
+files the test writes (`dlrun data synth --format storage`), its GB/s and files/s stored with how the page
+cache was handled and the file system type; fio's JSON output (a real published one) read by dlrun's fio
+parser as a storage result; the bad inputs refused in one line.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import cli_json, run_cli
+
+from dlrun.execute.storage import storage_result
+from dlrun.paths import HARNESS_DIR
+
+READER = HARNESS_DIR / "harness_pytorch_storage.py"
+FIO_LOGS = Path(__file__).parent / "data" / "logs" / "fio"
+CACHE_WORDS = ("O_DIRECT", "pages dropped with fadvise", "cache warm: could not drop")
+
+
+def _findmnt_type(path: Path) -> str:
+    """The file system type util-linux's findmnt reports for `path` (an independent reading); of mounts
+    stacked on one point, the last, which is the one seen."""
+    return subprocess.run(["findmnt", "-n", "-o", "FSTYPE", "--target", str(path)], capture_output=True,
+                          text=True, check=True).stdout.split()[-1]
+
+
+@pytest.fixture
+def storage_data(tmp_path, dlrun_home) -> Path:
+    out = tmp_path / "storage"
+    info = cli_json("data", "synth", str(out), "--format", "storage", "--file-bytes", "3000000", "--files", "40",
+                    "--small-bytes", "3000")
+    assert info["bytes"] == 3000000 + 40 * 3000
+    assert (out / "sequential" / "large.bin").stat().st_size == 3000000
+    assert len(list((out / "small").iterdir())) == 40
+    return out
+
+
+def _stored(workload: str) -> dict:
+    """The one stored run of `workload`, as `dlrun results show --json` gives it."""
+    runs = [row for row in cli_json("results", "list") if row["workload"] == workload]
+    assert len(runs) == 1, runs
+    return cli_json("results", "show", runs[0]["id"])
+
+
+def test_sequential_and_small_file_runs_store_gbs_and_files_per_second(storage_data):
+    run_cli("run", "storage_seq_read", "--data", str(storage_data / "sequential"), "--steps", "2", check=True)
+    run_cli("run", "storage_small_files", "--data", str(storage_data / "small"), "--steps", "2", check=True)
+    seq, small = _stored("storage_seq_read"), _stored("storage_small_files")
+    for record, metric, unit in ((seq, "read_bandwidth", "GB/s"), (small, "file_read_rate", "files/s")):
+        assert record["status"] == "ok", record
+        [result] = record["results"]
+        assert (result["metric"], result["unit"]) == (metric, unit)
+        assert result["value"] > 0
+        extra = result["extra"]
+        assert extra["cache"] in CACHE_WORDS
+        assert extra["fs_type"] == _findmnt_type(storage_data)
+        assert extra["reader"] == "builtin"
+    assert seq["results"][0]["extra"]["bytes_read"] == 2 * 3000000  # two timed passes over the one large file
+    assert small["results"][0]["extra"]["files_read"] == 2 * 40
+
+
+def test_a_memory_file_system_says_the_cache_stayed_warm(tmp_path):
+    """/dev/shm is tmpfs: its pages are the data, nothing can drop them, and the result says so."""
+    shm = Path("/dev/shm")
+    assert _findmnt_type(shm) == "tmpfs"
+    folder = Path(shm / f"dlrun-storage-test-{os.getpid()}")
+    folder.mkdir()
+    try:
+        (folder / "a.bin").write_bytes(os.urandom(200000))
+        proc = subprocess.run([sys.executable, "-I", str(READER), "--test", "sequential", "--data-dir",
+                               str(folder), "--steps", "1", "--reader", "builtin"],
+                              capture_output=True, text=True, timeout=120)
+    finally:
+        (folder / "a.bin").unlink()
+        folder.rmdir()
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads(proc.stdout.strip().splitlines()[-1].split(" ", 1)[1])
+    assert (record["cache"], record["fs_type"], record["bytes_read"]) == ("cache warm: could not drop", "tmpfs",
+                                                                          200000)
+
+
+def test_mount_points_with_spaces_are_read_from_mountinfo(tmp_path):
+    sys.path.insert(0, str(HARNESS_DIR))
+    try:
+        import harness_pytorch_storage as reader
+    finally:
+        sys.path.remove(str(HARNESS_DIR))
+    info = tmp_path / "mountinfo"
+    info.write_text("22 1 8:1 / / rw - ext4 /dev/sda1 rw\n"
+                    "40 22 0:50 / /mnt/my\\040disk rw,relatime shared:9 - xfs /dev/nvme0n1 rw\n")
+    assert reader.file_system_type("/mnt/my disk/data", str(info)) == "xfs"
+    assert reader.file_system_type("/mnt/my diskette", str(info)) == "ext4"
+    assert reader.file_system_type("/x", str(tmp_path / "missing")) == "unknown"
+
+
+def test_fio_json_is_read_by_the_fio_parser_as_the_stored_read_bandwidth():
+    """kubestr's published fio 3.20 output (randread job first; see tests/data/logs/SOURCES.md) with the
+    reader's line after it: the stored value is the fio parser's read bandwidth, not a number of the reader's."""
+    document = json.loads((FIO_LOGS / "kubestr_randread_randwrite_fio-3.20.json").read_text())
+    document["jobs"] = [job for job in document["jobs"] if job["read"]["io_bytes"] > 0][:1]
+    line = {"reader": "fio", "cache": "O_DIRECT", "metric": "read_bandwidth", "unit": "GB/s", "fs_type": "xfs",
+            "benchmark": "storage", "world_size": 1, "num_devices": 1}
+    text = json.dumps(document, indent=2) + "\nDLRUN_RESULT " + json.dumps(line) + "\n"
+    result, parsed, error = storage_result([text])
+    assert error is None
+    assert parsed.value == pytest.approx(document["jobs"][0]["read"]["bw_bytes"] / 1e9)
+    assert (result["metric"], result["unit"], result["kind"]) == ("read_bandwidth", "GB/s", "fio")
+    assert result["extra"]["cache"] == "O_DIRECT" and result["extra"]["fs_type"] == "xfs"
+    assert result["extra"]["fio"]["fio_version"] == document["fio version"]
+
+
+def test_without_data_or_with_no_files_the_run_says_so_in_one_line(tmp_path, dlrun_home):
+    proc = run_cli("run", "storage_seq_read")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "--data DIR" in proc.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = run_cli("run", "storage_small_files", "--data", str(empty))
+    assert proc.returncode != 0
+    record = _stored("storage_small_files")
+    assert record["status"] == "failed" and record["results"] == []
+    assert f"--data-dir {empty} holds no data files to read" in record["provenance"]["reason"]
+
+
+def test_more_than_one_process_and_bad_synth_sizes_are_refused(tmp_path, dlrun_home):
+    proc = run_cli("run", "storage_seq_read", "--data", str(tmp_path), "--ranks-per-node", "2")
+    assert proc.returncode == 2 and "valid: --nodes 1 --ranks-per-node 1" in proc.stderr
+    proc = run_cli("data", "synth", str(tmp_path / "x"), "--format", "storage", "--files", "0")
+    assert proc.returncode == 2 and "--files 0; valid: 1 or more" in proc.stderr
+    assert not (tmp_path / "x").exists()
+
+
+def test_the_storage_workloads_are_in_the_catalog_and_its_schema(dlrun_home):
+    listed = {row["name"]: row for row in cli_json("workloads", "list")}
+    assert listed["storage_seq_read"]["kind"] == "storage"
+    assert listed["storage_small_files"]["kind"] == "storage"
+    schema = json.loads(run_cli("schema", "workloads", check=True).stdout)
+    text = json.dumps(schema)
+    assert '"storage"' in text and "small-files" in text and "storage_test" in text
