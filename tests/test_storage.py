@@ -142,3 +142,44 @@ def test_the_storage_workloads_are_in_the_catalog_and_its_schema(dlrun_home):
     schema = json.loads(run_cli("schema", "workloads", check=True).stdout)
     text = json.dumps(schema)
     assert '"storage"' in text and "small-files" in text and "storage_test" in text
+
+
+SUMMITDEV_READ = (
+    "jsrun --nrs 1 --rs_per_host 1 --tasks_per_rs 1 --cpu_per_rs 20 --gpu_per_rs 0 --bind packed:20 "
+    "--launch_distribution packed --smpiargs=off bash -c 'export RANK=\"$JSM_NAMESPACE_RANK\" "
+    "WORLD_SIZE=\"$JSM_NAMESPACE_SIZE\" LOCAL_RANK=\"$JSM_NAMESPACE_LOCAL_RANK\"; exec \"$@\"' dlrun-jsm "
+    "singularity exec -B \"${{DLRUN_RUN_DIR}}\" --pwd \"${{DLRUN_RUN_DIR}}\" -B {path}:/data:ro "
+    "--env GLOO_SOCKET_IFNAME=ib0 --env MASTER_ADDR=127.0.0.1 --env \"MASTER_PORT=${{DLRUN_MASTER_PORT:-29500}}\" "
+    "--env NCCL_IB_DISABLE=1 --env NCCL_SOCKET_IFNAME=ib0 --env OMP_NUM_THREADS=20 --env PYTHONUNBUFFERED=1 "
+    "{home}/images/cpu-reference/ppc64le/cpu-reference.sif python3 /opt/dlrun/harness_pytorch_storage.py "
+    "--test sequential --data-dir /data --steps 3 --warmup-steps 0 --expected-world-size 1")
+
+
+def test_han_dd_read_renders_for_summitdev_on_both_declared_file_systems(dlrun_home):
+    """E002_dd_read is runnable by derivation (summitdev declares its file systems, dlrun stores
+    read_bandwidth, the workload exists): one process per point reads the directory of the point's file system,
+    which this host need not see (a node-local NVMe)."""
+    proc = run_cli("reproduce", "E002_dd_read", "--system", "summitdev", "--dry-run", "--script")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    for path in ("/mnt/bb/dlrun", "/lustre/atlas/scratch/dlrun"):
+        assert SUMMITDEV_READ.format(path=path, home=dlrun_home) in lines, path
+    assert "#BSUB -nnodes 1" in lines
+    shown = " ".join(run_cli("experiments", "show", "E002_dd_read").stdout.split())
+    assert "runnable" in shown and "7.2" in shown and "We observe an I/O read throughput of 7.2 GB/s" in shown
+
+
+def test_compare_by_data_path_sets_two_directories_side_by_side(tmp_path, dlrun_home):
+    for name in ("a", "b"):
+        folder = tmp_path / name
+        folder.mkdir()
+        for index in range(5):
+            (folder / f"{index}.bin").write_bytes(os.urandom(2000))
+        for _ in range(3):
+            run_cli("run", "storage_small_files", "--data", str(folder), "--steps", "1", check=True)
+    compared = cli_json("compare", "--by", "data-path", "--baseline", f"path:{tmp_path / 'a'}")
+    assert compared["like_for_like"] and compared["differences"] == []
+    [row] = compared["rows"]
+    assert (row["data-path"], row["baseline"]) == (f"path:{tmp_path / 'b'}", f"path:{tmp_path / 'a'}")
+    assert (row["n"], row["baseline_n"], row["unit"], row["model"]) == (3, 3, "files/s", "small-files")
+    assert row["ratio"] == pytest.approx(row["geomean"] / row["baseline_geomean"])

@@ -28,7 +28,8 @@ from pathlib import Path
 from dlrun.datasets.tfrecord import example, write_record
 from dlrun.errors import UsageError, unknown_name
 
-FORMATS = ("jpeg", "tfrecord", "storage")
+FORMATS = ("jpeg", "tfrecord")  # training sets, in the layouts the harness reads
+SYNTH_FORMATS = (*FORMATS, "storage")  # and the files the storage workloads read
 CHUNK = 8 * 1024 * 1024  # bytes written at a time
 MAX_CLASSES = 1000  # the models' classifier size
 QUALITY = 90  # libjpeg quality, as ImageNet's own JPEGs are typically encoded
@@ -47,8 +48,8 @@ class SynthSpec:
     small_bytes: int = 110_000
 
     def check(self) -> None:
-        if self.format not in FORMATS:
-            raise unknown_name("format", self.format, FORMATS)
+        if self.format not in SYNTH_FORMATS:
+            raise unknown_name("format", self.format, SYNTH_FORMATS)
         if self.format == "storage":
             for flag, value in (("--file-bytes", self.file_bytes), ("--files", self.files),
                                 ("--small-bytes", self.small_bytes)):

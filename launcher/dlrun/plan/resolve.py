@@ -157,7 +157,8 @@ def resolve_data(res: Resolution) -> dict[str, Any]:
     """--data (with --stage-data) as the plan's dataset, the user's binds, the data-loader workers."""
     req = res.request
     binds = [inputs.parse_bind(spec) for spec in req.bind]
-    data = inputs.dataset(req.data, stage=req.stage_data)
+    data = inputs.declared_dataset(res.system, req.data, stage=req.stage_data) or inputs.dataset(
+        req.data, stage=req.stage_data)
     if data is None and res.workload.kind == "storage":
         raise UsageError(f"workload {res.workload.name!r} reads the files of a directory, and no --data names one; "
                          "valid: --data DIR (dlrun data synth OUT --format storage writes one)")
