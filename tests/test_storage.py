@@ -183,3 +183,29 @@ def test_compare_by_data_path_sets_two_directories_side_by_side(tmp_path, dlrun_
     assert (row["data-path"], row["baseline"]) == (f"path:{tmp_path / 'b'}", f"path:{tmp_path / 'a'}")
     assert (row["n"], row["baseline_n"], row["unit"], row["model"]) == (3, 3, "files/s", "small-files")
     assert row["ratio"] == pytest.approx(row["geomean"] / row["baseline_geomean"])
+
+
+def test_a_system_without_the_file_system_skips_the_point_and_says_why(catalog):
+    from dlrun.catalog.experiment_points import expand
+
+    experiment = catalog.experiment("E002_dd_read")
+    points = expand(experiment, catalog.system("dgx-h100"), catalog.workloads, catalog.images)
+    assert {p.skip for p in points} == {"system 'dgx-h100' declares no file system 'nvme' (storage: none)",
+                                       "system 'dgx-h100' declares no file system 'lustre' (storage: none)"}
+    placed = expand(experiment, catalog.system("summitdev"), catalog.workloads, catalog.images)
+    assert [(p.skip, p.storage, p.plan_options()["data"]) for p in placed] == [
+        (None, "/mnt/bb/dlrun", "/mnt/bb/dlrun"), (None, "/lustre/atlas/scratch/dlrun", "/lustre/atlas/scratch/dlrun")]
+
+
+def test_only_a_declared_file_system_may_be_absent_here(catalog, tmp_path):
+    from dlrun.errors import UsageError
+    from dlrun.plan import resolve_plan
+
+    plan = resolve_plan(catalog, "storage_seq_read", system="summitdev", image="cpu-reference",
+                        data="/mnt/bb/dlrun/run1")
+    assert (plan.data.path, plan.data.format, plan.world_size, plan.device) == ("/mnt/bb/dlrun/run1", "unknown", 1,
+                                                                                "cpu")
+    with pytest.raises(UsageError, match="is not a directory"):
+        resolve_plan(catalog, "storage_seq_read", system="summitdev", image="cpu-reference", data="/mnt/bbx")
+    with pytest.raises(UsageError, match="lacks; valid: --image cpu-reference"):
+        resolve_plan(catalog, "storage_seq_read", system="summitdev", data="/mnt/bb/dlrun")
