@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -48,6 +49,9 @@ def _stored(workload: str) -> dict:
 
 
 def test_sequential_and_small_file_runs_store_gbs_and_files_per_second(storage_data):
+    """The sequential read goes through fio (Debian's package, as in images that have it: `make sysdeps`
+    installs it here), its JSON read by dlrun's fio parser; the small files through the harness's reader."""
+    assert shutil.which("fio"), "fio is not installed: make sysdeps"
     run_cli("run", "storage_seq_read", "--data", str(storage_data / "sequential"), "--steps", "2", check=True)
     run_cli("run", "storage_small_files", "--data", str(storage_data / "small"), "--steps", "2", check=True)
     seq, small = _stored("storage_seq_read"), _stored("storage_small_files")
@@ -59,9 +63,33 @@ def test_sequential_and_small_file_runs_store_gbs_and_files_per_second(storage_d
         extra = result["extra"]
         assert extra["cache"] in CACHE_WORDS
         assert extra["fs_type"] == _findmnt_type(storage_data)
-        assert extra["reader"] == "builtin"
-    assert seq["results"][0]["extra"]["bytes_read"] == 2 * 3000000  # two timed passes over the one large file
+    fio = seq["results"][0]
+    assert (fio["kind"], fio["extra"]["reader"], fio["extra"]["block_bytes"]) == ("fio", "fio", 2097152)
+    assert fio["extra"]["fio"]["fio_version"].startswith("fio-")
+    assert fio["extra"]["bytes_read"] == 2 * 2097152  # two loops over the file's whole 2 MiB blocks
+    assert small["results"][0]["extra"]["reader"] == "builtin"
     assert small["results"][0]["extra"]["files_read"] == 2 * 40
+
+
+def test_the_builtin_reader_bypasses_or_drops_the_page_cache_on_a_disk(tmp_path):
+    folder = tmp_path / "seq"
+    folder.mkdir()
+    (folder / "a.bin").write_bytes(os.urandom(3000000))
+    (folder / "b.bin").write_bytes(os.urandom(1000))
+    record = _reader(folder, "--reader", "builtin", "--steps", "2", "--block-bytes", "1048576")
+    assert record["cache"] in ("O_DIRECT", "pages dropped with fadvise")  # a disk file system, not memory
+    assert (record["file"], record["bytes_read"], record["metric"], record["unit"]) == (
+        "a.bin", 2 * 3000000, "read_bandwidth", "GB/s")
+    assert record["value"] == pytest.approx(record["bytes_read"] / record["read_seconds"] / 1e9)
+    assert record["fs_type"] == _findmnt_type(folder)
+
+
+def _reader(folder: Path, *args: str) -> dict:
+    """The storage reader run as the image runs it (python -I, its own directory's siblings): its record."""
+    proc = subprocess.run([sys.executable, "-I", str(READER), "--test", "sequential", "--data-dir", str(folder),
+                           *args], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1].split(" ", 1)[1])
 
 
 def test_a_memory_file_system_says_the_cache_stayed_warm(tmp_path):
@@ -72,16 +100,14 @@ def test_a_memory_file_system_says_the_cache_stayed_warm(tmp_path):
     folder.mkdir()
     try:
         (folder / "a.bin").write_bytes(os.urandom(200000))
-        proc = subprocess.run([sys.executable, "-I", str(READER), "--test", "sequential", "--data-dir",
-                               str(folder), "--steps", "1", "--reader", "builtin"],
-                              capture_output=True, text=True, timeout=120)
+        builtin = _reader(folder, "--steps", "1", "--reader", "builtin")
+        fio = _reader(folder, "--steps", "1", "--reader", "fio")
     finally:
         (folder / "a.bin").unlink()
         folder.rmdir()
-    assert proc.returncode == 0, proc.stderr
-    record = json.loads(proc.stdout.strip().splitlines()[-1].split(" ", 1)[1])
-    assert (record["cache"], record["fs_type"], record["bytes_read"]) == ("cache warm: could not drop", "tmpfs",
-                                                                          200000)
+    assert (builtin["cache"], builtin["fs_type"], builtin["bytes_read"]) == ("cache warm: could not drop", "tmpfs",
+                                                                             200000)
+    assert (fio["cache"], fio["fs_type"], fio["reader"]) == ("cache warm: could not drop", "tmpfs", "fio")
 
 
 def test_mount_points_with_spaces_are_read_from_mountinfo(tmp_path):

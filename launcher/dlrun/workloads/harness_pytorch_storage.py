@@ -176,16 +176,26 @@ def fio_result(args, files, fs_type, fio):
     """fio's read of the largest file: direct where the file system allows it, else buffered with fio's
     `invalidate` (its own fadvise of the file's pages); its JSON printed for dlrun's fio parser."""
     path = max(files, key=os.path.getsize)
-    base = [fio, "--name=seqread", "--filename=" + path, "--rw=read", "--bs=%d" % args.block_bytes,
-            "--ioengine=psync", "--readonly", "--loops=%d" % args.steps, "--output-format=json"]
-    tries = [(["--direct=1"], DIRECT), (["--direct=0", "--invalidate=1"],
-                                        WARM if fs_type in MEMORY_FS else DROPPED)]
+    size = os.path.getsize(path)
+    block = args.block_bytes
+    while block > 4096 and block > size:  # fio reads whole blocks of the file
+        block //= 2
+    if block > size:
+        raise HarnessError("the largest file under --data-dir %s has %d bytes, less than one %d-byte block; "
+                           "valid: a larger file, or --reader builtin" % (args.data_dir, size, block))
+    base = [fio, "--name=seqread", "--filename=" + path, "--rw=read", "--bs=%d" % block,
+            "--size=%d" % (size // block * block), "--ioengine=psync", "--readonly", "--loops=%d" % args.steps,
+            "--output-format=json"]
+    # a memory file system's pages are its data (even where it takes O_DIRECT): nothing to bypass or drop
+    memory = fs_type in MEMORY_FS
+    tries = ([] if memory else [(["--direct=1"], DIRECT)]) + [(["--direct=0", "--invalidate=1"],
+                                                               WARM if memory else DROPPED)]
     for flags, cache in tries:
         proc = subprocess.Popen(base + flags, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         stdout, stderr = proc.communicate()
         if proc.returncode == 0:
             out(stdout[:MAX_FIO_BYTES].decode("utf-8", "replace").rstrip("\n"))
-            return {"reader": "fio", "cache": cache, "metric": "read_bandwidth", "unit": "GB/s",
+            return {"reader": "fio", "cache": cache, "metric": "read_bandwidth", "unit": "GB/s", "block_bytes": block,
                     "file": os.path.relpath(path, args.data_dir), "file_bytes": os.path.getsize(path),
                     "value_is": "fio's read bandwidth of the largest file (bw_bytes / 1e9)"}
     raise HarnessError("fio failed on %s: %s" % (path, stderr.decode("utf-8", "replace").strip()[-300:]))
