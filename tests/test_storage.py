@@ -156,6 +156,8 @@ def test_without_data_or_with_no_files_the_run_says_so_in_one_line(tmp_path, dlr
 def test_more_than_one_process_and_bad_synth_sizes_are_refused(tmp_path, dlrun_home):
     proc = run_cli("run", "storage_seq_read", "--data", str(tmp_path), "--ranks-per-node", "2")
     assert proc.returncode == 2 and "valid: --nodes 1 --ranks-per-node 1" in proc.stderr
+    proc = run_cli("run", "storage_small_files", "--data", str(tmp_path), "--batch-size", "4")
+    assert proc.returncode == 2 and "valid: --steps and --warmup-steps, timed and untimed passes" in proc.stderr
     proc = run_cli("data", "synth", str(tmp_path / "x"), "--format", "storage", "--files", "0")
     assert proc.returncode == 2 and "--files 0; valid: 1 or more" in proc.stderr
     assert not (tmp_path / "x").exists()

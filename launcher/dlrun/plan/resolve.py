@@ -130,8 +130,9 @@ def resolve_batch(res: Resolution) -> dict[str, Any]:
     batch, total = req.batch_size, req.global_batch_size
     if not work.trains and work.kind != "command" and (batch is not None or total is not None
                                                        or req.is_given("precision")):
+        per = "timed and untimed passes over the files" if work.kind == "storage" else "per message size"
         raise UsageError(f"workload {work.name!r} trains no model; --batch-size, --global-batch-size and "
-                         "--precision do not apply (valid: --steps and --warmup-steps, per message size)")
+                         f"--precision do not apply (valid: --steps and --warmup-steps, {per})")
     if batch is not None and total is not None:
         raise UsageError("give either --batch-size (per rank) or --global-batch-size, not both")
     if total is not None:
