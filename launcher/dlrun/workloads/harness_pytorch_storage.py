@@ -110,6 +110,9 @@ def drop_pages(fd, fs_type):
         return WARM
     try:
         os.fsync(fd)  # dirty pages are not dropped: write them out first
+    except OSError:
+        pass  # a read-only mount: nothing of it can be dirty
+    try:
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     except OSError:
         return WARM
