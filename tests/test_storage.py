@@ -237,3 +237,30 @@ def test_only_a_declared_file_system_may_be_absent_here(catalog, tmp_path):
         resolve_plan(catalog, "storage_seq_read", system="summitdev", image="cpu-reference", data="/mnt/bbx")
     with pytest.raises(UsageError, match="lacks; valid: --image cpu-reference"):
         resolve_plan(catalog, "storage_seq_read", system="summitdev", data="/mnt/bb/dlrun")
+
+
+def test_the_storage_runs_read_inside_the_image(cpu_reference, tmp_path):
+    """In cpu-reference under Charliecloud, as every workload runs: its fio (Debian's package) reads the large
+    file from the --data bind, its harness's reader the small files; the file system is the host directory's."""
+    from fixtures_images import dlrun
+
+    env = {**cpu_reference["env"], "DLRUN_HOME": str(tmp_path / "home")}
+    out = tmp_path / "storage"
+    made = dlrun("data", "synth", str(out), "--format", "storage", "--file-bytes", "4194304", "--files", "20",
+                 "--small-bytes", "2000", env=env)
+    assert made.returncode == 0, made.stderr
+    for workload, folder in (("storage_seq_read", "sequential"), ("storage_small_files", "small")):
+        proc = dlrun("run", workload, "--image", "cpu-reference", "--runtime", "charliecloud", "--data",
+                     str(out / folder), "--steps", "1", env=env, timeout=600)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    runs = {row["workload"]: row for row in json.loads(dlrun("results", "list", "--json", env=env).stdout)}
+    seq = json.loads(dlrun("results", "show", runs["storage_seq_read"]["id"], "--json", env=env).stdout)
+    small = json.loads(dlrun("results", "show", runs["storage_small_files"]["id"], "--json", env=env).stdout)
+    assert seq["image"] == "cpu-reference" and seq["runtime"] == "charliecloud"
+    [read], [files] = seq["results"], small["results"]
+    assert (read["unit"], read["extra"]["reader"], read["extra"]["fio"]["fio_version"]) == ("GB/s", "fio", "fio-3.33")
+    assert read["extra"]["bytes_read"] == 4194304 and read["value"] > 0
+    assert (files["unit"], files["extra"]["reader"], files["extra"]["files_read"]) == ("files/s", "builtin", 20)
+    for result in (read, files):
+        assert result["extra"]["fs_type"] == _findmnt_type(out)
+        assert result["extra"]["cache"] in CACHE_WORDS
