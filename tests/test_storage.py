@@ -17,6 +17,7 @@ from conftest import cli_json, run_cli
 
 from dlrun.execute.storage import storage_result
 from dlrun.paths import HARNESS_DIR
+from dlrun.results.parsers import parse_all
 
 READER = HARNESS_DIR / "harness_pytorch_storage.py"
 FIO_LOGS = Path(__file__).parent / "data" / "logs" / "fio"
@@ -138,6 +139,8 @@ def test_fio_json_is_read_by_the_fio_parser_as_the_stored_read_bandwidth():
     assert (result["metric"], result["unit"], result["kind"]) == ("read_bandwidth", "GB/s", "fio")
     assert result["extra"]["cache"] == "O_DIRECT" and result["extra"]["fs_type"] == "xfs"
     assert result["extra"]["fio"]["fio_version"] == document["fio version"]
+    [detected] = parse_all(text)  # `dlrun results parse` without --format: fio's figure, not the reader's line
+    assert (detected.kind, detected.value) == ("fio", parsed.value)
 
 
 def test_without_data_or_with_no_files_the_run_says_so_in_one_line(tmp_path, dlrun_home):
