@@ -11,9 +11,9 @@ BIN := $(VENV)/bin
 # torch is pinned everywhere: a range that admits a newer release pulls several GB of CUDA wheels.
 TORCH_PIN := torch==2.13.0
 EXTRAS := torch,tf,test,images,bench,export,report,data
-# Debian packages the tests use: real MPI, a real Slurm cluster, real container runtimes, linters, ssh-keygen,
+# Debian packages the tests use: real MPI, a real Slurm cluster, real container runtimes, linters, ssh-keygen, fio,
 # a headless browser (and its font) that opens the reports.
-APT_PACKAGES := openmpi-bin libopenmpi-dev slurm-wlm munge charliecloud podman runc debootstrap shellcheck \
+APT_PACKAGES := openmpi-bin libopenmpi-dev slurm-wlm munge charliecloud podman runc debootstrap shellcheck fio \
 	libtcmalloc-minimal4 libjemalloc2 squashfs-tools openssh-client chromium fonts-dejavu-core cmake g++
 # Horovod is built from its source release against the venv's torch (and TensorFlow when installed), cached
 # under $XDG_CACHE_HOME/dlrun/wheels: minutes the first time, seconds after (scripts/build-horovod.sh).

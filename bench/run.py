@@ -14,6 +14,7 @@
 11 telemetry          ResNet-50 with the telemetry sampler at 1 s vs without it
 12 llm                the LLM harness (llama3_tiny) vs a bare PyTorch loop of the same model, tokens/s
 13 tune               dlrun tune's choice for ResNet-50 vs every fixed configuration it tried; knobs recorded
+14 storage            the harness's storage reader vs fio on one file, sequential read GB/s (O_DIRECT)
 
 Every row carries the processor it was measured on (model, ISA extensions, bf16 and AMX), also in the table's
 title and summary.json.
@@ -41,6 +42,7 @@ import launcher_cost
 import llm
 import overhead
 import realdata
+import storage
 import telemetry_cost
 import tf_overhead
 import tuned
@@ -49,7 +51,7 @@ from common import Row, cpu_count, processor, processor_label, write_result
 BENCHMARKS = {"overhead": overhead, "efficiency": efficiency, "efficiency_bert": efficiency_bert,
               "launcher": launcher_cost, "containers": containers, "comm": comm, "compare": compare_store,
               "collectives": collectives, "tf": tf_overhead,
-              "realdata": realdata, "telemetry": telemetry_cost, "llm": llm, "tune": tuned}
+              "realdata": realdata, "telemetry": telemetry_cost, "llm": llm, "tune": tuned, "storage": storage}
 
 
 def _versions() -> dict:

@@ -6,7 +6,7 @@ What a line runs is what it prints, with these changes only (each one said in `L
 - `dlrun run` (or the shorthand) and `dlrun reproduce` naming a system other than this machine get `--dry-run`:
   that system's cluster is not here, its job is rendered instead;
 - a real `dlrun run` gets tiny sizes (`--steps 1 --warmup-steps 1 --batch-size 2`, each only where the line
-  does not set it), `dlrun measure matmul` a small product (`--size 256 --repeats 1`);
+  does not set it; no batch for a storage workload), `dlrun measure matmul` a small product (`--size 256 --repeats 1`);
 - `dlrun images pull` gets `--dry-run`: no registry is reachable from the machines that test dlrun;
 - placeholders become real things: `<run-id>` the newest stored run, `/path/to/dataset` a dataset that
   `dlrun data synth` wrote;
@@ -28,6 +28,8 @@ SITE_MARK = re.compile(r"^#\s*at the (\w+) site\b")
 #: Lines whose first word is one of these make a block one of commands to run.
 RUNNABLE = ("dlrun", "make")
 TINY_RUN = (("--steps", "1"), ("--warmup-steps", "1"), ("--batch-size", "2"))
+#: Workloads that train nothing, so take no --batch-size (kind: storage).
+NO_BATCH = ("storage_seq_read", "storage_small_files")
 TINY_MATMUL = (("--size", "256"), ("--repeats", "1"))
 TINY_TUNE = (("--rounds", "2"), ("--knobs", "fused_optimizer"))
 NOT_RUN = {"make test": "it runs the test suite, this test among it"}
@@ -136,7 +138,8 @@ def _adapt(line: Line, argv: list[str], commands: set[str]) -> None:
         extra, why = ["--dry-run"], f"system {system} is a cluster elsewhere: its job is rendered"
     elif command == "run" and "--dry-run" not in argv:
         extra = [arg for option, value in TINY_RUN if option not in argv
-                 and not (option == "--batch-size" and "--global-batch-size" in argv) for arg in (option, value)]
+                 and not (option == "--batch-size" and ("--global-batch-size" in argv or set(NO_BATCH) & set(argv)))
+                 for arg in (option, value)]
         why = "tiny sizes"
     elif (command, sub) == ("measure", "matmul"):
         extra = [arg for option, value in TINY_MATMUL if option not in argv for arg in (option, value)]

@@ -35,7 +35,7 @@ def test_capabilities_are_read_from_the_code_that_provides_them(catalog):
     assert all(has(f"data-format:{name}", catalog) for name in FORMATS)  # dlrun writes what its harness reads
     assert not has("data-format:lmdb", catalog) and has("real-data", catalog)
     assert all(has(f"metric:{name}", catalog) for name in MEASURED_METRICS | {"matmul"})
-    assert not has("metric:ipc", catalog) and not has("system-storage", catalog)
+    assert not has("metric:ipc", catalog) and has("system-storage", catalog)  # SystemSpec.storage
     assert has("workload:bert_squad", catalog) and not has("workload:cartdg", catalog)
     for name in CAPABILITIES:
         has(name, catalog)  # every fixed name has a probe
@@ -91,7 +91,8 @@ def _rendered(catalog, experiment: str, tmp_path) -> list[str]:
 def test_what_a_deviation_says_dlrun_renders_is_in_the_rendered_jobs(catalog, tmp_path):
     claims = [(spec.id, deviation) for spec in catalog.experiments.values() for deviation in spec.deviations
               if deviation.renders]
-    assert [experiment for experiment, _ in claims] == ["E002_scale_up_single_node", "EL_dgxc_llama31_8b_bf16"]
+    assert [experiment for experiment, _ in claims] == ["E002_dd_read", "E002_scale_up_single_node",
+                                                         "EL_dgxc_llama31_8b_bf16"]
     for experiment, deviation in claims:
         scripts = _rendered(catalog, experiment, tmp_path)
         for text in deviation.renders:
@@ -102,10 +103,12 @@ def test_what_a_deviation_says_dlrun_renders_is_in_the_rendered_jobs(catalog, tm
 
 
 def test_experiments_show_says_what_dlrun_has_and_lacks(dlrun_home):
-    proc = run_cli("experiments", "show", "E002_storage_and_overall")
+    proc = run_cli("experiments", "show", "E001_cpu_dataloader_sweep")
     assert proc.returncode == 0, proc.stderr
     text = " ".join(proc.stdout.split())
-    assert "real-data (dlrun has it)" in text and "system-storage (dlrun lacks it:" in text
+    assert "real-data (dlrun has it)" in text and "metric:ipc (dlrun lacks it:" in text
+    storage = " ".join(run_cli("experiments", "show", "E002_storage_and_overall").stdout.split())
+    assert "system-storage (dlrun has it)" in storage
     large = run_cli("experiments", "show", "E001_large_models_fp32")
     assert "being added" not in large.stdout and "needs-workload" not in large.stdout
 

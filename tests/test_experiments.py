@@ -164,7 +164,7 @@ def test_txgaia_fabric_matrix(catalog):
     assert one_node.references == ("ethernet_average_reduction", "conclusion_no_adverse_effect")
     assert one_node.plan_options() == {
         "image": "tf1.14-nccl", "system": "txgaia", "nodes": 1, "ranks_per_node": 2, "batch_size": 64, "steps": 100,
-        "warmup_steps": 10, "precision": "fp32", "fabric": "roce", "data_workers": None,
+        "warmup_steps": 10, "precision": "fp32", "fabric": "roce", "data_workers": None, "data": None,
         "variable_update": None, "all_reduce_spec": None, "ps": None}  # every option an axis may set
 
 
@@ -249,8 +249,9 @@ def test_every_runnable_point_resolves_into_a_rendered_job(catalog):
                     rendered += 1
     # 221 before BERT, Ren et al.'s 38 BERT points, dlrun's own smoke experiment, Ren et al.'s 18 broadcast points,
     # Samsi et al.'s three all-reduce strategies (4 models x 2 fabrics x 3 x 9 GPU counts) and Han et al.'s
-    # parameter-server runs (3 x 5, 3 x 6), and the DGX Cloud recipe's Llama 3.1 8B on 8 to 128 H100
-    assert rendered == 259 + 2 + 18 + 216 + 15 + 18 + 5
+    # parameter-server runs (3 x 5, 3 x 6), Han et al.'s dd read (NVMe, Lustre) and their models over both (4 x 2),
+    # and the DGX Cloud recipe's Llama 3.1 8B on 8 to 128 H100
+    assert rendered == 259 + 2 + 18 + 216 + 15 + 18 + 2 + 8 + 5
 
 
 # ------------------------------------------------------------------------------------------- list / show
@@ -400,4 +401,4 @@ def test_guide_systems_render(dlrun_home, system, nodes):
 
 
 def test_metrics_dlrun_measures():
-    assert MEASURED_METRICS == {"throughput", "busbw", "params", "forward_macs"}
+    assert MEASURED_METRICS == {"throughput", "busbw", "params", "forward_macs", "read_bandwidth", "file_read_rate"}

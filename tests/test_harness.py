@@ -635,7 +635,7 @@ def test_each_sibling_imports_alone_without_side_effects(path, default_threads):
     assert seen["threads"] == default_threads
     stdlib_only = path.stem in ("harness_common", "harness_ranks", "harness_pytorch_allocator",
                                 "harness_pytorch_knobs", "harness_pytorch_tfrecord", "harness_pytorch_mfu",
-                                "harness_pytorch_args")
+                                "harness_pytorch_args", "harness_pytorch_storage")
     assert seen["torch_loaded"] is not stdlib_only
 
 

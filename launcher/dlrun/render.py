@@ -112,6 +112,19 @@ def command_environment(plan: Plan) -> dict[str, str]:
             "DLRUN_DATA": plan.data.mount if plan.data is not None else ""}
 
 
+#: The harness's storage reader (standard library; shipped with the PyTorch harness).
+STORAGE_READER = "harness_pytorch_storage.py"
+
+
+def storage_command(plan: Plan) -> list[str]:
+    """The storage reader over the --data directory as the ranks see it (a plan without data is refused)."""
+    if plan.data is None:
+        raise UsageError(f"workload {plan.workload.name!r} reads a directory; valid: --data DIR")
+    return [plan.image.python, f"{plan.image.harness_dir}/{STORAGE_READER}", "--test", str(plan.workload.storage_test),
+            "--data-dir", plan.data.mount, "--steps", str(plan.steps), "--warmup-steps", str(plan.warmup_steps),
+            "--expected-world-size", str(plan.world_size)]
+
+
 def workload_command(plan: Plan) -> list[str]:
     """One rank's command: nccl-tests workloads run the image's nccl-tests, command workloads the site's own
     command; otherwise the image's framework decides which benchmark code runs the workload."""
@@ -119,6 +132,8 @@ def workload_command(plan: Plan) -> list[str]:
         return command_argv(plan)
     if plan.workload.kind == "nccl-tests":
         return nccl_tests_command(plan)
+    if plan.workload.kind == "storage":
+        return storage_command(plan)
     if plan.image.harness_framework is None:
         return tf_cnn_benchmarks_command(plan)
     return harness_command(plan)

@@ -124,8 +124,9 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
          "bf16 (autocast), or amp: the device's mixed precision (fp16 on GPU, bf16 on CPU).", default="fp32",
          choices=PRECISIONS, field="precision", key=("precision",), axis="precision", resolver="framework"),
     # data: what the ranks train on
-    _opt("data", "Dataset directory: the ranks train on it (bound read-only at /data) instead of synthetic data.",
-         field="data", key=("data", "data_format"), resolver="data", metavar="DIR"),
+    _opt("data", "Dataset directory: the ranks train on it (bound read-only at /data) instead of synthetic data; "
+         "a storage workload reads its files. An experiment's `storage` axis sets it to the system's file system.",
+         field="data", key=("data", "data_format"), axis="storage", resolver="data", metavar="DIR"),
     _opt("stage_data", "Copy the --data directory to node-local storage (/tmp) once per node before the ranks "
          "start, and train from the copy; bytes and seconds are stored with the run.", type=bool, default=False,
          field="data", resolver="data"),

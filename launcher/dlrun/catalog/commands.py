@@ -27,11 +27,13 @@ ResultFormat = Literal["dlrun-result", "nccl-tests", "tf_cnn_benchmarks", "horov
                        "fio", "regex"]
 #: What a declared figure of merit may be, with the unit it is given in and which way is better (as
 #: dlrun.results.parsers.result.METRICS and UNITS hold them; tests/test_byo.py checks that they agree).
-FigureMetric = Literal["throughput", "bandwidth", "latency", "busbw"]
-FigureUnit = Literal["images/sec", "sequences/sec", "samples/sec", "tokens/sec", "GB/s", "us"]
+FigureMetric = Literal["throughput", "bandwidth", "latency", "busbw", "read_bandwidth", "file_read_rate"]
+FigureUnit = Literal["images/sec", "sequences/sec", "samples/sec", "tokens/sec", "GB/s", "us", "files/s"]
 #: The direction each metric is better in: a latency is better when lower, every rate when higher.
-BETTER = {"throughput": "higher", "bandwidth": "higher", "busbw": "higher", "latency": "lower"}
-_UNITS_OF = {"latency": ("us",), "bandwidth": ("GB/s",), "busbw": ("GB/s",),
+BETTER = {"throughput": "higher", "bandwidth": "higher", "busbw": "higher", "latency": "lower",
+          "read_bandwidth": "higher", "file_read_rate": "higher"}
+_UNITS_OF = {"latency": ("us",), "bandwidth": ("GB/s",), "busbw": ("GB/s",), "read_bandwidth": ("GB/s",),
+             "file_read_rate": ("files/s",),
              "throughput": ("images/sec", "sequences/sec", "samples/sec", "tokens/sec")}
 MAX_REGEX = 300
 MAX_COMMAND = 4000

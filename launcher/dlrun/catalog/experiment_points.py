@@ -19,7 +19,7 @@ from dlrun.catalog.models import ImageSpec, SystemSpec, WorkloadSpec, peak_for
 from dlrun.runoptions import RUN_OPTIONS
 
 #: Axes whose dlrun value becomes one of the point's own fields; the others go to `extra` (benchmark flags).
-FIELD_AXES = set(WORKLOAD_AXES) | set(COUNT_AXES) | {"fabric", "precision", "allreduce_strategy"}
+FIELD_AXES = set(WORKLOAD_AXES) | set(COUNT_AXES) | {"fabric", "precision", "allreduce_strategy", "storage"}
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,7 @@ class Point:
     allreduce_strategy: str | None = None  # tf_cnn_benchmarks VARIABLE_UPDATE[:ALL_REDUCE_SPEC]
     dist: str | None = None                # --dist and --grad-accum from a settings rule (None: the defaults)
     grad_accum: int | None = None
+    storage: str | None = None  # --data: the directory on the file system the `storage` axis names
     extra: dict[str, Scalar] = field(default_factory=dict)
     references: tuple[str, ...] = ()
     skip: str | None = None
@@ -78,7 +79,7 @@ class Point:
                 "batch_from": self.batch_from, "steps": self.steps, "warmup_steps": self.warmup_steps,
                 "repeats": self.repeats, "data_workers": self.data_workers,
                 "parameter_servers": self.parameter_servers, "allreduce_strategy": self.allreduce_strategy,
-                "dist": self.dist, "grad_accum": self.grad_accum, "extra": dict(self.extra),
+                "dist": self.dist, "grad_accum": self.grad_accum, "storage": self.storage, "extra": dict(self.extra),
                 "references": list(self.references), "skip": self.skip}
 
 
@@ -173,8 +174,10 @@ def _placed(experiment: ExperimentSpec, system: SystemSpec, dlrun: Mapping[str, 
     batch, batch_from = _batch(dlrun, chosen["batch_per_device"], batch_from, ranks_per_node, system, workload)
     precision = str(dlrun.get("precision") or "fp32")
     fabric = str(dlrun["fabric"]) if dlrun.get("fabric") else None
+    storage = _storage_path(dlrun.get("storage"), system)
     problems = (skip, _image_problem(image_name, system, workload, images), layout, batch,
-                _fabric_problem(fabric, system), _precision_problem(precision, experiment.device, system))
+                _fabric_problem(fabric, system), _precision_problem(precision, experiment.device, system),
+                storage if storage and not storage.startswith("/") else None)
     skip = next((problem for problem in problems if isinstance(problem, str)), None)
     strategy = dlrun.get("allreduce_strategy")
     return Point(**base, image=image_name, nodes=nodes, ranks_per_node=ranks_per_node, gpus=gpus, fabric=fabric,
@@ -183,7 +186,19 @@ def _placed(experiment: ExperimentSpec, system: SystemSpec, dlrun: Mapping[str, 
                  data_workers=_int_or_none(dlrun.get("data_workers", chosen["data_workers"])),
                  parameter_servers=_int_or_none(dlrun.get("parameter_servers") or None),
                  allreduce_strategy=str(strategy) if strategy else None, dist=chosen["dist"],
-                 grad_accum=chosen["grad_accum"], skip=skip)
+                 grad_accum=chosen["grad_accum"], skip=skip,
+                 storage=storage if storage and storage.startswith("/") else None)
+
+
+def _storage_path(name: Scalar | None, system: SystemSpec) -> str | None:
+    """The directory of the system's file system `name` (its `storage:` entry), or why it has none."""
+    if name is None:
+        return None
+    found = system.storage.get(str(name))
+    if found is None:
+        return (f"system {system.name!r} declares no file system {name!r} (storage: "
+                f"{', '.join(system.storage) or 'none'})")
+    return found.path
 
 
 def _int_or_none(value: Any) -> int | None:

@@ -33,7 +33,7 @@ WORKLOAD_AXES = ("model", "collective", "application")
 COUNT_AXES = ("gpus", "nodes", "ranks_per_node", "cpu_cores", "batch_per_device", "batch_per_node",
               "data_workers", "parameter_servers")
 
-#: Metrics a reference may name. dlrun's results carry the first four today; the others stay references
+#: Metrics a reference may name. dlrun's results carry MEASURED_METRICS; the others stay references
 #: (with their quotes) that compare reports as not measured.
 METRICS: dict[str, str] = {
     "throughput": "training samples per second, all ranks together (images/s, instances/s)",
@@ -53,7 +53,8 @@ METRICS: dict[str, str] = {
     "gpu_utilization": "GPU busy share",
     "gpu_io_utilization": "share of GPU time in copies (GPU-GPU, CPU-GPU)",
     "gpu_memory": "GPU memory in use",
-    "read_bandwidth": "file read throughput",
+    "read_bandwidth": "sequential read bandwidth of a file, GB/s (a storage workload's)",
+    "file_read_rate": "small files opened, read whole and closed per second (a storage workload's)",
     "training_time_spread": "difference between the shortest and the longest training time of repeats",
     "link_bandwidth": "measured point-to-point bandwidth of one link",
     "link_volume": "data moved over links during one epoch",
@@ -61,7 +62,7 @@ METRICS: dict[str, str] = {
     "mfu": "model FLOP utilisation: the model's FLOPs per second over the devices' dense peak (a document's own "
            "FLOP count and peak)",
 }
-MEASURED_METRICS = frozenset({"throughput", "busbw", "params", "forward_macs"})
+MEASURED_METRICS = frozenset({"throughput", "busbw", "params", "forward_macs", "read_bandwidth", "file_read_rate"})
 
 #: What an experiment's text may say dlrun can or cannot do (`status.requires`, a deviation's `lacks`): fixed
 #: names, and families written FAMILY:NAME. Whether dlrun has each is derived from its code by

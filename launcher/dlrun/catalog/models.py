@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from dlrun.catalog.commands import CommandResult, check_command_fields
+from dlrun.catalog.storage import FileSystem, check_storage_fields
 from dlrun.errors import DlrunError
 from dlrun.registry import SCHEDULERS
 
@@ -53,7 +54,7 @@ COLLECTIVE_KINDS = {"allreduce": "all-reduce", "broadcast": "broadcast", "allgat
                     "reducescatter": "reduce-scatter", "alltoall": "all-to-all",
                     "sendrecv": "send/receive between every pair of ranks"}
 WorkloadKind = Literal["cnn-training", "bert-finetuning", "llm-pretraining", "allreduce", "broadcast", "allgather",
-                       "reducescatter", "alltoall", "sendrecv", "nccl-tests", "command"]
+                       "reducescatter", "alltoall", "sendrecv", "nccl-tests", "command", "storage"]
 
 
 class WorkloadSpec(Strict):
@@ -63,8 +64,10 @@ class WorkloadSpec(Strict):
     # length, e.g. bert_swag); allreduce, broadcast, allgather, reducescatter, alltoall: the harness measures that
     # collective's bus bandwidth over the run's process group (message sizes min_bytes, x size_factor, ...,
     # max_bytes); sendrecv: every pair of ranks, both directions; nccl-tests: the image's own binary `nccl_test`, one
-    # process per GPU; command: the site's own `command` and `result` contract (dlrun.catalog.commands).
+    # process per GPU; command: the site's own `command` and `result` contract (dlrun.catalog.commands); storage:
+    # the read rate of --data's files, `storage_test` sequential (GB/s) or small-files (files/s): catalog.storage.
     kind: WorkloadKind = "cnn-training"
+    storage_test: Literal["sequential", "small-files"] | None = None
     nccl_test: str | None = Field(default=None, pattern=r"^[a-z_]+_perf$")
     framework: Literal["pytorch", "tensorflow"] = "pytorch"
     # Model name in the in-container harness (tf_cnn_benchmarks naming: resnet50 is v1, resnet50_v1.5 is v1.5).
@@ -96,23 +99,22 @@ class WorkloadSpec(Strict):
         if not self.trains and (self.model or self.tf_cnn_model):
             raise ValueError(f"kind {self.kind} trains no model: leave out `model` and `tf_cnn_model`")
         if (self.kind == "nccl-tests") != bool(self.nccl_test):
-            raise ValueError("a nccl-tests workload needs `nccl_test` (the binary, e.g. all_reduce_perf)"
-                             if self.kind == "nccl-tests" else f"kind {self.kind} runs no nccl-tests binary: "
-                             "leave out `nccl_test`")
+            raise ValueError("a nccl-tests workload needs `nccl_test` (the binary, e.g. all_reduce_perf)" if self.kind
+                             == "nccl-tests" else f"kind {self.kind} runs no nccl-tests binary: leave out `nccl_test`")
         if self.min_bytes > self.max_bytes:
             raise ValueError(f"min_bytes {self.min_bytes} exceeds max_bytes {self.max_bytes}")
-        check_command_fields(self)
+        check_command_fields(self), check_storage_fields(self)
         return self
 
     @property
     def label(self) -> str:
         """The model, or what a communication workload measures."""
-        return self.model or self.nccl_test or self.kind
+        return self.model or self.nccl_test or self.storage_test or self.kind
 
     @property
     def measures(self) -> str:
         """What a communication workload measures, in words (all-reduce, all-to-all, all_gather_perf)."""
-        return COLLECTIVE_KINDS.get(self.kind) or self.nccl_test or self.kind
+        return COLLECTIVE_KINDS.get(self.kind) or self.nccl_test or self.storage_test or self.kind
 
 
 PeakPrecision = Literal["fp64", "fp32", "tf32-tensor", "fp16", "fp16-tensor", "bf16-tensor", "fp8-tensor"]
@@ -283,6 +285,7 @@ class SystemSpec(Strict):
     fabrics: list[FabricName] = ["tcp"]
     default_fabric: Literal["ib", "opa", "roce", "tcp", "auto"] = "auto"
     fabric_config: dict[FabricName, FabricConfig] = {}
+    storage: dict[str, FileSystem] = {}  # file systems by name (nvme, lustre): dlrun.catalog.storage
     scheduler: str = "local"
     launcher: str = "mpirun"
     runtime: str = "host"
@@ -312,8 +315,6 @@ class SystemSpec(Strict):
     @field_validator("hostnames")
     @classmethod
     def _host_patterns(cls, value: list[str]) -> list[str]:
-        import re
-
         for pattern in value:
             try:
                 re.compile(pattern)
@@ -390,8 +391,7 @@ class ImageSpec(Strict):
 
     @property
     def harness_framework(self) -> str | None:
-        """The framework of the dlrun harness this image runs (`harness_<framework>.py`), or None where it runs
-        tf_cnn_benchmarks."""
+        """The framework of the dlrun harness it runs (`harness_<framework>.py`); None: tf_cnn_benchmarks."""
         runs = self.runs or ("tf_cnn_benchmarks" if self.framework == "tensorflow" else "dlrun-harness")
         return None if runs == "tf_cnn_benchmarks" else self.framework
 

@@ -69,11 +69,14 @@ def workloads_show(name: Annotated[str, typer.Argument(help="Workload name.")], 
         if as_json:
             print_json(data)
             return
+        what = ([["reads", f"{workload.storage_test} read of the files under --data (the harness's storage reader)"],
+                 ["timed / warm-up passes", f"{workload.default_steps} / {workload.default_warmup_steps}"]]
+                if workload.kind == "storage" else
+                [["message sizes", f"{workload.min_bytes} B to {workload.max_bytes} B, x{workload.size_factor}"],
+                 ["iterations / warm-up per size", f"{workload.default_steps} / {workload.default_warmup_steps}"]])
         fields_table(f"workload {workload.name}", [
             ["name", workload.name], ["description", workload.description], ["kind", workload.kind],
-            ["framework", workload.framework],
-            ["message sizes", f"{workload.min_bytes} B to {workload.max_bytes} B, x{workload.size_factor}"],
-            ["iterations / warm-up per size", f"{workload.default_steps} / {workload.default_warmup_steps}"]])
+            ["framework", workload.framework], *what])
         return
     data["model_facts"] = describe_model(workload.model)
     if as_json:

@@ -7,7 +7,7 @@
 The axis picks the mode: --by system, site or host (the machine): relative throughput (Ren et al. Table III),
 the only axes along which runs of different sites or machines are compared; --by devices:
 speedup and scaling efficiency (PRACE guide Tables 8, 9); --by fabric: relative difference (Samsi et al.);
---by image, precision, batch, data or framework-version: regression test (Welch's t). --reference or
+--by image, precision, batch, data, data-path or framework-version: regression test (Welch's t). --reference or
 --references: against published values. Nothing: statistics per configuration. Every estimate is a
 geometric mean of the repeats, every ratio one of geometric means, with 95 % intervals from the logs
 (dlrun.results.compare.stats; none below 3 repeats).
@@ -24,8 +24,9 @@ from dlrun.cli.filters import (BatchSizeFilter, ExperimentFilter, ImageFilter, N
 from dlrun.cli.output import handle_errors
 from dlrun.errors import UsageError
 
-AXIS_HELP = ("system, site, host (the machine), devices, fabric, image, framework-version, precision, batch or "
-             "data; only system, site and host let runs of different sites or machines be compared")
+AXIS_HELP = ("system, site, host (the machine), devices, fabric, image, framework-version, precision, batch, "
+             "data or data-path (the --data directory of storage runs: Lustre against NVMe); only system, site and "
+             "host let runs of different sites or machines be compared")
 
 
 @handle_errors

@@ -67,6 +67,8 @@ def summary_rows(record: Any) -> list[list[str]]:
             better = "lower" if extra.get("direction") == "lower" else "higher"
             rows.append([res["metric"], f"{res['value']:.6g} {res['unit']} ({better} is better)"])
             rows.append(["value is", str(res.get("value_is", ""))])
+        elif extra.get("benchmark") == "storage":
+            rows += storage_rows(res, extra)
         elif res["metric"] == "busbw":
             rows.append(["bus bandwidth", f"{res['value']:.3f} {res['unit']} at {extra.get('largest_bytes')} B "
                                           f"(average over sizes {extra.get('avg_busbw', 0):.3f})"])
@@ -81,12 +83,20 @@ def summary_rows(record: Any) -> list[list[str]]:
             rows.append(["model / batch", f"{res.get('model')} / {res.get('batch_size')} per rank"])
             rows += precision_rows(extra.get("precision"), extra) + knob_rows(extra.get("knobs"))
         rows.append(["world size", str(res.get("num_devices"))])
-        if not extra.get("command_workload"):
+        if not extra.get("command_workload") and extra.get("benchmark") != "storage":
             rows.append(["framework", f"{extra.get('framework')} {extra.get('framework_version', '')}"])
     if record.reason:
         rows.append(["reason", record.reason])
     rows.append(["run directory", str(record.path)])
     return rows
+
+
+def storage_rows(res: dict, extra: dict) -> list[list[str]]:
+    """A storage run's figure, what it is, how the page cache was handled and which file system was read."""
+    what = "read bandwidth" if res["metric"] == "read_bandwidth" else "small-file read rate"
+    return [[what, f"{res['value']:.4g} {res['unit']}"], ["value is", str(res.get("value_is", ""))],
+            ["page cache", str(extra.get("cache"))], ["file system", str(extra.get("fs_type"))],
+            ["reader", str(extra.get("reader"))]]
 
 
 def precision_rows(asked: Any, extra: dict) -> list[list[str]]:

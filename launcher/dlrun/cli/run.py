@@ -98,9 +98,10 @@ def execute_plan(plan, rendered, cleared=None, *, verbose: bool = False) -> None
     from dlrun.paths import runs_dir
 
     store = open_store()
+    shape = (f"{plan.warmup_steps}+{plan.steps} passes over {plan.data.path}" if plan.workload.kind == "storage"
+             and plan.data else f"batch {plan.batch_size}/rank, {plan.warmup_steps}+{plan.steps} steps, {plan.precision}")
     title = (f"{plan.workload.name} ({plan.workload.label}) on {plan.system.name}: {plan.world_size} rank(s), "
-             f"batch {plan.batch_size}/rank, {plan.warmup_steps}+{plan.steps} steps, {plan.precision}, "
-             f"image {plan.image.name}")
+             f"{shape}, image {plan.image.name}")
     console().print(f"[bold]dlrun[/bold] {title}")
     say_if_busy([plan], console())
     with RunDisplay(plan, verbose=verbose) as display:

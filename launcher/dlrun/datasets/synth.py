@@ -7,6 +7,9 @@
   `image/encoded` (the JPEG), `image/format` (`JPEG`), `image/class/label` (1-based: 0 is the background
   class there), `image/class/synset`, `image/height`, `image/width`, `image/colorspace`, `image/channels`,
   `image/filename`.
+- `storage`: what the storage workloads read: `OUT/sequential/large.bin` (one file of `file_bytes`, for
+  storage_seq_read; Han et al.'s dd test read 2.5 GB) and `OUT/small/NNNNNN.bin` (`files` files of
+  `small_bytes`, for storage_small_files; about an ImageNet JPEG's mean size). Random bytes: nothing compresses.
 
 Images are smooth random colour fields (a coarse random grid, bicubically upsampled, plus a class tint), so
 their JPEGs are of a natural image's size rather than of noise's. Everything is written into a hidden
@@ -25,7 +28,9 @@ from pathlib import Path
 from dlrun.datasets.tfrecord import example, write_record
 from dlrun.errors import UsageError, unknown_name
 
-FORMATS = ("jpeg", "tfrecord")
+FORMATS = ("jpeg", "tfrecord")  # training sets, in the layouts the harness reads
+SYNTH_FORMATS = (*FORMATS, "storage")  # and the files the storage workloads read
+CHUNK = 8 * 1024 * 1024  # bytes written at a time
 MAX_CLASSES = 1000  # the models' classifier size
 QUALITY = 90  # libjpeg quality, as ImageNet's own JPEGs are typically encoded
 
@@ -38,10 +43,19 @@ class SynthSpec:
     size: int
     shards: int = 4
     seed: int = 0
+    file_bytes: int = 2_500_000_000
+    files: int = 1000
+    small_bytes: int = 110_000
 
     def check(self) -> None:
-        if self.format not in FORMATS:
-            raise unknown_name("format", self.format, FORMATS)
+        if self.format not in SYNTH_FORMATS:
+            raise unknown_name("format", self.format, SYNTH_FORMATS)
+        if self.format == "storage":
+            for flag, value in (("--file-bytes", self.file_bytes), ("--files", self.files),
+                                ("--small-bytes", self.small_bytes)):
+                if value < 1:
+                    raise UsageError(f"{flag} {value}; valid: 1 or more")
+            return
         if self.images < 1:
             raise UsageError(f"--images must be >= 1, got {self.images}")
         if not 1 <= self.classes <= min(self.images, MAX_CLASSES):
@@ -104,6 +118,19 @@ def _write_tfrecord(spec: SynthSpec, root: Path, rng: random.Random) -> None:
                 }))
 
 
+def _write_storage(spec: SynthSpec, root: Path, rng: random.Random) -> None:
+    (root / "sequential").mkdir()
+    with open(root / "sequential" / "large.bin", "wb") as handle:
+        for start in range(0, spec.file_bytes, CHUNK):
+            handle.write(rng.randbytes(min(CHUNK, spec.file_bytes - start)))
+    (root / "small").mkdir()
+    for index in range(spec.files):
+        (root / "small" / f"{index:06d}.bin").write_bytes(rng.randbytes(spec.small_bytes))
+
+
+WRITERS = {"jpeg": _write_jpeg, "tfrecord": _write_tfrecord, "storage": _write_storage}
+
+
 def synthesize(spec: SynthSpec, out: Path) -> dict:
     """Write the dataset to `out` (which must not exist); what was written."""
     spec.check()
@@ -116,12 +143,16 @@ def synthesize(spec: SynthSpec, out: Path) -> dict:
     tmp = Path(tempfile.mkdtemp(dir=parent, prefix=f".{out.name}.", suffix=".tmp"))
     try:
         rng = random.Random(spec.seed)
-        (_write_jpeg if spec.format == "jpeg" else _write_tfrecord)(spec, tmp, rng)
+        WRITERS[spec.format](spec, tmp, rng)
         total = sum(f.stat().st_size for f in tmp.rglob("*") if f.is_file())
         tmp.chmod(0o755)
         os.rename(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    if spec.format == "storage":
+        return {"path": str(out), "format": "storage", "bytes": total,
+                "sequential": f"{out / 'sequential'} (one file of {spec.file_bytes} bytes: storage_seq_read)",
+                "small": f"{out / 'small'} ({spec.files} files of {spec.small_bytes} bytes: storage_small_files)"}
     return {"path": str(out), "format": spec.format, "images": spec.images, "classes": spec.classes,
             "size": spec.size, "bytes": total, "shards": spec.shards if spec.format == "tfrecord" else None}

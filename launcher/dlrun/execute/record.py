@@ -19,6 +19,7 @@ from typing import Any
 
 from dlrun.execute.hardware import record_hardware
 from dlrun.execute.rundir import RunDir
+from dlrun.execute.storage import storage_result
 from dlrun.fabrics import check_nccl_transport
 from dlrun.catalog.models import TRAINING_KINDS
 from dlrun.paths import harness_hashes, source_root
@@ -290,15 +291,16 @@ def decide_status(plan: Plan, status: str, reason: str | None, exit_code: int | 
         parsed, error = command_result(plan, result_texts)
         result = None if parsed is None else parsed.to_dict()
     else:
-        result, parsed, error = (parse_nccl_tests if nccl_tests else parse_first)(result_texts)
+        reader = {"nccl-tests": parse_nccl_tests, "storage": storage_result}.get(plan.workload.kind, parse_first)
+        result, parsed, error = reader(result_texts)
     if result is None:
         return "failed", f"the job exited 0 but {error}", None
     collective = parsed.metric == "busbw" if plan.workload.kind == "command" else not plan.workload.trains
     refusal = rank_count_refusal(parsed, plan.device_count, plan.nodes, collective=collective)
     if refusal:
         return "failed", refusal, result
-    if nccl_tests and parsed.problems:
-        return "failed", "nccl-tests: " + "; ".join(parsed.problems), result
+    if (nccl_tests or plan.workload.kind == "storage") and parsed.problems:
+        return "failed", f"{plan.workload.kind}: " + "; ".join(parsed.problems), result
     return "ok", None, result
 
 

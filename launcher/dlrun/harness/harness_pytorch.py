@@ -31,6 +31,7 @@ counted on them), ``harness_pytorch_data.py`` (the data the steps consume), ``ha
 ``harness_pytorch_comm.py`` (process group, collectives),
 ``harness_pytorch_collectives.py`` (the collective benchmarks),
 ``harness_pytorch_sendrecv.py`` (point-to-point bandwidth),
+``harness_pytorch_storage.py`` (the storage reader, run as its own script),
 ``harness_pytorch_horovod.py`` (``--dist``: DDP or Horovod),
 ``harness_pytorch_fsdp.py`` (``--dist fsdp`` and ``dataparallel``),
 ``harness_pytorch_llama.py`` (the LLM), ``harness_pytorch_text.py`` (its

@@ -83,6 +83,17 @@ def dataset(data_dir: str | None, *, stage: bool) -> DataSpec | None:
     return DataSpec(path=source, format=kind, staged_copy=staged_path(source) if stage else None)
 
 
+def declared_dataset(system: SystemSpec, data_dir: str | None, *, stage: bool) -> DataSpec | None:
+    """--data DIR on a file system the system profile declares (`storage:`) that this host does not see (a
+    node-local NVMe, a cluster's Lustre seen from elsewhere): taken as the profile says; None otherwise."""
+    if data_dir is None or stage or Path(data_dir).is_dir():
+        return None
+    path = os.path.normpath(data_dir)
+    if any(path == fs.path or path.startswith(fs.path.rstrip("/") + "/") for fs in system.storage.values()):
+        return DataSpec(path=path, format="unknown")
+    return None
+
+
 def fabric_name(system: SystemSpec, fabric: str | None) -> str:
     """--fabric (one of the system's), else the system's default (its first fabric for `auto`)."""
     if fabric is None:

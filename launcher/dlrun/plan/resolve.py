@@ -70,6 +70,7 @@ def check_names(res: Resolution) -> None:
         raise UsageError(f"image {img.name!r} has framework {img.framework!r}, which no dlrun workload command "
                          "runs; valid: pytorch, tensorflow")
     tf_cnn = img.framework == "tensorflow" and img.harness_framework is None
+    check_storage_image(res)
     if work.kind == "command":  # the site's own program: any image of the system's architecture runs it
         return
     if tf_cnn and not work.tf_cnn_model and work.kind != "nccl-tests":
@@ -86,6 +87,16 @@ def check_names(res: Resolution) -> None:
                              f"but image {img.name!r} runs TensorFlow; valid for it: auto")
 
 
+def check_storage_image(res: Resolution) -> None:
+    """A storage workload runs the harness's storage reader, which ships with the PyTorch harness."""
+    work, system, img = res.workload, res.system, res.image
+    if work.kind == "storage" and img.harness_framework != "pytorch":
+        valid = sorted(name for name, other in res.catalog.images.items()
+                       if other.harness_framework == "pytorch" and system.arch in other.arch)
+        raise UsageError(f"workload {work.name!r} runs the harness's storage reader, which image {img.name!r} "
+                         f"lacks; valid: {', '.join(f'--image {name}' for name in valid) or 'a PyTorch harness image'}")
+
+
 def resolve_layout(res: Resolution) -> dict[str, Any]:
     """Nodes, ranks per node, the device and threads per rank, within what the system has."""
     req, system = res.request, res.system
@@ -94,17 +105,21 @@ def resolve_layout(res: Resolution) -> dict[str, Any]:
         raise UsageError(f"--nodes {nodes} exceeds system {system.name!r}, which has {system.nodes} node(s); "
                          f"valid: 1..{system.nodes}, or --system NAME for a larger system (see dlrun systems list)")
     # --dist dataparallel: one process per node drives all of its GPUs
-    ranks = req.ranks_per_node or (1 if req.dist == "dataparallel" else system.gpus_per_node) or 1
+    storage = res.workload.kind == "storage"  # one reading process, no device
+    ranks = req.ranks_per_node or (1 if req.dist == "dataparallel" or storage else system.gpus_per_node) or 1
     per_node_limit = system.gpus_per_node or system.cpu.cores * system.cpu.threads_per_core
     unit = "GPU(s)" if system.gpus_per_node else "CPU(s)"
     if ranks > per_node_limit:
         raise UsageError(f"--ranks-per-node {ranks} exceeds the {per_node_limit} {unit} per node of "
                          f"system {system.name!r}; valid: 1..{per_node_limit}")
-    if not res.workload.trains and res.workload.kind != "command" and nodes * ranks < 2:
+    if storage and nodes * ranks != 1:
+        raise UsageError(f"workload {res.workload.name!r} reads storage with one process, got {nodes * ranks} "
+                         f"({nodes} node(s) x {ranks}); valid: --nodes 1 --ranks-per-node 1")
+    if not res.workload.trains and res.workload.kind not in ("command", "storage") and nodes * ranks < 2:
         raise UsageError(f"workload {res.workload.name!r} measures {res.workload.measures} between ranks and needs "
                          f"at least 2, got {nodes * ranks} ({nodes} node(s) x {ranks}); valid: --ranks-per-node 2 "
                          "or more, or --nodes 2 or more")
-    return {"nodes": nodes, "ranks_per_node": ranks, "device": "cuda" if system.gpus_per_node else "cpu",
+    return {"nodes": nodes, "ranks_per_node": ranks, "device": "cuda" if system.gpus_per_node and not storage else "cpu",
             "threads_per_rank": req.threads or max(system.cpu.cores // ranks, 1)}
 
 
@@ -115,8 +130,9 @@ def resolve_batch(res: Resolution) -> dict[str, Any]:
     batch, total = req.batch_size, req.global_batch_size
     if not work.trains and work.kind != "command" and (batch is not None or total is not None
                                                        or req.is_given("precision")):
+        per = "timed and untimed passes over the files" if work.kind == "storage" else "per message size"
         raise UsageError(f"workload {work.name!r} trains no model; --batch-size, --global-batch-size and "
-                         "--precision do not apply (valid: --steps and --warmup-steps, per message size)")
+                         f"--precision do not apply (valid: --steps and --warmup-steps, {per})")
     if batch is not None and total is not None:
         raise UsageError("give either --batch-size (per rank) or --global-batch-size, not both")
     if total is not None:
@@ -142,7 +158,11 @@ def resolve_data(res: Resolution) -> dict[str, Any]:
     """--data (with --stage-data) as the plan's dataset, the user's binds, the data-loader workers."""
     req = res.request
     binds = [inputs.parse_bind(spec) for spec in req.bind]
-    data = inputs.dataset(req.data, stage=req.stage_data)
+    data = inputs.declared_dataset(res.system, req.data, stage=req.stage_data) or inputs.dataset(
+        req.data, stage=req.stage_data)
+    if data is None and res.workload.kind == "storage":
+        raise UsageError(f"workload {res.workload.name!r} reads the files of a directory, and no --data names one; "
+                         "valid: --data DIR (dlrun data synth OUT --format storage writes one)")
     inputs.check_binds(binds, data)
     workers = res.system.data_loader_workers if req.data_workers is None else req.data_workers
     return {"data": data, "binds": binds, "data_workers": workers}

@@ -12,7 +12,8 @@ Fields (in the order they are printed):
   precision          fp32, amp(bfloat16), amp(float16) for training; the element type of a collective
   batch_per_device   samples per device per step (`n/a` for communication)
   global_batch       samples per step over all devices
-  data               synthetic, or real:<dataset>; data_format: the on-disk format of real data
+  data               synthetic, or real:<dataset>; data_format: the on-disk format of real data; a storage
+                     or command run's: path:<the --data directory> (a storage run's data_format: fs:<type>)
   framework          pytorch, tensorflow, pytorch/horovod (the harness with --dist horovod); for collectives
                      the library and backend (pytorch/gloo, nccl-tests); `command` (model: `command <hash>`)
   framework_version  the version the run reported (else the image's pinned one), +horovod<version> with Horovod
@@ -89,14 +90,14 @@ def _count(value: Any) -> int | str:
 
 
 def run_kind(run: Mapping[str, Any], result: Mapping[str, Any]) -> str:
-    """training | communication | matmul | command, from the result's metric (else the plan)."""
+    """training | communication | matmul | command | storage, from the result's metric (else the plan)."""
     metric = result.get("metric")
     plan = run.get("plan") or {}
     workload = plan.get("workload") if isinstance(plan.get("workload"), dict) else {}
     if metric == "matmul" or run.get("workload") == "matmul":
         return "matmul"
-    if workload.get("kind") == "command":
-        return "command"
+    if workload.get("kind") in ("command", "storage"):
+        return str(workload["kind"])
     if metric == "busbw" or workload.get("kind") not in (None, *_TRAINING) or plan.get("collective"):
         return "communication"
     return "training"
@@ -142,6 +143,8 @@ def key_from_run(run: Mapping[str, Any], results: Iterable[Mapping[str, Any]] = 
         key.update(_communication(rec))
     elif rec.kind == "command":
         key.update(_command(rec, key["devices"]))
+    elif rec.kind == "storage":
+        key.update(_storage(rec))
     else:
         key.update(model=NOT_APPLICABLE, precision=_training_precision(run.get("precision"), rec.result.get("dtype")),
                    framework=_known(rec.result.get("framework")), **_NO_BATCH)
@@ -277,6 +280,17 @@ def _command(rec: _Record, devices: Any) -> Key:
             "data_format": NOT_APPLICABLE, "framework": "command"}
 
 
+def _storage(rec: _Record) -> Key:
+    """A storage run: what it read (sequential or small files), where (the --data path and its file system
+    type), and how (the reader and its page-cache handling, which decide the number as much as the disk)."""
+    extra, data = rec.extra, rec.plan.get("data")
+    return {"model": _known(extra.get("test")), "precision": NOT_APPLICABLE,
+            "batch_per_device": NOT_APPLICABLE, "global_batch": NOT_APPLICABLE,
+            "data": f"path:{data['path']}" if isinstance(data, dict) and data.get("path") else UNKNOWN,
+            "data_format": f"fs:{_known(extra.get('fs_type'))}",
+            "framework": f"storage/{_known(extra.get('reader'))} {_known(extra.get('cache'))}"}
+
+
 def _training_precision(precision: Any, amp_dtype: Any) -> str:
     if not precision:
         return UNKNOWN
@@ -315,6 +329,9 @@ def _framework_version(kind: str, fmt: str | None, result: Mapping[str, Any], ex
         return _known(result.get("framework_version"))
     if kind == "command":  # the command's software is its hash (the model field) and the image's digest
         return NOT_APPLICABLE
+    if kind == "storage":  # fio's version where fio read; the harness's reader is in the image digest
+        fio = extra.get("fio") if isinstance(extra.get("fio"), dict) else {}
+        return f"fio {fio['fio_version']}" if fio.get("fio_version") else NOT_APPLICABLE
     version = extra.get("framework_version") or image.get("framework_version")
     if fmt == "tf_cnn_benchmarks":
         version = extra.get("tensorflow")

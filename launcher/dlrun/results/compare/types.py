@@ -39,6 +39,8 @@ AXES: dict[str, Axis] = {axis.name: axis for axis in (
     Axis("precision", "precision", frozenset({"precision"})),
     Axis("batch", "batch_per_device", frozenset({"batch_per_device", "global_batch"})),
     Axis("data", "data", frozenset({"data", "data_format"})),
+    # the directory a storage (or command) run read, `path:DIR`, and its file system: Lustre against NVMe
+    Axis("data-path", "data", frozenset({"data", "data_format"})),
 )}
 #: Which modes an axis may be used with.
 AXIS_MODES = {"relative": ("system", "site", "host"), "scaling": ("devices",), "fabrics": ("fabric",),

@@ -20,6 +20,8 @@ def parse(text: str) -> list[ParsedResult]:
     record = read_json(records[0], f"{PREFIX.strip()} line")
     if not isinstance(record, dict):
         raise ParseError(f"{PREFIX.strip()} is followed by a JSON {type(record).__name__}, expected an object")
+    if record.get("reader") == "fio" and "value" not in record:
+        return []  # the storage reader's line after fio's JSON: the value is fio's (the fio parser's)
     return [_result(record)]
 
 

@@ -13,10 +13,11 @@ from typing import Any
 from dlrun.errors import DlrunError
 
 #: Units a result may carry (what each tool prints, normalised).
-UNITS = ("images/sec", "sequences/sec", "samples/sec", "tokens/sec", "GB/s", "us")
+UNITS = ("images/sec", "sequences/sec", "samples/sec", "tokens/sec", "GB/s", "us", "files/s")
 #: Metrics a result may carry: training throughput, nccl-tests bus bandwidth, and what bring-your-own tools
-#: report: point-to-point or storage bandwidth (OSU, fio; GB/s) and latency (OSU; microseconds).
-METRICS = ("throughput", "busbw", "bandwidth", "latency")
+#: report: point-to-point or storage bandwidth (OSU, fio; GB/s) and latency (OSU; microseconds); a storage
+#: workload's sequential read bandwidth (GB/s) and small-file read rate (files/s).
+METRICS = ("throughput", "busbw", "bandwidth", "latency", "read_bandwidth", "file_read_rate")
 #: Result rows a training run stores beside its throughput (dlrun.execute.record.secondary_rows): MFU against
 #: the device's peak and against the measured matmul ceiling, checkpoint seconds and GB/s. Never the primary.
 SECONDARY_METRICS = {"mfu_peak": "fraction", "mfu_matmul": "fraction", "checkpoint_seconds": "s",

@@ -74,8 +74,9 @@ RUN_COLUMNS = ("id", "created_at", "finished_at", "status", "workload", "model",
 #: Origins a run may have: launched here, imported from another tool's log, or read from a results bundle.
 ORIGINS = ("local", "import-log", "bundle")
 #: The metrics a run is judged by (one per run): training throughput, collective bus bandwidth, and what a
-#: site's own command reports: point-to-point or storage bandwidth, latency (lower is better).
-PRIMARY_METRICS = ("throughput", "busbw", "bandwidth", "latency")
+#: site's own command reports: point-to-point or storage bandwidth, latency (lower is better); a storage
+#: workload's read bandwidth (GB/s) or small-file read rate (files/s).
+PRIMARY_METRICS = ("throughput", "busbw", "bandwidth", "latency", "read_bandwidth", "file_read_rate")
 _SPJ = "json_extract(res.data, '$.extra.telemetry.samples_per_joule')"
 #: What `compare --metric` compares: (SQL text of one result row's value, the result metrics it is read from).
 #: A run without the value gives a word Python's float() reads: 'nan' where the run's telemetry could read no
