@@ -79,6 +79,16 @@ def test_one_error_line_for_every_launcher(source, rank_key, size_key, _):
         ranks.detect_rank_env({rank_key: "0", size_key: "0"})
 
 
+def test_a_world_size_other_than_the_plans_stops_with_its_own_exit_code():
+    ranks.check_world_size(None, 3, 0, "openmpi")  # nothing asked: nothing to check
+    ranks.check_world_size(4, 4, 2, "openmpi")
+    with pytest.raises(common.HarnessError) as stopped:
+        ranks.check_world_size(4, 2, 1, "slurm")
+    assert stopped.value.code == common.EXIT_WORLD_SIZE != common.EXIT_USAGE
+    assert stopped.value.message == ("expected world size 4 but found 2 (rank 1, rank source: slurm); "
+                                     "check the launcher's process count")
+
+
 def test_both_harnesses_ship_and_use_the_one_reader():
     for framework in ("pytorch", "tensorflow"):
         files = harness_files(framework)
@@ -87,8 +97,10 @@ def test_both_harnesses_ship_and_use_the_one_reader():
                     if any(isinstance(node, ast.FunctionDef) and node.name == "detect_rank_env"
                            for node in ast.walk(ast.parse(p.read_text())))]
         assert defining == ["harness_ranks.py"], (framework, defining)
-        process = (HARNESS_DIR / f"harness_{framework}_process.py").read_text()
-        assert "from harness_ranks import detect_rank_env" in process, framework
+        process = ast.parse((HARNESS_DIR / f"harness_{framework}_process.py").read_text())
+        imported = {alias.name for node in ast.walk(process)
+                    if isinstance(node, ast.ImportFrom) and node.module == "harness_ranks" for alias in node.names}
+        assert imported == {"check_world_size", "detect_rank_env"}, framework
 
 
 _PRINT_RANKS = "import json, sys; sys.path.insert(0, sys.argv[1]); import harness_ranks; " \

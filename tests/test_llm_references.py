@@ -21,7 +21,7 @@ from dlrun.catalog.experiments import ExperimentSpec
 from dlrun.catalog.loader import load_file
 from dlrun.catalog.models import peak_for
 from dlrun.paths import HARNESS_DIR, builtin_root
-from dlrun.workloads import describe_llm
+from dlrun.harness import describe_llm
 
 NEW_SYSTEMS = ("dgx-h200", "dgx-b200")
 DGXC = "EL_dgxc_llama31_8b_bf16"

@@ -32,9 +32,9 @@ import platform
 import torch
 
 from harness_pytorch_allocator import ALLOCATOR, setup_allocator
-from harness_common import (EXIT_WORLD_SIZE, HARNESS_VERSION,
+from harness_common import (HARNESS_VERSION,
                             HarnessError, cpu_name, node_facts)
-from harness_ranks import detect_rank_env
+from harness_ranks import check_world_size, detect_rank_env
 
 
 # --- Device, backend and what the process runs on ---------------------------
@@ -116,13 +116,7 @@ def setup_process(args, ranks=None):
     (Horovod) says them; otherwise they come from the environment."""
     rank, world_size, local_rank, rank_source = (
         ranks if ranks is not None else detect_rank_env())
-    if (args.expected_world_size is not None
-            and args.expected_world_size != world_size):
-        raise HarnessError(
-            "expected world size %d but found %d (rank %d, rank source: "
-            "%s); check the launcher's process count"
-            % (args.expected_world_size, world_size, rank, rank_source),
-            EXIT_WORLD_SIZE)
+    check_world_size(args.expected_world_size, world_size, rank, rank_source)
     if ALLOCATOR["name"] is None or args.allocator not in ("auto",
                                                            ALLOCATOR["name"]):
         setup_allocator(args.allocator, allow_exec=False)

@@ -5,7 +5,7 @@ library only, runs on Python >= 3.6.
 
 import os
 
-from harness_common import HarnessError
+from harness_common import EXIT_WORLD_SIZE, HarnessError
 
 # (source, rank variable, size variable, local-rank variables): the first
 # row whose rank and size variables are both set wins; the local rank is the
@@ -62,3 +62,13 @@ def detect_rank_env(environ=None):
                                % (rank, size, source))
         return rank, size, local, source
     return 0, 1, 0, "single"
+
+
+def check_world_size(expected, world_size, rank, source):
+    """Stop with EXIT_WORLD_SIZE when the launcher started another number of
+    processes than the plan asked for (`expected` None: nothing asked)."""
+    if expected is not None and expected != world_size:
+        raise HarnessError(
+            "expected world size %d but found %d (rank %d, rank source: "
+            "%s); check the launcher's process count"
+            % (expected, world_size, rank, source), EXIT_WORLD_SIZE)

@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from harness_common import (EXIT_WORLD_SIZE, HARNESS_VERSION,
                             HarnessError, cpu_name, node_facts)
-from harness_ranks import detect_rank_env
+from harness_ranks import check_world_size, detect_rank_env
 
 
 class Comm(object):
@@ -41,13 +41,7 @@ def setup_process(args):
     processes, settle threads and the device.  Returns (comm, rank_source,
     device_type, device_name)."""
     rank, world_size, _, source = detect_rank_env()
-    if (args.expected_world_size is not None
-            and args.expected_world_size != world_size):
-        raise HarnessError(
-            "expected world size %d but found %d (rank %d, rank source: "
-            "%s); check the launcher's process count"
-            % (args.expected_world_size, world_size, rank, source),
-            EXIT_WORLD_SIZE)
+    check_world_size(args.expected_world_size, world_size, rank, source)
     if args.threads:
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     if args.inter_threads:
