@@ -101,8 +101,14 @@ def applies(reference: Reference, values: Mapping[str, AxisValue], system: str |
 
 
 def effective_status(experiment: ExperimentSpec, workloads: Mapping[str, WorkloadSpec]) -> Status:
-    """The declared status, updated for workloads that exist by now."""
+    """The declared status, updated for what exists by now: the workloads it waits for, or every capability a
+    needs-feature status requires (read from the code, `dlrun.catalog.capabilities`) makes it runnable."""
+    from dlrun.catalog.capabilities import has_with
+
     status = experiment.status
+    if status.kind == "needs-feature" and status.requires and all(has_with(name, workloads)
+                                                                  for name in status.requires):
+        return Status(kind="runnable", requires=status.requires)
     if status.kind == "needs-workload":
         still = [name for name in status.workloads if name not in workloads]
         if not still:
