@@ -328,6 +328,9 @@ def build_parser():
                         "(Horovod's DistributedOptimizer), fsdp (FSDP2 "
                         "fully_shard) or dataparallel (one process, "
                         "torch.nn.DataParallel over the node's GPUs)")
+    p.add_argument("--dataparallel-gpus", type=positive, default=None,
+                   help="--dist dataparallel: GPUs to spread the batch "
+                        "over, the first N visible (default: all)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--display-every", type=positive, default=10)
     p.add_argument("--lr", type=float, default=None,

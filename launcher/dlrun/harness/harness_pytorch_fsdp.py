@@ -157,11 +157,16 @@ def _sharded_verdict(shards, cmax, cmin, world_size, rtol=REPLICA_RTOL):
 
 class DataParallelComm(Comm):
     """One process, no process group; the model in torch.nn.DataParallel
-    over every visible GPU."""
+    over the first ``count`` visible GPUs (None: every visible GPU)."""
 
-    def __init__(self, device):
+    def __init__(self, device, count=None):
         Comm.__init__(self, 0, 1, "none", device)
-        self.devices_per_rank = torch.cuda.device_count()
+        visible = torch.cuda.device_count()
+        if count is not None and count > visible:
+            raise HarnessError("--dataparallel-gpus %d: this process sees %d "
+                               "GPU(s); valid: 1..%d" % (count, visible,
+                                                         visible))
+        self.devices_per_rank = count or visible
 
     @property
     def wraps(self):
