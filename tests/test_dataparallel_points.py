@@ -86,3 +86,10 @@ def test_the_harness_refuses_more_gpus_than_it_sees():
     with pytest.raises(fsdp.HarnessError,
                        match=r"--dataparallel-gpus 1: this process sees 0 GPU\(s\)"):
         fsdp.DataParallelComm(torch.device("cpu"), 1)
+
+
+def test_the_harness_takes_the_rendered_gpu_count():
+    parser = load_harness("pytorch").build_parser()
+    args = parser.parse_args(["--model", "resnet50_v1.5", "--dist", "dataparallel", "--dataparallel-gpus", "4"])
+    assert (args.dist, args.dataparallel_gpus) == ("dataparallel", 4)
+    assert parser.parse_args(["--model", "resnet50_v1.5"]).dataparallel_gpus is None

@@ -177,8 +177,9 @@ DistributedDataParallel.  Backend auto is nccl on CUDA and gloo on CPU.
 (see ``harness_pytorch_horovod.py``); the output contract is the same, and
 results record ``dist`` ("ddp", "horovod", "fsdp" or "dataparallel") and
 ``horovod_version``.  ``--dist fsdp`` shards the model with FSDP2 and
-``--dist dataparallel`` runs one process over all of the node's GPUs
-(``harness_pytorch_fsdp.py``, with the replica check for sharded
+``--dist dataparallel`` runs one process over the node's GPUs, or the
+first ``--dataparallel-gpus N`` (``harness_pytorch_fsdp.py``, with the
+replica check for sharded
 parameters).  Every trained model takes ``--global-batch-size`` (gradient
 accumulation), ``--checkpoint-every`` (harness_pytorch_checkpoint.py) and
 records the data-stall seconds of the timed steps and the loader-only rate

@@ -30,7 +30,8 @@ hook (DLRUN_HARNESS_TEST_PERTURB_RANK=R) adds 1.0 to rank R's gathered copy
 of the first parameter, so that tests can prove the comparison fires.
 
 DataParallel: one process (a launcher starting several is refused) drives
-every visible GPU; each step's batch is --batch-size per GPU times the GPU
+every visible GPU, or the first --dataparallel-gpus N (more than it sees is
+refused in one line); each step's batch is --batch-size per GPU times the GPU
 count, scattered by DataParallel, whose replicas are copied from the
 module every step (so there is no replica check).  On a node without CUDA
 GPUs it is refused in one line.
