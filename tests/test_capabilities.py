@@ -1,5 +1,5 @@
 """The catalog's experiments say what dlrun can do only through capabilities read from the code
-(`dlrun.capabilities`): a status or deviation that the code contradicts fails here, so it cannot go stale."""
+(`dlrun.catalog.capabilities`): a status or deviation that the code contradicts fails here, so it cannot go stale."""
 from __future__ import annotations
 
 import dataclasses
@@ -7,8 +7,9 @@ import dataclasses
 import pytest
 from conftest import run_cli
 
-from dlrun.capabilities import disagreements, has
+from dlrun.catalog.capabilities import disagreements, has
 from dlrun.catalog.experiment_vocabulary import CAPABILITIES, CAPABILITY_FAMILIES, MEASURED_METRICS
+from dlrun.catalog.experiment_points import effective_status
 from dlrun.catalog.experiments import Deviation, Status
 from dlrun.reproduce import prepare
 from dlrun.results.store import Store
@@ -53,10 +54,10 @@ def _with(catalog, experiment: str, **changes):
 
 
 def test_a_status_or_deviation_the_code_contradicts_is_named(catalog):
-    stale = _with(catalog, "E002_dd_read", status=Status(kind="needs-feature", requires=["real-data"],
-                                                         reason="needs real data, which dlrun has"))
-    assert disagreements(stale) == ["E002_dd_read: status needs-feature, but dlrun has everything it requires "
-                                    "(real-data): make it runnable, or name what is still missing"]
+    met = _with(catalog, "E002_dd_read", status=Status(kind="needs-feature", requires=["real-data"],
+                                                       reason="needs real data, which dlrun has"))
+    assert disagreements(met) == []  # derived: runnable (effective_status), nothing to edit by hand
+    assert effective_status(met.experiment("E002_dd_read"), met.workloads).kind == "runnable"
     unnamed = _with(catalog, "E002_dd_read", status=Status(kind="needs-feature", reason="says nothing checkable"))
     assert disagreements(unnamed) == ["E002_dd_read: status needs-feature names no capability it needs "
                                       "(status.requires)"]
@@ -113,7 +114,9 @@ def test_experiments_show_says_what_dlrun_has_and_lacks(dlrun_home):
     assert "being added" not in large.stdout and "needs-workload" not in large.stdout
 
 
-def test_dataparallel_alone_does_not_make_the_dataparallel_experiment_runnable(catalog):
-    """--dist dataparallel exists; the experiment still needs its points to choose it (and a GPU count)."""
-    assert has("dist:dataparallel", catalog) and not has("parallelism-axis", catalog)
-    assert catalog.experiment("E001_dataparallel_vs_ddp").status.kind == "needs-feature"
+def test_the_dataparallel_experiment_is_runnable_by_derivation(catalog):
+    """--dist dataparallel and the parallelism axis both exist: the declared needs-feature status derives to
+    runnable (tests/test_dataparallel_points.py shows it turns back without the axis)."""
+    assert has("dist:dataparallel", catalog) and has("parallelism-axis", catalog)
+    spec = catalog.experiment("E001_dataparallel_vs_ddp")
+    assert spec.status.kind == "needs-feature" and effective_status(spec, catalog.workloads).kind == "runnable"

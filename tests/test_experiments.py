@@ -165,7 +165,8 @@ def test_txgaia_fabric_matrix(catalog):
     assert one_node.plan_options() == {
         "image": "tf1.14-nccl", "system": "txgaia", "nodes": 1, "ranks_per_node": 2, "batch_size": 64, "steps": 100,
         "warmup_steps": 10, "precision": "fp32", "fabric": "roce", "data_workers": None, "data": None,
-        "variable_update": None, "all_reduce_spec": None, "ps": None}  # every option an axis may set
+        "variable_update": None, "all_reduce_spec": None, "ps": None, "dist": None,
+        "dataparallel_gpus": None}  # every option an axis may set (None: the plan's default)
 
 
 def test_points_a_system_cannot_run_say_why(catalog):
@@ -212,7 +213,7 @@ def test_han_batch_per_node_over_four_gpus(catalog):
 
 
 def test_status_skips_every_point_of_an_experiment_dlrun_cannot_do(catalog):
-    points = _points(catalog, "E001_dataparallel_vs_ddp", "dgx2")
+    points = _points(catalog, "E002_data_format", "summitdev")  # needs data-format:lmdb, which dlrun lacks
     assert points and {p.skip.split(":")[0] for p in points} == {"needs-feature"}
     assert {p.skip.split(":")[0] for p in _points(catalog, "E000_pcie_affinity", "txgaia")} == {"not-reproducible"}
 
@@ -250,8 +251,9 @@ def test_every_runnable_point_resolves_into_a_rendered_job(catalog):
     # 221 before BERT, Ren et al.'s 38 BERT points, dlrun's own smoke experiment, Ren et al.'s 18 broadcast points,
     # Samsi et al.'s three all-reduce strategies (4 models x 2 fabrics x 3 x 9 GPU counts) and Han et al.'s
     # parameter-server runs (3 x 5, 3 x 6), Han et al.'s dd read (NVMe, Lustre) and their models over both (4 x 2),
-    # and the DGX Cloud recipe's Llama 3.1 8B on 8 to 128 H100
-    assert rendered == 259 + 2 + 18 + 216 + 15 + 18 + 2 + 8 + 5
+    # the DGX Cloud recipe's Llama 3.1 8B on 8 to 128 H100, and Ren et al.'s DataParallel against DDP (dgx2 10,
+    # aws-p3dn 8, ac922 6, rtx-ts4 8)
+    assert rendered == 259 + 2 + 18 + 216 + 15 + 18 + 2 + 8 + 5 + 32
 
 
 # ------------------------------------------------------------------------------------------- list / show

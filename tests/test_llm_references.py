@@ -14,7 +14,7 @@ import yaml
 from conftest import run_cli
 from golden_files import shellcheck_path
 
-from dlrun.capabilities import disagreements, has
+from dlrun.catalog.capabilities import disagreements, has
 from dlrun.catalog import CatalogError
 from dlrun.catalog.experiment_points import expand
 from dlrun.catalog.experiments import ExperimentSpec

@@ -79,9 +79,10 @@ def test_dry_runs_render_exactly_the_points_the_catalog_says_are_runnable(catalo
         for system in systems:
             rendered += sum(1 for work in system.works if work.rendered is not None)
             counted += sum(1 for work in system.works if work.facts is not None)
-    # tests/test_experiments.py's count (with Samsi et al.'s strategies, Han et al.'s parameter servers and the
-    # DGX Cloud recipe's five H100 points)
-    assert (rendered, counted) == (259 + 2 + 18 + 216 + 15 + 18 + 5, 7)
+    # tests/test_experiments.py's count (with Samsi et al.'s strategies, Han et al.'s parameter servers, their dd
+    # read and models over both file systems, the DGX Cloud recipe's five H100 points and Ren et al.'s 32
+    # DataParallel-against-DDP points)
+    assert (rendered, counted) == (259 + 2 + 18 + 216 + 15 + 18 + 2 + 8 + 5 + 32, 7)
     assert not store.path.exists()
 
 

@@ -27,7 +27,7 @@ SAMPLES = {
     "telemetry": "off", "fused_optimizer": "off", "channels_last": "off", "compile": "on", "pin_threads": "on",
     "cudnn_benchmark": "off", "tune": "auto",  # tests run with DLRUN_TUNE=off (conftest)
     "seq_length": 128, "grad_accum": 2, "activation_checkpointing": True, "checkpoint_every": 5,
-    "checkpoint_dir": "/scratch/ckpt",
+    "checkpoint_dir": "/scratch/ckpt", "dataparallel_gpus": 1,
 }
 #: Options of LLM workloads only, shown on llama3_tiny.
 LLM_OPTIONS = {"seq_length", "activation_checkpointing"}
@@ -37,7 +37,7 @@ TF_OPTIONS = {"variable_update", "all_reduce_spec", "ps", "data_format", "benchm
 #: Options whose sample needs another option's value to be valid.
 NEEDS = {"stage_data": {"data": "{dataset}"}, "secret_env": {"env": ["HF_TOKEN=s3cret"]}, "scheduler": {"launcher": "mpirun"},
          "system": {"image": None, "fabric": None, "nodes": 1, "scheduler": None, "launcher": None, "runtime": None}, "all_reduce_spec": {"variable_update": "replicated"},
-         "checkpoint_dir": {"checkpoint_every": 5}}
+         "checkpoint_dir": {"checkpoint_every": 5}, "dataparallel_gpus": {"dist": "dataparallel", "ranks_per_node": 1}}
 
 
 def _command_params(name: str) -> dict[str, object]:
@@ -75,7 +75,8 @@ def test_every_option_names_a_resolver_of_the_pipeline():
 
 
 def test_experiment_axes_are_point_fields_and_plan_options_follow_the_declarations():
-    fields = {f.name for f in dataclasses.fields(Point)} | {"variable_update", "all_reduce_spec"}
+    fields = {f.name for f in dataclasses.fields(Point)} | {name for name, value in vars(Point).items()
+                                                            if isinstance(value, property)}
     axes = {opt.name: opt.axis for opt in RUN_OPTIONS if opt.axis}
     assert set(axes.values()) <= fields, set(axes.values()) - fields
     point = Point(experiment="e", index=0, system="matrix", values={}, workload="trivial", nodes=2,

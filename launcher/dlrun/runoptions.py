@@ -154,7 +154,11 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
          "(one process per node over all its GPUs, torch.nn.DataParallel; GPUs only).",
          default_from="the system's; horovod under --launcher horovodrun",
          choices=("ddp", "horovod", "fsdp", "dataparallel"), field="dist", key=("framework", "devices"),
-         resolver=_BACKEND),
+         axis="parallelism", resolver=_BACKEND),
+    _opt("dataparallel_gpus", "GPUs that one --dist dataparallel process spreads its batch over (the first N "
+         "of its node's).", type=int, default_from="all of its node's GPUs", minimum=1, field="dataparallel_gpus",
+         key=("devices",), axis="dataparallel_gpus", resolver="training", harness_flag="--dataparallel-gpus",
+         metavar="N"),
     _opt("launcher_arg", "Extra launcher flag, passed as given (repeatable).", type=list, field="launcher_args",
          resolver=_BACKEND, metavar="FLAG"),
     # fabric: how nodes talk

@@ -19,7 +19,8 @@ from dlrun.catalog.models import ImageSpec, SystemSpec, WorkloadSpec, peak_for
 from dlrun.runoptions import RUN_OPTIONS
 
 #: Axes whose dlrun value becomes one of the point's own fields; the others go to `extra` (benchmark flags).
-FIELD_AXES = set(WORKLOAD_AXES) | set(COUNT_AXES) | {"fabric", "precision", "allreduce_strategy", "storage"}
+FIELD_AXES = set(WORKLOAD_AXES) | set(COUNT_AXES) | {"fabric", "precision", "allreduce_strategy", "storage",
+                                                       "parallelism"}
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class Point:
     data_workers: int | None = None
     parameter_servers: int | None = None
     allreduce_strategy: str | None = None  # tf_cnn_benchmarks VARIABLE_UPDATE[:ALL_REDUCE_SPEC]
-    dist: str | None = None                # --dist and --grad-accum from a settings rule (None: the defaults)
+    dist: str | None = None                # --dist from the parallelism axis or a settings rule (None: default)
     grad_accum: int | None = None
     storage: str | None = None  # --data: the directory on the file system the `storage` axis names
     extra: dict[str, Scalar] = field(default_factory=dict)
@@ -57,8 +58,17 @@ class Point:
         """Keyword arguments for `dlrun.plan.resolve_plan`: every run option declared with an `axis`
         (dlrun.runoptions), from the point's field of that name (None: the plan's default)."""
         options = {opt.name: getattr(self, opt.axis) for opt in RUN_OPTIONS if opt.axis is not None}
-        return {**options, **{name: value for name, value in (("dist", self.dist), ("grad_accum", self.grad_accum))
-                              if value is not None}}
+        return {**options, **({"grad_accum": self.grad_accum} if self.grad_accum is not None else {})}
+
+    @property
+    def parallelism(self) -> str | None:
+        """--dist: the `parallelism` axis's value, else a settings rule's (None: the plan's default)."""
+        return self.dist
+
+    @property
+    def dataparallel_gpus(self) -> int | None:
+        """--dataparallel-gpus: a DataParallel point's GPU count (its one process drives that many)."""
+        return self.gpus if self.dist == "dataparallel" and self.gpus else None
 
     @property
     def variable_update(self) -> str | None:
@@ -101,8 +111,14 @@ def applies(reference: Reference, values: Mapping[str, AxisValue], system: str |
 
 
 def effective_status(experiment: ExperimentSpec, workloads: Mapping[str, WorkloadSpec]) -> Status:
-    """The declared status, updated for workloads that exist by now."""
+    """The declared status, updated for what exists by now: the workloads it waits for, or every capability a
+    needs-feature status requires (read from the code, `dlrun.catalog.capabilities`) makes it runnable."""
+    from dlrun.catalog.capabilities import has_with
+
     status = experiment.status
+    if status.kind == "needs-feature" and status.requires and all(has_with(name, workloads)
+                                                                  for name in status.requires):
+        return Status(kind="runnable", requires=status.requires)
     if status.kind == "needs-workload":
         still = [name for name in status.workloads if name not in workloads]
         if not still:
@@ -169,7 +185,8 @@ def _placed(experiment: ExperimentSpec, system: SystemSpec, dlrun: Mapping[str, 
             workload: WorkloadSpec | None, images: Mapping[str, ImageSpec]) -> Point:
     """A point on a system: its image, layout, batch, fabric and precision, or why the system cannot run it."""
     image_name = chosen["image"] or system.default_image
-    layout = _layout(experiment, system, dlrun, chosen["ranks_per_node"])
+    dist = str(dlrun["parallelism"]) if dlrun.get("parallelism") else chosen["dist"]
+    layout = _layout(experiment, system, dlrun, chosen["ranks_per_node"], dist == "dataparallel")
     nodes, ranks_per_node, gpus = layout if isinstance(layout, tuple) else (None, None, 0)
     batch, batch_from = _batch(dlrun, chosen["batch_per_device"], batch_from, ranks_per_node, system, workload)
     precision = str(dlrun.get("precision") or "fp32")
@@ -185,7 +202,7 @@ def _placed(experiment: ExperimentSpec, system: SystemSpec, dlrun: Mapping[str, 
                  batch_from=batch_from, steps=chosen["steps"], warmup_steps=chosen["warmup_steps"],
                  data_workers=_int_or_none(dlrun.get("data_workers", chosen["data_workers"])),
                  parameter_servers=_int_or_none(dlrun.get("parameter_servers") or None),
-                 allreduce_strategy=str(strategy) if strategy else None, dist=chosen["dist"],
+                 allreduce_strategy=str(strategy) if strategy else None, dist=dist,
                  grad_accum=chosen["grad_accum"], skip=skip,
                  storage=storage if storage and storage.startswith("/") else None)
 
@@ -219,8 +236,9 @@ def _unrunnable(status: Status, values: Mapping[str, AxisValue], workload: str |
 
 
 def _layout(experiment: ExperimentSpec, system: SystemSpec, dlrun: Mapping[str, Scalar | None],
-            rule_ranks: int | None) -> tuple[int, int, int] | str:
-    """(nodes, ranks per node, GPUs) of a point, or why the system cannot hold it."""
+            rule_ranks: int | None, one_process: bool = False) -> tuple[int, int, int] | str:
+    """(nodes, ranks per node, GPUs) of a point, or why the system cannot hold it. `one_process`: a
+    DataParallel point, one process on one node over its GPU count."""
     per_node_gpus = system.gpus_per_node
     ranks = dlrun.get("ranks_per_node") or rule_ranks
     on_gpus = experiment.device == "gpu"
@@ -228,6 +246,9 @@ def _layout(experiment: ExperimentSpec, system: SystemSpec, dlrun: Mapping[str, 
         return f"system {system.name!r} has no GPUs"
     if dlrun.get("gpus") is not None:
         total = int(dlrun["gpus"])  # type: ignore[arg-type]
+        if one_process:
+            return (1, 1, total) if total <= per_node_gpus else \
+                f"DataParallel drives one node's GPUs: needs {total}; system {system.name!r} has {per_node_gpus}"
         if total > system.nodes * per_node_gpus:
             return (f"needs {total} GPUs; system {system.name!r} has {system.nodes * per_node_gpus} "
                     f"({system.nodes} node(s) x {per_node_gpus})")

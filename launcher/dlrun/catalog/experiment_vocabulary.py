@@ -66,7 +66,7 @@ MEASURED_METRICS = frozenset({"throughput", "busbw", "params", "forward_macs", "
 
 #: What an experiment's text may say dlrun can or cannot do (`status.requires`, a deviation's `lacks`): fixed
 #: names, and families written FAMILY:NAME. Whether dlrun has each is derived from its code by
-#: `dlrun.capabilities`, so a status or deviation that names one cannot go stale unnoticed.
+#: `dlrun.catalog.capabilities`, so a status or deviation that names one cannot go stale unnoticed.
 CAPABILITIES: dict[str, str] = {
     "real-data": "training the image models on a dataset read from --data DIR (JPEG ImageFolder or TFRecord "
                  "shards) instead of synthetic tensors",

@@ -52,8 +52,8 @@ def experiments_show(name: ExperimentArg, system: ShowSystemOpt = None, as_json:
         print_json(experiment_data(catalog, experiment.id, system))
         return
     rows = _with_settings(experiment, show_rows(catalog, experiment.id))
-    if experiment.status.requires:  # derived from the code, never written down (dlrun.capabilities)
-        from dlrun.capabilities import requirements_text
+    if experiment.status.requires:  # derived from the code, never written down (dlrun.catalog.capabilities)
+        from dlrun.catalog.capabilities import requirements_text
 
         at = next(index for index, row in enumerate(rows) if row[0] == "status") + 1
         rows.insert(at, ["status requires", requirements_text(experiment.status.requires, catalog)])

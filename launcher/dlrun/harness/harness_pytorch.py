@@ -177,8 +177,9 @@ DistributedDataParallel.  Backend auto is nccl on CUDA and gloo on CPU.
 (see ``harness_pytorch_horovod.py``); the output contract is the same, and
 results record ``dist`` ("ddp", "horovod", "fsdp" or "dataparallel") and
 ``horovod_version``.  ``--dist fsdp`` shards the model with FSDP2 and
-``--dist dataparallel`` runs one process over all of the node's GPUs
-(``harness_pytorch_fsdp.py``, with the replica check for sharded
+``--dist dataparallel`` runs one process over the node's GPUs, or the
+first ``--dataparallel-gpus N`` (``harness_pytorch_fsdp.py``, with the
+replica check for sharded
 parameters).  Every trained model takes ``--global-batch-size`` (gradient
 accumulation), ``--checkpoint-every`` (harness_pytorch_checkpoint.py) and
 records the data-stall seconds of the timed steps and the loader-only rate
@@ -328,6 +329,9 @@ def build_parser():
                         "(Horovod's DistributedOptimizer), fsdp (FSDP2 "
                         "fully_shard) or dataparallel (one process, "
                         "torch.nn.DataParallel over the node's GPUs)")
+    p.add_argument("--dataparallel-gpus", type=positive, default=None,
+                   help="--dist dataparallel: GPUs to spread the batch "
+                        "over, the first N visible (default: all)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--display-every", type=positive, default=10)
     p.add_argument("--lr", type=float, default=None,

@@ -30,7 +30,8 @@ hook (DLRUN_HARNESS_TEST_PERTURB_RANK=R) adds 1.0 to rank R's gathered copy
 of the first parameter, so that tests can prove the comparison fires.
 
 DataParallel: one process (a launcher starting several is refused) drives
-every visible GPU; each step's batch is --batch-size per GPU times the GPU
+every visible GPU, or the first --dataparallel-gpus N (more than it sees is
+refused in one line); each step's batch is --batch-size per GPU times the GPU
 count, scattered by DataParallel, whose replicas are copied from the
 module every step (so there is no replica check).  On a node without CUDA
 GPUs it is refused in one line.
@@ -157,11 +158,16 @@ def _sharded_verdict(shards, cmax, cmin, world_size, rtol=REPLICA_RTOL):
 
 class DataParallelComm(Comm):
     """One process, no process group; the model in torch.nn.DataParallel
-    over every visible GPU."""
+    over the first ``count`` visible GPUs (None: every visible GPU)."""
 
-    def __init__(self, device):
+    def __init__(self, device, count=None):
         Comm.__init__(self, 0, 1, "none", device)
-        self.devices_per_rank = torch.cuda.device_count()
+        visible = torch.cuda.device_count()
+        if count is not None and count > visible:
+            raise HarnessError("--dataparallel-gpus %d: this process sees %d "
+                               "GPU(s); valid: 1..%d" % (count, visible,
+                                                         visible))
+        self.devices_per_rank = count or visible
 
     @property
     def wraps(self):

@@ -45,7 +45,8 @@ def setup_dist(args):
             from harness_pytorch_fsdp import (DataParallelComm,
                                               check_dataparallel)
             check_dataparallel(world_size, device_type)
-            comm = DataParallelComm(device)
+            comm = DataParallelComm(device,
+                                    getattr(args, "dataparallel_gpus", None))
             return process[:6] + ("none",), comm
         cls = Comm
         if dist == "fsdp":

@@ -271,6 +271,9 @@ def resolve_training(res: Resolution) -> dict[str, Any]:
                          "valid: add --checkpoint-every N")
     if dist == "dataparallel":
         check_dataparallel(res)
+    elif req.dataparallel_gpus is not None:
+        raise UsageError(f"--dataparallel-gpus {req.dataparallel_gpus} applies to --dist dataparallel, not "
+                         f"--dist {dist}; valid: leave it out, or add --dist dataparallel")
     binds = list(res.fields.get("binds") or [])
     folder = req.checkpoint_dir
     if folder is not None:
@@ -280,7 +283,7 @@ def resolve_training(res: Resolution) -> dict[str, Any]:
         binds.append(inputs.parse_bind(f"{folder}:{folder}:rw"))
     return {"seq_length": req.seq_length, "grad_accum": req.grad_accum,
             "activation_checkpointing": bool(req.activation_checkpointing), "checkpoint_every": req.checkpoint_every,
-            "checkpoint_dir": folder, "binds": binds}
+            "checkpoint_dir": folder, "binds": binds, "dataparallel_gpus": req.dataparallel_gpus}
 
 
 def check_dataparallel(res: Resolution) -> None:
@@ -288,6 +291,10 @@ def check_dataparallel(res: Resolution) -> None:
     if res.fields["device"] != "cuda":
         raise UsageError(f"--dist dataparallel spreads one process over a node's GPUs, but system "
                          f"{res.system.name!r} has none; valid: --dist ddp (or fsdp) on CPUs")
+    wanted, per_node = res.request.dataparallel_gpus, res.system.gpus_per_node
+    if wanted is not None and wanted > per_node:
+        raise UsageError(f"--dataparallel-gpus {wanted} exceeds the {per_node} GPU(s) per node of system "
+                         f"{res.system.name!r}; valid: 1..{per_node}")
     if res.fields["ranks_per_node"] != 1:
         raise UsageError(f"--dist dataparallel runs one process per node, got --ranks-per-node "
                          f"{res.fields['ranks_per_node']}; valid: --ranks-per-node 1 (or leave it out)")

@@ -89,6 +89,7 @@ class Plan(BaseModel):
     tuning: dict[str, Any] = {}  # the tuner's decision this run used (machine, configuration, when), if any
     # The PyTorch harness's distribution layer (--dist); None where the image runs tf_cnn_benchmarks.
     dist: Dist | None = "ddp"
+    dataparallel_gpus: int | None = Field(default=None, gt=0)  # --dist dataparallel: GPUs per process; None: all
     seq_length: int | None = Field(default=None, gt=0)  # LLMs: tokens per sequence; None: the model's
     grad_accum: int = Field(default=1, gt=0)  # micro-batches per optimizer step
     activation_checkpointing: bool = False
@@ -127,8 +128,11 @@ class Plan(BaseModel):
 
     @property
     def device_count(self) -> int:
-        """Devices that do the work: a GPU per rank, or under --dist dataparallel every GPU of each node."""
-        return self.nodes * (self.system.gpus_per_node or 1) if self.dist == "dataparallel" else self.world_size
+        """Devices that do the work: a GPU per rank, or under --dist dataparallel the GPUs each node's process
+        drives (--dataparallel-gpus, else all of the node's)."""
+        if self.dist != "dataparallel":
+            return self.world_size
+        return self.nodes * (self.dataparallel_gpus or self.system.gpus_per_node or 1)
 
     @property
     def global_batch_size(self) -> int:

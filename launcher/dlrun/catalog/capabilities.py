@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import ast
 import functools
+from collections.abc import Mapping
 from pathlib import Path
 
 from dlrun.catalog.experiment_vocabulary import CAPABILITIES, CAPABILITY_FAMILIES, METRICS
 from dlrun.catalog.loader import Catalog
-from dlrun.catalog.models import SystemSpec
+from dlrun.catalog.models import SystemSpec, WorkloadSpec
 from dlrun.paths import HARNESS_DIR, PACKAGE_DIR
 
 #: Fields a system profile would name its file systems in.
@@ -80,9 +81,8 @@ def _data_formats() -> frozenset[str]:
 def _stored_metrics() -> frozenset[str]:
     """Metrics some code of dlrun writes into a result row (`"metric": "NAME"` or `metric="NAME"`), and the
     model facts' (their metric is the name of the count)."""
-    from dlrun.reproduce.model_facts import FACT_UNITS
-
-    found = set(FACT_UNITS)
+    facts = _assigned(_tree(PACKAGE_DIR / "reproduce" / "model_facts.py"), "FACT_UNITS")
+    found = {key.value for key in facts.keys if isinstance(key, ast.Constant)} if isinstance(facts, ast.Dict) else set()
     for path in PACKAGE_DIR.rglob("*.py"):
         if PACKAGE_DIR / "catalog" in path.parents:  # the vocabulary names metrics; it stores none
             continue
@@ -97,9 +97,9 @@ def _stored_metrics() -> frozenset[str]:
     return frozenset(found)
 
 
-def _family(family: str, catalog: Catalog) -> set[str]:
+def _family(family: str, workloads: Mapping[str, WorkloadSpec]) -> set[str]:
     if family == "workload":
-        return set(catalog.workloads)
+        return set(workloads)
     if family == "collective":
         return _strings(_assigned(_tree(HARNESS_DIR / "harness_pytorch_collectives.py"), "COLLECTIVES"))
     if family == "dist":  # what `dlrun run --dist` takes and the harness runs
@@ -120,11 +120,16 @@ def _family(family: str, catalog: Catalog) -> set[str]:
 
 def has(name: str, catalog: Catalog) -> bool:
     """Whether dlrun has capability `name` (an unknown name is a KeyError)."""
+    return has_with(name, catalog.workloads)
+
+
+def has_with(name: str, workloads: Mapping[str, WorkloadSpec]) -> bool:
+    """`has`, given the catalog's workloads only (what `experiment_points.effective_status` holds)."""
     family, sep, member = name.partition(":")
     if sep:
         if family not in CAPABILITY_FAMILIES:
             raise KeyError(name)
-        return member in _family(family, catalog)
+        return member in _family(family, workloads)
     if name == "real-data":
         return "--data-dir" in _harness_options() and bool(_data_formats())
     if name == "system-storage":
@@ -159,9 +164,6 @@ def disagreements(catalog: Catalog) -> list[str]:
         where = f"{experiment.id}: status {status.kind}"
         if status.kind == "needs-feature" and not status.requires:
             found.append(f"{where} names no capability it needs (status.requires)")
-        elif status.kind == "needs-feature" and not lacking:
-            found.append(f"{where}, but dlrun has everything it requires ({', '.join(status.requires)}): "
-                         "make it runnable, or name what is still missing")
         elif status.kind == "runnable" and lacking:
             found.append(f"{where}, but dlrun lacks {', '.join(lacking)}")
         if status.kind == "needs-workload" and all(name in catalog.workloads for name in status.workloads):
