@@ -22,7 +22,7 @@ import torch
 from harness_pytorch_comm import Comm, in_process_group, sync
 from harness_common import (EXIT_WRONG_RESULT, PERTURB_ENV, RULE,
                             HarnessError, error_line, out, positive)
-from harness_pytorch_process import run_fields, setup_process
+from harness_pytorch_process import run_fields, setup_pair_process
 
 #: benchmark -> (nccl-tests name, redop as nccl-tests prints it, root,
 #: whether the size is the whole buffer over all ranks, in place).
@@ -219,12 +219,7 @@ def run_communication(args):
 def run_collective(args):
     benchmark = args.benchmark
     (rank, world_size, rank_source, device_type, device, device_name,
-     backend) = setup_process(args)
-    if world_size < 2:
-        raise HarnessError(
-            "--benchmark %s needs at least 2 ranks, found 1; start it with 2 "
-            "or more processes (e.g. mpirun -np 2, torchrun --nproc-per-node "
-            "2)" % benchmark)
+     backend) = setup_pair_process(args, benchmark)
     whole = COLLECTIVES[benchmark][3]
     sizes = message_sizes(args.min_bytes, args.max_bytes, args.size_factor,
                           world_size if whole else 1)

@@ -139,3 +139,15 @@ def setup_process(args, ranks=None):
     backend = _resolve_backend(args.backend, device_type)
     return (rank, world_size, rank_source, device_type, device, device_name,
             backend)
+
+
+def setup_pair_process(args, benchmark):
+    """setup_process for a benchmark between ranks (a collective, sendrecv):
+    one process alone is refused."""
+    fields = setup_process(args)
+    if fields[1] < 2:
+        raise HarnessError(
+            "--benchmark %s needs at least 2 ranks, found 1; start it with 2 "
+            "or more processes (e.g. mpirun -np 2, torchrun --nproc-per-node "
+            "2)" % benchmark)
+    return fields

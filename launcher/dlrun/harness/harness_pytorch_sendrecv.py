@@ -31,7 +31,7 @@ import torch
 from harness_common import (EXIT_WRONG_RESULT, RULE, HarnessError,
                             error_line, out)
 from harness_pytorch_comm import Comm, in_process_group, perturbs, sync
-from harness_pytorch_process import run_fields, setup_process
+from harness_pytorch_process import run_fields, setup_pair_process
 
 
 def _buffer(nbytes, device):
@@ -117,12 +117,7 @@ def _sweep(args, comm, device, sizes):
 
 def run_sendrecv(args, message_sizes):
     (rank, world_size, rank_source, device_type, device, device_name,
-     backend) = setup_process(args)
-    if world_size < 2:
-        raise HarnessError(
-            "--benchmark sendrecv needs at least 2 ranks, found 1; start it "
-            "with 2 or more processes (e.g. mpirun -np 2, torchrun "
-            "--nproc-per-node 2)")
+     backend) = setup_pair_process(args, "sendrecv")
     sizes = message_sizes(args.min_bytes, args.max_bytes, args.size_factor)
     comm = Comm(rank, world_size, backend, device, args.timeout_s)
     pairs = in_process_group(comm, _sweep, args, comm, device, sizes)
