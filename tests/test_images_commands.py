@@ -117,7 +117,7 @@ def test_debootstrap_dry_run(image_home):
     base = next((image_home["cache"] / "debootstrap").glob("*"), None) if (image_home["cache"] / "debootstrap").exists() else None
     assert base is None  # a dry run creates nothing
     assert lines[0].startswith("debootstrap --variant=minbase --arch=amd64 "
-                               "--include=libtcmalloc-minimal4,openmpi-bin,python3,python3-crc32c,python3-numpy,python3-pil,"
+                               "--include=fio,libtcmalloc-minimal4,openmpi-bin,python3,python3-crc32c,python3-numpy,python3-pil,"
                                "python3-torch bookworm "
                                f"{image_home['cache']}/debootstrap/bookworm-x86_64-")
     assert lines[0].split("    #")[0].endswith("/rootfs.tmp http://deb.debian.org/debian")
