@@ -21,7 +21,7 @@ from dlrun.errors import UsageError
 from dlrun.plan import resolve_plan
 from dlrun.render import render_job
 from dlrun.results.key import key_from_run
-from dlrun.tfcnn.command import CLUSTER_ARG0, CLUSTER_SCRIPT, tf_cnn_benchmarks_command
+from dlrun.tfcnn_command import CLUSTER_ARG0, CLUSTER_SCRIPT, tf_cnn_benchmarks_command
 from dlrun.tfcnn.knobs import check_all_reduce_spec
 
 GOLDEN = GOLDEN_ROOT / "scripts"

@@ -16,7 +16,7 @@ from golden_files import GOLDEN, shellcheck_path
 
 from dlrun.plan import resolve_plan
 from dlrun.render import render_job
-from dlrun.tfcnn.command import CLUSTER_ARG0, IP_HOSTS_SCRIPT, cluster_script
+from dlrun.tfcnn_command import CLUSTER_ARG0, IP_HOSTS_SCRIPT, cluster_script
 
 # records each role's argv; a parameter server waits to be stopped, a worker returns once every parameter
 # server has started (as a real worker reaches them all before it trains)

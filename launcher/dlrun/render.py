@@ -14,7 +14,7 @@ from dlrun.registry import LAUNCHERS, RUNTIMES, SCHEDULERS
 from dlrun.shell import Expand, SecretRef
 from dlrun.staging import stage_argv
 from dlrun.telemetry.launch import batch_lines, batch_sampler_argv
-from dlrun.tfcnn.command import TF_CNN_BENCHMARKS_DIR, tf_cnn_benchmarks_command, tf_layout, tf_node_launch
+from dlrun.tfcnn_command import TF_CNN_BENCHMARKS_DIR, tf_cnn_benchmarks_command, tf_layout, tf_node_launch
 
 __all__ = ["TF_CNN_BENCHMARKS_DIR", "render_job", "tf_cnn_benchmarks_command", "workload_command"]
 
@@ -176,7 +176,7 @@ def render_job(plan: Plan) -> RenderedJob:
     if not scheduler.runs_image:  # a Kubernetes pod is the container; no runtime wraps the command
         rank = runtime.wrap(plan, rank)
     if plan.image.harness_framework is None and plan.workload.kind != "command" and tf_layout(plan) != "per-rank":
-        launch = tf_node_launch(plan, rank, scheduler)  # one process per node (dlrun.tfcnn.command)
+        launch = tf_node_launch(plan, rank, scheduler)  # one process per node (dlrun.tfcnn_command)
     else:
         launch = launcher.wrap(plan, rank, scheduler)
     if plan.data is not None and plan.data.staged_copy:  # --stage-data: each node copies the dataset first
