@@ -163,7 +163,22 @@ def check(package_dir: Path, layers: list[list[str]]) -> list[str]:
     module_cycles = cycles(edges, list(modules))
     for component in module_cycles:
         problems.append("import cycle: " + " -> ".join(component))
+    said = list(module_cycles)
     for component in entry_cycles(edges, layers):
         if component not in module_cycles:  # entries that are modules: said above
             problems.append("entries of one layer depend on each other: " + " <-> ".join(component))
+        said.append(component)
+    for component in package_cycles(edges):
+        if component not in said:
+            problems.append("packages depend on each other: " + " <-> ".join(component))
     return problems
+
+
+def package_cycles(edges: list[Edge]) -> list[list[str]]:
+    """Top-level packages (and modules) that depend on each other both ways, even where each module imports only
+    downward: a package whose parts sit on two layers, with another package between them."""
+    def top(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
+    package_edges = [Edge(top(e.source), top(e.target), e.line) for e in edges if top(e.source) != top(e.target)]
+    return cycles(package_edges, sorted({e.source for e in package_edges} | {e.target for e in package_edges}))

@@ -81,6 +81,18 @@ def test_checker_fails_on_packages_of_one_layer_that_depend_on_each_other(tmp_pa
     assert layercheck.check(_package(tmp_path / "one-way", one_way), layers) == []
 
 
+def test_checker_fails_on_a_package_split_over_two_layers_around_another(tmp_path):
+    """Every import points down, yet a package whose parts sit below and above another package forms a loop
+    with it: a.low <- b.mid <- a.high."""
+    files = {**CLEAN, "a/__init__.py": "", "a/low.py": "", "a/high.py": "import pkg.b.mid\n",
+             "b/__init__.py": "", "b/mid.py": "from pkg.a import low\n"}
+    layers = layercheck.read_layers("```layers\npkg pkg.base\npkg.low\npkg.a pkg.a.low\npkg.b\npkg.a.high\n"
+                                    "pkg.high\n```\n")
+    assert layercheck.check(_package(tmp_path, files), layers) == ["packages depend on each other: pkg.a <-> pkg.b"]
+    apart = {**files, "a/high.py": ""}
+    assert layercheck.check(_package(tmp_path / "apart", apart), layers) == []
+
+
 def test_launchers_and_schedulers_depend_one_way():
     """Schedulers call launchers' functions; a launcher sees its scheduler only through the protocol it defines."""
     edges = layercheck.import_edges(layercheck.package_modules(PACKAGE), "dlrun")
