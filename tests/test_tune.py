@@ -201,6 +201,10 @@ def test_dlrun_tune_stores_a_decision_that_runs_reuse_and_the_key_ignores(dlrun_
     (decision,) = _tuning(dlrun_home)
     assert set(decision["knobs"]) == {"fused_optimizer", "channels_last"}
     assert decision["fingerprint"]["isa"] and decision["config"]["batch_size"] == 2
+    assert decision["trial_batch"] == 2 and {t["batch_size"] for t in decision["trials"]} == {2}
+    moved = [sorted(k for k in ("fused_optimizer", "channels_last") if v["knobs"][k] != ref[k])
+             for t in decision["trials"] for ref in [t["variants"][0]["knobs"]] for v in t["variants"]]
+    assert ["channels_last", "fused_optimizer"] in moved  # `dlrun tune` measures the combinations too
     assert "stored for machine " + decision["fingerprint_id"] in proc.stdout
 
     tuned = run_cli("run", "trivial", *SMALL, env=env)
@@ -262,6 +266,23 @@ def test_a_first_run_tunes_a_new_fingerprint_is_measured_again_and_asked_knobs_s
     assert applied.knob_sources["channels_last"] == "tuned" and applied.fused_optimizer == "off"
     lines.clear()
     assert tuned_plan(plan, other, log=lines.append) == applied and lines == []  # now stored: reused
+
+
+@pytest.mark.slow
+def test_the_automatic_tune_times_a_large_cpu_batch_at_16_and_moves_one_knob_at_a_time(dlrun_home):
+    env = {**TUNE_ENV, "DLRUN_HOME": str(dlrun_home), "DLRUN_TUNE_BUDGET_S": "5"}
+    proc = run_cli("run", "trivial", "--batch-size", "32", *SMALL[2:], env=env)
+    assert proc.returncode == 0, proc.stderr
+    (decision,) = _tuning(dlrun_home)
+    assert decision["config"]["batch_size"] == 32 and decision["trial_batch"] == 16
+    (trial,) = decision["trials"]
+    assert trial["batch_size"] == 16  # what the harness itself ran, from its record
+    ref = trial["variants"][0]["knobs"]
+    moved = [[k for k in ref if v["knobs"][k] != ref[k]] for v in trial["variants"][1:]]
+    assert sorted(map(tuple, moved)) == [("channels_last",), ("fused_optimizer",), ("threads",)]
+    run = _stored(_run_id(proc.stdout), env)
+    assert run["plan"]["batch_size"] == 32  # the run itself keeps its batch
+    assert run["results"][0]["extra"]["knobs"]["channels_last"]["source"] == "tuned"
 
 
 def test_amp_on_a_cpu_without_bf16_instructions_says_what_it_ran(dlrun_home, tmp_path):

@@ -199,8 +199,9 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
          "(off); " + _TUNED.format("on"), default="auto", choices=_KNOB, field="cudnn_benchmark",
          resolver="framework", harness_flag="--cudnn-benchmark"),
     _opt("tune", "auto: before the first run of a configuration on a machine whose fingerprint has no tuning "
-         "decision, measure the knobs left at auto on short runs (within $DLRUN_TUNE_BUDGET_S, default 30 s; "
-         "`dlrun tune` measures all of them) and keep the fastest; off: the defaults.", default_from="$DLRUN_TUNE, else auto", choices=("auto", "off"), field="tune",
+         "decision, measure the knobs left at auto on short runs (within $DLRUN_TUNE_BUDGET_S, default 20 s; on "
+         "a CPU at batch 16 at most, each knob moved alone; `dlrun tune` measures all of them at the run's batch) "
+         "and keep the fastest; off: the defaults.", default_from="$DLRUN_TUNE, else auto", choices=("auto", "off"), field="tune",
          resolver="framework"),
     # training: what a training step holds and what a run saves
     _opt("seq_length", "LLM workloads: tokens per sequence.", type=int, minimum=1,

@@ -22,8 +22,13 @@ SOURCES_ENV = "DLRUN_KNOB_SOURCES"
 BUDGET_ENV = "DLRUN_TUNE_BUDGET_S"
 #: The 1-minute load average from which the machine counts as busy (default: its usable CPUs).
 BUSY_ENV = "DLRUN_TUNE_BUSY_LOAD"
-AUTO_BUDGET_S = 30.0
+AUTO_BUDGET_S = 20.0
 AUTO_ROUNDS = 4
+#: The batch the automatic tune times its CPU steps at, where the run's is larger: the knobs it measures
+#: (fused step, channels-last, threads) change the cost of each kernel, not how it grows with the batch, and a
+#: ResNet-50 step at batch 64 takes about 5 s on a 2-core node (the trials at the run's batch took over a
+#: minute). `dlrun tune` keeps the run's batch.
+AUTO_TRIAL_BATCH = 16
 
 Log = Callable[[str], None]
 
@@ -89,13 +94,20 @@ def identity(plan: Plan, inventory: Mapping[str, Any]) -> dict[str, Any]:
             "config_id": decisions.config_id(cfg)}
 
 
+def auto_trial_batch(plan: Plan) -> int | None:
+    """The smaller batch the automatic tune measures a CPU run at; None: the run's own."""
+    return AUTO_TRIAL_BATCH if plan.device == "cpu" and plan.batch_size > AUTO_TRIAL_BATCH else None
+
+
 def measure(plan: Plan, inventory: Mapping[str, Any], knobs: Iterable[str], *, rounds: int, budget: float,
-            log: Log, previous: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Tune `knobs` now and store the decision (keeping `previous` decision's other knobs)."""
+            log: Log, previous: Mapping[str, Any] | None = None, quick: bool = False) -> dict[str, Any]:
+    """Tune `knobs` now and store the decision (keeping `previous` decision's other knobs). `quick`: the
+    automatic tune's short form (CPU steps at `auto_trial_batch`, each knob moved alone)."""
     knobs = list(knobs)
     who = identity(plan, inventory)
     busy = is_busy(who["fingerprint"])  # before the trials add their own load
-    decision = {**who, **tune(plan, knobs, rounds=rounds, budget_s=budget, log=log),
+    how = {"trial_batch": auto_trial_batch(plan), "singles": True} if quick else {}
+    decision = {**who, **tune(plan, knobs, rounds=rounds, budget_s=budget, log=log, **how),
                 "decided_at": decisions.now_iso(), "machine": describe(who["fingerprint"]), "busy": busy}
     kept = {name: entry for name, entry in decisions.checked_knobs((previous or {}).get("knobs")).items()
             if name not in decision["knobs"] and name not in knobs}
@@ -115,11 +127,10 @@ def tuned_plan(plan: Plan, inventory: Mapping[str, Any], *, log: Log) -> Plan:
     if (decision is None or stale) and measures_here(plan) and measurable(plan, AUTO_KNOBS):
         why = ("its decision was measured on a busy machine, which is quiet now" if stale else
                f"first run of this configuration on this machine ({describe(who['fingerprint'])})")
-        log(f"{why}: measuring its knobs (about {budget_s():g} s of rounds; --tune off or DLRUN_TUNE=off skips "
-            "this)")
+        log(f"{why}: measuring its knobs (about {budget_s():g} s; --tune off or DLRUN_TUNE=off skips this)")
         try:
             decision = measure(plan, inventory, AUTO_KNOBS, rounds=AUTO_ROUNDS, budget=budget_s(), log=log,
-                               previous=decision)
+                               previous=decision, quick=True)
         except TrialFailed as exc:
             log(f"tuning failed, the defaults run: {exc}")
             decisions.save({**who, "knobs": {}, "not_measured": {"all": str(exc)}, "decided_at": decisions.now_iso()})

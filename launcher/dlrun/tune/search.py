@@ -58,10 +58,14 @@ def thread_choices(plan: Plan) -> list[int]:
     return [half] if half >= 1 else []
 
 
-def _spec(knobs: list[str], plan: Plan, rounds: int, budget_s: float, base: Mapping[str, Any] | None = None
-          ) -> dict[str, Any]:
-    grid = {name: ["on", "off"] for name in ("fused_optimizer", "channels_last") if name in knobs}
-    extras: list[dict[str, Any]] = [{"threads": n} for n in thread_choices(plan)] if "threads" in knobs else []
+def _spec(knobs: list[str], plan: Plan, rounds: int, budget_s: float, base: Mapping[str, Any] | None = None,
+          singles: bool = False) -> dict[str, Any]:
+    """The trial's variants: every combination of the fused step and channels-last (`grid`), or with `singles`
+    each moved alone (the one equal to the reference is dropped by the harness), plus the extras."""
+    both = [name for name in ("fused_optimizer", "channels_last") if name in knobs]
+    grid = {} if singles else {name: ["on", "off"] for name in both}
+    extras: list[dict[str, Any]] = [{name: value} for name in both for value in ("on", "off")] if singles else []
+    extras += [{"threads": n} for n in thread_choices(plan)] if "threads" in knobs else []
     extras += [{name: "off" if name == "cudnn_benchmark" else "on"} for name in ("cudnn_benchmark", "compile")
                if name in knobs]
     return {"grid": grid, "extras": extras, "base": dict(base or {}), "rounds": rounds,
@@ -135,18 +139,23 @@ def load_average() -> list[float] | None:
         return None
 
 
-def tune(plan: Plan, knobs: Iterable[str], *, rounds: int, budget_s: float, log: Log) -> dict[str, Any]:
+def tune(plan: Plan, knobs: Iterable[str], *, rounds: int, budget_s: float, log: Log,
+         trial_batch: int | None = None, singles: bool = False) -> dict[str, Any]:
     """Measure `knobs` (those `measurable` on this plan) and decide. The decision's `knobs` hold every measured
-    knob's chosen value with its speed-up over the default; `not_measured` says why a knob was left out."""
+    knob's chosen value with its speed-up over the default; `not_measured` says why a knob was left out.
+    `trial_batch`: time the trials' steps at this batch instead of the run's (the quick automatic tune; the
+    decision records it); `singles`: move the fused step and channels-last one at a time, not in combination."""
     wanted = list(knobs)
     todo = measurable(plan, wanted)
     started = time.monotonic()
     decision: dict[str, Any] = {"knobs": {}, "not_measured": {n: _why_not(plan, n) for n in wanted if n not in todo},
                                 "trials": [], "load_average": [load_average()], "budget_s": budget_s}
+    plan = _at_batch(plan, trial_batch)
+    decision["trial_batch"] = plan.batch_size
     inproc = [n for n in todo if n in IN_PROCESS]
     log(f"tuning {plan.workload.name} (batch {plan.batch_size}, {plan.precision}, {plan.threads_per_rank} "
         f"thread(s)): {', '.join(inproc) or 'the reference'} in one process")
-    record = run_trial(plan, _spec(inproc, plan, rounds, budget_s), {})
+    record = run_trial(plan, _spec(inproc, plan, rounds, budget_s, singles=singles), {})
     decision["trials"].append(_summary(record, {}))
     chosen, gain = choose(record, inproc)
     defaults = {**(record.get("defaults") or {}), "allocator": record.get("allocator"), "pin_threads": "off"}
@@ -165,6 +174,11 @@ def tune(plan: Plan, knobs: Iterable[str], *, rounds: int, budget_s: float, log:
     decision["load_average"].append(load_average())
     decision.update(seconds=round(time.monotonic() - started, 1), defaults=defaults)
     return decision
+
+
+def _at_batch(plan: Plan, batch: int | None) -> Plan:
+    """The plan the trials run: at `batch` where that is smaller than the run's."""
+    return plan.model_copy(update={"batch_size": batch}) if batch is not None and batch < plan.batch_size else plan
 
 
 def _per_process(plan: Plan, per: list[str], spec: dict[str, Any], defaults: Mapping[str, Any],
@@ -197,7 +211,8 @@ def _trial(plan: Plan, spec: dict[str, Any], process: dict[str, str], decision: 
 
 def _summary(record: Mapping[str, Any], process: Mapping[str, str]) -> dict[str, Any]:
     """What a trial measured, for the decision's record (no raw per-step lists beyond the medians)."""
-    return {"process": dict(process), "allocator": record.get("allocator"), "rounds": record.get("rounds"),
+    return {"process": dict(process), "allocator": record.get("allocator"), "batch_size": record.get("batch_size"),
+            "rounds": record.get("rounds"),
             "seconds": round(float(record.get("seconds") or 0), 2),
             "variants": [{"knobs": v["knobs"], "median_step_s": statistics.median(v["step_s"]),
                           "first_step_s": (v.get("warmup_s") or [None])[0], "fused": v.get("fused"),
