@@ -16,7 +16,7 @@ from pathlib import Path
 
 from common import REPO_ROOT, Row, alternate, interval_text, ratio_interval, run_json, verdict, write_result
 
-READER = REPO_ROOT / "launcher" / "dlrun" / "workloads" / "harness_pytorch_storage.py"
+READER = REPO_ROOT / "launcher" / "dlrun" / "harness" / "harness_pytorch_storage.py"
 GOAL = 0.9
 
 
