@@ -26,7 +26,7 @@ AUTO_BUDGET_S = 20.0
 AUTO_ROUNDS = 4
 #: The batch the automatic tune times its CPU steps at, where the run's is larger: the knobs it measures
 #: (fused step, channels-last, threads) change the cost of each kernel, not how it grows with the batch, and a
-#: ResNet-50 step at batch 64 takes about 5 s on a 2-core node (the trials at the run's batch took over a
+#: ResNet-50 step at batch 64 takes about 5 s on a 2-core node (5 variants x 3 steps at the run's batch: over a
 #: minute). `dlrun tune` keeps the run's batch.
 AUTO_TRIAL_BATCH = 16
 
