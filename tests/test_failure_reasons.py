@@ -71,17 +71,27 @@ def test_a_killed_rank_of_a_real_mpirun_run(dlrun_home):
     """Rank 1 of a real 2-rank run gets SIGKILL: the run is failed with rank 1, this host and SIGKILL."""
     proc = subprocess.Popen([sys.executable, "-m", "dlrun.cli", "run", "trivial", "--ranks-per-node", "2",
                              "--steps", "1000000", "--warmup-steps", "1", "--batch-size", "2"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    rank1 = None
-    deadline = time.time() + 180
-    while time.time() < deadline and rank1 is None:
-        for staging in (dlrun_home / "runs").glob(".staging-*"):
-            if "images/sec" in _read(staging / "logs" / "1" / "rank.0" / "stdout"):
-                rank1 = _rank_pid(staging, 1)
-        time.sleep(0.2)
-    assert rank1, "the run did not start training"
-    os.kill(rank1, signal.SIGKILL)
-    out, err = proc.communicate(timeout=120)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        rank1 = None
+        deadline = time.time() + 180
+        while time.time() < deadline and rank1 is None and proc.poll() is None:
+            for staging in (dlrun_home / "runs").glob(".staging-*"):
+                if "images/sec" in _read(staging / "logs" / "1" / "rank.0" / "stdout"):
+                    rank1 = _rank_pid(staging, 1)
+            time.sleep(0.2)
+        if rank1 is None:  # say why: the run ended (its own words), or what its ranks wrote so far
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+            out, err = proc.communicate(timeout=120)
+            logs = {str(p.relative_to(dlrun_home)): _read(p)[-500:] for p in (dlrun_home / "runs").rglob("std*")}
+            pytest.fail(f"the run did not start training (exit {proc.returncode}): {out[-800:]}{err[-1500:]} {logs}")
+        os.kill(rank1, signal.SIGKILL)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:  # never leave a million-step run behind for the rest of the suite
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
     assert proc.returncode == 1, out + err
     [run] = cli_json("results", "list")
     status = json.loads((Path(run["run_dir"]) / "status.json").read_text())
