@@ -80,6 +80,10 @@ class Launcher:
     #: The ranks' output reaches the job's own output. False: it goes to per-rank files only (srun
     #: --output), and the executor follows rank 0's file.
     rank_output_in_job_log = True
+    #: Variables its program's own processes carry (name, why): found in dlrun's environment, they mean dlrun
+    #: was started from inside a job of that program, and the program started from here would take itself for
+    #: part of that job.
+    inherited_job_markers: tuple[tuple[str, str], ...] = ()
 
     def __init__(self, name: str):
         self.name = name

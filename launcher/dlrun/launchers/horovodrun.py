@@ -8,7 +8,8 @@ from __future__ import annotations
 from dlrun.errors import UsageError
 from dlrun.job import RUN_DIR_VAR, Launch, RankCommand, RankFailure
 from dlrun.launchers.base import Launcher, SchedulerView, gpu_affinity_argv, require_no_launcher_args
-from dlrun.launchers.mpirun import OMPI_RANK_ENV, OMPI_RANK_PREFIXES, ROOT_OK, mpirun_hosts, open_mpi_rank_failure
+from dlrun.launchers.mpirun import (OMPI_JOB_MARKERS, OMPI_RANK_ENV, OMPI_RANK_PREFIXES, ROOT_OK, mpirun_hosts,
+                                   open_mpi_rank_failure)
 from dlrun.plan import Plan, fabric_for
 from dlrun.registry import LAUNCHERS, Tool
 from dlrun.shell import Expand
@@ -27,6 +28,7 @@ class HorovodrunLauncher(Launcher):
     rank_env_prefixes = OMPI_RANK_PREFIXES
     host_mpi = True        # it runs the host's mpirun
     ranks_load_mpi = True  # Horovod ranks load the image's MPI
+    inherited_job_markers = OMPI_JOB_MARKERS  # the mpirun it runs
     horovod_ranks = True   # so the PyTorch harness distributes with Horovod (--dist horovod)
 
     def rank_failure(self, text: str) -> RankFailure | None:

@@ -24,6 +24,13 @@ OMPI_RANK_ENV = ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORL
                  "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_COMM_WORLD_NODE_RANK", "OMPI_UNIVERSE_SIZE",
                  "CUDA_VISIBLE_DEVICES")
 OMPI_RANK_PREFIXES = ("OMPI_", "PMIX_", "OPAL_")
+# Open MPI's runtime sets these in every process of its jobs; an mpirun whose environment has them takes itself
+# for part of that job. Open MPI 4.1: with OMPI_MCA_ess=singleton (left by a process that initialised MPI
+# without mpirun, e.g. one that imported mpi4py) `mpirun -n 1 true` exits 1 printing nothing; inside an
+# mpirun's rank (OMPI_COMM_WORLD_RANK, OMPI_MCA_ess=^singleton) it refuses "recursive calls".
+OMPI_JOB_MARKERS = (
+    ("OMPI_MCA_ess", "left by a process that initialised MPI, e.g. through mpi4py, or by an mpirun rank"),
+    ("OMPI_COMM_WORLD_RANK", "set in the ranks mpirun starts"))
 MPIRUN_TOOL = Tool("mpirun", "OpenMPI (Debian: apt-get install openmpi-bin; HPC sites: module load openmpi)")
 OMPI_SIGNAL = re.compile(r"\b(?P<tool>mpirun|mpiexec|orterun|prterun) noticed that process rank (?P<rank>\d+) with "
                          r"PID \d+ on node (?P<host>\S+) exited on signal (?P<signal>\d+)")
@@ -78,6 +85,7 @@ class MpirunLauncher(Launcher):
     rank_env_prefixes = OMPI_RANK_PREFIXES
     host_mpi = True
     starts_mpi_programs = True
+    inherited_job_markers = OMPI_JOB_MARKERS
 
     def rank_failure(self, text: str) -> RankFailure | None:
         return open_mpi_rank_failure(text)

@@ -1,7 +1,9 @@
 """The pre-launch checks of a Plan on this node."""
 from __future__ import annotations
 
+import os
 import shutil
+from collections.abc import Mapping
 from typing import Any
 
 from dlrun.launchers.base import PmiRequest
@@ -21,14 +23,17 @@ def host_mpi_from(inventory: dict[str, Any]) -> MpiInfo | None:
     return MpiInfo(flavour=mpi["flavour"], version=mpi.get("version"))
 
 
-def preflight(plan: Plan, inventory: dict[str, Any] | None = None) -> list[Finding]:
+def preflight(plan: Plan, inventory: dict[str, Any] | None = None,
+              environ: Mapping[str, str] | None = None) -> list[Finding]:
     """Findings for running `plan` from this machine. With no inventory, only the checks of the plan itself
     run (`plan`, `--dry-run`): the system profile's declared host MPI against the image, the image's fabric
-    support. With the inventory also those of this node: tools, GPUs, container engine, the image's copy."""
+    support. With the inventory also those of this node and of this process's environment (`environ`, default
+    os.environ): tools, GPUs, container engine, the image's copy, a launcher started from inside its own job."""
     findings: list[Finding] = []
     launcher, runtime = LAUNCHERS.get(plan.launcher), RUNTIMES.get(plan.runtime)
     pmi = launcher.pmi_request(plan, SCHEDULERS.get(plan.scheduler))
     if inventory is not None:
+        findings += inherited_job_findings(plan, os.environ if environ is None else environ)
         findings += _tool_findings(plan, inventory, pmi)
         findings += node_findings(plan, inventory)
         host = host_mpi_from(inventory)
@@ -41,6 +46,25 @@ def preflight(plan: Plan, inventory: dict[str, Any] | None = None) -> list[Findi
     findings += _host_bind_findings(plan, runtime)
     findings += tf2_horovod_findings(plan)
     return findings
+
+
+def inherited_job_findings(plan: Plan, environ: Mapping[str, str]) -> list[Finding]:
+    """dlrun started from inside a job of its launcher's own program (a process that initialised MPI, an
+    mpirun rank): the program started from here takes itself for part of that job and fails, Open MPI's
+    mpirun without a word. Refused for a job that starts here; a batch job may inherit the variables too."""
+    launcher = LAUNCHERS.get(plan.launcher)
+    found = [(name, why) for name, why in launcher.inherited_job_markers if name in environ]
+    if not found or launcher.tool is None:
+        return []
+    command = launcher.tool.command
+    shown = "; ".join(f"{name}={environ[name][:40]!r}: {why}" for name, why in found)
+    batch = SCHEDULERS.get(plan.scheduler).batch
+    level, effect = (("warn", f"a batch job that inherits this environment would start {command} from inside it")
+                     if batch else ("error", f"{command} started from here would take itself for part of that job "
+                                    "and fail (Open MPI 4.1: exit 1 with no output)"))
+    unset = " ".join(f"-u {name}" for name, _ in found)
+    return [Finding(level, "inherited-job", f"dlrun was started from inside an MPI job ({shown}); {effect}",
+                    f"start dlrun from a shell outside that job, or without them: env {unset} dlrun ...")]
 
 
 def tf2_horovod_findings(plan: Plan) -> list[Finding]:
