@@ -103,8 +103,11 @@ def test_both_harnesses_ship_and_use_the_one_reader():
         assert imported == {"check_world_size", "detect_rank_env"}, framework
 
 
+# One write per line, as the harness's own out() does: with PYTHONUNBUFFERED set, print() writes the text and
+# the newline separately, and two ranks sharing mpirun's or torchrun's stdout interleave them
+# ('[0, 2, 0, "openmpi"][1, 2, 1, "openmpi"]\n\n', seen under load).
 _PRINT_RANKS = "import json, sys; sys.path.insert(0, sys.argv[1]); import harness_ranks; " \
-               "print(json.dumps(harness_ranks.detect_rank_env()))"
+               "sys.stdout.write(json.dumps(harness_ranks.detect_rank_env()) + '\\n')"
 
 
 def _started_ranks(proc: subprocess.CompletedProcess) -> list[list]:
