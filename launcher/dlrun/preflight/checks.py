@@ -23,17 +23,16 @@ def host_mpi_from(inventory: dict[str, Any]) -> MpiInfo | None:
     return MpiInfo(flavour=mpi["flavour"], version=mpi.get("version"))
 
 
-def preflight(plan: Plan, inventory: dict[str, Any] | None = None,
-              environ: Mapping[str, str] | None = None) -> list[Finding]:
+def preflight(plan: Plan, inventory: dict[str, Any] | None = None) -> list[Finding]:
     """Findings for running `plan` from this machine. With no inventory, only the checks of the plan itself
     run (`plan`, `--dry-run`): the system profile's declared host MPI against the image, the image's fabric
-    support. With the inventory also those of this node and of this process's environment (`environ`, default
-    os.environ): tools, GPUs, container engine, the image's copy, a launcher started from inside its own job."""
+    support. With the inventory also those of this node and of this process's environment: tools, GPUs,
+    container engine, the image's copy, a launcher started from inside its own job."""
     findings: list[Finding] = []
     launcher, runtime = LAUNCHERS.get(plan.launcher), RUNTIMES.get(plan.runtime)
     pmi = launcher.pmi_request(plan, SCHEDULERS.get(plan.scheduler))
     if inventory is not None:
-        findings += inherited_job_findings(plan, os.environ if environ is None else environ)
+        findings += inherited_job_findings(plan, os.environ)
         findings += _tool_findings(plan, inventory, pmi)
         findings += node_findings(plan, inventory)
         host = host_mpi_from(inventory)
