@@ -1,11 +1,13 @@
 """Failure reasons that say what happened: the launcher's own message (as its users published it, see
 tests/data/logs/SOURCES.md) gives the rank, host and signal or exit code, and the reason ends with that
-rank's last log lines. And a real one: a rank of a real 2-rank mpirun run killed with SIGKILL."""
+rank's last log lines, or what Python's fault handler dumped (a real dump). And real ones: a rank of a real
+2-rank mpirun run killed with SIGKILL, and with SIGABRT."""
 from __future__ import annotations
 
 import json
 import os
 import platform
+import re
 import signal
 import subprocess
 import sys
@@ -15,7 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, cli_json
 
-from dlrun.execute.failure import RankFailure, exit_code_text, failure_reason, launcher_failure
+from dlrun.execute.failure import RankFailure, exit_code_text, failure_reason, launcher_failure, log_ending
 
 LOGS = REPO / "tests" / "data" / "logs" / "launcher-failures"
 
@@ -66,9 +68,37 @@ def test_without_a_launcher_message_the_exit_code_says_the_signal():
     assert launcher_failure("mpirun: command line ok\nall ranks fine\n") is None
 
 
+def _real_dump(code: str) -> list[str]:
+    """The stderr of a real Python process that enables its fault handler, as the harness does, and runs
+    `code`, which kills it with a signal."""
+    proc = subprocess.run([sys.executable, "-c", "import faulthandler, os, signal, sys\nfaulthandler.enable()\n" + code],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode < 0, proc.stderr
+    return [line for line in proc.stderr.splitlines() if line.strip()]
+
+
+def test_a_fault_handler_dump_is_quoted_by_its_last_words_error_and_frame():
+    lines = _real_dump("import threading, time\n"
+                       "threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
+                       "def destroy():\n"
+                       "    sys.stderr.write('terminate called without an active exception\\n'); sys.stderr.flush()\n"
+                       "    os.abort()\n"
+                       "destroy()\n")
+    assert lines[-1].startswith('  File "<string>", line 8 in <module>')  # the caller: not what happened
+    assert log_ending(["step 1"] + lines) == ["terminate called without an active exception",
+                                              "Fatal Python error: Aborted", 'in File "<string>", line 7 in destroy']
+    # no dump: the last lines as they are
+    assert log_ending(["a", "b", "c", "d"]) == ["b", "c", "d"] and log_ending([]) == []
+    # another signal, nothing written before it
+    lines = _real_dump("import atexit\natexit.register(lambda: os.kill(os.getpid(), signal.SIGSEGV))\n")
+    assert log_ending(lines) == ["Fatal Python error: Segmentation fault", 'in File "<string>", line 4 in <lambda>']
+
+
 @pytest.mark.mpi
-def test_a_killed_rank_of_a_real_mpirun_run(dlrun_home):
-    """Rank 1 of a real 2-rank run gets SIGKILL: the run is failed with rank 1, this host and SIGKILL."""
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGABRT], ids=["SIGKILL", "SIGABRT"])
+def test_a_killed_rank_of_a_real_mpirun_run(dlrun_home, signum):
+    """Rank 1 of a real 2-rank run gets SIGKILL: the run is failed with rank 1, this host and SIGKILL. Or it
+    gets SIGABRT, as a C++ runtime's abort sends it: the reason also quotes the Python frame it hit."""
     proc = subprocess.Popen([sys.executable, "-m", "dlrun.cli", "run", "trivial", "--ranks-per-node", "2",
                              "--steps", "1000000", "--warmup-steps", "1", "--batch-size", "2"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -86,7 +116,7 @@ def test_a_killed_rank_of_a_real_mpirun_run(dlrun_home):
             out, err = proc.communicate(timeout=120)
             logs = {str(p.relative_to(dlrun_home)): _read(p)[-500:] for p in (dlrun_home / "runs").rglob("std*")}
             pytest.fail(f"the run did not start training (exit {proc.returncode}): {out[-800:]}{err[-1500:]} {logs}")
-        os.kill(rank1, signal.SIGKILL)
+        os.kill(rank1, signum)
         out, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:  # never leave a million-step run behind for the rest of the suite
@@ -96,9 +126,13 @@ def test_a_killed_rank_of_a_real_mpirun_run(dlrun_home):
     [run] = cli_json("results", "list")
     status = json.loads((Path(run["run_dir"]) / "status.json").read_text())
     assert run["status"] == "failed"
-    assert status["reason"].startswith(f"rank 1 on host {platform.node()} was killed by signal 9 (SIGKILL), "
-                                       "as mpirun reports; its log ")
-    assert f"rank 1 on host {platform.node()} was killed by signal 9 (SIGKILL)" in err
+    killed = f"rank 1 on host {platform.node()} was killed by signal {int(signum)} ({signum.name})"
+    assert status["reason"].startswith(f"{killed}, as mpirun reports; its log ")
+    assert killed in err
+    if signum == signal.SIGABRT:
+        ending = status["reason"].split("; its log ends: ", 1)[1].split(" | ")
+        assert ending[-2:-1] == ["Fatal Python error: Aborted"], status["reason"]
+        assert re.fullmatch(r'in File ".+\.py", line \d+ in \S+', ending[-1]), status["reason"]
 
 
 def _read(path: Path) -> str:

@@ -13,7 +13,10 @@ from collections.abc import Callable
 from dlrun.job import RankFailure, signal_label
 from dlrun.registry import LAUNCHERS
 
-__all__ = ["RankFailure", "exit_code_text", "failure_reason", "launcher_failure", "signal_label"]
+__all__ = ["RankFailure", "exit_code_text", "failure_reason", "launcher_failure", "log_ending", "signal_label"]
+
+#: how Python's fault handler (the harnesses enable it) starts the stacks it dumps on a fatal signal
+FATAL_PYTHON = "Fatal Python error: "
 
 
 def launcher_failure(text: str) -> RankFailure | None:
@@ -23,6 +26,22 @@ def launcher_failure(text: str) -> RankFailure | None:
         if failure is not None:
             return failure
     return None
+
+
+def log_ending(lines: list[str], count: int = 3) -> list[str]:
+    """The end of a rank's log as a failure reason quotes it: its last `count` lines; but where Python's fault
+    handler dumped the stacks of a process killed by a signal, the line before the dump (a C++ runtime's own
+    last words, e.g. `terminate called without an active exception`), the dump's error line and the frame the
+    signal hit in the current thread - the dump's last lines are only that frame's callers and the list of
+    extension modules."""
+    starts = [i for i, line in enumerate(lines) if line.startswith(FATAL_PYTHON)]
+    if not starts:
+        return lines[-count:]
+    start = starts[-1]
+    dump = lines[start:]
+    current = next((i for i, line in enumerate(dump) if line.startswith("Current thread")), None)
+    frame = dump[current + 1].strip() if current is not None and current + 1 < len(dump) else None
+    return lines[max(start - 1, 0):start] + [dump[0]] + ([f"in {frame}"] if frame else [])
 
 
 def exit_code_text(code: int | None) -> str:

@@ -8,7 +8,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from dlrun.execute.failure import failure_reason
+from dlrun.execute.failure import failure_reason, log_ending
 from dlrun.execute.follow import Follower, LineSink, tail_lines
 from dlrun.execute.prerun import Cleared
 from dlrun.execute.procs import end_processes, job_processes, with_parent_death_signal
@@ -22,6 +22,8 @@ from dlrun.plan import Plan
 from dlrun.results.store import Store
 
 POLL_S = 0.2
+#: lines of a rank's log read for its ending: enough for a fault handler's dump of a few threads' stacks
+DUMP_LINES = 400
 
 
 class TimeLimitReached(Exception):
@@ -44,13 +46,13 @@ def _wait(proc: subprocess.Popen, follower: Follower, files: list[tuple[Path, st
 
 
 def rank_log_tail(run_path: Path, pattern: str):
-    """rank -> the last lines of that rank's log: its stderr when it wrote any, else its stdout."""
+    """rank -> the end of that rank's log (`log_ending`): its stderr when it wrote any, else its stdout."""
     def tail(rank: int) -> list[str]:
         log = run_path / pattern.format(rank=rank)
         for path in ([log.with_name("stderr"), log] if log.name == "stdout" else [log]):
-            lines = tail_lines([path], 3)
+            lines = tail_lines([path], DUMP_LINES)
             if lines:
-                return lines
+                return log_ending(lines)
         return []
     return tail
 

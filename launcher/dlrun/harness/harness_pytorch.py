@@ -208,7 +208,8 @@ MIN, relative tolerance 1e-6 of the absolute sum); any difference is reported
 as "replicas diverged" (exit 4, no result line).
 
 Errors are one stderr line starting with ``dlrun-harness: error:`` (an
-unexpected exception also prints its traceback before that line).  Exit
+unexpected exception also prints its traceback before that line); a fatal
+signal's, the Python stacks (faulthandler).  Ends: harness_pytorch_comm.leave.  Exit
 codes: 0 ok; 1 unexpected failure; 2 bad option or unsupported feature;
 3 world size differs from --expected-world-size; 4 replicas diverged;
 6 a collective returned wrong values (--benchmark COLLECTIVE); 7 a number
@@ -253,7 +254,7 @@ bandwidth of every pair of ranks in both directions
 (harness_pytorch_sendrecv.py).
 """
 
-
+import faulthandler
 import os
 import sys
 
@@ -268,6 +269,7 @@ from harness_pytorch_allocator import (argv_allocator,  # noqa: E402
 from harness_pytorch_knobs import add_knob_options, pin_threads  # noqa: E402
 
 if __name__ == "__main__":
+    faulthandler.enable()  # SIGABRT, SIGSEGV: the stacks for the failure reason
     _requested = argv_allocator(sys.argv[1:])
     if _requested is not None:
         try:
@@ -285,6 +287,7 @@ from harness_pytorch_collectives import (  # noqa: E402 (imports torch)
 from harness_common import (EXIT_USAGE, ArgumentParser,  # noqa: E402
                             HarnessError, error_line, non_negative, out,
                             positive, report_failures)
+from harness_pytorch_comm import leave  # noqa: E402
 from harness_pytorch_features import PRECISIONS  # noqa: E402
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -394,4 +397,4 @@ def _run(args):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    leave(main())

@@ -246,6 +246,8 @@ def in_process_group(comm, work, *args):
     interpreter shutdown run a process group's destructors (with a live DDP
     model they hang or abort)."""
     comm.init()
+    if comm.dist is not None:
+        _HAD_GROUP.append(comm)
     try:
         outcome = work(*args)
     except BaseException:
@@ -257,6 +259,25 @@ def in_process_group(comm, work, *args):
     gc.collect()
     comm.destroy()
     return outcome
+
+
+#: the communication layers this process has had live (see leave)
+_HAD_GROUP = []
+
+
+def leave(code):
+    """End the process with exit status `code`.  One that has had a process
+    group (or Horovod) live leaves without the interpreter's teardown once
+    its output is flushed: the group is destroyed, its result printed, and
+    what remains are the C++ runtime's static destructors, of which some
+    releases abort a rank (rarely, at random: "terminate called without an
+    active exception", SIGABRT) after a run that succeeded."""
+    code = code if isinstance(code, int) else EXIT_UNEXPECTED if code else 0
+    if not _HAD_GROUP:
+        sys.exit(code)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _leave_now(exc_info):
