@@ -269,9 +269,9 @@ def leave(code):
     """End the process with exit status `code`.  One that has had a process
     group (or Horovod) live leaves without the interpreter's teardown once
     its output is flushed: the group is destroyed, its result printed, and
-    what remains are the C++ runtime's static destructors, of which some
-    releases abort a rank (rarely, at random: "terminate called without an
-    active exception", SIGABRT) after a run that succeeded."""
+    what remains are the C++ runtime's static destructors, one of which
+    aborted a rank after a run that had succeeded (seen once, torch 2.13,
+    gloo: "terminate called without an active exception", SIGABRT)."""
     code = code if isinstance(code, int) else EXIT_UNEXPECTED if code else 0
     if not _HAD_GROUP:
         sys.exit(code)
