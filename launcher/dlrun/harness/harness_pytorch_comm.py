@@ -291,6 +291,4 @@ def _leave_now(exc_info):
         traceback.print_exception(*exc_info)
         error_line("%s: %s" % (type(exc).__name__, exc))
         code = EXIT_UNEXPECTED
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    leave(code)  # the group is live: leave skips the teardown
