@@ -24,7 +24,7 @@ SAMPLES = {
     "dist": "horovod", "launcher_arg": ["--exclusive"], "fabric": "roce", "partition": "debug", "account": "proj",
     "time": "01:00:00", "exclusive": False, "allocator": "jemalloc", "variable_update": "replicated",
     "all_reduce_spec": "xring", "ps": 1, "data_format": "NHWC", "benchmark_arg": ["--optimizer=momentum"],
-    "telemetry": "off", "fused_optimizer": "off", "channels_last": "off", "compile": "on", "pin_threads": "on",
+    "telemetry": "off", "fused_optimizer": "off", "fused_bn_relu": "off", "channels_last": "off", "compile": "on", "pin_threads": "on",
     "cudnn_benchmark": "off", "tune": "auto",  # tests run with DLRUN_TUNE=off (conftest)
     "seq_length": 128, "grad_accum": 2, "activation_checkpointing": True, "checkpoint_every": 5,
     "checkpoint_dir": "/scratch/ckpt", "dataparallel_gpus": 1,

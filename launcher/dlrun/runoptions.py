@@ -186,6 +186,10 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
     _opt("fused_optimizer", "The optimizer's fused step (one pass per tensor; same arithmetic) on, or PyTorch's "
          "default step off; " + _TUNED.format("fused where this PyTorch has it"), default="auto",
          choices=_KNOB, field="fused_optimizer", resolver="framework", harness_flag="--fused-optimizer"),
+    _opt("fused_bn_relu", "ResNets' batch norm + ReLU (+ residual) in fp32 channels-last CPU training through one "
+         "fused kernel, compiled once per CPU with the machine's C compiler (fewer passes over memory; same "
+         "arithmetic up to rounding) on, or PyTorch's ops off; " + _TUNED.format("on where it builds"),
+         default="auto", choices=_KNOB, field="fused_bn_relu", resolver="framework", harness_flag="--fused-bn-relu"),
     _opt("channels_last", "Image models in channels-last (NHWC) memory format on, or NCHW off; "
          + _TUNED.format("on for CUDA, amp and oneDNN CPUs"), default="auto", choices=_KNOB, field="channels_last",
          resolver="framework", harness_flag="--channels-last"),
@@ -239,7 +243,8 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
 BY_NAME: dict[str, RunOption] = {option.name: option for option in RUN_OPTIONS}
 #: The options that are speed knobs of the PyTorch harness: each run records its value and why (asked for, tuned,
 #: default); dlrun.tune measures those left at their default.
-KNOBS = ("allocator", "fused_optimizer", "channels_last", "threads", "pin_threads", "compile", "cudnn_benchmark")
+KNOBS = ("allocator", "fused_optimizer", "fused_bn_relu", "channels_last", "threads", "pin_threads", "compile",
+         "cudnn_benchmark")
 
 
 def option(name: str) -> RunOption:

@@ -18,41 +18,42 @@ Files
 This entry file is shipped together with its siblings in one directory and
 imports them from there (it puts its own directory on ``sys.path``; the
 caller's working directory does not matter):
-``harness_common.py`` (shared with the TensorFlow harness: exit codes, the
-error type, output, argument types, throughput statistics),
-``harness_ranks.py`` (shared too: the rank and world size from the
-launcher's variables), ``harness_pytorch_allocator.py`` (the memory allocator) and
+``harness_common.py`` (shared with the TensorFlow harness: exit codes,
+the error type, output, argument types, throughput statistics),
+``harness_ranks.py`` (shared too: rank and world size from the launcher's
+variables), ``harness_pytorch_allocator.py`` (the memory allocator) and
 ``harness_pytorch_knobs.py`` (the speed knobs and why each has its value;
 both standard library only, settled before torch is imported),
 ``harness_pytorch_features.py`` (checks for features of newer PyTorch
 releases), ``harness_pytorch_models.py`` (model definitions and what is
-counted on them), ``harness_pytorch_data.py`` (the data the steps consume), ``harness_pytorch_dataset.py`` and ``harness_pytorch_tfrecord.py`` (real data),
+counted on them; ``harness_pytorch_bnrelu.py``, their fused batch norm +
+ReLU, ``harness_pytorch_kernel.py``, its C kernel's build),
+``harness_pytorch_data.py`` (the data the steps consume), real data in
+``harness_pytorch_dataset.py`` and ``harness_pytorch_tfrecord.py``,
 ``harness_pytorch_process.py`` (ranks, device, backend, versions),
 ``harness_pytorch_comm.py`` (process group, collectives),
 ``harness_pytorch_collectives.py`` (the collective benchmarks),
-``harness_pytorch_sendrecv.py`` (point-to-point bandwidth),
-``harness_pytorch_storage.py`` (the storage reader, run as its own script),
-``harness_pytorch_horovod.py`` (``--dist``: DDP or Horovod),
-``harness_pytorch_fsdp.py`` (``--dist fsdp`` and ``dataparallel``),
+``harness_pytorch_sendrecv.py`` (point-to-point bandwidth), the storage
+reader ``harness_pytorch_storage.py`` (run as its own script),
+``--dist`` in ``harness_pytorch_horovod.py`` and ``harness_pytorch_fsdp.py``,
 ``harness_pytorch_llama.py`` (the LLM), ``harness_pytorch_text.py`` (its
 tokens), ``harness_pytorch_mfu.py`` (MFU and the peak table),
 ``harness_pytorch_tasks.py`` (what a step consumes per kind of model),
 ``harness_pytorch_args.py`` (the options of the newer features),
-``harness_pytorch_loader.py`` (the loader-only rate),
-``harness_pytorch_checkpoint.py`` (``--checkpoint-every``),
+``harness_pytorch_loader.py`` (the loader-only rate), ``--checkpoint-every``
+in ``harness_pytorch_checkpoint.py``,
 ``harness_pytorch_train.py`` (the training benchmark) and
-``harness_pytorch_tune.py`` (``dlrun tune``'s trials).  Every
-file needs only the standard library and torch, and each sibling can be
-imported on its own without side effects.
+``harness_pytorch_tune.py`` (``dlrun tune``'s trials).  Every file needs
+only the standard library and torch (the fused kernel, a C compiler too),
+and each sibling can be imported on its own without side effects.
 
 Usage
 -----
     python harness_pytorch.py --model resnet50_v1.5 --batch-size 64 --steps 100
     python harness_pytorch.py --describe --model vgg16
 
-Options: ``--help`` lists them all with their defaults (the newer
-features' are in harness_pytorch_args.py, the speed knobs' in
-harness_pytorch_knobs.py, the collectives' in harness_pytorch_collectives.py).
+Options: ``--help`` lists them all with their defaults (newer features':
+harness_pytorch_args.py; speed knobs': harness_pytorch_knobs.py).
 
 Models
 ------
@@ -130,30 +131,29 @@ al.'s batch sizes do) or SQuAD windows; rates count sequences.
 * ``--precision``: fp32 (TF32 off), tf32 and fp16 (CUDA), bf16, amp (bf16
   on CPU, fp16 + scaler on CUDA); resolve_precision in
   harness_pytorch_features.py; the result records what ran.
-* ``--channels-last auto`` means: on for CUDA, on for amp on CPU, on for
-  fp32 on CPU where oneDNN (mkldnn) is available - its NHWC convolution
-  kernels train ResNet-50 faster than NCHW (1.1x to 1.4x measured on a
-  2-core AVX-512 CPU) - and off otherwise (always off wherever
-  torch.channels_last does not exist).
-  ``on`` fails (exit 2) where channels-last is unsupported.
-* ``--compile`` (on) uses torch.compile where it exists and otherwise
-  warns and runs eagerly (the result records ``compiled``, and the untimed
-  warm-up's seconds, where compiling happens, as ``warmup_time_s``).
-* ``--pin-threads on`` binds each OpenMP thread to one CPU of this rank's
-  share (OMP_PROC_BIND, OMP_PLACES; set before torch loads, not where the
-  user set them); ``--cudnn-benchmark off`` takes cuDNN's heuristics
-  instead of timing its algorithms per shape (CUDA only).
-* ``knobs`` in the result: the value of every speed knob (allocator,
-  fused_optimizer, channels_last, threads, pin_threads, compile,
-  cudnn_benchmark) and why: asked for, tuned or default (see
-  ``harness_pytorch_knobs.py``).
+* ``--channels-last auto``: on for CUDA, for amp on CPU and for fp32 on
+  CPU with oneDNN (its NHWC kernels train ResNet-50 1.1-1.4x faster than
+  NCHW on a 2-core AVX-512 CPU), else off; ``on`` fails (exit 2) where
+  channels-last is unsupported.
+* ``--compile`` (on) uses torch.compile where it exists, else warns and
+  runs eagerly (result: ``compiled``; the untimed warm-up's seconds, where
+  compiling happens, ``warmup_time_s``).  ``--pin-threads on`` binds each
+  OpenMP thread to one CPU of this rank's share (OMP_PROC_BIND,
+  OMP_PLACES; before torch loads, not where the user set them);
+  ``--cudnn-benchmark off`` takes cuDNN's heuristics (CUDA only).
+* ``knobs`` in the result: every speed knob's value (allocator,
+  fused_optimizer, fused_bn_relu, channels_last, threads, pin_threads,
+  compile, cudnn_benchmark) and why: asked for, tuned or default
+  (``harness_pytorch_knobs.py``).
 * ``--fused-optimizer auto`` (default) gives SGD and AdamW ``fused=True``
-  where this PyTorch has a fused step for the device (CPU since PyTorch
-  2.4): one pass over each parameter instead of one per operation, 4-7x
-  cheaper for AdamW on CPU (measured), the same arithmetic.  Older
-  releases run their default step; ``on`` makes that an error (exit 2),
-  ``off`` keeps the default step.  The result records
-  ``fused_optimizer``.
+  where this PyTorch has a fused step for the device (CPU since 2.4): one
+  pass over each parameter, 4-7x cheaper for AdamW on CPU (measured), the
+  same arithmetic; ``on`` fails (exit 2) where there is none, ``off``
+  keeps the default step.
+* ``--fused-bn-relu auto`` (default): ResNets' batch norm + ReLU in fp32
+  channels-last CPU training through one kernel (harness_pytorch_bnrelu.py
+  says why), where it builds; ``on`` fails (exit 2) where it cannot run,
+  ``off`` keeps PyTorch's ops.
 
 Memory allocator (``--allocator``, default auto; harness_pytorch_allocator.py
 says why): run as a program, the harness re-executes itself once, before

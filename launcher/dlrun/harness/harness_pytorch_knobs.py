@@ -3,8 +3,9 @@ thread pinning, which must be settled before torch is imported.  Standard
 library only; importing this module changes nothing.
 
 A knob decides how fast a step runs, never what it computes: the memory
-allocator, the fused optimizer step, channels-last, threads per rank and
-their pinning, torch.compile, cuDNN's algorithm search.  The result records
+allocator, the fused optimizer step, the fused batch norm + ReLU kernel,
+channels-last, threads per rank and their pinning, torch.compile, cuDNN's
+algorithm search.  The result records
 each as ``{"value": ..., "source": ...}`` where source is
 
 * ``asked for``: the user gave it;
@@ -25,8 +26,8 @@ from harness_common import HarnessError
 from harness_pytorch_allocator import ALLOCATOR_CHOICES
 
 #: The knobs a result records, in this order.
-KNOBS = ("allocator", "fused_optimizer", "channels_last", "threads",
-         "pin_threads", "compile", "cudnn_benchmark")
+KNOBS = ("allocator", "fused_optimizer", "fused_bn_relu", "channels_last",
+         "threads", "pin_threads", "compile", "cudnn_benchmark")
 #: Where a knob's value came from.
 SOURCES = ("asked for", "tuned", "default")
 SOURCES_ENV = "DLRUN_KNOB_SOURCES"
@@ -64,6 +65,12 @@ def add_knob_options(p):
                         "this PyTorch has one for the device, else its "
                         "default; on: fused or exit 2; off: PyTorch's "
                         "default step")
+    p.add_argument("--fused-bn-relu", choices=("auto", "on", "off"),
+                   default="auto",
+                   help="auto (default): ResNets' batch norm + ReLU through "
+                        "one fused kernel in fp32 channels-last CPU training "
+                        "where it builds (harness_pytorch_bnrelu.py); on: "
+                        "that or exit 2; off: PyTorch's ops")
     p.add_argument("--allocator", choices=ALLOCATOR_CHOICES, default="auto",
                    help="memory allocator: auto (tcmalloc, else jemalloc, "
                         "else glibc-tuned), tcmalloc, jemalloc, glibc-tuned "
@@ -180,6 +187,7 @@ def knob_fields(args, outcome, bert, device_type):
     values = {
         "allocator": ALLOCATOR["name"],
         "fused_optimizer": on_off(outcome["fused_optimizer"]),
+        "fused_bn_relu": outcome.get("fused_bn_relu", ("n/a", None))[0],
         "channels_last": "n/a" if bert else on_off(outcome["channels_last"]),
         "threads": torch.get_num_threads(),
         "pin_threads": on_off(PINNING["cpus"]),
@@ -188,6 +196,8 @@ def knob_fields(args, outcome, bert, device_type):
                             if device_type == "cuda" else "n/a"),
     }
     return {"knobs": knob_record(values, getattr(args, "raw_argv", [])),
+            "fused_bn_relu_off_because": outcome.get(
+                "fused_bn_relu", ("n/a", None))[1],
             "pinned_cpus": PINNING["cpus"],
             "warmup_time_s": outcome["warmup_s"]}
 

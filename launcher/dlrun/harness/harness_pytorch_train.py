@@ -18,6 +18,7 @@ import zlib
 import torch
 
 from harness_pytorch_allocator import ALLOCATOR
+from harness_pytorch_bnrelu import fuse
 from harness_common import (EXIT_NONFINITE, RULE, HarnessError, NullContext,
                             TimedWindow, cpu_has_native_bf16, error_line, out,
                             perf_stats, quality_fields)
@@ -252,6 +253,7 @@ def _train(args, task, comm, device, autocast, needs_scaler, accum):
     rank, world_size = comm.rank, comm.world_size
     (model, raw_model, compiled, optimizer, optimizer_name, fused, scaler,
      params) = _build(args, task, comm, device, needs_scaler, accum)
+    bn_relu = fuse(raw_model, args, task.channels_last, device.type)
     batch = args.batch_size * comm.devices_per_rank
     source = task.batches(args, batch, rank, world_size, device)
     task.data_label = source.label()
@@ -286,8 +288,8 @@ def _train(args, task, comm, device, autocast, needs_scaler, accum):
     outcome = {"error": None, "params": params, "compiled": compiled,
                "final_loss": run["final_loss"], "first_loss": first_loss,
                "optimizer": optimizer_name, "fused_optimizer": fused,
-               "data": source.fields(), "warmup_s": warmup_s,
-               "channels_last": task.channels_last,
+               "fused_bn_relu": bn_relu, "data": source.fields(),
+               "warmup_s": warmup_s, "channels_last": task.channels_last,
                "extra": ckpt.fields() if ckpt is not None else {},
                "flops_per_token": task.flops_per_token() if task.llm
                else None}

@@ -17,7 +17,8 @@ and starts the harness as a run would be started (one rank, the run's
 model, batch, precision, allocator and thread pinning, which are settled
 per process).  Instead of the benchmark, the harness then builds the model
 once per layout (channels-last or not, compiled or not) and an optimizer
-per step kind (fused or not) over it, and times single training steps of
+per step kind (fused or not) over it - the fused batch norm + ReLU is
+switched on and off on the same model - and times single training steps of
 every variant in alternation - the order reversed every round - so that a
 change in the machine's load hits all variants alike.  A round is one step
 of every variant; rounds stop after ``rounds``, or after ``min_rounds`` once
@@ -40,6 +41,7 @@ import torch
 
 from harness_common import HarnessError, out
 from harness_pytorch_allocator import ALLOCATOR
+from harness_pytorch_bnrelu import fuse, switch
 from harness_pytorch_comm import sync
 from harness_pytorch_features import make_grad_scaler, maybe_compile
 from harness_pytorch_knobs import PINNING
@@ -67,10 +69,12 @@ class _Variant(object):
             layout.raw, vargs, vargs.fused_optimizer)
         self.threads = int(knobs.get("threads") or torch.get_num_threads())
         self.cudnn = knobs.get("cudnn_benchmark", "auto") != "off"
+        self.bn_relu = layout.bn_relu and knobs.get("fused_bn_relu") == "on"
         self.step_s, self.cpu_s, self.warmup_s = [], [], []
 
     def record(self):
         return {"knobs": self.knobs, "fused": self.fused,
+                "fused_bn_relu": self.bn_relu,
                 "channels_last": self.layout.task.channels_last,
                 "compiled": self.layout.compiled, "step_s": self.step_s,
                 "cpu_s": self.cpu_s, "warmup_s": self.warmup_s}
@@ -88,6 +92,11 @@ class _Layout(object):
         if self.task.channels_last:
             model = model.to(memory_format=torch.channels_last)
         self.raw = model
+        auto = copy.copy(largs)
+        auto.fused_bn_relu = "auto"
+        auto.compile = knobs.get("compile", args.compile)
+        self.bn_relu = fuse(model, auto, self.task.channels_last,
+                            device_type)[0] == "on"
         self.model, self.compiled = maybe_compile(
             model, knobs.get("compile", args.compile) == "on")
         self.model.train()
@@ -106,7 +115,9 @@ def knob_defaults(args, device_type):
     fused = task.optimizer(torch.nn.Linear(2, 2), args,
                            args.fused_optimizer)[2]
     cuda = device_type == "cuda"
-    return {"fused_optimizer": _on_off(fused),
+    bn_relu = "n/a" if task.bert or task.llm else fuse(
+        task.build(args), args, task.channels_last, device_type)[0]
+    return {"fused_optimizer": _on_off(fused), "fused_bn_relu": bn_relu,
             "channels_last": "n/a" if task.bert or task.llm else _on_off(
                 task.channels_last),
             "compile": _on_off(args.compile == "on"),
@@ -154,6 +165,8 @@ def _stepper(device, autocast, scaler):
 
     def step(v):
         torch.set_num_threads(v.threads)
+        if v.layout.bn_relu:
+            switch(v.layout.raw, v.bn_relu)
         if device.type == "cuda" and cudnn is not None:
             cudnn.benchmark = v.cudnn
         inputs, targets = v.layout.source.next()

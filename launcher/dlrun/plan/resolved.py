@@ -80,6 +80,7 @@ class Plan(BaseModel):
     allocator: Allocator = "auto"  # the PyTorch harness's malloc (see harness_pytorch.py)
     # Speed knobs of the PyTorch harness (dlrun.tune); never part of the comparability key
     fused_optimizer: Knob = "auto"
+    fused_bn_relu: Knob = "auto"
     channels_last: Knob = "auto"
     compile: Knob = "auto"
     pin_threads: Knob = "auto"

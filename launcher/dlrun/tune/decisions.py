@@ -29,6 +29,7 @@ MAX_DECISIONS = 256
 #: Valid values of each knob in a stored decision.
 VALUES: dict[str, tuple[str, ...]] = {
     "allocator": ("tcmalloc", "jemalloc", "glibc-tuned", "system"), "fused_optimizer": ("on", "off"),
+    "fused_bn_relu": ("on", "off"),
     "channels_last": ("on", "off"), "pin_threads": ("on", "off"), "compile": ("on", "off"),
     "cudnn_benchmark": ("on", "off"),
 }

@@ -26,13 +26,14 @@ from dlrun.tune.trial import TrialFailed, run_trial
 #: A knob leaves its default only for a speed-up above this (measured step times on a quiet machine differ by
 #: about 1 % between identical variants).
 MARGIN = 1.02
-IN_PROCESS = ("fused_optimizer", "channels_last", "threads", "cudnn_benchmark", "compile")
+IN_PROCESS = ("fused_optimizer", "fused_bn_relu", "channels_last", "threads", "cudnn_benchmark", "compile")
 PER_PROCESS = ("allocator", "pin_threads")
 #: What `dlrun tune` measures unless told otherwise; torch.compile only on request (minutes of compiling).
-DEFAULT_KNOBS = ("allocator", "fused_optimizer", "channels_last", "threads", "pin_threads", "cudnn_benchmark")
+DEFAULT_KNOBS = ("allocator", "fused_optimizer", "fused_bn_relu", "channels_last", "threads", "pin_threads",
+                 "cudnn_benchmark")
 #: What the automatic tuning before a run measures: the knobs one trial process can alternate (each
 #: per-process knob costs a process start and a warm-up, tens of seconds for ResNet-50 on a small node).
-AUTO_KNOBS = ("fused_optimizer", "channels_last", "threads", "cudnn_benchmark")
+AUTO_KNOBS = ("fused_optimizer", "fused_bn_relu", "channels_last", "threads", "cudnn_benchmark")
 ALLOCATORS = ("tcmalloc", "jemalloc", "glibc-tuned", "system")
 
 Log = Callable[[str], None]
@@ -46,7 +47,9 @@ def measurable(plan: Plan, knobs: Iterable[str]) -> list[str]:
             continue
         if name == "cudnn_benchmark" and plan.device != "cuda":
             continue
-        if name == "channels_last" and plan.workload.kind != "cnn-training":
+        if name in ("channels_last", "fused_bn_relu") and plan.workload.kind != "cnn-training":
+            continue
+        if name == "fused_bn_relu" and plan.device != "cpu":
             continue
         out.append(name)
     return out
@@ -66,8 +69,8 @@ def _spec(knobs: list[str], plan: Plan, rounds: int, budget_s: float, base: Mapp
     grid = {} if singles else {name: ["on", "off"] for name in both}
     extras: list[dict[str, Any]] = [{name: value} for name in both for value in ("on", "off")] if singles else []
     extras += [{"threads": n} for n in thread_choices(plan)] if "threads" in knobs else []
-    extras += [{name: "off" if name == "cudnn_benchmark" else "on"} for name in ("cudnn_benchmark", "compile")
-               if name in knobs]
+    extras += [{name: "off" if name in ("cudnn_benchmark", "fused_bn_relu") else "on"}
+               for name in ("fused_bn_relu", "cudnn_benchmark", "compile") if name in knobs]
     return {"grid": grid, "extras": extras, "base": dict(base or {}), "rounds": rounds,
             "min_rounds": min(2, rounds), "warmup": 1, "budget_s": budget_s}
 
@@ -81,7 +84,8 @@ def speedups(record: Mapping[str, Any]) -> list[float]:
     out = []
     for v in variants:
         ran_as_asked = (v["knobs"].get("fused_optimizer") != "on" or v.get("fused")) and \
-            (v["knobs"].get("compile") != "on" or v.get("compiled"))
+            (v["knobs"].get("compile") != "on" or v.get("compiled")) and \
+            (v["knobs"].get("fused_bn_relu") != "on" or v.get("fused_bn_relu", True))
         pairs = [r / s for r, s in zip(ref, v["step_s"]) if s > 0]
         out.append(statistics.median(pairs) if pairs and ran_as_asked else float("nan"))
     return out
@@ -226,6 +230,8 @@ def _why_not(plan: Plan, name: str) -> str:
         return "asked for: not tuned"
     if name == "cudnn_benchmark" and plan.device != "cuda":
         return "n/a: no GPU"
-    if name == "channels_last" and plan.workload.kind != "cnn-training":
+    if name in ("channels_last", "fused_bn_relu") and plan.workload.kind != "cnn-training":
         return "n/a: the model reads tokens"
+    if name == "fused_bn_relu" and plan.device != "cpu":
+        return "n/a: a CPU kernel"
     return "n/a for this run"
