@@ -5,7 +5,8 @@ Training FLOP per image = 3 (forward + backward: data and weight gradients) x 2 
 forward multiply-adds counted on the harness's own model (`--describe`: 4.089 G for ResNet-50 v1.5).
 The harness runs as `dlrun run` starts it (same script, same options); fp32 and amp runs are alternated.
 "Before" rows run the harness under glibc's malloc (`--allocator system`), as it ran before it started
-preloading a caching allocator (tcmalloc), and with PyTorch's default optimizer step (`--fused-optimizer off`).
+preloading a caching allocator (tcmalloc), with PyTorch's default optimizer step (`--fused-optimizer off`), and
+with PyTorch's batch norm, addition and ReLU instead of the fused kernel (`--fused-bn-relu off`).
 amp runs only where the CPU multiplies bf16 natively (see `bf16_verdict`).
 
 The goal's row is batch 16, what `dlrun run resnet50` trains with on this machine (the detected `localhost`
@@ -68,7 +69,7 @@ def measure(threads: int, repeats: int, log, quick: bool = False, before: bool =
     big = workload_batch()
     ceilings: list[dict] = []
     results: dict[str, list[dict]] = {"fp32": [], "fp32_default_batch": [], "amp": [], "fp32_glibc": [],
-                                      "fp32_unfused": []}
+                                      "fp32_unfused": [], "fp32_bn_relu_off": []}
 
     probe = matmul_ceiling(threads)  # decides whether amp can run here; it is round 1's ceiling too
     no_amp = bf16_verdict(probe)
@@ -94,6 +95,7 @@ def measure(threads: int, repeats: int, log, quick: bool = False, before: bool =
     if before and not quick:
         variants["fp32_glibc"] = variant("fp32_glibc", "fp32", ["--allocator", "system"])
         variants["fp32_unfused"] = variant("fp32_unfused", "fp32", ["--fused-optimizer", "off"])
+        variants["fp32_bn_relu_off"] = variant("fp32_bn_relu_off", "fp32", ["--fused-bn-relu", "off"])
     log(f"[2] fp32 matmul ceiling (GFLOP/s), then harness {MODEL} batch {batch}, {warmup}+{steps} steps: "
         f"fp32 vs amp (bf16 autocast), {threads} threads")
     samples = alternate(variants, repeats, log)
@@ -115,7 +117,8 @@ def measure(threads: int, repeats: int, log, quick: bool = False, before: bool =
                    f"{median([c['fp32_mm_gflops'] for c in ceilings]):.0f} and oneDNN "
                    f"{median([c.get('fp32_onednn_gflops', 0) for c in ceilings]):.0f}, ISA "
                    f"{ceilings[-1].get('cpu_capability')}); "
-                   f"{'NHWC' if cl else 'NCHW'}; fused SGD {results['fp32'][-1].get('fused_optimizer')}"),
+                   f"{'NHWC' if cl else 'NCHW'}; fused SGD {results['fp32'][-1].get('fused_optimizer')}; fused batch "
+            f"norm + ReLU {results['fp32'][-1].get('knobs', {}).get('fused_bn_relu', {}).get('value')}"),
         Row("2 efficiency", "ResNet-50 amp (bf16, NHWC) / fp32 throughput", amp_speedup, goal=AMP_GOAL,
             status="" if no_amp is None else "N/A",
             detail=no_amp or f"median of per-round ratios; amp {spread(samples['amp'])} vs fp32 "
@@ -138,6 +141,13 @@ def measure(threads: int, repeats: int, log, quick: bool = False, before: bool =
         gain = median([f / b for f, b in zip(samples["fp32"], samples["fp32_unfused"])])
         rows.append(Row("2 efficiency", "ResNet-50 fp32 fused SGD (new default) / PyTorch's default step (before)",
                         gain, detail=f"median of per-round ratios; before {spread(samples['fp32_unfused'])} img/s"))
+    if "fp32_bn_relu_off" in samples:
+        gain = median([f / b for f, b in zip(samples["fp32"], samples["fp32_bn_relu_off"])])
+        off = median(samples["fp32_bn_relu_off"])
+        rows.append(Row("2 efficiency", "ResNet-50 fp32 fused batch norm + ReLU (new default) / PyTorch's ops "
+                                        "(before)", gain,
+                        detail=f"median of per-round ratios; before {spread(samples['fp32_bn_relu_off'])} img/s = "
+                               f"{off * train_flop / 1e9 / ceiling:.2f} of the ceiling"))
     write_result("efficiency", {"model": MODEL, "forward_macs": macs, "train_flop_per_image": train_flop,
                                 "threads": threads, "batch": batch, "steps": steps, "warmup_steps": warmup,
                                 "matmul": ceilings, "ceiling_gflops": ceiling, "samples_img_s": samples,

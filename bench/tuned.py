@@ -2,7 +2,7 @@
 recorded with its reason.
 
 1. `dlrun tune resnet50 --batch-size 16` in a fresh DLRUN_HOME (the in-process knobs: fused optimizer step,
-   channels-last, half the threads; and one process each for the allocators and thread pinning): its decision
+   fused batch norm + ReLU, channels-last, half the threads; and one process each for the allocators and thread pinning): its decision
    and how long it took.
 2. Screening: the harness, as `dlrun run` starts it, in every configuration the tuner tried (the defaults, and
    each knob moved alone to each value it measured) and in the tuned one, alternated round by round (the order
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -28,16 +29,16 @@ from common import (DLRUN, HARNESS, PYTHON, Row, alternate, bench_env, interval_
 GOAL = 0.98
 CONFIRM_MIN, CONFIRM_MAX = 6, 20
 MODEL, WORKLOAD, BATCH, STEPS, WARMUP = "resnet50_v1.5", "resnet50", 16, 6, 2
-KNOBS = "fused_optimizer,channels_last,threads,allocator,pin_threads"
-FLAGS = {"fused_optimizer": "--fused-optimizer", "channels_last": "--channels-last", "threads": "--threads",
-         "allocator": "--allocator", "pin_threads": "--pin-threads"}
+KNOBS = "fused_optimizer,fused_bn_relu,channels_last,threads,allocator,pin_threads"
+FLAGS = {"fused_optimizer": "--fused-optimizer", "fused_bn_relu": "--fused-bn-relu", "channels_last": "--channels-last",
+         "threads": "--threads", "allocator": "--allocator", "pin_threads": "--pin-threads"}
 
 
 def _configs(decision: dict, threads: int) -> dict[str, dict]:
     """name -> knobs: the defaults, each alternative the tuner measured (one knob moved), and the tuned one."""
     defaults = {k: v for k, v in decision["defaults"].items() if k in FLAGS and v != "n/a"}
     configs = {"defaults": dict(defaults)}
-    alternatives = {"fused_optimizer": ("on", "off"), "channels_last": ("on", "off"),
+    alternatives = {"fused_optimizer": ("on", "off"), "fused_bn_relu": ("on", "off"), "channels_last": ("on", "off"),
                     "threads": (threads, max(threads // 2, 1)), "pin_threads": ("off", "on"),
                     "allocator": ("tcmalloc", "jemalloc", "glibc-tuned", "system")}
     tried = {k for k in decision["knobs"]} | {k for k in alternatives if k in defaults}
@@ -146,7 +147,11 @@ def _recorded(home: Path, env: dict, log, workload: str, batch: int) -> Row:
     run, result = latest_result(home)
     knobs = (result.get("extra") or {}).get("knobs") or {}
     sources = {name: entry.get("source") for name, entry in knobs.items()}
-    complete = len(knobs) == 7 and all(s in ("asked for", "tuned", "default") for s in sources.values())
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "launcher"))
+    from dlrun.runoptions import KNOBS as RUN_KNOBS
+
+    complete = set(knobs) == set(RUN_KNOBS) and all(s in ("asked for", "tuned", "default")
+                                                     for s in sources.values())
     tuned = set(run["plan"].get("knob_sources", {}).get(k) for k in ("fused_optimizer", "channels_last"))
     log(f"  run {run['id']}: " + ", ".join(f"{k} {knobs[k].get('value')} ({s})" for k, s in sources.items()))
     return Row("13 tune", "every knob of a run recorded with its reason (asked for, tuned, default)",
