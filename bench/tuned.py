@@ -54,6 +54,8 @@ def _harness(knobs: dict, threads: int, model: str, batch: int, steps: int) -> d
     argv = [PYTHON, str(HARNESS), "--model", model, "--batch-size", str(batch), "--steps", str(steps),
             "--warmup-steps", str(WARMUP), "--precision", "fp32", "--device", "cpu", "--expected-world-size", "1"]
     for knob, value in knobs.items():
+        if (knob, value) == ("fused_bn_relu", "on"):
+            continue  # auto: on where it can run (not with --channels-last off), as a tuned "on" is
         argv += [FLAGS[knob], str(value)]
     if "threads" not in knobs:
         argv += ["--threads", str(threads)]

@@ -181,8 +181,8 @@ def _no_compiler_path(tmp_path):
     return str(bin_dir)
 
 
-def _harness(tmp_path, *extra, path=None):
-    env = harness_env(**{kernel_mod.CACHE_ENV: str(tmp_path / "cache")})
+def _harness(tmp_path, *extra, path=None, env=None):
+    env = harness_env(**{kernel_mod.CACHE_ENV: str(tmp_path / "cache")}, **(env or {}))
     env.pop("CC", None)
     if path is not None:
         env["PATH"] = path
@@ -206,6 +206,13 @@ def test_a_run_records_the_fused_kernel_and_why_it_is_off(tmp_path):
     nchw = _result(_harness(tmp_path, "--channels-last", "off"))
     assert nchw["knobs"]["fused_bn_relu"]["value"] == "off"
     assert "NCHW" in nchw["fused_bn_relu_off_because"]
+    # a tuned "on" (dlrun renders it as a flag) beside a layout the kernel cannot take: PyTorch's ops, no error
+    tuned = _result(_harness(tmp_path, "--fused-bn-relu", "on", "--channels-last", "off",
+                             env={"DLRUN_KNOB_SOURCES": "fused_bn_relu=tuned,channels_last=tuned"}))
+    assert tuned["knobs"]["fused_bn_relu"] == {"value": "off", "source": "tuned"}
+    assert "NCHW" in tuned["fused_bn_relu_off_because"]
+    asked = _harness(tmp_path, "--fused-bn-relu", "on", "--channels-last", "off")
+    assert asked.returncode == 2 and "--fused-bn-relu on: the model runs NCHW" in asked.stderr
     lenet = _result(subprocess.run([sys.executable, str(HARNESS), "--model", "lenet", "--batch-size", "2",
                                     "--steps", "1", "--warmup-steps", "1", "--device", "cpu"],
                                    capture_output=True, text=True, timeout=300, env=harness_env()))
@@ -255,3 +262,19 @@ def test_the_tuner_measures_the_kernel_only_for_cnn_training_on_a_cpu(monkeypatc
     asked = resolve_plan(load_catalog(), "resnet50", batch_size=2, steps=2, warmup_steps=1, telemetry="off",
                          fused_bn_relu="off")
     assert asked.fused_bn_relu == "off" and search.measurable(asked, ["fused_bn_relu"]) == []
+
+
+@pytest.mark.parametrize("given,why", [({"channels_last": "off"}, "takes channels-last, not --channels-last off"),
+                                       ({"precision": "amp"}, "computes in fp32, not --precision amp"),
+                                       ({"compile": "on"}, "(--compile on)")])
+def test_the_launcher_refuses_an_asked_for_kernel_that_cannot_run(given, why):
+    from dlrun.cli.options import load_catalog
+    from dlrun.errors import UsageError
+    from dlrun.plan import resolve_plan
+
+    with pytest.raises(UsageError) as err:
+        resolve_plan(load_catalog(), "resnet50", batch_size=2, steps=2, warmup_steps=1, telemetry="off",
+                     fused_bn_relu="on", **given)
+    assert why in str(err.value) and "valid here: auto, off" in str(err.value)
+    assert resolve_plan(load_catalog(), "resnet50", batch_size=2, steps=2, warmup_steps=1, telemetry="off",
+                        fused_bn_relu="auto", **given).fused_bn_relu == "auto"

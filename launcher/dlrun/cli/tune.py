@@ -11,8 +11,8 @@ from dlrun.cli.output import console, handle_errors, print_json, warn
 from dlrun.errors import UsageError
 
 KnobsOpt = Annotated[Optional[str], typer.Option(
-    "--knobs", help="Comma-separated knobs to measure: allocator, fused_optimizer, channels_last, threads, "
-                    "pin_threads, cudnn_benchmark, compile.",
+    "--knobs", help="Comma-separated knobs to measure: allocator, fused_optimizer, fused_bn_relu, channels_last, "
+                    "threads, pin_threads, cudnn_benchmark, compile.",
     show_default="all but compile (compiling takes minutes)")]
 RoundsOpt = Annotated[int, typer.Option("--rounds", help="Rounds of alternated steps per trial (at least 2).")]
 BudgetOpt = Annotated[Optional[float], typer.Option(

@@ -29,6 +29,7 @@ import torch
 
 from harness_common import HarnessError
 from harness_pytorch_kernel import KERNEL, fused_kernel
+from harness_pytorch_knobs import knob_record
 
 
 def _ptr(t):
@@ -151,14 +152,17 @@ def _unfit_run(args, channels_last):
 
 def fuse(model, args, channels_last, device_type):
     """Switch ``model``'s blocks to the fused kernel as ``--fused-bn-relu``
-    asks: auto (where it can run), on (or exit 2) or off.  Returns (the
-    knob's value: on, off or n/a, why it is off where it could have been
-    on)."""
+    asks: auto (where it can run), on (or exit 2, where the user asked for
+    it; a tuned on is an auto) or off.  Returns (the knob's value: on, off
+    or n/a, why it is off where it could have been on)."""
     if device_type != "cpu" or not has_bn_relu(model):
         return "n/a", None
     wanted = getattr(args, "fused_bn_relu", "auto")
     if wanted == "off":
         return "off", None
+    if wanted == "on" and knob_record({"fused_bn_relu": wanted}, getattr(
+            args, "raw_argv", []))["fused_bn_relu"]["source"] != "asked for":
+        wanted = "auto"
     why_not = _unfit_run(args, channels_last)
     if why_not is None:
         why_not = fused_kernel()[1]

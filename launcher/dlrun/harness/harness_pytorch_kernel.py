@@ -48,14 +48,30 @@ static inline float pass_grad(float v, float g) {
     return g;
 }
 
-/* Add a thread's float sums over a block of rows into its double sums. */
-static void flush(float *blk, double *acc, long n) {
-    for (long c = 0; c < n; c++) { acc[c] += blk[c]; blk[c] = 0.f; }
+/* One thread's share of a two-sum reduction over rows: its rows, double
+   sums, and float sums over the current block of 16 rows. */
+typedef struct { long lo, hi, n; double *acc; float *blk; } Part;
+
+static Part part_open(long rows, long C) {
+    Part p;
+    rows_of(rows, &p.lo, &p.hi);
+    p.n = 2 * C;
+    p.acc = calloc(p.n, sizeof(double));
+    p.blk = calloc(p.n, sizeof(float));
+    return p;
 }
 
-static void combine(double *acc, double *sums, long n) {
+/* After row r: a full block (or the last row) goes into the double sums. */
+static void part_row_done(Part *p, long r) {
+    if (((r - p->lo) & 15) != 15 && r != p->hi - 1) return;
+    for (long c = 0; c < p->n; c++) { p->acc[c] += p->blk[c]; p->blk[c] = 0.f; }
+}
+
+static void part_close(Part *p, double *sums) {
     #pragma omp critical
-    for (long c = 0; c < n; c++) sums[c] += acc[c];
+    for (long c = 0; c < p->n; c++) sums[c] += p->acc[c];
+    free(p->acc);
+    free(p->blk);
 }
 
 /* With d = x - shift (shift: the first row, close to the mean, so that
@@ -66,22 +82,18 @@ void dl_stats(const float *x, long rows, long C, const float *shift,
     memset(sums, 0, sizeof(double) * 2 * C);
     #pragma omp parallel
     {
-        long lo, hi;
-        rows_of(rows, &lo, &hi);
-        double *acc = calloc(2 * C, sizeof(double));
-        float *blk = calloc(2 * C, sizeof(float));
-        for (long r = lo; r < hi; r++) {
+        Part p = part_open(rows, C);
+        float *blk = p.blk;
+        for (long r = p.lo; r < p.hi; r++) {
             const float *xr = x + r * C;
             for (long c = 0; c < C; c++) {
                 float d = xr[c] - shift[c];
                 blk[c] += d;
                 blk[C + c] += d * d;
             }
-            if (((r - lo) & 15) == 15 || r == hi - 1) flush(blk, acc, 2 * C);
+            part_row_done(&p, r);
         }
-        combine(acc, sums, 2 * C);
-        free(acc);
-        free(blk);
+        part_close(&p, sums);
     }
 }
 
@@ -122,11 +134,9 @@ void dl_backward_sums(const float *dy, const float *y, const float *x,
     memset(sums, 0, sizeof(double) * 2 * C);
     #pragma omp parallel
     {
-        long lo, hi;
-        rows_of(rows, &lo, &hi);
-        double *acc = calloc(2 * C, sizeof(double));
-        float *blk = calloc(2 * C, sizeof(float));
-        for (long r = lo; r < hi; r++) {
+        Part p = part_open(rows, C);
+        float *blk = p.blk;
+        for (long r = p.lo; r < p.hi; r++) {
             const float *xr = x + r * C, *gr = dy + r * C;
             if (y) {
                 const float *yr = y + r * C;
@@ -145,11 +155,9 @@ void dl_backward_sums(const float *dy, const float *y, const float *x,
                     blk[C + c] += dz * d;
                 }
             }
-            if (((r - lo) & 15) == 15 || r == hi - 1) flush(blk, acc, 2 * C);
+            part_row_done(&p, r);
         }
-        combine(acc, sums, 2 * C);
-        free(acc);
-        free(blk);
+        part_close(&p, sums);
     }
 }
 

@@ -209,9 +209,22 @@ def resolve_framework(res: Resolution) -> dict[str, Any]:
     tune = req.tune or os.environ.get("DLRUN_TUNE") or "auto"
     if tune not in ("auto", "off"):
         raise UsageError(f"bad $DLRUN_TUNE {tune!r}; valid: auto, off")
-    return {"precision": check_precision(req.precision, res.image, res.fields["device"]), **knobs, "tune": tune,
+    precision = check_precision(req.precision, res.image, res.fields["device"])
+    if knobs["fused_bn_relu"] == "on":
+        check_fused_bn_relu(knobs, precision, res.fields["device"])
+    return {"precision": precision, **knobs, "tune": tune,
             "knob_sources": {name: "asked for" if req.is_given(name) else "default" for name in KNOBS} if pytorch
             else {}, **tf_options}
+
+
+def check_fused_bn_relu(knobs: dict[str, Any], precision: str, device: str) -> None:
+    """--fused-bn-relu on, refused where the run's other choices keep the kernel out (the harness would exit 2)."""
+    conflict = ("a CPU kernel, and this run trains on GPUs" if device == "cuda" else
+                f"the kernel computes in fp32, not --precision {precision}" if precision != "fp32" else
+                "the kernel takes channels-last, not --channels-last off" if knobs["channels_last"] == "off" else
+                "torch.compile compiles PyTorch's ops instead (--compile on)" if knobs["compile"] == "on" else None)
+    if conflict:
+        raise UsageError(f"--fused-bn-relu on: {conflict}; valid here: auto, off")
 
 
 #: What each benchmark code can train in: dlrun's PyTorch harness all of them (tf32 and fp16 on GPUs only),

@@ -2,8 +2,8 @@
 
 1. One trial process times, step by step in alternation, the reference (every knob at its default here) against
    every combination of the fused optimizer step and channels-last, and on top of the reference fewer threads,
-   cuDNN's heuristics instead of its search (GPUs) and torch.compile (only when asked: compiling ResNet-50 takes
-   minutes). A variant's speed-up is the median over rounds of reference step time / its step time, each round
+   PyTorch's ops instead of the fused batch norm + ReLU kernel (CPUs), cuDNN's heuristics instead of its search
+   (GPUs) and torch.compile (only when asked: compiling ResNet-50 takes minutes). A variant's speed-up is the median over rounds of reference step time / its step time, each round
    running every variant once back to back, so that a change of the machine's load meets all of them alike.
 2. With the winner of step 1 fixed, one process per allocator and per thread pinning (both are settled before
    torch loads), against the same configuration with the defaults in a process before and one after them.
@@ -220,7 +220,7 @@ def _summary(record: Mapping[str, Any], process: Mapping[str, str]) -> dict[str,
             "seconds": round(float(record.get("seconds") or 0), 2),
             "variants": [{"knobs": v["knobs"], "median_step_s": statistics.median(v["step_s"]),
                           "first_step_s": (v.get("warmup_s") or [None])[0], "fused": v.get("fused"),
-                          "compiled": v.get("compiled")} for v in record.get("variants", [])],
+                          "fused_bn_relu": v.get("fused_bn_relu"), "compiled": v.get("compiled")} for v in record.get("variants", [])],
             "speedups": [None if g != g else round(g, 4) for g in speedups(record)]}
 
 
