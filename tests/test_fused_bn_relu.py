@@ -278,3 +278,21 @@ def test_the_launcher_refuses_an_asked_for_kernel_that_cannot_run(given, why):
     assert why in str(err.value) and "valid here: auto, off" in str(err.value)
     assert resolve_plan(load_catalog(), "resnet50", batch_size=2, steps=2, warmup_steps=1, telemetry="off",
                         fused_bn_relu="auto", **given).fused_bn_relu == "auto"
+
+
+def test_a_layout_that_leaves_the_kernel_out_is_still_judged_by_the_tuner():
+    """A channels-last=off variant keeps the reference's fused_bn_relu "on" but runs PyTorch's ops (the kernel
+    takes channels-last), as a run with that decision would: its speed counts, and it wins where faster."""
+    from dlrun.tune.search import choose, speedups
+
+    base = {"fused_optimizer": "on", "fused_bn_relu": "on", "channels_last": "on", "threads": 2}
+    record = {"variants": [
+        {"knobs": base, "step_s": [1.0, 1.0, 1.0], "fused": True, "fused_bn_relu": True},
+        {"knobs": {**base, "channels_last": "off"}, "step_s": [0.8, 0.8, 0.8], "fused": True,
+         "fused_bn_relu": False},
+        {"knobs": {**base, "fused_bn_relu": "off"}, "step_s": [1.03, 1.02, 1.04], "fused": True,
+         "fused_bn_relu": False}]}
+    assert speedups(record) == [1.0, 1.25, pytest.approx(1 / 1.03)]
+    chosen, gain = choose(record, ["fused_optimizer", "fused_bn_relu", "channels_last"])
+    assert chosen == {"fused_optimizer": "on", "fused_bn_relu": "on", "channels_last": "off"}
+    assert gain["channels_last"] == pytest.approx(1.25)
