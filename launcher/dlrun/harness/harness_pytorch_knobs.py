@@ -40,37 +40,37 @@ TRIAL_ENV = "DLRUN_TUNE_TRIAL"
 PINNING = {"cpus": None, "note": None}
 
 
+#: The auto/on/off knobs' options and their help ("" for none).
+SWITCHES = (
+    ("--channels-last", ""),
+    ("--pin-threads", "on: bind each OpenMP thread to one CPU of this rank's "
+                      "share (OMP_PROC_BIND, OMP_PLACES); auto and off leave "
+                      "placement to the OS"),
+    ("--cudnn-benchmark", "CUDA: let cuDNN time its algorithms for each shape "
+                          "(auto and on; off: its heuristics); no effect on a "
+                          "CPU"),
+    ("--fused-optimizer", "auto (default): the optimizer's fused step where "
+                          "this PyTorch has one for the device, else its "
+                          "default; on: fused or exit 2; off: PyTorch's "
+                          "default step"),
+    ("--fused-bn-relu", "auto (default): ResNets' batch norm + ReLU through "
+                        "one fused kernel in fp32 channels-last CPU training "
+                        "where it builds (harness_pytorch_bnrelu.py); on: "
+                        "that or exit 2; off: PyTorch's ops"),
+)
+
+
 def add_knob_options(p):
     """The speed knobs' options (what dlrun tune measures; each also
     recorded with its source, see knob_fields)."""
-    p.add_argument("--channels-last", choices=("auto", "on", "off"), default="auto")
     p.add_argument("--compile", nargs="?", const="on", default="auto",
                    choices=("auto", "on", "off"),
                    help="torch.compile (inductor) the model where this "
                         "PyTorch has it (on; --compile alone means on); "
                         "auto and off run eagerly")
-    p.add_argument("--pin-threads", choices=("auto", "on", "off"),
-                   default="auto",
-                   help="on: bind each OpenMP thread to one CPU of this "
-                        "rank's share (OMP_PROC_BIND, OMP_PLACES); auto and "
-                        "off leave placement to the OS")
-    p.add_argument("--cudnn-benchmark", choices=("auto", "on", "off"),
-                   default="auto",
-                   help="CUDA: let cuDNN time its algorithms for each "
-                        "shape (auto and on; off: its heuristics); no "
-                        "effect on a CPU")
-    p.add_argument("--fused-optimizer", choices=("auto", "on", "off"),
-                   default="auto",
-                   help="auto (default): the optimizer's fused step where "
-                        "this PyTorch has one for the device, else its "
-                        "default; on: fused or exit 2; off: PyTorch's "
-                        "default step")
-    p.add_argument("--fused-bn-relu", choices=("auto", "on", "off"),
-                   default="auto",
-                   help="auto (default): ResNets' batch norm + ReLU through "
-                        "one fused kernel in fp32 channels-last CPU training "
-                        "where it builds (harness_pytorch_bnrelu.py); on: "
-                        "that or exit 2; off: PyTorch's ops")
+    for flag, text in SWITCHES:
+        p.add_argument(flag, choices=("auto", "on", "off"), default="auto",
+                       help=text or None)
     p.add_argument("--allocator", choices=ALLOCATOR_CHOICES, default="auto",
                    help="memory allocator: auto (tcmalloc, else jemalloc, "
                         "else glibc-tuned), tcmalloc, jemalloc, glibc-tuned "
