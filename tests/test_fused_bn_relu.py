@@ -296,3 +296,18 @@ def test_a_layout_that_leaves_the_kernel_out_is_still_judged_by_the_tuner():
     chosen, gain = choose(record, ["fused_optimizer", "fused_bn_relu", "channels_last"])
     assert chosen == {"fused_optimizer": "on", "fused_bn_relu": "on", "channels_last": "off"}
     assert gain["channels_last"] == pytest.approx(1.25)
+
+
+def test_the_kernel_repeats_bit_for_bit():
+    """Per-thread sums are combined in thread order, not in the order the threads finish: five runs of the same
+    step with three threads (more than this machine has cores, so they finish in changing orders) agree in every
+    bit."""
+    torch.set_num_threads(3)
+    x, grad, res = _cl(8, 96, 14, 14, scale=3.0, shift=2.0), _cl(8, 96, 14, 14), _cl(8, 96, 14, 14)
+    runs = []
+    for _ in range(5):
+        bn = _bn(96, torch.float32)
+        runs.append(_step(bn, x, res, grad, True) + [bn.running_mean.clone(), bn.running_var.clone()])
+    torch.set_num_threads(1)
+    for run in runs[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(run, runs[0]))

@@ -15,7 +15,8 @@ gradient, the ReLU's mask recomputed from the input (or read from the
 output where a residual was added) instead of a separate ReLU-backward
 pass.  Same arithmetic up to rounding: per-thread sums in double (over
 blocks of 16 rows in float), taken from the first row (statistics) or the
-mean (backward) so that nothing cancels; the biased variance normalises and
+mean (backward) so that nothing cancels, combined in thread order (a run
+repeats bit for bit); the biased variance normalises and
 the unbiased one updates the running estimate, as in PyTorch; NaN passes
 through the ReLU as in torch.relu.  Against PyTorch in float64 its error is
 about that of PyTorch's own fp32 ops (smaller on large tensors).

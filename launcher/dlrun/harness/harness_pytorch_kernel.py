@@ -48,15 +48,30 @@ static inline float pass_grad(float v, float g) {
     return g;
 }
 
-/* One thread's share of a two-sum reduction over rows: its rows, double
-   sums, and float sums over the current block of 16 rows. */
+/* One thread's share of a two-sum reduction over rows: its rows, its row
+   of double sums in the shared table, and float sums over the current
+   block of 16 rows.  The table is summed in thread order after the
+   parallel region, so that the result does not depend on which thread
+   finishes first (a run repeats bit for bit). */
 typedef struct { long lo, hi, n; double *acc; float *blk; } Part;
 
-static Part part_open(long rows, long C) {
+static double *table_new(long C) {
+    return calloc((size_t)omp_get_max_threads() * 2 * C, sizeof(double));
+}
+
+static void table_sum(double *table, long C, double *sums) {
+    long n = 2 * C, threads = omp_get_max_threads();
+    memset(sums, 0, sizeof(double) * n);
+    for (long t = 0; t < threads; t++)
+        for (long c = 0; c < n; c++) sums[c] += table[t * n + c];
+    free(table);
+}
+
+static Part part_open(long rows, long C, double *table) {
     Part p;
     rows_of(rows, &p.lo, &p.hi);
     p.n = 2 * C;
-    p.acc = calloc(p.n, sizeof(double));
+    p.acc = table + omp_get_thread_num() * p.n;
     p.blk = calloc(p.n, sizeof(float));
     return p;
 }
@@ -67,22 +82,15 @@ static void part_row_done(Part *p, long r) {
     for (long c = 0; c < p->n; c++) { p->acc[c] += p->blk[c]; p->blk[c] = 0.f; }
 }
 
-static void part_close(Part *p, double *sums) {
-    #pragma omp critical
-    for (long c = 0; c < p->n; c++) sums[c] += p->acc[c];
-    free(p->acc);
-    free(p->blk);
-}
-
 /* With d = x - shift (shift: the first row, close to the mean, so that
    the variance does not cancel): sums[c] = sum of d, sums[C + c] = sum of
    d * d over the rows. */
 void dl_stats(const float *x, long rows, long C, const float *shift,
               double *sums) {
-    memset(sums, 0, sizeof(double) * 2 * C);
+    double *table = table_new(C);
     #pragma omp parallel
     {
-        Part p = part_open(rows, C);
+        Part p = part_open(rows, C, table);
         float *blk = p.blk;
         for (long r = p.lo; r < p.hi; r++) {
             const float *xr = x + r * C;
@@ -93,8 +101,9 @@ void dl_stats(const float *x, long rows, long C, const float *shift,
             }
             part_row_done(&p, r);
         }
-        part_close(&p, sums);
+        free(p.blk);
     }
+    table_sum(table, C, sums);
 }
 
 /* y = relu((x - mean) * a + beta [+ res]). */
@@ -131,10 +140,10 @@ void dl_forward(const float *x, const float *res, long rows, long C,
 void dl_backward_sums(const float *dy, const float *y, const float *x,
                       long rows, long C, const float *mean, const float *a,
                       const float *beta, double *sums, float *dz_out) {
-    memset(sums, 0, sizeof(double) * 2 * C);
+    double *table = table_new(C);
     #pragma omp parallel
     {
-        Part p = part_open(rows, C);
+        Part p = part_open(rows, C, table);
         float *blk = p.blk;
         for (long r = p.lo; r < p.hi; r++) {
             const float *xr = x + r * C, *gr = dy + r * C;
@@ -157,8 +166,9 @@ void dl_backward_sums(const float *dy, const float *y, const float *x,
             }
             part_row_done(&p, r);
         }
-        part_close(&p, sums);
+        free(p.blk);
     }
+    table_sum(table, C, sums);
 }
 
 /* dx = a * dz + k1 * (x - mean) + k0, dz = g masked by (x - mean) * a +
