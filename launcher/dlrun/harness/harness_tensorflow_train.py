@@ -202,8 +202,8 @@ def _result(args, comm, base, gathered, device_type, measured):
         "dist": "horovod" if comm.hvd is not None else "none",
         "fused_optimizer": False,  # Keras applies its own update ops
         # The PyTorch harness's speed knobs (dlrun tune): none here; no
-        # thread is pinned to a CPU
-        "knobs": {}, "pinned_cpus": None})
+        # thread is pinned to a CPU, no fused kernel kept out
+        "knobs": {}, "pinned_cpus": None, "fused_bn_relu_off_because": None})
     if args.data_dir:
         result["data_path"] = args.data_dir
     result.update(run_fields(device_type, comm))
