@@ -311,3 +311,21 @@ def test_the_kernel_repeats_bit_for_bit():
     torch.set_num_threads(1)
     for run in runs[1:]:
         assert all(torch.equal(a, b) for a, b in zip(run, runs[0]))
+
+
+def test_a_kernel_that_would_bring_a_second_openmp_runtime_is_not_used(monkeypatch, tmp_path):
+    """Where PyTorch's libgomp has another soname (wheels that rename it), the kernel's libgomp.so.1 would load
+    a second runtime with its own threads: the kernel is then left out, and the run says why. (This machine's
+    PyTorch shares one libgomp with the kernel - the first check - so the second is staged by what the maps
+    list.)"""
+    maps = [m for m in open("/proc/self/maps") if "/libgomp" in m]
+    assert len({m.split()[-1] for m in maps}) == 1  # one runtime here, the kernel loaded
+    seen = iter([{"/torch.libs/libgomp-a34b3233.so.1"},
+                 {"/torch.libs/libgomp-a34b3233.so.1", "/usr/lib/libgomp.so.1"}])
+    monkeypatch.setattr(kernel_mod, "_libgomp_paths", lambda: next(seen))
+    monkeypatch.setitem(kernel_mod.KERNEL, "tried", False)
+    monkeypatch.setitem(kernel_mod.KERNEL, "lib", None)
+    monkeypatch.setitem(kernel_mod.KERNEL, "why_not", None)
+    monkeypatch.setenv(kernel_mod.CACHE_ENV, str(tmp_path))
+    lib, why_not = kernel_mod.fused_kernel()
+    assert lib is None and why_not == "the fused kernel would run on a second OpenMP runtime (/usr/lib/libgomp.so.1)"

@@ -293,12 +293,13 @@ def build(folder=None):
     return path
 
 
-def _libgomp_mapped():
+def _libgomp_paths():
+    """The libgomp files mapped into this process."""
     try:
         with open("/proc/self/maps") as f:
-            return "/libgomp" in f.read()
+            return set(line.split()[-1] for line in f if "/libgomp" in line)
     except (IOError, OSError):
-        return False
+        return set()
 
 
 def _declare(lib):
@@ -320,12 +321,20 @@ def fused_kernel():
         KERNEL["tried"] = True
         parallel = getattr(getattr(torch, "__config__", None),
                            "parallel_info", lambda: "")()
-        if "OpenMP" not in parallel or not _libgomp_mapped():
+        torch_gomp = _libgomp_paths()
+        if "OpenMP" not in parallel or not torch_gomp:
             KERNEL["why_not"] = ("this PyTorch does not run its threads on "
                                  "GNU OpenMP (libgomp)")
             return None, KERNEL["why_not"]
         try:
-            KERNEL["lib"] = _declare(ctypes.CDLL(build()))
+            lib = _declare(ctypes.CDLL(build()))
         except (HarnessError, OSError) as exc:
             KERNEL["why_not"] = "the fused kernel: %s" % exc
+            return None, KERNEL["why_not"]
+        more = sorted(_libgomp_paths() - torch_gomp)
+        if more:  # PyTorch's copy has another soname: two thread pools
+            KERNEL["why_not"] = ("the fused kernel would run on a second "
+                                 "OpenMP runtime (%s)" % more[0])
+        else:
+            KERNEL["lib"] = lib
     return KERNEL["lib"], KERNEL["why_not"]
