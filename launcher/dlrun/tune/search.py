@@ -41,18 +41,18 @@ Log = Callable[[str], None]
 
 def measurable(plan: Plan, knobs: Iterable[str]) -> list[str]:
     """The knobs of `knobs` this plan leaves to the tuner (not asked for, applicable to its device and model)."""
-    out = []
-    for name in knobs:
-        if plan.knob_sources.get(name) != "default":
-            continue
-        if name == "cudnn_benchmark" and plan.device != "cuda":
-            continue
-        if name in ("channels_last", "fused_bn_relu") and plan.workload.kind != "cnn-training":
-            continue
-        if name == "fused_bn_relu" and plan.device != "cpu":
-            continue
-        out.append(name)
-    return out
+    return [name for name in knobs if plan.knob_sources.get(name) == "default" and _inapplicable(plan, name) is None]
+
+
+def _inapplicable(plan: Plan, name: str) -> str | None:
+    """Why knob `name` does not apply to this plan's device or model, else None."""
+    if name == "cudnn_benchmark" and plan.device != "cuda":
+        return "n/a: no GPU"
+    if name in ("channels_last", "fused_bn_relu") and plan.workload.kind != "cnn-training":
+        return "n/a: the model reads tokens"
+    if name == "fused_bn_relu" and plan.device != "cpu":
+        return "n/a: a CPU kernel"
+    return None
 
 
 def thread_choices(plan: Plan) -> list[int]:
@@ -229,10 +229,4 @@ def _why_not(plan: Plan, name: str) -> str:
     source = plan.knob_sources.get(name)
     if source == "asked for":
         return "asked for: not tuned"
-    if name == "cudnn_benchmark" and plan.device != "cuda":
-        return "n/a: no GPU"
-    if name in ("channels_last", "fused_bn_relu") and plan.workload.kind != "cnn-training":
-        return "n/a: the model reads tokens"
-    if name == "fused_bn_relu" and plan.device != "cpu":
-        return "n/a: a CPU kernel"
-    return "n/a for this run"
+    return _inapplicable(plan, name) or "n/a for this run"
