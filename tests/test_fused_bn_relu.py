@@ -120,17 +120,21 @@ def test_nan_passes_the_relu_as_in_pytorch():
 
 
 def test_what_the_kernel_does_not_take_goes_to_pytorch():
-    """Evaluation mode, NCHW, bf16 and a single value per channel run PyTorch's own ops, errors included."""
+    """Evaluation mode, NCHW, bf16 and a single value per channel run PyTorch's own ops, errors included: the
+    kernel declines (None) and the model's seam runs them."""
     ref, fused = _bn(8, torch.float32), _bn(8, torch.float32)
+    block = torch.nn.Module()
+    block.relu, block.fused_bn_relu = torch.nn.ReLU(inplace=True), bnrelu.bn_relu
     x = _cl(2, 8, 4, 4)
     ref.eval(), fused.eval()
-    assert torch.equal(bnrelu.bn_relu(fused, x), torch.relu(ref(x)))
+    assert bnrelu.bn_relu(fused, x) is None
+    assert torch.equal(models._bn_relu(block, fused, x), torch.relu(ref(x)))
     ref.train(), fused.train()
     nchw = torch.randn(2, 8, 4, 4)
-    assert torch.allclose(bnrelu.bn_relu(fused, nchw), torch.relu(ref(nchw)), atol=1e-6)
+    assert torch.allclose(models._bn_relu(block, fused, nchw), torch.relu(ref(nchw)), atol=1e-6)
     assert not bnrelu._fits(fused, x.bfloat16(), None)
     with pytest.raises(ValueError, match="more than 1 value per channel"):
-        bnrelu.bn_relu(fused, _cl(1, 8, 1, 1))
+        models._bn_relu(block, fused, _cl(1, 8, 1, 1))
 
 
 @pytest.mark.parametrize("block", ["basic", "bottleneck"])

@@ -108,14 +108,11 @@ def _fits(bn, x, residual):
 
 
 def bn_relu(bn, x, residual=None):
-    """relu(bn(x) [+ residual]) through the fused kernel where it fits,
-    else through bn's own forward; the model's seam (harness_pytorch_models
-    ``_bn_relu``)."""
+    """relu(bn(x) [+ residual]) through the fused kernel where it fits, else
+    None: the model's seam (harness_pytorch_models ``_bn_relu``) then runs
+    PyTorch's ops."""
     if KERNEL["lib"] is None or not _fits(bn, x, residual):
-        out = bn(x)
-        if residual is not None:
-            out += residual
-        return torch.relu_(out)
+        return None
     factor = 0.0
     if bn.track_running_stats:
         bn.num_batches_tracked.add_(1)

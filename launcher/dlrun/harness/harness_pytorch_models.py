@@ -60,10 +60,12 @@ class AlexNet(nn.Module):
 
 def _bn_relu(owner, bn, x, residual=None):
     """relu(bn(x) [+ residual]), in place as torchvision does; the fused
-    kernel stands in where ``owner.fused_bn_relu`` is set
-    (harness_pytorch_bnrelu.py)."""
-    if owner.fused_bn_relu is not None:
-        return owner.fused_bn_relu(bn, x, residual)
+    kernel stands in where ``owner.fused_bn_relu`` is set and takes this
+    input (harness_pytorch_bnrelu.py; None where it does not)."""
+    fused = owner.fused_bn_relu
+    out = fused(bn, x, residual) if fused is not None else None
+    if out is not None:
+        return out
     out = bn(x)
     if residual is not None:
         out += residual
