@@ -138,7 +138,8 @@ def allocator_env(name: str, library: str | None) -> dict[str, str]:
 
 
 def latest_result(home: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(run, its first result) of the newest run in the dlrun store under DLRUN_HOME=home."""
+    """(run, its first result) of the newest run in the dlrun store under DLRUN_HOME=home. The measured value
+    is the result's (`result["value"]`): a stored run carries its plan, key and status, no value of its own."""
     sys.path.insert(0, str(REPO_ROOT / "launcher"))
     from dlrun.results.store import Store
 

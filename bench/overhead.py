@@ -37,8 +37,8 @@ def _dlrun_once(home: Path, workload: str, batch: int, steps: int, warmup: int, 
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         raise RuntimeError(f"dlrun run {workload} exited {proc.returncode}: {proc.stderr.strip()[-600:]}")
-    run, result = latest_result(home)
-    return float(run["value"]), wall, result
+    _, result = latest_result(home)
+    return float(result["value"]), wall, result
 
 
 def measure(threads: int, repeats: int, log, quick: bool = False) -> list[Row]:

@@ -40,9 +40,9 @@ def measure(threads: int, repeats: int, log, quick: bool = False) -> list[Row]:
             if proc.returncode != 0:
                 raise RuntimeError(f"dlrun run {workload} --image host-tf exited {proc.returncode}: "
                                    f"{proc.stderr.strip()[-600:]}")
-            run, result = latest_result(home)
+            _, result = latest_result(home)
             results.append(result)
-            return float(run["value"])
+            return float(result["value"])
 
         def bare(*extra: str):
             name = "fit" if extra else "bare"
