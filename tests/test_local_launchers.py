@@ -144,3 +144,37 @@ def test_rdma_run_whose_ranks_used_sockets_is_marked_failed(dlrun_home, tmp_path
     assert nccl["ok"] is False and nccl["networks"] == ["Socket"] and nccl["net_channels"] == ["Socket"]
     assert "export NCCL_DEBUG=INFO" in (run_dir / "run.sh").read_text()
     assert json.loads((run_dir / "preflight.json").read_text())[0]["level"] == "error"
+
+
+# A rank that prints one DLRUN_RESULT line in two writes, 2 s apart, so that mpirun reads them as two chunks (as
+# it did to a 2,048-byte cut of a real result line under load in CI).
+SPLIT_WRITER = r'''
+import json, os, sys, time
+line = "DLRUN_RESULT " + json.dumps({"pad": "x" * 2000, "metric": "throughput", "value": 12.5,
+                                     "unit": "images/sec", "world_size": 1}) + "\n"
+cut = line.index('"value"')  # between two keys, as in CI: the tag there makes the JSON malformed
+os.write(1, line[:cut].encode())
+time.sleep(2)
+os.write(1, line[cut:].encode())
+'''
+
+
+@pytest.mark.mpi
+def test_a_result_line_that_mpirun_tags_twice_is_read_whole(tmp_path):
+    """Open MPI's --tag-output tags each chunk it reads from a rank: a line written in two chunks carries
+    `[1,0]<stdout>:` again in its middle. The parser drops the rank's own tag inside its line; without that the
+    run was recorded failed ("malformed JSON"), its result lost."""
+    import shutil
+    import subprocess
+
+    from dlrun.results.parsers import dlrun_harness
+
+    script = tmp_path / "split.py"
+    script.write_text(SPLIT_WRITER)
+    proc = subprocess.run([shutil.which("mpirun"), "-np", "1", "--oversubscribe", "--allow-run-as-root",
+                           "--tag-output", sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    line = next(line for line in proc.stdout.splitlines() if "DLRUN_RESULT" in line)
+    assert line.count("<stdout>:") == 2  # the state under test: the tag inside the line, put there by mpirun
+    [result] = dlrun_harness.parse(proc.stdout)
+    assert result.value == 12.5 and result.extra["pad"] == "x" * 2000

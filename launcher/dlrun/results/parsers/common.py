@@ -22,7 +22,13 @@ def untag(line: str) -> tuple[int | None, str]:
     match = RANK_TAG.match(line)
     if not match:
         return None, line
-    return int(match.group("mpi") or match.group("srun")), line[match.end():]
+    rest = line[match.end():]
+    if match.group("mpi") is not None:
+        # Open MPI and horovodrun tag each chunk they read from a rank's pipe: a long line read in two chunks
+        # carries the rank's tag again where the second begins (a DLRUN_RESULT line was cut at 2,048 bytes
+        # under load), so the same tag inside the line is the launcher's, not the program's.
+        rest = rest.replace(match.group(0), "")
+    return int(match.group("mpi") or match.group("srun")), rest
 
 
 def tagged_lines(text: str) -> Iterator[tuple[int | None, str]]:
