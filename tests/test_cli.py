@@ -21,9 +21,11 @@ DLRUN = Path(sys.executable).parent / "dlrun"
 
 def test_install_completion_writes_a_bash_completion_that_completes_commands_and_names(tmp_path):
     env = {**os.environ, "HOME": str(tmp_path), "SHELL": "/bin/bash"}
-    # typed in bash, as a user does: typer finds the shell among dlrun's parent processes, whatever ran the tests
-    proc = subprocess.run(["bash", "-c", f"'{DLRUN}' --install-completion"], env=env, capture_output=True, text=True,
-                          timeout=60)
+    # typed in bash, as a user does: typer finds the shell among dlrun's parent processes, whatever ran the tests.
+    # `; exit $?` keeps bash as dlrun's parent (bash -c would exec a lone command in its place, and the test then
+    # passed only where some ancestor of pytest was a bash: it failed under setsid/nohup, "Shell None")
+    proc = subprocess.run(["bash", "-c", f"'{DLRUN}' --install-completion; exit $?"], env=env, capture_output=True,
+                          text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     script = tmp_path / ".bash_completions" / "dlrun.sh"
     assert f"source '{script}'" in (tmp_path / ".bashrc").read_text()
