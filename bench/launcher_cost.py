@@ -1,7 +1,7 @@
 """Benchmark 3: what the launcher itself costs - start-up, rendering a large job, querying a large store.
 
 Times are wall seconds of fresh `dlrun` processes (median of repeats), next to `python -c pass` (the floor
-any Python CLI pays). The 512-node x 8-rank Slurm + Singularity + InfiniBand render goes through the real
+any Python CLI pays), with dlrun's modules byte-compiled first as an install leaves them. The 512-node x 8-rank Slurm + Singularity + InfiniBand render goes through the real
 CLI (`dlrun run ... --dry-run`) with a site catalog entry of 512 DGX H100-class nodes; the 100,000-result
 store is bulk-inserted with the store's own schema and listed with `dlrun results list`.
 """
@@ -15,7 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import DLRUN, PYTHON, REPO_ROOT, Row, bench_env, median, spread, wall_time, write_result
+from common import (DLRUN, PYTHON, REPO_ROOT, Row, bench_env, compile_launcher, median, spread, wall_time,
+                    write_result)
 
 HELP_GOAL = 0.20
 RENDER_GOAL = 0.5
@@ -85,7 +86,7 @@ def fill_store(path: Path, runs: int) -> float:
 def measure(threads: int, repeats: int, log, quick: bool = False) -> list[Row]:
     n = 5 if quick else 11
     rows: list[Row] = []
-    record: dict = {"repeats": n}
+    record: dict = {"repeats": n, "launcher_bytecode_compiled": compile_launcher()}
     env = bench_env(threads)
     log(f"[3] start-up: python -c pass, dlrun --help, dlrun run resnet50 --dry-run ({n} each)")
     floor = _timed([PYTHON, "-c", "pass"], n, env)
