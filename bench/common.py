@@ -28,7 +28,7 @@ class Row:
     bench: str
     name: str
     value: float | None          # the ratio (or seconds, for the launcher-cost rows)
-    unit: str = "x"              # "x" for ratios, "s" for times
+    unit: str = "x"              # "x" for ratios, "s" for times, "%" for shares
     goal: float | None = None
     goal_op: str = ">="          # ">=" or "<="
     detail: str = ""             # the numbers behind the ratio
@@ -75,6 +75,24 @@ def alternate(variants: dict[str, Callable[[], float]], repeats: int, log: Calla
             value = fn()
             samples[name].append(value)
             log(f"  round {round_ + 1}/{repeats} {name}: {value:.3f}")
+    return samples
+
+
+def alternate_until_decided(variants: dict[str, Callable[[], float]], goal: float, least: int, most: int,
+                            log: Callable[[str], None]) -> dict[str, list[float]]:
+    """Alternate two variants, a round at a time (the order flipped every round), until the interval of their
+    per-round ratio (the first variant's value over the second's) decides against `goal` (PASS or MISS) after
+    at least `least` rounds, or `most` rounds have run: as many rounds as the machine's noise needs, no more."""
+    (top, _), (bottom, _) = variants.items()
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    for done in range(most):
+        for name, fn in list(variants.items())[::-1 if done % 2 else 1]:
+            samples[name].append(fn())
+        ratios = [a / b for a, b in zip(samples[top], samples[bottom])]
+        interval = ratio_interval(ratios)
+        log(f"  round {done + 1}: {top} / {bottom} {ratios[-1]:.3f}, so far {interval_text(interval)}")
+        if done + 1 >= least and verdict(interval, goal) != "INCONCLUSIVE":
+            break
     return samples
 
 

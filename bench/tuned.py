@@ -23,8 +23,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import (DLRUN, HARNESS, PYTHON, Row, alternate, bench_env, interval_text, latest_result, median,
-                    ratio_interval, run_json, spread, verdict, write_result)
+from common import (DLRUN, HARNESS, PYTHON, Row, alternate, alternate_until_decided, bench_env, interval_text,
+                    latest_result, median, ratio_interval, run_json, spread, verdict, write_result)
 
 GOAL = 0.98
 CONFIRM_MIN, CONFIRM_MAX = 6, 20
@@ -95,8 +95,9 @@ def measure(threads: int, repeats: int, log, quick: bool = False) -> list[Row]:
         samples = alternate({name: variant(name) for name in screened}, rounds, log)
         fixed = {name: s for name, s in samples.items() if name != "tuned"}
         best = max(fixed, key=lambda name: median(fixed[name]))
-        confirm = {} if best == same else _confirm({"tuned": variant("tuned"), best: variant(best)}, best,
-                                                    1 if quick else CONFIRM_MIN, 1 if quick else CONFIRM_MAX, log)
+        confirm = {} if best == same else alternate_until_decided(
+            {"tuned": variant("tuned"), best: variant(best)}, GOAL, 1 if quick else CONFIRM_MIN,
+            1 if quick else CONFIRM_MAX, log)
         record_check = _recorded(home, env, log, workload, batch)
     if best == same:
         interval = {"n": rounds, "ratio": 1.0, "low": 1.0, "high": 1.0}
@@ -117,22 +118,6 @@ def measure(threads: int, repeats: int, log, quick: bool = False) -> list[Row]:
                           "warmup_steps": WARMUP, "knobs_recorded": record_check.extra,
                           "harness_knobs": {n: [r.get("knobs") for r in rs[-1:]] for n, rs in results.items()}})
     return rows
-
-
-def _confirm(variants: dict, best: str, least: int, most: int, log) -> dict[str, list[float]]:
-    """Alternate the tuned and the best fixed configuration, a round at a time, until the interval of their
-    ratio decides (PASS or MISS) after `least` rounds, or `most` rounds have run."""
-    samples: dict[str, list[float]] = {name: [] for name in variants}
-    for done in range(most):
-        order = list(variants.items())[::-1 if done % 2 else 1]
-        for name, fn in order:
-            samples[name].append(fn())
-        ratios = [t / b for t, b in zip(samples["tuned"], samples[best])]
-        interval = ratio_interval(ratios)
-        log(f"  confirmation {done + 1}: tuned / {best} {ratios[-1]:.3f}, so far {interval_text(interval)}")
-        if done + 1 >= least and verdict(interval, GOAL) != "INCONCLUSIVE":
-            break
-    return samples
 
 
 def _knobs_text(knobs: dict) -> str:
