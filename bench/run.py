@@ -64,16 +64,19 @@ def _versions() -> dict:
             "machine": platform.machine(), "cpus": cpu_count()}
 
 
+_SUFFIX = {"s": " s", "%": " %", "x": "x"}
+
+
 def _cell(row: Row) -> str:
     if row.value is None:
         return "-"
-    return f"{row.value:.3f} s" if row.unit == "s" else f"{row.value:.3f}x"
+    return f"{row.value:.3f}{_SUFFIX[row.unit]}"
 
 
 def _goal(row: Row) -> str:
     if row.goal is None:
         return ""
-    return f"{row.goal_op} {row.goal:g}{' s' if row.unit == 's' else 'x'}"
+    return f"{row.goal_op} {row.goal:g}{_SUFFIX[row.unit]}"
 
 
 def main() -> int:
