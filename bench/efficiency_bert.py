@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 
 from common import BENCH_DIR, Row, alternate, median, spread, write_result
-from efficiency import _harness, bf16_verdict, matmul_ceiling
+from efficiency import _harness, amp_rows, bf16_verdict, matmul_ceiling
 
 EFFICIENCY_GOAL = 0.60
 AMP_GOAL = 1.5
@@ -66,14 +66,7 @@ def measure(threads: int, repeats: int, log, quick: bool = False, before: bool =
                        f"{ceilings[-1].get('cpu_capability')}); "
                        f"batch {batch}; "
                        f"fused optimizer {results['fp32'][-1].get('fused_optimizer')}")]
-    if no_amp is None:
-        amp = median([a / f for a, f in zip(samples["amp"], samples["fp32"])])
-        rows.append(Row("2b efficiency", "BERT-base SQuAD amp (bf16) / fp32 throughput", amp, goal=AMP_GOAL,
-                        detail=f"median of per-round ratios; amp {spread(samples['amp'])} vs fp32 "
-                               f"{spread(samples['fp32'])} seq/s"))
-    else:
-        rows.append(Row("2b efficiency", "BERT-base SQuAD amp (bf16) / fp32 throughput", None, goal=AMP_GOAL,
-                        status="N/A", detail=no_amp))
+    rows += amp_rows("2b efficiency", "BERT-base SQuAD", samples, ceilings, AMP_GOAL, no_amp, "seq/s")
     if "fp32_unfused" in samples:
         gain = median([f / b for f, b in zip(samples["fp32"], samples["fp32_unfused"])])
         rows.append(Row("2b efficiency", "BERT fp32 fused AdamW (new default) / PyTorch's default step (before)",
