@@ -125,7 +125,8 @@ def measure(threads: int, repeats: int, log, quick: bool = False) -> list[Row]:
                 detail=f"paired rounds {speed_text}; on {spread(values['on'])} vs off {spread(values['off'])} "
                        f"img/s{load}"),
             Row("11 telemetry", "ResNet-50 fp32 b16, telemetry at 1 s / off: CPU seconds off / on",
-                geometric_mean(cpu), goal=GOAL, status=quick_status or cpu_status, detail=f"paired rounds {cpu_text}{load}"),
+                geometric_mean(cpu), goal=GOAL, status=quick_status or cpu_status,
+                detail=f"paired rounds {cpu_text}{load}"),
             Row("11 telemetry", "the sampler's own CPU seconds / the run's CPU seconds (wall x cores)",
                 None if share is None else share * 100, unit="%", goal=SHARE_GOAL, goal_op="<=",
                 detail=f"{sampler_s:.2f} CPU s over {len(COSTS)} runs of "
