@@ -53,10 +53,11 @@ def bf16_verdict(ceiling: dict) -> str | None:
 
 def amp_rows(bench: str, label: str, samples: dict[str, list[float]], ceilings: list[dict], goal: float,
              no_amp: str | None, unit: str) -> list[Row]:
-    """The amp / fp32 row, and beside it the share of this processor's bf16 / fp32 matrix-product ratio that
-    the speed-up reaches. No training step gains more from bf16 than its products do, so where that ratio is
-    itself below `goal` the goal cannot be met on this processor by any software: the row says so (N/A) with
-    the numbers, rather than a MISS that reads as the harness's fault."""
+    """The amp / fp32 row, and beside it the speed-up as a share of this processor's bf16 / fp32 matrix-product
+    ratio. A bf16 step gains about what its matrix products gain (the rest at most the 2x of halved bytes),
+    so a goal above that ratio assumes faster bf16 hardware (tensor cores, AMX) than this processor has: the
+    row is then not judged (N/A) and says why with the numbers, rather than a MISS that reads as the
+    harness's fault. Measured here: the products' ratio is bf16 torch.mm over the best fp32 product."""
     name = f"{label} amp (bf16) / fp32 throughput"
     if no_amp is not None:
         return [Row(bench, name, None, goal=goal, status="N/A", detail=no_amp)]
@@ -70,8 +71,8 @@ def amp_rows(bench: str, label: str, samples: dict[str, list[float]], ceilings: 
                 f"{median([c['fp32_ceiling_gflops'] for c in native]):.0f} GFLOP/s")
     beyond = hw < goal
     return [Row(bench, name, speedup, goal=goal, status="N/A" if beyond else "",
-                detail=(f"goal above this processor's bf16 / fp32 matrix-product ratio, {hw:.2f}x ({products}): "
-                        f"no software reaches it here; " if beyond else "") + measured),
+                detail=(f"not judged: the goal assumes bf16 matrix products at least {goal:g}x fp32 (tensor cores, "
+                        f"AMX); here they run {hw:.2f}x ({products}); " if beyond else "") + measured),
             Row(bench, f"{label} amp speed-up / the bf16 / fp32 matrix-product ratio", speedup / hw,
                 detail=f"{speedup:.3f}x of {hw:.2f}x ({products}, medians over the rounds); informational")]
 
