@@ -131,7 +131,6 @@ def measure(threads: int, repeats: int, log, quick: bool = False, before: bool =
     eff_big = median([f * train_flop / 1e9 / m for f, m in zip(samples.get("fp32_default_batch", []),
                                                                samples["matmul"])]) if not quick else None
     # Paired per-round ratios (each round runs the variants back to back) cancel slow load drift.
-    amp_speedup = median([a / f for a, f in zip(samples["amp"], samples["fp32"])]) if no_amp is None else None
     fp32_gflops = fp32 * train_flop / 1e9
     cl = results["fp32"][-1]["channels_last"]
     rows = [
@@ -146,7 +145,8 @@ def measure(threads: int, repeats: int, log, quick: bool = False, before: bool =
                    f"{'NHWC' if cl else 'NCHW'}; fused SGD {results['fp32'][-1].get('fused_optimizer')}; fused batch "
             f"norm + ReLU {results['fp32'][-1].get('knobs', {}).get('fused_bn_relu', {}).get('value')}"),
     ]
-    rows += amp_rows("2 efficiency", "ResNet-50 (NHWC)", samples, ceilings, AMP_GOAL, no_amp, "img/s")
+    amp = amp_rows("2 efficiency", "ResNet-50 (NHWC)", samples, ceilings, AMP_GOAL, no_amp, "img/s")
+    rows += amp
     allocator = results["fp32"][-1].get("allocator")
     rows[0].detail += f"; allocator {allocator}"
     if eff_big is not None:
@@ -175,7 +175,7 @@ def measure(threads: int, repeats: int, log, quick: bool = False, before: bool =
                                 "threads": threads, "batch": batch, "steps": steps, "warmup_steps": warmup,
                                 "matmul": ceilings, "ceiling_gflops": ceiling, "samples_img_s": samples,
                                 "default_batch": big, "efficiency": eff, "efficiency_default_batch": eff_big,
-                                "amp_speedup": amp_speedup, "amp_not_measured": no_amp,
+                                "amp_speedup": amp[0].value, "amp_not_measured": no_amp,
                                 "goals": {"efficiency": EFFICIENCY_GOAL, "amp_speedup": AMP_GOAL},
                                 "harness_results": {k: v[-1:] for k, v in results.items()}})
     return rows

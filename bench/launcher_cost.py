@@ -1,9 +1,10 @@
 """Benchmark 3: what the launcher itself costs - start-up, rendering a large job, querying a large store.
 
 Times are wall seconds of fresh `dlrun` processes (median of repeats), next to `python -c pass` (the floor
-any Python CLI pays), with dlrun's modules byte-compiled first as an install leaves them. The 512-node x 8-rank Slurm + Singularity + InfiniBand render goes through the real
-CLI (`dlrun run ... --dry-run`) with a site catalog entry of 512 DGX H100-class nodes; the 100,000-result
-store is bulk-inserted with the store's own schema and listed with `dlrun results list`.
+any Python CLI pays), with dlrun's modules byte-compiled first as an install leaves them. The 512-node x
+8-rank Slurm + Singularity + InfiniBand render goes through the real CLI (`dlrun run ... --dry-run`) with a
+site catalog entry of 512 DGX H100-class nodes; the 100,000-result store is bulk-inserted with the store's
+own schema and listed with `dlrun results list`.
 """
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import BENCH_DIR, PYTHON, Row, alternate_until_decided, bench_env, spread, write_result
+from common import BENCH_DIR, PYTHON, Row, alternate_until_decided, bench_env, spread, verdict, write_result
 
 GOAL = 0.99
 SHARE_GOAL = 1.0  # per cent: the sampler's own CPU seconds over the run's
@@ -97,8 +97,8 @@ def _interval(ratios: list[float]) -> tuple[str, str]:
     s = summarize(ratios)
     if s.ci_low is None or s.ci_high is None:
         return f"{s.geomean:.4f}x ({s.interval})", "INCONCLUSIVE"
-    status = "PASS" if s.ci_low >= GOAL else "MISS" if s.ci_high < GOAL else "INCONCLUSIVE"
-    return f"{s.geomean:.4f}x (95 % CI {s.ci_low:.4f}-{s.ci_high:.4f}, n={s.n} rounds)", status
+    return (f"{s.geomean:.4f}x (95 % CI {s.ci_low:.4f}-{s.ci_high:.4f}, n={s.n} rounds)",
+            verdict({"low": s.ci_low, "high": s.ci_high}, GOAL))
 
 
 def measure(threads: int, repeats: int, log, quick: bool = False) -> list[Row]:
