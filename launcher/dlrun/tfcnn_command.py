@@ -20,6 +20,7 @@ import dataclasses
 import shlex
 from typing import TYPE_CHECKING
 
+from dlrun.harness.harness_contract import rank_variables, shell_first_set
 from dlrun.job import Launch, RankCommand
 from dlrun.plan import Plan
 from dlrun.shell import Expand
@@ -117,7 +118,7 @@ IP_HOSTS_SCRIPT = (
 # Runs on each node in front of the (runtime-wrapped) tf_cnn_benchmarks command; constant text, only the
 # counts (integers of the plan) are filled in. The process's index in the per-node step is its worker index.
 CLUSTER_SCRIPT = (
-    "i=${JSM_NAMESPACE_RANK:-${SLURM_PROCID:-${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-0}}}}; "
+    f"i={shell_first_set(rank_variables())}; "
     "servers=@PS@; per=@PER@; workers=@WORKERS@; "
     'dir="${DLRUN_RUN_DIR}/logs/tf-cluster"; mkdir -p "$dir"; pids=(); '
     "for ((j = i * per; j < (i + 1) * per && j < servers; j++)); do "
