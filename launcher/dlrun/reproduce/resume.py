@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dlrun.harness.harness_contract import split_precision_label
 from dlrun.paths import harness_hashes
 from dlrun.plan import Plan
 from dlrun.registry import SCHEDULERS
@@ -81,7 +82,7 @@ def same_point(key: Key, stored: Key) -> bool:
         if wanted == UNKNOWN:
             continue  # only the run tells (see the module's docstring)
         if name == "precision" and isinstance(found, str):
-            found = found.split("(")[0]  # amp(bfloat16): amp, in the type the device has
+            found = split_precision_label(found)[0]  # amp(bfloat16): amp, in the type the device has
         if wanted != found:
             return False
     return True
