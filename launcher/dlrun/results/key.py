@@ -189,7 +189,7 @@ def _code_path(rec: _Record) -> str:
     """Which code computed a training step of dlrun's PyTorch harness: `reference` (PyTorch's own ops, its
     default layout, eager) or the code-path knobs it moved, from the knobs its result recorded. n/a for other
     code (tf_cnn_benchmarks, collectives, a site's command); unknown for runs that did not record them."""
-    harness = rec.extra.get("framework") == "pytorch" or rec.image.get("harness_framework") == "pytorch"
+    harness = (rec.extra.get("framework") or rec.image.get("framework")) == "pytorch"
     if rec.kind != "training" or rec.imported or not harness:
         return NOT_APPLICABLE
     return code_path(rec.extra.get("knobs") if isinstance(rec.extra.get("knobs"), dict) else {}) or UNKNOWN
