@@ -16,8 +16,9 @@ from dlrun.harness import load_harness
 from dlrun.runoptions import BY_NAME
 
 EXPERIMENT = "E001_dataparallel_vs_ddp"
-HARNESS = ["python", "/opt/dlrun/harness_pytorch.py", "--model", "resnet50_v1.5", "--batch-size", "256",
-           "--steps", "20", "--warmup-steps", "5", "--precision", "fp32", "--device", "cuda"]
+HARNESS = ["python", "/opt/dlrun/harness_pytorch.py", "--model", "resnet50_v1.5"]
+#: What every point shares after its threads (the options in declaration order: dlrun.runoptions).
+SHARED = ["--batch-size", "256", "--steps", "20", "--warmup-steps", "5", "--precision", "fp32", "--data-workers", "4"]
 
 
 def _exec_line(stdout: str, point: int) -> list[str]:
@@ -35,14 +36,14 @@ def test_points_render_dataparallel_over_their_gpu_count_and_ddp_over_ranks(dlru
     assert "parallelism=torch.nn.DataParallel gpus=4" in proc.stdout.split("# ----- point 3: ")[1].splitlines()[0]
     assert data_parallel[:2] == ["docker", "run"] and "mpirun" not in data_parallel
     assert "dlrun-rank" not in data_parallel  # no per-rank GPU pinning: one process, GPUs chosen by the harness
-    assert data_parallel[data_parallel.index("python"):] == HARNESS + [
-        "--threads", "48", "--expected-world-size", "1", "--dist", "dataparallel", "--data-workers", "4",
-        "--dataparallel-gpus", "4", "--timeout-s", "1800"]
+    assert data_parallel[data_parallel.index("python"):] == HARNESS + ["--threads", "48", *SHARED] + [
+        "--dist", "dataparallel", "--dataparallel-gpus", "4", "--timeout-s", "1800", "--device", "cuda",
+        "--expected-world-size", "1"]
     ddp = _exec_line(proc.stdout, 8)  # parallelism=distributed data parallel gpus=4
     assert "parallelism=distributed data parallel gpus=4" in proc.stdout.split("# ----- point 8: ")[1].splitlines()[0]
     assert ddp[:5] == ["mpirun", "-np", "4", "-H", "localhost:4"]
-    assert ddp[ddp.index("python"):] == HARNESS + [
-        "--threads", "12", "--expected-world-size", "4", "--data-workers", "4", "--timeout-s", "1800"]
+    assert ddp[ddp.index("python"):] == HARNESS + ["--threads", "12", *SHARED] + [
+        "--timeout-s", "1800", "--device", "cuda", "--expected-world-size", "4"]
 
 
 def test_a_dataparallel_point_is_one_process_on_one_node(catalog):

@@ -49,7 +49,7 @@ def test_prace_trains_with_horovod_by_default_golden(fixed_home):
     script = render_job(plan).script
     assert_golden(GOLDEN / "prace-1080ti.sh", script, what="the PRACE script", shell=False)
     last = script.strip().splitlines()[-1]
-    assert last.startswith("mpiexec -np 8 ") and last.endswith("--expected-world-size 8 --dist horovod --timeout-s 1800")
+    assert last.startswith("mpiexec -np 8 ") and last.endswith("--dist horovod --timeout-s 1800 --device cuda --expected-world-size 8")
     # --dist ddp still renders the DistributedDataParallel harness there, and says so in the plan.
     ddp = _prace_plan(dist="ddp")
     assert ddp.dist == "ddp" and "--dist" not in render_job(ddp).script

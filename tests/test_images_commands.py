@@ -680,9 +680,9 @@ def test_runtime_commands(image_home, tmp_path):
     line = exec_line(script(image_home["env"], "--runtime", "podman", "--data", str(data)))
     assert line.startswith(f"exec podman run {options.split(' -e ')[0]} -e ")
     # --data: the harness reads the bound dataset (--data-dir), never synthetic tensors instead
-    assert line.endswith(f"{digest} python3 /opt/dlrun/harness_pytorch.py --model trivial --batch-size 64 "
-                         "--data-dir /data --steps 2 --warmup-steps 1 --precision fp32 --device cpu --threads 2 --expected-world-size 1 "
-                         "--timeout-s 1800")
+    assert line.endswith(f"{digest} python3 /opt/dlrun/harness_pytorch.py --model trivial --threads 2 --batch-size 64 "
+                         "--steps 2 --warmup-steps 1 --precision fp32 --data-dir /data --timeout-s 1800 --device cpu "
+                         "--expected-world-size 1")
 
 
 def test_runtime_gpu_and_device_flags(image_home, tmp_path):

@@ -183,7 +183,7 @@ SUMMITDEV_READ = (
     "--env GLOO_SOCKET_IFNAME=ib0 --env MASTER_ADDR=127.0.0.1 --env \"MASTER_PORT=${{DLRUN_MASTER_PORT:-29500}}\" "
     "--env NCCL_IB_DISABLE=1 --env NCCL_SOCKET_IFNAME=ib0 --env OMP_NUM_THREADS=20 --env PYTHONUNBUFFERED=1 "
     "{home}/images/cpu-reference/ppc64le/cpu-reference.sif python3 /opt/dlrun/harness_pytorch_storage.py "
-    "--test sequential --data-dir /data --steps 3 --warmup-steps 0 --expected-world-size 1")
+    "--test sequential --steps 3 --warmup-steps 0 --data-dir /data --expected-world-size 1")
 
 
 def test_han_dd_read_renders_for_summitdev_on_both_declared_file_systems(dlrun_home):

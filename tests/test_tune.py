@@ -10,7 +10,9 @@ import os
 import pytest
 
 from conftest import run_cli
+
 from dlrun.harness import load_harness
+from dlrun.harness.harness_contract import code_path
 
 knobs_mod = load_harness("pytorch", "knobs")
 tune_mod = load_harness("pytorch", "tune")
@@ -193,7 +195,7 @@ def _run_id(stdout: str) -> str:
 
 
 @pytest.mark.slow
-def test_dlrun_tune_stores_a_decision_that_runs_reuse_and_the_key_ignores(dlrun_home):
+def test_dlrun_tune_stores_a_decision_that_runs_reuse_and_the_key_names_the_code_it_chose(dlrun_home):
     env = {**TUNE_ENV, "DLRUN_HOME": str(dlrun_home)}
     proc = run_cli("tune", "trivial", "--batch-size", "2", "--knobs", "fused_optimizer,channels_last",
                    "--rounds", "2", env=env)
@@ -223,14 +225,22 @@ def test_dlrun_tune_stores_a_decision_that_runs_reuse_and_the_key_ignores(dlrun_
     assert untuned.returncode == 0, untuned.stderr
     plain = _stored(_run_id(untuned.stdout), env)
     assert plain["results"][0]["extra"]["knobs"]["fused_optimizer"]["source"] == "default"
-    assert plain["key"] == run["key"]  # tuning never makes two runs unlike
+    # the key's code path is the code the knobs chose, whoever chose them: alike where the tuner kept the
+    # defaults' code, never pooled where it did not; nothing else of the key differs
+    ran = [code_path(r["results"][0]["extra"]["knobs"]) for r in (run, plain)]
+    assert (run["key"]["code_path"], plain["key"]["code_path"]) == tuple(ran)
+    assert (plain["key"] == run["key"]) == (ran[0] == ran[1])
+    assert {k: v for k, v in plain["key"].items() if k != "code_path"} == \
+        {k: v for k, v in run["key"].items() if k != "code_path"}
 
-    pinned = run_cli("run", "trivial", *SMALL, "--tune", "off", "--fused-optimizer", "off", env=env)
+    pinned = run_cli("run", "trivial", *SMALL, "--tune", "off", "--fused-optimizer", "off", "--allocator",
+                     "system", env=env)
     assert pinned.returncode == 0, pinned.stderr
     key = _stored(_run_id(pinned.stdout), env)["key"]
-    assert key["framework"] == run["key"]["framework"] + " pinned: fused_optimizer=off"  # the user's choice
-    assert {k: v for k, v in key.items() if k != "framework"} == {k: v for k, v in run["key"].items()
-                                                                   if k != "framework"}
+    assert key["framework"] == run["key"]["framework"] + " pinned: allocator=system"  # the user's placement
+    assert "fused_optimizer" not in key["code_path"]  # off is the reference: a code-path knob is its code path
+    assert {k: v for k, v in key.items() if k not in ("framework", "code_path")} == \
+        {k: v for k, v in run["key"].items() if k not in ("framework", "code_path")}
 
 
 @pytest.mark.slow

@@ -247,7 +247,7 @@ def type_problem(field, value, required=False):
         return "is a boolean, not a %s" % kind
     if not isinstance(value, _PYTHON_TYPES[kind]):
         return "is a %s, not a %s" % (type(value).__name__, kind)
-    if kind == "number" and not math.isfinite(value):
+    if kind == "number" and isinstance(value, float) and not math.isfinite(value):
         return "is not finite"
     return None
 
