@@ -12,9 +12,11 @@ BIN := $(VENV)/bin
 TORCH_PIN := torch==2.13.0
 EXTRAS := torch,tf,test,images,bench,export,report,data
 # Debian packages the tests use: real MPI, a real Slurm cluster, real container runtimes, linters, ssh-keygen, fio,
-# a headless browser (and its font) that opens the reports.
+# a headless browser (and its font) that opens the reports, an image registry. (Apptainer comes from Debian sid,
+# in a root of its own that the tests make: tests/apptainer/.)
 APT_PACKAGES := openmpi-bin libopenmpi-dev slurm-wlm munge charliecloud podman runc debootstrap shellcheck fio \
-	libtcmalloc-minimal4 libjemalloc2 squashfs-tools openssh-client chromium fonts-dejavu-core cmake g++
+	libtcmalloc-minimal4 libjemalloc2 squashfs-tools openssh-client chromium fonts-dejavu-core cmake g++ \
+	docker-registry
 # Horovod is built from its source release against the venv's torch (and TensorFlow when installed), cached
 # under $XDG_CACHE_HOME/dlrun/wheels: minutes the first time, seconds after (scripts/build-horovod.sh).
 HOROVOD_VERSION := 0.28.1

@@ -70,6 +70,10 @@ def build_lines(engine: str, env: dict, image: str = "tf1.14-nccl") -> tuple[lis
     return lines[1:], context
 
 
+SIF_FROM_DEF = ("# build from containers/tf1.14-nccl/Singularity.x86_64.def (`Bootstrap: docker` from "
+                "nvidia/cuda:10.0-devel-ubuntu18.04)")
+
+
 @pytest.mark.parametrize("engine", ENGINE_NAMES)
 def test_build_dry_run_commands(image_home, engine):
     env, store, cache = image_home["env"], image_home["store"], image_home["cache"]
@@ -86,9 +90,11 @@ def test_build_dry_run_commands(image_home, engine):
         "docker": [f"docker build -f {recipe} -t {ref} --platform linux/amd64 {ctx}" + API],
         "docker-api": [f"docker build -f {recipe} -t {ref} --platform linux/amd64 {ctx}" + API],
         "podman": [f"podman build -f {recipe} -t {ref} --platform linux/amd64 {ctx}" + API],
-        "singularity": [f"mkdir -p {sif.parent}", f"cd {ctx} && singularity build {' '.join(FAKEROOT + [str(sif)])} "
+        "singularity": [SIF_FROM_DEF, f"mkdir -p {sif.parent}",
+                        f"cd {ctx} && singularity build {' '.join(FAKEROOT + [str(sif)])} "
                         "containers/tf1.14-nccl/Singularity.x86_64.def"],
-        "apptainer": [f"mkdir -p {sif.parent}", f"cd {ctx} && apptainer build {' '.join(FAKEROOT + [str(sif)])} "
+        "apptainer": [SIF_FROM_DEF, f"mkdir -p {sif.parent}",
+                      f"cd {ctx} && apptainer build {' '.join(FAKEROOT + [str(sif)])} "
                       "containers/tf1.14-nccl/Singularity.x86_64.def"],
         "charliecloud": [f"cd {ctx} && {storage} ch-image build --force -t dlrun/tf1.14-nccl:x86_64 -f {recipe} .",
                          f"{storage} ch-convert -i ch-image -o dir dlrun/tf1.14-nccl:x86_64 {store}/tf1.14-nccl/x86_64/rootfs"],
@@ -125,6 +131,49 @@ def test_debootstrap_dry_run(image_home):
     assert lines[2].startswith("cp -al ") and lines[2].endswith(f"{image_home['store']}/cpu-reference/x86_64/rootfs.tmp")
     assert lines[3].startswith("# dlrun's layer") and lines[4].startswith("# write ")
     assert dry("build", "cpu-reference", "--engine", "debootstrap", "--arch", "x86_64", env=image_home["env"]) == lines
+
+
+@pytest.mark.parametrize("engine", ["apptainer", "singularity"])
+def test_sif_of_a_debian_spec_is_converted_from_its_docker_archive(image_home, engine):
+    """Singularity.<arch>.def bootstraps from Docker Hub; a Debian spec's SIF comes from the archive dlrun
+    bootstraps without a registry (bootstrapped first when the store has none), and the dry run says so."""
+    from dlrun.images.archive import Layer, write_docker_archive
+    from dlrun.images.digest import bytes_sha256
+
+    env, folder = image_home["env"], image_home["store"] / "cpu-reference" / "x86_64"
+    says = (f"# build from the Docker archive {folder}/image.tar that dlrun bootstraps without a registry, not from "
+            "containers/cpu-reference/Singularity.x86_64.def: its `Bootstrap: docker` pulls amd64/debian:bookworm-slim "
+            "from a registry")
+    convert = [f"mkdir -p {folder}", f"{engine} build --force {folder}/cpu-reference.sif docker-archive://{folder}/image.tar"]
+    debootstrap = dry("build", "cpu-reference", "--engine", "debootstrap", "--arch", "x86_64", env=env)
+    lines = dry("build", "cpu-reference", "--engine", engine, "--arch", "x86_64", env=env)
+    assert lines == [says, *debootstrap, *convert]
+    layer = tiny_layer({"etc": None, "etc/os-release": b"x"})
+    config = {"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": [bytes_sha256(layer)]}}
+    image_id = write_docker_archive(folder / "image.tar", config, [Layer(bytes_sha256(layer), None, layer)], [], 0)
+    lock.record("cpu-reference", "x86_64", digest=image_id)
+    assert dry("build", "cpu-reference", "--engine", engine, "--arch", "x86_64", env=env) == [says, *convert]
+    lock.record("cpu-reference", "x86_64", digest="sha256:" + "d" * 64)  # the store's archive is not the locked one
+    proc = run_cli("images", "build", "cpu-reference", "--engine", engine, "--arch", "x86_64", "--dry-run", env=env)
+    assert proc.returncode == 1
+    assert f"images.lock records sha256:{'d' * 64}, but {folder}/image.tar has {image_id}" in proc.stderr
+
+
+@pytest.mark.parametrize("location,plain_http", [
+    ("oras://127.0.0.1:5000/site/cpu:x86_64", True), ("docker://localhost:5000/site/cpu:x86_64", True),
+    ("[::1]:5000/site/cpu:x86_64", True), ("oras://127.20.0.1/site/cpu:x86_64", True),
+    ("oras://registry.example.org:5000/site/cpu:x86_64", False), ("oras://10.0.0.1:5000/site/cpu:x86_64", False),
+    ("library://127.0.0.1/site/cpu", False), ("site/cpu:x86_64", False)])
+def test_sif_engines_speak_plain_http_to_a_loopback_registry_only(image_home, location, plain_http):
+    """As Docker treats 127.0.0.0/8 as an insecure registry; every other registry is spoken to over HTTPS."""
+    from dlrun.images import ops
+
+    pull = ops.pull("cpu-reference", location, engine="apptainer", arch="x86_64", dry_run=True).steps[1].argv
+    assert ("--no-https" in pull) is plain_http
+    if location.startswith("oras://"):
+        push = ops.push("cpu-reference", location, engine="apptainer", arch="x86_64", dry_run=True).steps[0].argv
+        assert push == ["apptainer", "push", *(["--no-https"] if plain_http else []),
+                        str(image_home["store"] / "cpu-reference" / "x86_64" / "cpu-reference.sif"), location]
 
 
 # Every `--from` form, as each family of engines' tool takes it (None: refused, exit 2).
@@ -171,9 +220,11 @@ def pull_steps(engine: str, source: str, store: Path, cache: Path) -> list[str]:
     folder = store / "cpu-reference" / "aarch64"
     storage = f"CH_IMAGE_STORAGE={cache}/ch-image"
     cli = {"docker-api": "docker"}.get(engine, engine)
+    http = "--no-https " if source.startswith("docker://localhost/") else ""  # a registry on this machine
     return {
         "api": [f"{cli} pull --platform linux/arm64 {source}" + API, f"{cli} tag {source} {ref}" + API],
-        "sif": [f"mkdir -p {folder}", f"{engine} pull --force {folder}/cpu-reference.sif {shlex.quote(source)}"],
+        "sif": [f"mkdir -p {folder}", f"{engine} pull --force {http}{folder}/.cpu-reference.sif.pull {shlex.quote(source)}",
+                f"# compare its sha256 with images.lock, then move it to {folder}/cpu-reference.sif"],
         "ch": [f"{storage} ch-image pull --arch=arm64/v8 {source} dlrun/cpu-reference:aarch64",
                f"{storage} ch-convert -i ch-image -o dir dlrun/cpu-reference:aarch64 {folder}/rootfs"],
         "enroot": [f"mkdir -p {folder}", f"rm -f {folder}/cpu-reference.sqsh    # enroot import refuses to overwrite its output",

@@ -3,7 +3,7 @@ printed (tests/readme_commands.py says what a line runs and the few things chang
 
 The README is followed as a newcomer follows it: a fresh HOME (so DLRUN_HOME, the config and the caches are
 their defaults under it), the checkout's Python, the site's image store where cpu-reference is built (the
-session's `cpu_reference` fixture), a store that already holds ResNet-50 runs of the seed systems dgx2 and
+session's `cpu_reference` fixture, and its SIF: `cpu_reference_sif`, with the real Apptainer on PATH), a store that already holds ResNet-50 runs of the seed systems dgx2 and
 dgx1v (what a site's store, or the bundles it imported, holds: the compare and report lines read them), the
 real logs its import-log lines name, and an SSH key where the README's export line signs with one.
 The sharing example runs at two sites: the importing site is a second HOME, given the bundle and the public
@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from compare_data import add
 from conftest import REPO
+from fixtures_apptainer import SHIMS
 from readme_commands import Line, Outcome, Part, blocks, prepare, run_part
 
 from dlrun.results.store import Store
@@ -75,15 +76,19 @@ def _site(root: Path, name: str, image_env: dict[str, str], dataset: Path) -> tu
 
 
 @pytest.fixture
-def sites(tmp_path, cpu_reference):
+def sites(tmp_path, cpu_reference_sif):
     dataset = tmp_path / "dataset"
     made = subprocess.run([sys.executable, "-m", "dlrun.cli", "data", "synth", "--format", "jpeg", "--images", "16",
                            "--classes", "2", "--size", "64", str(dataset)], capture_output=True, text=True,
                           env={**os.environ, "HOME": str(tmp_path)})
     assert made.returncode == 0, made.stderr
-    a_env, a_cwd = _site(tmp_path, "a", cpu_reference["env"], dataset)
+    # the image store holds cpu-reference's tree and its SIF; the real Apptainer comes after the venv on PATH
+    image_env = {key: value for key, value in cpu_reference_sif["env"].items() if key != "PATH"}
+    a_env, a_cwd = _site(tmp_path, "a", image_env, dataset)
     a_env["DLRUN_SITE"] = "hpc.example.org"  # a named site, as "Share results between sites" sets up
-    b_env, b_cwd = _site(tmp_path, "b", cpu_reference["env"], dataset)
+    b_env, b_cwd = _site(tmp_path, "b", image_env, dataset)
+    for env in (a_env, b_env):
+        env["PATH"] = f"{env['PATH']}{os.pathsep}{SHIMS}"
     home_a = Path(a_env["HOME"])
     _seed(home_a, "local", {"dgx2": [PYTORCH_1_0], "dgx1v": [PYTORCH_1_0, PYTORCH_2_6]})
     _seed(Path(b_env["HOME"]), "site-b.example.org", {"dgx2": [PYTORCH_1_0]})

@@ -10,6 +10,7 @@ One entry per image and architecture:
                 push/pull. This is the digest runs record.
   rootfs        dlrun's digest of the unpacked root filesystem (Charliecloud; see digest.tree_digest)
   sif           sha256 of the Singularity/Apptainer image file
+  sif_from      what the SIF was built from: its definition file, or the image ID of the Docker archive
   squashfs      sha256 of enroot's squashfs image file (what pyxis runs)
   repo_digests  registry references by manifest digest, after a push or pull
 The file is YAML with sorted keys, written atomically under a file lock.
@@ -38,7 +39,7 @@ HEADER = """\
 # squashfs: sha256 of enroot's squashfs file.
 """
 FIELDS = ("digest", "rootfs", "sif", "squashfs", "repo_digests", "layers", "spec_sha256", "recorded_by", "recorded_at",
-          "size_bytes", "packages", "harness_sha256")
+          "size_bytes", "packages", "harness_sha256", "sif_from")
 
 
 def lock_path() -> Path:
