@@ -667,10 +667,14 @@ def test_runtime_commands(image_home, tmp_path):
         f"dlrun-ro-binds {harness}")
     rest = ("--cap-add IPC_LOCK -v \"${DLRUN_RUN_DIR}:${DLRUN_RUN_DIR}\" -w \"${DLRUN_RUN_DIR}\" "
             f"-v {data}:/data:ro -e MASTER_PORT -e OMP_NUM_THREADS")
-    assert wrapped("docker", data) == ("docker run --rm --network=host --ipc=host --ulimit memlock=-1 --ulimit "
-                                       f"stack=67108864 {rest} {digest} {harness}")
+    label = "--label=dlrun.run-dir=\"${DLRUN_RUN_DIR}\""
+    # A CPU plan over TCP locks no memory: only the stack is raised (memlock past the node's hard limit needs
+    # CAP_SYS_RESOURCE, which a daemon in an unprivileged container lacks).
+    assert wrapped("docker", data) == ("docker run --rm --init --user \"$(id -u):$(id -g)\" "
+                                       f"{label} --network=host --ipc=host --ulimit stack=67108864 {rest} {digest} "
+                                       f"{harness}")
     # Podman may not raise limits (rootless, or no CAP_SYS_RESOURCE as on CI): the node's own limits.
-    options = f"--rm --network=host --ipc=host --ulimit host {rest}"
+    options = f"--rm {label} --network=host --ipc=host --ulimit host {rest}"
     assert wrapped("podman", data) == f"podman run {options} {digest} {harness}"
     assert wrapped("docker-api", data) == (
         f"{sys.executable} -m dlrun.images.docker_run --image {digest} --expect-digest {digest} "
@@ -698,11 +702,13 @@ def test_runtime_gpu_and_device_flags(image_home, tmp_path):
     rank = RankCommand(argv=["true"])
     docker = RUNTIMES.get("docker").wrap(gpu, rank).argv
     assert docker[docker.index("--gpus") + 1] == "all"
+    assert "memlock=-1" in docker and "memlock=-1" not in RUNTIMES.get("docker").wrap(plan, rank).argv
     assert docker[docker.index("--device") + 1] == "/dev/infiniband/uverbs0"
     podman = RUNTIMES.get("podman").wrap(gpu, rank).argv
     assert "nvidia.com/gpu=all" in podman and "/dev/infiniband/uverbs0" in podman and "--gpus" not in podman
     api = RUNTIMES.get("docker-api").wrap(gpu, rank).argv
     assert api[api.index("--gpus") + 1] == "all" and "/dev/infiniband/uverbs0" in api
+    assert "--memlock" in api and "--memlock" not in RUNTIMES.get("docker-api").wrap(plan, rank).argv
 
 
 def test_container_runtimes_need_a_container_image(image_home):
