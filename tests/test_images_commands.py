@@ -83,9 +83,9 @@ def test_build_dry_run_commands(image_home, engine):
     sqsh = store / "tf1.14-nccl" / "x86_64" / "tf1.14-nccl.sqsh"
     storage = f"CH_IMAGE_STORAGE={cache}/ch-image"
     expected = {
-        "docker": [f"docker build -f {recipe} -t {ref} --platform linux/amd64 {ctx}" + API],
-        "docker-api": [f"docker build -f {recipe} -t {ref} --platform linux/amd64 {ctx}" + API],
-        "podman": [f"podman build -f {recipe} -t {ref} --platform linux/amd64 {ctx}" + API],
+        "docker": [f"docker build --network host -f {recipe} -t {ref} --platform linux/amd64 {ctx}" + API],
+        "docker-api": [f"docker build --network host -f {recipe} -t {ref} --platform linux/amd64 {ctx}" + API],
+        "podman": [f"podman build --network host -f {recipe} -t {ref} --platform linux/amd64 {ctx}" + API],
         "singularity": [f"mkdir -p {sif.parent}", f"cd {ctx} && singularity build {' '.join(FAKEROOT + [str(sif)])} "
                         "containers/tf1.14-nccl/Singularity.x86_64.def"],
         "apptainer": [f"mkdir -p {sif.parent}", f"cd {ctx} && apptainer build {' '.join(FAKEROOT + [str(sif)])} "
@@ -109,7 +109,7 @@ def test_site_spec_builds_from_its_own_recipe_and_a_missing_one_is_named(image_h
         in proc.stderr
     assert run_cli("images", "render", "site-tf", env=env).returncode == 0
     lines, _ = build_lines("docker", env, "site-tf")
-    assert lines[0].startswith("docker build -f containers/site-tf/Dockerfile.x86_64 -t registry.site.example/tf:x86_64")
+    assert lines[0].startswith("docker build --network host -f containers/site-tf/Dockerfile.x86_64 -t registry.site.example/tf:x86_64")
 
 
 def test_debootstrap_dry_run(image_home):
@@ -171,10 +171,13 @@ def pull_steps(engine: str, source: str, store: Path, cache: Path) -> list[str]:
     folder = store / "cpu-reference" / "aarch64"
     storage = f"CH_IMAGE_STORAGE={cache}/ch-image"
     cli = {"docker-api": "docker"}.get(engine, engine)
+    tls = "--tls-no-verify " if source.startswith("localhost/") else ""  # a loopback registry: Docker's rule
     return {
-        "api": [f"{cli} pull --platform linux/arm64 {source}" + API, f"{cli} tag {source} {ref}" + API],
+        "api": [f"# resolve {source} to its aarch64 image in the registry (oras-py): the manifest by digest, and "
+                "its image config, whose digest must be the image ID asked for and locked",
+                f"{cli} pull --platform linux/arm64 {source}" + API, f"{cli} tag {source} {ref}" + API],
         "sif": [f"mkdir -p {folder}", f"{engine} pull --force {folder}/cpu-reference.sif {shlex.quote(source)}"],
-        "ch": [f"{storage} ch-image pull --arch=arm64/v8 {source} dlrun/cpu-reference:aarch64",
+        "ch": [f"{storage} ch-image {tls}pull --arch=arm64/v8 {source} dlrun/cpu-reference:aarch64",
                f"{storage} ch-convert -i ch-image -o dir dlrun/cpu-reference:aarch64 {folder}/rootfs"],
         "enroot": [f"mkdir -p {folder}", f"rm -f {folder}/cpu-reference.sqsh    # enroot import refuses to overwrite its output",
                    f"enroot import --arch aarch64 -o {folder}/cpu-reference.sqsh {shlex.quote(source)}"],
@@ -244,10 +247,14 @@ def test_push_save_load_verify_lock_dry_run_commands(image_home, engine):
     cli = {"docker-api": "docker"}.get(engine, engine)
     family = FAMILY[engine]
     registry, oras = "registry.example.org/dlrun/cpu:aarch64", "oras://registry.example.org/dlrun/cpu:sif"
-    pushes = {"api": {registry: [f"{cli} tag {ref} {registry}" + API, f"{cli} push {registry}" + API], oras: None},
+    # an image goes to its architecture's tag, then into the OCI image index at the tag given
+    arch_tag = registry + "-aarch64"
+    index = f"# add {arch_tag} (aarch64) to the OCI image index {registry} (oras-py)"
+    pushes = {"api": {registry: [f"{cli} tag {ref} {arch_tag}" + API, f"{cli} push {arch_tag}" + API, index],
+                      oras: None},
               "sif": {registry: None, oras: [f"{engine} push {folder}/cpu-reference.sif {oras}"]},
-              "ch": {registry: [f"CH_IMAGE_STORAGE={image_home['cache']}/ch-image ch-image push "
-                                f"dlrun/cpu-reference:aarch64 {registry}"], oras: None},
+              "ch": {registry: [f"CH_IMAGE_STORAGE={image_home['cache']}/ch-image ch-image push --image "
+                                f"{folder}/rootfs dlrun/cpu-reference:aarch64 {arch_tag}", index], oras: None},
               "enroot": {registry: None, oras: None}}[family]
     for destination, expected in pushes.items():
         proc = run_cli("images", "push", *common, "--to", destination, "--dry-run", env=env)
