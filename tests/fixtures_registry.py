@@ -131,7 +131,8 @@ def tiny_images(tmp_path_factory):
         data = tiny_layer(arch)
         config = {"architecture": oci, "os": "linux", "created": "2026-01-01T00:00:00Z",
                   "config": {"Labels": {"dlrun.image": "tiny", "dlrun.arch": arch}, "Cmd": ["/bin/true"]},
-                  "rootfs": {"type": "layers", "diff_ids": [bytes_sha256(data)]}}
+                  "rootfs": {"type": "layers", "diff_ids": [bytes_sha256(data)]},
+                  "history": [{"created": "2026-01-01T00:00:00Z", "created_by": "dlrun tests: one file"}]}
         path = work / f"tiny_{arch}.tar"
         image_id = write_docker_archive(path, config, [Layer(bytes_sha256(data), None, data)],
                                         [f"localhost/dlrun-test/tiny:{arch}"], mtime=0)

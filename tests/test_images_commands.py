@@ -172,12 +172,13 @@ def pull_steps(engine: str, source: str, store: Path, cache: Path) -> list[str]:
     storage = f"CH_IMAGE_STORAGE={cache}/ch-image"
     cli = {"docker-api": "docker"}.get(engine, engine)
     tls = "--tls-no-verify " if source.startswith("localhost/") else ""  # a loopback registry: Docker's rule
+    pull_env = storage + (" CURL_CA_BUNDLE='' REQUESTS_CA_BUNDLE=''" if tls else "")
     return {
         "api": [f"# resolve {source} to its aarch64 image in the registry (oras-py): the manifest by digest, and "
                 "its image config, whose digest must be the image ID asked for and locked",
                 f"{cli} pull --platform linux/arm64 {source}" + API, f"{cli} tag {source} {ref}" + API],
         "sif": [f"mkdir -p {folder}", f"{engine} pull --force {folder}/cpu-reference.sif {shlex.quote(source)}"],
-        "ch": [f"{storage} ch-image {tls}pull --arch=arm64/v8 {source} dlrun/cpu-reference:aarch64",
+        "ch": [f"{pull_env} ch-image pull {tls}--arch=arm64/v8 {source} dlrun/cpu-reference:aarch64",
                f"{storage} ch-convert -i ch-image -o dir dlrun/cpu-reference:aarch64 {folder}/rootfs"],
         "enroot": [f"mkdir -p {folder}", f"rm -f {folder}/cpu-reference.sqsh    # enroot import refuses to overwrite its output",
                    f"enroot import --arch aarch64 -o {folder}/cpu-reference.sqsh {shlex.quote(source)}"],

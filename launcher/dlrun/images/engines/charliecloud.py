@@ -7,7 +7,7 @@ with `ch-image` from the generated Dockerfile; archives are unpacked layer by la
 builds with `--force` (its workarounds for building unprivileged: without them `apt-get` in a Debian-based
 RUN fails on setgroups), and takes registry references bare (`ch-image pull REPO:TAG`) with
 registry architecture names. ch-image speaks only HTTPS; a registry on a loopback address is used
-without verifying its certificate (`--tls-no-verify`, before the subcommand), as Docker uses it.
+without verifying its certificate (`--tls-no-verify`), as Docker uses it.
 """
 from __future__ import annotations
 
@@ -33,10 +33,17 @@ CH_ARCH = {"x86_64": "amd64", "ppc64le": "ppc64le", "aarch64": "arm64/v8"}
 
 
 def tls_flags(reference: str) -> list[str]:
-    """ch-image's global flag for a loopback registry (HTTPS, its certificate not verified)."""
+    """ch-image's flag for a loopback registry (HTTPS, its certificate not verified). After the subcommand: 0.31
+    ignores it before (the subcommand's parser sets it again)."""
     from dlrun.images.oci_index import is_loopback, split_reference
 
     return ["--tls-no-verify"] if is_loopback(split_reference(reference)[0]) else []
+
+
+def tls_env(reference: str) -> dict[str, str]:
+    """With --tls-no-verify, the CA-bundle variables emptied: requests (ch-image's HTTP library) lets a set
+    REQUESTS_CA_BUNDLE or CURL_CA_BUNDLE turn verification back on for an unverified session."""
+    return {"REQUESTS_CA_BUNDLE": "", "CURL_CA_BUNDLE": ""} if tls_flags(reference) else {}
 
 
 def storage_env() -> dict[str, str]:
@@ -100,8 +107,8 @@ class CharliecloudEngine(Engine):
         reference = self.pull_from(source)
 
         def steps_for(ref: str) -> list[Any]:
-            return [Command(["ch-image", *tls_flags(ref), "pull", f"--arch={CH_ARCH[t.arch]}", ref, self.tag(t)],
-                            env=storage_env()),
+            return [Command(["ch-image", "pull", *tls_flags(ref), f"--arch={CH_ARCH[t.arch]}", ref, self.tag(t)],
+                            env={**storage_env(), **tls_env(ref)}),
                     Command(["ch-convert", "-i", "ch-image", "-o", "dir", self.tag(t), str(rootfs)], env=storage_env())]
 
         steps = steps_for(reference)
@@ -120,11 +127,16 @@ class CharliecloudEngine(Engine):
     def push(self, t: Target, destination: str, *, dry_run: bool = False) -> Result:
         pushed, index_tag, index_step = self.push_steps(t, destination)
         rootfs = rootfs_path(t.name, t.arch)
-        steps = [Command(["ch-image", *tls_flags(pushed), "push", "--image", str(rootfs), self.tag(t), pushed],
-                         env=storage_env()),
+        steps = [Command(["ch-image", "push", *tls_flags(pushed), "--image", str(rootfs), self.tag(t), pushed],
+                         env={**storage_env(), **tls_env(pushed)}),
                  index_step]
         if dry_run:
             return Result(steps)
+        if not (rootfs / "ch" / "metadata.json").is_file():
+            # ch-image 0.31 asserts on an image without history (push.py, prepare): say so in one line instead
+            raise UsageError(f"ch-image pushes only images it built or pulled (their history is in "
+                             f"{rootfs}/ch/metadata.json, which this one lacks); valid: push it with --engine docker "
+                             f"or podman after loading its archive (dlrun images load ... --engine podman)")
         self.verify(t)  # the root filesystem ch-run runs, verified, is what is pushed
         self.run(steps)
         # ch-image writes its own image config, so the registry's image ID is not the lock's (a Docker archive's)
