@@ -43,31 +43,34 @@ def labelled(daemon, run_dir: str | None = None) -> list[str]:
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("ranks", [1, 2])
-def test_harness_runs_in_dockerd(cpu_reference_in_docker, tfrecords, tmp_path, ranks):
+@pytest.mark.parametrize("runtime,ranks", [("docker", 1), ("docker", 2), ("docker-api", 1)])
+def test_harness_runs_in_dockerd(cpu_reference_in_docker, tfrecords, tmp_path, runtime, ranks):
+    """The docker CLI, and docker-py (the docker-api runtime) against the same daemon."""
     env = {**cpu_reference_in_docker["env"], "DLRUN_HOME": str(tmp_path / "home")}
     started = time.time()
-    proc = dlrun("run", "trivial", "--image", "cpu-reference", "--runtime", "docker", "--data", str(tfrecords),
+    proc = dlrun("run", "trivial", "--image", "cpu-reference", "--runtime", runtime, "--data", str(tfrecords),
                  "--ranks-per-node", str(ranks), "--threads", "1", "--steps", "6", "--warmup-steps", "2",
                  "--batch-size", "4", env=env, timeout=900)
     seconds = time.time() - started
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run = stored_run(env)
     digest = cpu_reference_in_docker["entry"]["digest"]
-    assert (run["status"], run["runtime"], run["image"]) == ("ok", "docker", "cpu-reference")
+    assert (run["status"], run["runtime"], run["image"]) == ("ok", runtime, "cpu-reference")
     assert run["image_digest"] == digest
     assert run["provenance"]["image_check"] == {**run["provenance"]["image_check"], "verified": True,
                                                 "field": "digest", "digest": digest}
+    where = "docker" if runtime == "docker" else f"the Docker API at {cpu_reference_in_docker['daemon'].url}"
     assert run["provenance"]["image_check"]["artifact"] == \
-        f"localhost/dlrun/cpu-reference:{cpu_reference_in_docker['arch']} in docker"
+        f"localhost/dlrun/cpu-reference:{cpu_reference_in_docker['arch']} in {where}"
     result = run["results"][0]
     assert result["extra"]["world_size"] == ranks and result["value"] > 0
     assert (result["extra"]["data_source"], result["extra"]["data_path"]) == ("tfrecord", "/data")
     assert result["extra"]["framework_version"] == "1.13.0a0"  # Debian's torch in the image, not the host's
     script = (Path(run["run_dir"]) / "run.sh").read_text()
-    assert "docker run" in script and "--network=host" in script and f"{tfrecords}:/data:ro" in script
+    assert ("docker run" if runtime == "docker" else "dlrun.images.docker_run") in script
+    assert f"{tfrecords}:/data:ro" in script
     assert labelled(cpu_reference_in_docker["daemon"], run["run_dir"]) == []  # --rm: nothing left
-    print(f"\ndocker runtime, {ranks} rank(s): {seconds:.0f} s for the whole run (vfs copies the image per "
+    print(f"\n{runtime} runtime, {ranks} rank(s): {seconds:.0f} s for the whole run (vfs copies the image per "
           f"container), trivial {result['value']:.1f} images/sec; load took {cpu_reference_in_docker['load_seconds']} s")
 
 
@@ -119,12 +122,16 @@ def _wait_for_container(daemon, deadline_s: float = 300) -> list[str]:
     pytest.fail("no container of the run started")
 
 
+def _is_client(argv: list[bytes]) -> bool:
+    return argv[:2] == [b"docker", b"run"] or b"dlrun.images.docker_run" in argv
+
+
 def _docker_clients(home: str) -> list[int]:
-    """The `docker run` processes of the job started with DLRUN_HOME `home`."""
+    """The `docker run` (or docker-api's helper) processes of the job started with DLRUN_HOME `home`."""
     found = []
     for entry in Path("/proc").iterdir():
         try:
-            if entry.name.isdigit() and (entry / "cmdline").read_bytes().split(b"\0")[:2] == [b"docker", b"run"] \
+            if entry.name.isdigit() and _is_client((entry / "cmdline").read_bytes().split(b"\0")) \
                     and f"DLRUN_HOME={home}".encode() in (entry / "environ").read_bytes().split(b"\0"):
                 found.append(int(entry.name))
         except OSError:  # it ended meanwhile
@@ -132,13 +139,15 @@ def _docker_clients(home: str) -> list[int]:
     return found
 
 
-@pytest.mark.parametrize("how", ["dlrun-sigterm", "client-sigkill"])
-def test_no_container_outlives_its_run(cpu_reference_in_docker, tmp_path, how):
+@pytest.mark.parametrize("runtime,how", [("docker", "dlrun-sigterm"), ("docker", "client-sigkill"),
+                                         ("docker-api", "client-sigkill")])
+def test_no_container_outlives_its_run(cpu_reference_in_docker, tmp_path, runtime, how):
     """SIGTERM to dlrun ends the job: `docker run` forwards it to the container's init, which ends the rank.
-    A `docker run` killed with SIGKILL forwards nothing: the executor removes the container it left."""
+    A `docker run` (or docker-api's helper) killed with SIGKILL forwards nothing: the executor removes the
+    container it left."""
     daemon = cpu_reference_in_docker["daemon"]
     env = {**cpu_reference_in_docker["env"], "DLRUN_HOME": str(tmp_path / "home")}
-    argv = [*_dlrun_argv(), "run", "trivial", "--image", "cpu-reference", "--runtime", "docker",
+    argv = [*_dlrun_argv(), "run", "trivial", "--image", "cpu-reference", "--runtime", runtime,
             "--steps", "100000000", "--batch-size", "2", "--threads", "1"]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, **env})
