@@ -99,7 +99,13 @@ def test_ranks_run_as_the_jobs_user_with_the_dataset_read_only(cpu_reference_in_
     probe = RankCommand(argv=["sh", "-c", "id -u; cat /data/README; touch out && stat -c %u out; "
                                           "if touch /data/x 2>/dev/null; then echo WRITABLE; else echo READ-ONLY; fi"])
     argv = RUNTIMES.get("docker").wrap(plan, probe).argv
-    os.chmod(daemon.sock, 0o666)  # the unprivileged user reaches this private daemon (a site: the docker group)
+    # The unprivileged user reaches this private daemon (at a site: the docker group) and the run directory.
+    opened = {path: path.stat().st_mode for path in (*_up_to_tmp(daemon.work), *_up_to_tmp(tmp_path))}
+    for path, mode in opened.items():
+        os.chmod(path, mode | 0o001)
+    os.chmod(daemon.sock, 0o666)
+    (tmp_path / "client").mkdir(mode=0o777)
+    os.chmod(tmp_path / "client", 0o777)
     try:
         proc = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "bash", "-c",
                                join(argv)], capture_output=True, text=True, timeout=300,
@@ -107,9 +113,21 @@ def test_ranks_run_as_the_jobs_user_with_the_dataset_read_only(cpu_reference_in_
                                    "DOCKER_CONFIG": str(tmp_path / "client")})
     finally:
         os.chmod(daemon.sock, 0o660)
+        for path, mode in opened.items():
+            os.chmod(path, mode)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["65534", "read-only dataset", "65534", "READ-ONLY"]
     assert (run_dir / "out").stat().st_uid == 65534 and not (data / "x").exists()
+
+
+def _up_to_tmp(path: Path) -> list[Path]:
+    """`path` and the folders above it up to the first that every user may already enter (/tmp, say)."""
+    closed = []
+    for folder in (path.resolve(), *path.resolve().parents):
+        if folder.stat().st_mode & 0o001:
+            break
+        closed.append(folder)
+    return closed
 
 
 def _wait_for_container(daemon, deadline_s: float = 300) -> list[str]:
