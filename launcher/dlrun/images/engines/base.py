@@ -12,8 +12,10 @@ A pull from a registry is resolved first (dlrun.images.oci_index): the architect
 index, and its image config, whose digest is the image ID; a different ID is refused before a layer is
 downloaded, and the engine pulls that manifest by digest. A push of an image goes to the architecture's
 own tag (`REPO:TAG-<arch>`) and then into the OCI image index at `REPO:TAG`, which keeps the other
-architectures already pushed there: one tag for every architecture. An operation the engine's tool cannot do, or a `--from`/`--to` it cannot
-take, is a usage error naming what would do.
+architectures already pushed there: one tag for every architecture.
+
+An operation the engine's tool cannot do, or a `--from`/`--to` it cannot take, is a usage error naming
+what would do.
 """
 from __future__ import annotations
 
