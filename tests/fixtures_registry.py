@@ -61,10 +61,15 @@ def _certificate(work: Path) -> tuple[Path, Path]:
 
 
 def _answers(port: int) -> bool:
+    import warnings
+
     import requests
+    from urllib3.exceptions import InsecureRequestWarning
 
     try:
-        return requests.get(f"https://127.0.0.1:{port}/v2/", verify=False, timeout=2).status_code == 200
+        with warnings.catch_warnings():  # the session's own certificate: nothing to verify it against
+            warnings.simplefilter("ignore", InsecureRequestWarning)
+            return requests.get(f"https://127.0.0.1:{port}/v2/", verify=False, timeout=2).status_code == 200
     except requests.RequestException:
         return False
 

@@ -71,8 +71,9 @@ def test_harness_runs_in_dockerd(cpu_reference_in_docker, tfrecords, tmp_path, r
     assert ("docker run" if runtime == "docker" else "dlrun.images.docker_run") in script
     assert f"{tfrecords}:/data:ro" in script
     assert labelled(cpu_reference_in_docker["daemon"], run["run_dir"]) == []  # --rm: nothing left
-    print(f"\n{runtime} runtime, {ranks} rank(s): {seconds:.0f} s for the whole run (vfs copies the image per "
-          f"container), trivial {result['value']:.1f} images/sec; load took {cpu_reference_in_docker['load_seconds']} s")
+    print(f"\n{runtime} runtime, {ranks} rank(s): {seconds:.0f} s for the whole run "
+          f"({cpu_reference_in_docker['daemon'].storage_driver} storage), trivial {result['value']:.1f} images/sec; "
+          f"load took {cpu_reference_in_docker['load_seconds']} s")
 
 
 def test_ranks_run_as_the_jobs_user_with_the_dataset_read_only(cpu_reference_in_docker, tmp_path, monkeypatch):
