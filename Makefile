@@ -11,12 +11,13 @@ BIN := $(VENV)/bin
 # torch is pinned everywhere: a range that admits a newer release pulls several GB of CUDA wheels.
 TORCH_PIN := torch==2.13.0
 EXTRAS := torch,tf,test,images,bench,export,report,data
-# Debian packages the tests use: real MPI, a real Slurm cluster, real container runtimes, linters, ssh-keygen, fio,
-# a headless browser (and its font) that opens the reports, an image registry. (Apptainer comes from Debian sid,
-# in a root of its own that the tests make: tests/apptainer/.)
+# Debian packages the tests use: real MPI, a real Slurm cluster, real container runtimes (the Docker engine, whose
+# daemon the tests start privately), an image registry and skopeo, linters, ssh-keygen, fio, a headless browser
+# (and its font) that opens the reports. (Apptainer comes from Debian sid, in a root of its own that the tests
+# make: tests/apptainer/.)
 APT_PACKAGES := openmpi-bin libopenmpi-dev slurm-wlm munge charliecloud podman runc debootstrap shellcheck fio \
 	libtcmalloc-minimal4 libjemalloc2 squashfs-tools openssh-client chromium fonts-dejavu-core cmake g++ \
-	docker-registry
+	docker.io docker-registry skopeo openssl
 # Horovod is built from its source release against the venv's torch (and TensorFlow when installed), cached
 # under $XDG_CACHE_HOME/dlrun/wheels: minutes the first time, seconds after (scripts/build-horovod.sh).
 HOROVOD_VERSION := 0.28.1
@@ -37,6 +38,8 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/activate
 setup: $(VENV)/.installed
 
 # Installs missing Debian packages when it can (root + apt-get); otherwise says exactly what to install.
+# No service starts: docker.io and docker-registry would start their daemons from their install scripts, so a
+# policy-rc.d that denies it is in place during the install (and removed after, unless it was there before).
 sysdeps:
 	@missing=""; for p in $(APT_PACKAGES); do \
 	  dpkg-query -W -f='$${Status}' "$$p" 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
@@ -44,6 +47,9 @@ sysdeps:
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing Debian packages:$$missing"; \
+	    policy=/usr/sbin/policy-rc.d; own=""; \
+	    if [ ! -e "$$policy" ]; then printf '#!/bin/sh\nexit 101\n' > "$$policy"; chmod 755 "$$policy"; own=1; fi; \
+	    trap '[ -z "$$own" ] || rm -f "$$policy"' EXIT; \
 	    apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing >/dev/null; \
 	  else \
 	    echo "missing Debian packages:$$missing"; \

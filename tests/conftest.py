@@ -13,7 +13,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 # A run tunes its knobs the first time it meets a machine (dlrun.tune); only the tests of that tune.
 os.environ["DLRUN_TUNE"] = "off"
-pytest_plugins: list[str] = ["fixtures_slurm", "fixtures_images", "fixtures_apptainer"]
+pytest_plugins: list[str] = ["fixtures_slurm", "fixtures_images", "fixtures_apptainer", "fixtures_docker",
+                            "fixtures_registry"]
 # The Ctrl-C tests signal dlrun processes the suite starts, as a terminal would. A shell that started the suite
 # in the background (a non-interactive `make test &`) hands it SIGINT and SIGQUIT ignored, and an ignored signal
 # stays ignored across exec in every child, where Python then installs no KeyboardInterrupt: those tests would
@@ -23,7 +24,8 @@ for _sig in (signal.SIGINT, signal.SIGQUIT):
         signal.signal(_sig, signal.default_int_handler if _sig == signal.SIGINT else signal.SIG_DFL)
 #: Fixtures that start a resource, and the marker every test using them gets (pyproject.toml lists the markers).
 RESOURCE_FIXTURES = {"slurm_cluster": "slurm", "cpu_reference": "containers", "podman_service": "containers",
-                     "apptainer": "containers", "apptainer_registry": "containers"}
+                     "apptainer": "containers", "apptainer_registry": "containers", "docker_daemons": "containers",
+                     "registry": "containers"}
 #: The markers `make check` leaves out.
 RESOURCE_MARKERS = ("mpi", "slurm", "horovod", "tensorflow", "browser", "containers", "slow")
 

@@ -87,9 +87,9 @@ def test_build_dry_run_commands(image_home, engine):
     sqsh = store / "tf1.14-nccl" / "x86_64" / "tf1.14-nccl.sqsh"
     storage = f"CH_IMAGE_STORAGE={cache}/ch-image"
     expected = {
-        "docker": [f"docker build -f {recipe} -t {ref} --platform linux/amd64 {ctx}" + API],
-        "docker-api": [f"docker build -f {recipe} -t {ref} --platform linux/amd64 {ctx}" + API],
-        "podman": [f"podman build -f {recipe} -t {ref} --platform linux/amd64 {ctx}" + API],
+        "docker": [f"docker build --network host -f {recipe} -t {ref} --platform linux/amd64 {ctx}" + API],
+        "docker-api": [f"docker build --network host -f {recipe} -t {ref} --platform linux/amd64 {ctx}" + API],
+        "podman": [f"podman build --network host -f {recipe} -t {ref} --platform linux/amd64 {ctx}" + API],
         "singularity": [SIF_FROM_DEF, f"mkdir -p {sif.parent}",
                         f"cd {ctx} && singularity build {' '.join(FAKEROOT + [str(sif)])} "
                         "containers/tf1.14-nccl/Singularity.x86_64.def"],
@@ -115,7 +115,7 @@ def test_site_spec_builds_from_its_own_recipe_and_a_missing_one_is_named(image_h
         in proc.stderr
     assert run_cli("images", "render", "site-tf", env=env).returncode == 0
     lines, _ = build_lines("docker", env, "site-tf")
-    assert lines[0].startswith("docker build -f containers/site-tf/Dockerfile.x86_64 -t registry.site.example/tf:x86_64")
+    assert lines[0].startswith("docker build --network host -f containers/site-tf/Dockerfile.x86_64 -t registry.site.example/tf:x86_64")
 
 
 def test_debootstrap_dry_run(image_home):
@@ -221,11 +221,15 @@ def pull_steps(engine: str, source: str, store: Path, cache: Path) -> list[str]:
     storage = f"CH_IMAGE_STORAGE={cache}/ch-image"
     cli = {"docker-api": "docker"}.get(engine, engine)
     http = "--no-https " if source.startswith("docker://localhost/") else ""  # a registry on this machine
+    tls = "--tls-no-verify " if source.startswith("localhost/") else ""  # a loopback registry: Docker's rule
+    pull_env = storage + (" CURL_CA_BUNDLE='' REQUESTS_CA_BUNDLE=''" if tls else "")
     return {
-        "api": [f"{cli} pull --platform linux/arm64 {source}" + API, f"{cli} tag {source} {ref}" + API],
+        "api": [f"# resolve {source} to its aarch64 image in the registry (oras-py): the manifest by digest, and "
+                "its image config, whose digest must be the image ID asked for and locked",
+                f"{cli} pull --platform linux/arm64 {source}" + API, f"{cli} tag {source} {ref}" + API],
         "sif": [f"mkdir -p {folder}", f"{engine} pull --force {http}{folder}/.cpu-reference.sif.pull {shlex.quote(source)}",
                 f"# compare its sha256 with images.lock, then move it to {folder}/cpu-reference.sif"],
-        "ch": [f"{storage} ch-image pull --arch=arm64/v8 {source} dlrun/cpu-reference:aarch64",
+        "ch": [f"{pull_env} ch-image pull {tls}--arch=arm64/v8 {source} dlrun/cpu-reference:aarch64",
                f"{storage} ch-convert -i ch-image -o dir dlrun/cpu-reference:aarch64 {folder}/rootfs"],
         "enroot": [f"mkdir -p {folder}", f"rm -f {folder}/cpu-reference.sqsh    # enroot import refuses to overwrite its output",
                    f"enroot import --arch aarch64 -o {folder}/cpu-reference.sqsh {shlex.quote(source)}"],
@@ -295,10 +299,14 @@ def test_push_save_load_verify_lock_dry_run_commands(image_home, engine):
     cli = {"docker-api": "docker"}.get(engine, engine)
     family = FAMILY[engine]
     registry, oras = "registry.example.org/dlrun/cpu:aarch64", "oras://registry.example.org/dlrun/cpu:sif"
-    pushes = {"api": {registry: [f"{cli} tag {ref} {registry}" + API, f"{cli} push {registry}" + API], oras: None},
+    # an image goes to its architecture's tag, then into the OCI image index at the tag given
+    arch_tag = registry + "-aarch64"
+    index = f"# add {arch_tag} (aarch64) to the OCI image index {registry} (oras-py)"
+    pushes = {"api": {registry: [f"{cli} tag {ref} {arch_tag}" + API, f"{cli} push {arch_tag}" + API, index],
+                      oras: None},
               "sif": {registry: None, oras: [f"{engine} push {folder}/cpu-reference.sif {oras}"]},
-              "ch": {registry: [f"CH_IMAGE_STORAGE={image_home['cache']}/ch-image ch-image push "
-                                f"dlrun/cpu-reference:aarch64 {registry}"], oras: None},
+              "ch": {registry: [f"CH_IMAGE_STORAGE={image_home['cache']}/ch-image ch-image push --image "
+                                f"{folder}/rootfs dlrun/cpu-reference:aarch64 {arch_tag}", index], oras: None},
               "enroot": {registry: None, oras: None}}[family]
     for destination, expected in pushes.items():
         proc = run_cli("images", "push", *common, "--to", destination, "--dry-run", env=env)
@@ -718,10 +726,14 @@ def test_runtime_commands(image_home, tmp_path):
         f"dlrun-ro-binds {harness}")
     rest = ("--cap-add IPC_LOCK -v \"${DLRUN_RUN_DIR}:${DLRUN_RUN_DIR}\" -w \"${DLRUN_RUN_DIR}\" "
             f"-v {data}:/data:ro -e MASTER_PORT -e OMP_NUM_THREADS")
-    assert wrapped("docker", data) == ("docker run --rm --network=host --ipc=host --ulimit memlock=-1 --ulimit "
-                                       f"stack=67108864 {rest} {digest} {harness}")
+    label = "--label=dlrun.run-dir=\"${DLRUN_RUN_DIR}\""
+    # A CPU plan over TCP locks no memory: only the stack is raised (memlock past the node's hard limit needs
+    # CAP_SYS_RESOURCE, which a daemon in an unprivileged container lacks).
+    assert wrapped("docker", data) == ("docker run --rm --init --user \"$(id -u):$(id -g)\" "
+                                       f"{label} --network=host --ipc=host --ulimit stack=67108864 {rest} {digest} "
+                                       f"{harness}")
     # Podman may not raise limits (rootless, or no CAP_SYS_RESOURCE as on CI): the node's own limits.
-    options = f"--rm --network=host --ipc=host --ulimit host {rest}"
+    options = f"--rm {label} --network=host --ipc=host --ulimit host {rest}"
     assert wrapped("podman", data) == f"podman run {options} {digest} {harness}"
     assert wrapped("docker-api", data) == (
         f"{sys.executable} -m dlrun.images.docker_run --image {digest} --expect-digest {digest} "
@@ -749,11 +761,13 @@ def test_runtime_gpu_and_device_flags(image_home, tmp_path):
     rank = RankCommand(argv=["true"])
     docker = RUNTIMES.get("docker").wrap(gpu, rank).argv
     assert docker[docker.index("--gpus") + 1] == "all"
+    assert "memlock=-1" in docker and "memlock=-1" not in RUNTIMES.get("docker").wrap(plan, rank).argv
     assert docker[docker.index("--device") + 1] == "/dev/infiniband/uverbs0"
     podman = RUNTIMES.get("podman").wrap(gpu, rank).argv
     assert "nvidia.com/gpu=all" in podman and "/dev/infiniband/uverbs0" in podman and "--gpus" not in podman
     api = RUNTIMES.get("docker-api").wrap(gpu, rank).argv
     assert api[api.index("--gpus") + 1] == "all" and "/dev/infiniband/uverbs0" in api
+    assert "--memlock" in api and "--memlock" not in RUNTIMES.get("docker-api").wrap(plan, rank).argv
 
 
 def test_container_runtimes_need_a_container_image(image_home):

@@ -197,19 +197,21 @@ def import_base(engine: str, base_rootfs: Path, reference: str, env: dict[str, s
         assert proc.returncode == 0, proc.stderr
         return False  # in the test's own ch-image storage, removed with it
     qualified = f"docker.io/{reference}"
-    if subprocess.run(["podman", "image", "exists", qualified], env=run_env).returncode == 0:
+    if subprocess.run([engine, "image", "inspect", qualified], capture_output=True, env=run_env).returncode == 0:
         return False
-    proc = subprocess.run(f"tar -C {base_rootfs} -c . | podman import - {qualified}", shell=True, capture_output=True,
+    proc = subprocess.run(f"tar -C {base_rootfs} -c . | {engine} import - {qualified}", shell=True, capture_output=True,
                           text=True, env=run_env, timeout=900)
     assert proc.returncode == 0, proc.stderr
     return True
 
 
-@pytest.mark.parametrize("engine,runtime", [("charliecloud", "charliecloud"), ("podman", "docker-api")])
+@pytest.mark.parametrize("engine,runtime", [("charliecloud", "charliecloud"), ("podman", "docker-api"),
+                                            ("docker", "docker")])
 def test_recipe_builds_from_the_assembled_context_and_runs(cpu_reference, request, monkeypatch, tmp_path,
                                                           engine, runtime):
-    """The committed kind of recipe, built for real by ch-image and by Podman (through the Docker API) from
-    the context dlrun assembles out of the installed package; the lock records it and the harness runs in it."""
+    """The committed kind of recipe, built for real by ch-image, by Podman and by a private dockerd (both through
+    the Docker API) from the context dlrun assembles out of the installed package; the lock records it and the
+    harness runs in it."""
     from dlrun import paths
     from dlrun.images import debootstrap
     from dlrun.images.spec import get_spec
@@ -225,6 +227,8 @@ def test_recipe_builds_from_the_assembled_context_and_runs(cpu_reference, reques
     monkeypatch.delenv("CH_IMAGE_STORAGE", raising=False)  # dlrun's own choice, under DLRUN_CACHE_DIR
     if engine == "podman":
         env.update(request.getfixturevalue("podman_service")["env"])
+    if engine == "docker":
+        env.update(request.getfixturevalue("dockerd").env)
     assert dlrun("images", "render", "cpu-built", env=env).returncode == 0
     env_for_tools = {**env, "CH_IMAGE_STORAGE": str(tmp_path / "cache" / "ch-image")}
     created_base = import_base(engine, base_rootfs, base, env_for_tools)
@@ -253,8 +257,8 @@ def test_recipe_builds_from_the_assembled_context_and_runs(cpu_reference, reques
         check = run["provenance"]["image_check"]
         assert check["verified"] is True and check["digest"] == entry[check["field"]]
     finally:
-        if engine == "podman":
+        if engine in ("podman", "docker"):
             names = ["localhost/dlrun-test/cpu-built:" + arch] + ([f"docker.io/{base}"] if created_base else [])
-            subprocess.run(["podman", "rmi", "--force", *names], capture_output=True, env={**os.environ, **env})
+            subprocess.run([engine, "rmi", "--force", *names], capture_output=True, env={**os.environ, **env})
         for big in ("cache", "store"):  # ch-image's storage and the unpacked image hold GBs
             shutil.rmtree(tmp_path / big, ignore_errors=True)

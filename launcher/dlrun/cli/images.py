@@ -25,6 +25,12 @@ ArchOpt = Annotated[Optional[str], typer.Option("--arch", help="x86_64, ppc64le 
 SystemOpt = Annotated[Optional[str], typer.Option("--system", "-s", help="Take the architecture from this system.")]
 HostOpt = Annotated[Optional[str], typer.Option("--host", help="Docker API endpoint (default: $DOCKER_HOST).")]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the exact commands; run nothing.")]
+DigestOpt = Annotated[Optional[str], typer.Option("--digest", help="The digest the copy must have (sha256:...): the "
+                                                  "image ID (the lock's `digest`; singularity, apptainer, enroot: "
+                                                  "the file's sha256); another is refused (exit 1, both digests).")]
+LockFromOpt = Annotated[Optional[Path], typer.Option("--lock-from", help="Another site's images.lock: insist on the "
+                                                     "digest it records for this image and architecture (and pull "
+                                                     "from the registry reference it records, without --from).")]
 
 
 images_app = typer.Typer(help="Container images: the pinned software stacks.", no_args_is_help=True)
@@ -159,17 +165,21 @@ def build(name: Name, engine: EngineOpt = DEFAULT_ENGINE, arch: ArchOpt = None, 
 
 @images_app.command("pull")
 @handle_errors
-def pull(name: Name, source: Annotated[str, typer.Option("--from", help="Where to pull from: REPO:TAG or "
-                                                         "docker://REPO:TAG (every engine, each written as its "
-                                                         "tool takes it); oras://, library://, shub://, https:// "
-                                                         "(singularity, apptainer); dockerd://, podman:// "
-                                                         "(enroot).")],
+def pull(name: Name, source: Annotated[Optional[str], typer.Option("--from", help="Where to pull from: REPO:TAG, "
+                                                                   "REPO@sha256:... or docker://REPO:TAG (every "
+                                                                   "engine, each written as its tool takes it; a tag "
+                                                                   "of an OCI image index gives this architecture's "
+                                                                   "image); oras://, library://, shub://, https:// "
+                                                                   "(singularity, apptainer); dockerd://, podman:// "
+                                                                   "(enroot).")] = None,
          engine: EngineOpt = DEFAULT_ENGINE, arch: ArchOpt = None, system: SystemOpt = None, host: HostOpt = None,
-         dry_run: DryRunOpt = False) -> None:
-    """Pull a shared copy of an image; refuse it if its digest differs from the site's image lock."""
+         digest: DigestOpt = None, lock_from: LockFromOpt = None, dry_run: DryRunOpt = False) -> None:
+    """Pull a shared copy of an image; refuse it if its digest is not the one asked for (--digest, --lock-from)
+    or differs from the site's image lock."""
     from dlrun.images import ops
 
-    _report(ops.pull(name, source, engine=engine, arch=arch, system=system, host=host, dry_run=dry_run), dry_run)
+    _report(ops.pull(name, source, engine=engine, arch=arch, system=system, host=host, digest=digest,
+                     lock_from=lock_from, dry_run=dry_run), dry_run)
 
 @images_app.command("push")
 @handle_errors
@@ -177,7 +187,8 @@ def push(name: Name, destination: Annotated[str, typer.Option("--to", help="Regi
                                                               "(singularity, apptainer: oras:// or library://).")],
          engine: EngineOpt = DEFAULT_ENGINE, arch: ArchOpt = None, system: SystemOpt = None, host: HostOpt = None,
          dry_run: DryRunOpt = False) -> None:
-    """Push an image (after verifying it) and record the registry's digest."""
+    """Push an image (after verifying it) to REPO:TAG-<arch>, add it to the OCI image index at REPO:TAG (one tag
+    for every architecture pushed there), and record both digests."""
     from dlrun.images import ops
 
     _report(ops.push(name, destination, engine=engine, arch=arch, system=system, host=host, dry_run=dry_run),
@@ -200,8 +211,9 @@ def load(file: Annotated[Path, typer.Argument(help="Docker archive (.tar), SIF f
                                                "or squashfs file (enroot).")],
          name: Annotated[Optional[str], typer.Argument(help="Image tag (default: from the archive's labels).")] = None,
          engine: EngineOpt = DEFAULT_ENGINE, arch: ArchOpt = None, system: SystemOpt = None, host: HostOpt = None,
-         dry_run: DryRunOpt = False) -> None:
-    """Load an image file; refuse it if its digest differs from the site's image lock."""
+         digest: DigestOpt = None, lock_from: LockFromOpt = None, dry_run: DryRunOpt = False) -> None:
+    """Load an image file; refuse it if its digest is not the one asked for (--digest, --lock-from) or differs
+    from the site's image lock."""
     from dlrun.images import ops
 
     if not dry_run and not file.exists():
@@ -209,8 +221,8 @@ def load(file: Annotated[Path, typer.Argument(help="Docker archive (.tar), SIF f
     if name is None:
         name, label_arch = _labels_of(file)
         arch = arch or label_arch
-    _report(ops.load(name, file, engine=engine, arch=arch, system=system, host=host, dry_run=dry_run, log=_log),
-            dry_run)
+    _report(ops.load(name, file, engine=engine, arch=arch, system=system, host=host, digest=digest,
+                     lock_from=lock_from, dry_run=dry_run, log=_log), dry_run)
 
 @images_app.command("verify")
 @handle_errors

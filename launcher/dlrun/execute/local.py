@@ -19,6 +19,7 @@ from dlrun.execute.stage import job_env, stage
 from dlrun.execute.telemetry import sampling
 from dlrun.job import RenderedJob
 from dlrun.plan import Plan
+from dlrun.registry import RUNTIMES
 from dlrun.results.store import Store
 
 POLL_S = 0.2
@@ -86,6 +87,16 @@ def execute_local(plan: Plan, rendered: RenderedJob, *, runs_root: Path, store: 
                       signal=signal_name(signum))
 
 
+def _remove_leftovers(plan: Plan, run: RunDir) -> None:
+    """What the ranks' engine service still holds for this run (a container whose `docker run` was killed)."""
+    argv = RUNTIMES.get(plan.runtime).leftover_cleanup(str(run.path))
+    if argv:
+        try:
+            subprocess.run(argv, env=job_env(run, plan), stdin=subprocess.DEVNULL, capture_output=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired):
+            pass  # the engine is gone or stuck: nothing of this run can be removed through it
+
+
 def _run_job(plan: Plan, rendered: RenderedJob, run: RunDir, guard: SignalGuard, follower: Follower,
              files: list[tuple[Path, str]], limit: int | None) -> tuple[int | None, str, str | None, int | None]:
     """Run the job to its end (or its time limit, or a signal to dlrun); end every process it left.
@@ -112,6 +123,7 @@ def _run_job(plan: Plan, rendered: RenderedJob, run: RunDir, guard: SignalGuard,
     if proc is not None:
         # Every process of the job, also those a finished job left behind (a rank that daemonized).
         end_processes(lambda: job_processes(proc.pid, str(run.path)), reap=proc.poll)
+        _remove_leftovers(plan, run)
         if exit_code is None:
             try:
                 exit_code = proc.wait(timeout=10)

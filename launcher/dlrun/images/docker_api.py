@@ -62,8 +62,9 @@ def inspect(api, reference: str) -> dict[str, Any]:
 
 
 def build(api, *, context: Path, dockerfile: str, tag: str, arch: str, log) -> str:
+    # The host's network: a daemon without a bridge (HPC nodes, CI) has no other that reaches a package mirror.
     stream = api.api.build(path=str(context), dockerfile=dockerfile, tag=tag, platform=PLATFORM[arch], rm=True,
-                           decode=True)
+                           decode=True, network_mode="host")
     for chunk in stream:
         if "error" in chunk:
             raise DlrunError(f"docker build failed: {chunk['error'].strip()}")

@@ -1,12 +1,16 @@
 """Run one rank in a container through the Docker API (docker-py), for the `docker-api` runtime.
 
     python -m dlrun.images.docker_run --image IMAGE [--expect-digest sha256:...] [-v SRC:DST[:ro]]...
-        [-e NAME]... [--env-prefix PREFIX]... [--device DEV]... [--gpus all] [-w DIR] -- CMD...
+        [-e NAME]... [--env-prefix PREFIX]... [--device DEV]... [--gpus all] [--memlock] [-w DIR] -- CMD...
+    python -m dlrun.images.docker_run --remove-run RUN_DIR
 
 The endpoint is $DOCKER_HOST (Docker, or Podman's `podman system service`). Settings match the `docker`
-runtime against Docker (host network and IPC, memlock/stack limits, IPC_LOCK), and the `podman` runtime's
-against Podman (its configured limits instead of raised ones). Output is streamed as it comes (stdout
-and stderr apart); the exit status is the container's. SIGINT/SIGTERM stop the container.
+runtime against Docker (host network and IPC, the stack limit, memlock where the plan locks memory,
+IPC_LOCK, the caller's user, an init process), and the `podman` runtime's against Podman (its configured
+limits instead of raised ones). Output is streamed as it comes (stdout and stderr apart); the exit status
+is the container's. SIGINT/SIGTERM are forwarded to the container, and the container is removed however
+it ends. Every container is labelled with $DLRUN_RUN_DIR; `--remove-run` removes those a run left (a
+helper killed with SIGKILL removes nothing itself).
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--env-prefix", action="append", default=[])
     parser.add_argument("--device", action="append", default=[])
     parser.add_argument("--gpus")
+    parser.add_argument("--memlock", action="store_true")
     parser.add_argument("-w", dest="workdir")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
@@ -60,17 +65,52 @@ def is_podman(client) -> bool:
     return any("podman" in (c.get("Name") or "").lower() for c in components)
 
 
+RUN_LABEL = "dlrun.run-dir"  # the docker runtime's label (dlrun.runtimes.docker.RUN_LABEL)
+
+
+def remove_run(run_dir: str) -> int:
+    """Remove every container labelled with `run_dir`; the number removed."""
+    import docker
+
+    client = docker.from_env(timeout=120)
+    found = client.containers.list(all=True, filters={"label": f"{RUN_LABEL}={run_dir}"})
+    for container in found:
+        try:
+            container.remove(force=True)
+        except docker.errors.NotFound:
+            pass
+    return len(found)
+
+
 def _pump(stream, out) -> None:
     for chunk in stream:
         out.buffer.write(chunk)
         out.flush()
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    import docker
+def engine_settings(args: argparse.Namespace, podman: bool) -> dict:
+    """What differs between Docker and Podman (see the module's docstring)."""
     from docker.types import DeviceRequest, Ulimit
 
+    kwargs: dict = {}
+    if not podman:
+        # Podman may not raise limits (rootless, no CAP_SYS_RESOURCE); it applies containers.conf's instead.
+        kwargs["ulimits"] = [Ulimit(name="stack", soft=67108864, hard=67108864)]
+        if args.memlock:
+            kwargs["ulimits"].append(Ulimit(name="memlock", soft=-1, hard=-1))
+        kwargs.update(init=True, user=f"{os.getuid()}:{os.getgid()}")
+    if args.gpus:
+        kwargs["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    return kwargs
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--remove-run"] and len(argv) == 2:
+        remove_run(argv[1])
+        return 0
+    args = parse_args(argv)
+    import docker
     try:
         client = docker.from_env(timeout=600)
         image = client.images.get(args.image)
@@ -89,13 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     kwargs = dict(
         command=args.command, detach=True, network_mode="host", ipc_mode="host", cap_add=["IPC_LOCK"],
         environment=environment(args.env, args.env_prefix, dict(os.environ)), volumes=volumes(args.volumes),
-        devices=[f"{d}:{d}:rwm" for d in args.device], working_dir=args.workdir)
-    if not is_podman(client):
-        # Podman may not raise limits (rootless, no CAP_SYS_RESOURCE); it applies containers.conf's instead.
-        kwargs["ulimits"] = [Ulimit(name="memlock", soft=-1, hard=-1), Ulimit(name="stack", soft=67108864,
-                                                                             hard=67108864)]
-    if args.gpus:
-        kwargs["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+        devices=[f"{d}:{d}:rwm" for d in args.device], working_dir=args.workdir,
+        labels={RUN_LABEL: os.environ.get("DLRUN_RUN_DIR", "")}, **engine_settings(args, is_podman(client)))
     container = client.containers.run(image.id, **kwargs)
 
     def stop(signum, _frame):

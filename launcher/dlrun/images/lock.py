@@ -12,7 +12,9 @@ One entry per image and architecture:
   sif           sha256 of the Singularity/Apptainer image file
   sif_from      what the SIF was built from: its definition file, or the image ID of the Docker archive
   squashfs      sha256 of enroot's squashfs image file (what pyxis runs)
-  repo_digests  registry references by manifest digest, after a push or pull
+  repo_digests  registry references by manifest digest (this architecture's image), after a push or pull
+  index_digests registry references by the digest of the OCI image index (one tag for every architecture)
+                that holds this architecture's manifest, after a push or a pull through it
 The file is YAML with sorted keys, written atomically under a file lock.
 """
 from __future__ import annotations
@@ -36,10 +38,11 @@ HEADER = """\
 # Written by `dlrun images build|pull|load|lock`; `dlrun images verify` and every run compare against it.
 # digest: image ID (sha256 of the image config; the same in Docker and Podman, across save/load/push/pull)
 # rootfs: digest of the unpacked root filesystem (Charliecloud);  sif: sha256 of the SIF file;
-# squashfs: sha256 of enroot's squashfs file.
+# squashfs: sha256 of enroot's squashfs file.  repo_digests: REPO@sha256 of this architecture's manifest;
+# index_digests: REPO@sha256 of the image index (one tag for every architecture) that holds it.
 """
-FIELDS = ("digest", "rootfs", "sif", "squashfs", "repo_digests", "layers", "spec_sha256", "recorded_by", "recorded_at",
-          "size_bytes", "packages", "harness_sha256", "sif_from")
+FIELDS = ("digest", "rootfs", "sif", "squashfs", "repo_digests", "index_digests", "layers", "spec_sha256",
+          "recorded_by", "recorded_at", "size_bytes", "packages", "harness_sha256", "sif_from")
 
 
 def lock_path() -> Path:

@@ -69,6 +69,11 @@ class Runtime:
     def wrap(self, plan: Plan, rank: RankCommand) -> RankCommand:
         raise NotImplementedError
 
+    def leftover_cleanup(self, run_dir: str) -> list[str] | None:
+        """The command that removes what a run's ranks left behind them outside the job's own processes (an
+        engine service's containers), run after a local job however it ended; None: nothing outlives a rank."""
+        return None
+
 
 class ContainerRuntime(Runtime):
     """A runtime that starts the plan's container image."""

@@ -1,13 +1,26 @@
 """`docker`, `podman` (their CLIs) and `docker-api` (the Docker API through docker-py, against Docker or
 Podman's compatible service at $DOCKER_HOST): one container per rank.
 
-Flags, as NVIDIA recommends for deep-learning containers: host network and IPC (NCCL's shared memory and
-the fabric need both; Podman refuses --shm-size with host IPC, so it is not given), IPC_LOCK for RDMA
-memory registration, `--device` for each fabric device, and the GPUs when the plan runs on CUDA
-(`--gpus all` for Docker, CDI `--device nvidia.com/gpu=all` for Podman). Limits: Docker's daemon sets
-unlimited locked memory and a 64 MiB stack; Podman (rootless, or without CAP_SYS_RESOURCE) may not raise
-a limit at all (`memlock=-1` fails with "error setting rlimit ... operation not permitted"), so it passes
-the node's own limits (`--ulimit host`), which RDMA sites already set to unlimited locked memory. Binds `-v SRC:DST[:ro]`; the run directory is bound at its own path and is the working
+Flags, as NVIDIA recommends for deep-learning containers: host network and IPC (the ranks' rendezvous at
+MASTER_ADDR:MASTER_PORT, NCCL's shared memory and the fabric need both; a daemon started without a bridge
+has only `host` and `none` networks, and `none` would leave each rank alone in its own loopback; Podman
+refuses --shm-size with host IPC, so it is not given), IPC_LOCK for RDMA memory registration, `--device`
+for each fabric device, and the GPUs when the plan runs on CUDA (`--gpus all` for Docker, CDI
+`--device nvidia.com/gpu=all` for Podman). Limits: Docker raises the stack to 64 MiB, and locked memory to
+unlimited where the plan needs it (an RDMA fabric or CUDA): raising it past the node's own hard limit needs
+CAP_SYS_RESOURCE, which a daemon in an unprivileged container lacks ("error setting rlimit type 8:
+operation not permitted"), and a CPU job over TCP locks no memory. Podman (rootless, or without
+CAP_SYS_RESOURCE) may not raise a limit at all, so it passes the node's own limits (`--ulimit host`), which
+RDMA sites already set to unlimited locked memory.
+
+Docker (not Podman, whose rootless containers map their root to the user) runs the rank as the user who
+started the job (`--user "$(id -u):$(id -g)"`): what it writes into the run directory or a checkpoint
+folder belongs to that user, not to root. It starts a minimal init (`--init`) as the container's first
+process: the rank itself would be PID 1, which ignores SIGTERM and SIGINT unless it installs handlers, so
+the signal that `docker run` forwards when the launcher, the scheduler or dlrun ends a rank would leave
+the container running. Every container carries the run directory as a label (`dlrun.run-dir`), and after
+a local job the executor removes any container still labelled with it (`leftover_cleanup`): a `docker
+run` killed with SIGKILL forwards nothing. Binds `-v SRC:DST[:ro]`; the run directory is bound at its own path and is the working
 directory. Environment: `-e NAME` passes each rank variable from the launcher's environment; the
 launcher's per-rank prefixes (OMPI_*, PMIX_*) are added as Podman's `-e PREFIX*`, and for Docker, which
 has no prefix form, by a `sh -c` that lists them when the rank starts.
@@ -17,18 +30,32 @@ is exactly what was verified; otherwise by `uri:<arch>`.
 """
 from __future__ import annotations
 
+import shlex
 import sys
 
 from dlrun.errors import UsageError
 from dlrun.job import RUN_DIR_VAR, RankCommand
-from dlrun.plan import Plan
+from dlrun.plan import Plan, fabric_for
 from dlrun.registry import RUNTIMES, Tool
 from dlrun.runtimes.base import ContainerRuntime, ContainerService, ImageCopy, image_reference
-from dlrun.shell import Expand
+from dlrun.shell import Concat, Expand
 
 COMMON = ["--network=host", "--ipc=host"]
-DOCKER_LIMITS = ["--ulimit", "memlock=-1", "--ulimit", "stack=67108864"]
+STACK_LIMIT = ["--ulimit", "stack=67108864"]
+MEMLOCK_LIMIT = ["--ulimit", "memlock=-1"]
 PODMAN_LIMITS = ["--ulimit", "host"]
+#: the label every rank's container carries: the run directory, as the job sees it
+RUN_LABEL = "dlrun.run-dir"
+RUN_DIR = Expand("${" + RUN_DIR_VAR + "}")
+
+
+def locks_memory(plan: Plan) -> bool:
+    """RDMA memory registration (the fabric's), or CUDA's pinned buffers."""
+    return fabric_for(plan).ipc_lock or plan.device == "cuda"
+
+
+def run_label() -> Concat:
+    return Concat(f"--label={RUN_LABEL}=", RUN_DIR)
 
 
 def container_image(plan: Plan) -> str:
@@ -49,7 +76,6 @@ def prefix_env_script(engine: str, prefixes: tuple[str, ...]) -> str:
 
 class _EngineRuntime(ContainerRuntime):
     engine = "docker"
-    limits = DOCKER_LIMITS
 
     def image_copy(self, plan: Plan) -> ImageCopy:
         """The engine's image of the plan's tag (its ID is the lock's `digest`)."""
@@ -60,12 +86,24 @@ class _EngineRuntime(ContainerRuntime):
     def gpu_flags(self, plan: Plan) -> list[str]:
         return ["--gpus", "all"] if plan.device == "cuda" else []
 
+    def limits(self, plan: Plan) -> list[str]:
+        return [*(MEMLOCK_LIMIT if locks_memory(plan) else []), *STACK_LIMIT]
+
+    def own_flags(self) -> list[str]:
+        """Flags only this engine takes (Docker: the job's user, an init process)."""
+        return []
+
+    def leftover_cleanup(self, run_dir: str) -> list[str] | None:
+        """The command that removes every container a run left (its label names the run directory)."""
+        label = shlex.quote(f"label={RUN_LABEL}={run_dir}")
+        return ["sh", "-c", f"{self.engine} ps -aq --filter {label} | xargs -r {self.engine} rm -f"]
+
     def options(self, plan: Plan, rank: RankCommand) -> list[str]:
-        argv = ["--rm", *COMMON, *self.limits, "--cap-add", "IPC_LOCK", *self.gpu_flags(plan)]
+        argv = ["--rm", *self.own_flags(), run_label(), *COMMON, *self.limits(plan), "--cap-add", "IPC_LOCK",
+                *self.gpu_flags(plan)]
         for device in plan.devices:
             argv += ["--device", device]
-        run_dir = Expand("${" + RUN_DIR_VAR + "}")
-        argv += ["-v", Expand("${%s}:${%s}" % (RUN_DIR_VAR, RUN_DIR_VAR)), "-w", run_dir]
+        argv += ["-v", Expand("${%s}:${%s}" % (RUN_DIR_VAR, RUN_DIR_VAR)), "-w", RUN_DIR]
         for bind in plan.mounts:
             argv += ["-v", bind_flag(bind.source, bind.target, bind.read_only)]
         for name in sorted(set(rank.env) | set(rank.passthrough)):
@@ -78,6 +116,9 @@ class DockerRuntime(_EngineRuntime):
     engine = "docker"
     tool = Tool("docker", "Docker Engine with the NVIDIA Container Toolkit")
     service = ContainerService("docker", status_argv=("docker", "version", "--format", "{{.Server.Version}}"))
+
+    def own_flags(self) -> list[str]:
+        return ["--init", "--user", Expand("$(id -u):$(id -g)")]
 
     def wrap(self, plan: Plan, rank: RankCommand) -> RankCommand:
         rest = [*self.options(plan, rank), container_image(plan), *rank.argv]
@@ -92,12 +133,14 @@ class DockerRuntime(_EngineRuntime):
 class PodmanRuntime(_EngineRuntime):
     engine = "podman"
     tool = Tool("podman", "Podman (Debian: apt-get install podman)")
-    limits = PODMAN_LIMITS
     # `podman info` fails when its storage or OCI runtime configuration is broken
     service = ContainerService("podman", status_argv=("podman", "info", "--format", "{{.Host.OCIRuntime.Name}}"))
 
     def gpu_flags(self, plan: Plan) -> list[str]:
         return ["--device", "nvidia.com/gpu=all"] if plan.device == "cuda" else []
+
+    def limits(self, plan: Plan) -> list[str]:
+        return PODMAN_LIMITS
 
     def wrap(self, plan: Plan, rank: RankCommand) -> RankCommand:
         argv = [self.engine, "run", *self.options(plan, rank)]
@@ -115,12 +158,17 @@ class DockerApiRuntime(_EngineRuntime):
 
     service = ContainerService("docker", via_api=True)
 
+    def leftover_cleanup(self, run_dir: str) -> list[str] | None:
+        return [sys.executable, "-m", "dlrun.images.docker_run", "--remove-run", run_dir]
+
     def wrap(self, plan: Plan, rank: RankCommand) -> RankCommand:
         argv = [sys.executable, "-m", "dlrun.images.docker_run", "--image", container_image(plan)]
         if plan.image.digest:
             argv += ["--expect-digest", plan.image.digest]
         if plan.device == "cuda":
             argv += ["--gpus", "all"]
+        if locks_memory(plan):
+            argv += ["--memlock"]
         for device in plan.devices:
             argv += ["--device", device]
         argv += ["-v", Expand("${%s}:${%s}" % (RUN_DIR_VAR, RUN_DIR_VAR)), "-w", Expand("${" + RUN_DIR_VAR + "}")]

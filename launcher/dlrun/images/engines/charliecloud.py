@@ -6,7 +6,8 @@ with `ch-image` from the generated Dockerfile; archives are unpacked layer by la
 `ch-image` keeps its build cache under dlrun's cache (`CH_IMAGE_STORAGE`, unless the site set its own),
 builds with `--force` (its workarounds for building unprivileged: without them `apt-get` in a Debian-based
 RUN fails on setgroups), and takes registry references bare (`ch-image pull REPO:TAG`) with
-registry architecture names.
+registry architecture names. ch-image speaks only HTTPS; a registry on a loopback address is used
+without verifying its certificate (`--tls-no-verify`), as Docker uses it.
 """
 from __future__ import annotations
 
@@ -31,6 +32,20 @@ from dlrun.registry import ENGINES, Tool
 CH_ARCH = {"x86_64": "amd64", "ppc64le": "ppc64le", "aarch64": "arm64/v8"}
 
 
+def tls_flags(reference: str) -> list[str]:
+    """ch-image's flag for a loopback registry (HTTPS, its certificate not verified). After the subcommand: 0.31
+    ignores it before (the subcommand's parser sets it again)."""
+    from dlrun.images.oci_index import is_loopback, split_reference
+
+    return ["--tls-no-verify"] if is_loopback(split_reference(reference)[0]) else []
+
+
+def tls_env(reference: str) -> dict[str, str]:
+    """With --tls-no-verify, the CA-bundle variables emptied: requests (ch-image's HTTP library) lets a set
+    REQUESTS_CA_BUNDLE or CURL_CA_BUNDLE turn verification back on for an unverified session."""
+    return {"REQUESTS_CA_BUNDLE": "", "CURL_CA_BUNDLE": ""} if tls_flags(reference) else {}
+
+
 def storage_env() -> dict[str, str]:
     """ch-image's storage (its build cache) under dlrun's cache, unless the site chose one."""
     if os.environ.get("CH_IMAGE_STORAGE"):
@@ -42,6 +57,7 @@ def storage_env() -> dict[str, str]:
 class CharliecloudEngine(Engine):
     lock_field = "rootfs"
     what = "root filesystem"
+    pushes_image = True
     pull_schemes = (REGISTRY, "docker")
     push_schemes = (REGISTRY, "docker")
 
@@ -88,24 +104,44 @@ class CharliecloudEngine(Engine):
 
     def pull(self, t: Target, source: str, *, dry_run: bool = False, log: Log = print) -> Result:
         rootfs = rootfs_path(t.name, t.arch)
-        steps = [Command(["ch-image", "pull", f"--arch={CH_ARCH[t.arch]}", self.pull_from(source), self.tag(t)],
-                         env=storage_env()),
-                 Command(["ch-convert", "-i", "ch-image", "-o", "dir", self.tag(t), str(rootfs)], env=storage_env())]
+        reference = self.pull_from(source)
+
+        def steps_for(ref: str) -> list[Any]:
+            return [Command(["ch-image", "pull", *tls_flags(ref), f"--arch={CH_ARCH[t.arch]}", ref, self.tag(t)],
+                            env={**storage_env(), **tls_env(ref)}),
+                    Command(["ch-convert", "-i", "ch-image", "-o", "dir", self.tag(t), str(rootfs)], env=storage_env())]
+
+        steps = steps_for(reference)
         if dry_run:
             return Result(steps)
+        resolved = self.registry_image(t, reference)  # refused here, before a layer is downloaded
+        steps = steps_for(resolved.manifest_reference)
         self._replace(rootfs)
         self.run(steps)
         digest = tree_digest(rootfs)
         self.check_against_lock(t, digest, f"{rootfs} (pulled from {source})")
-        return Result(steps, self.record(t, f"pull ({self.name}) {source}", rootfs=digest))
+        entry = self.record_registry(t, resolved, recorded_by=f"pull ({self.name}) {source}", rootfs=digest,
+                                     digest=resolved.config)
+        return Result(steps, entry)
 
     def push(self, t: Target, destination: str, *, dry_run: bool = False) -> Result:
-        steps = [Command(["ch-image", "push", self.tag(t), self.push_to(destination)], env=storage_env())]
+        pushed, index_tag, index_step = self.push_steps(t, destination)
+        rootfs = rootfs_path(t.name, t.arch)
+        steps = [Command(["ch-image", "push", *tls_flags(pushed), "--image", str(rootfs), self.tag(t), pushed],
+                         env={**storage_env(), **tls_env(pushed)}),
+                 index_step]
         if dry_run:
             return Result(steps)
-        entry = self.verify(t).entry
+        if not (rootfs / "ch" / "metadata.json").is_file():
+            # ch-image 0.31 asserts on an image without history (push.py, prepare): say so in one line instead
+            raise UsageError(f"ch-image pushes only images it built or pulled (their history is in "
+                             f"{rootfs}/ch/metadata.json, which this one lacks); valid: push it with --engine docker "
+                             f"or podman after loading its archive (dlrun images load ... --engine podman)")
+        self.verify(t)  # the root filesystem ch-run runs, verified, is what is pushed
         self.run(steps)
-        return Result(steps, entry, [f"pushed {destination}"])
+        # ch-image writes its own image config, so the registry's image ID is not the lock's (a Docker archive's)
+        entry, message = self.publish(t, pushed, index_tag, same_id=False)
+        return Result(steps, entry, [message])
 
     def save(self, t: Target, output: Path, *, dry_run: bool = False) -> Result:
         """The Docker archive a debootstrap build or a load left in the store (verified by its image ID)."""
@@ -174,9 +210,9 @@ class CharliecloudEngine(Engine):
 class DebootstrapEngine(CharliecloudEngine):
     """Charliecloud's root filesystem, for Debian specs only: bootstrapped, no registry needed."""
 
-    def target(self, spec_file: SpecFile, arch: str, host: str | None = None) -> Target:
+    def target(self, spec_file: SpecFile, arch: str, host: str | None = None, expect: str | None = None) -> Target:
         if spec_file.spec.debootstrap is None:
             able = [name for name in ENGINES.names() if name != self.name]
             raise UsageError(f"image {spec_file.spec.name!r} has no `debootstrap:` section; only Debian images build "
                              f"with debootstrap. valid: --engine {'|'.join(able)}")
-        return super().target(spec_file, arch, host)
+        return super().target(spec_file, arch, host, expect)

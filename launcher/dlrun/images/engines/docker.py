@@ -16,7 +16,7 @@ from dlrun.images import docker_api, lock
 from dlrun.images.context import assemble, build_context
 from dlrun.images.engines.base import Engine, Log, Result, Target, mismatch
 from dlrun.images.refs import REGISTRY, Location
-from dlrun.images.steps import ApiCall, tools
+from dlrun.images.steps import ApiCall, Note, tools
 from dlrun.registry import ENGINES, Tool
 
 #: the CLI whose command line each step prints, and whose default socket the engine talks to
@@ -27,6 +27,7 @@ CLI = {"docker": "docker", "docker-api": "docker", "podman": "podman"}
 class DockerApiEngine(Engine):
     lock_field = "digest"
     what = "image ID"
+    pushes_image = True
     pull_schemes = (REGISTRY, "docker")
     push_schemes = (REGISTRY, "docker")
 
@@ -52,8 +53,8 @@ class DockerApiEngine(Engine):
     def build(self, t: Target, *, dry_run: bool = False, log: Log = print) -> Result:
         context = build_context(t.spec_file, t.arch)
         recipe = context.recipe(t.arch, "docker")
-        steps = [context.note(), self.call(t, "build", "-f", recipe, "-t", t.reference, "--platform",
-                                           docker_api.PLATFORM[t.arch], str(context.path))]
+        steps = [context.note(), self.call(t, "build", "--network", "host", "-f", recipe, "-t", t.reference,
+                                           "--platform", docker_api.PLATFORM[t.arch], str(context.path))]
         if dry_run:
             return Result(steps)
         api = self.client(t)
@@ -63,26 +64,35 @@ class DockerApiEngine(Engine):
 
     def pull(self, t: Target, source: str, *, dry_run: bool = False, log: Log = print) -> Result:
         reference = self.pull_from(source)
-        steps = [self.call(t, "pull", "--platform", docker_api.PLATFORM[t.arch], reference),
+        steps = [Note(f"resolve {reference} to its {t.arch} image in the registry (oras-py): the manifest by "
+                      "digest, and its image config, whose digest must be the image ID asked for and locked"),
+                 self.call(t, "pull", "--platform", docker_api.PLATFORM[t.arch], reference),
                  self.call(t, "tag", reference, t.reference)]
         if dry_run:
             return Result(steps)
+        resolved = self.registry_image(t, reference)  # refused here, before a layer is downloaded
+        exact = resolved.manifest_reference
+        steps[1:] = [self.call(t, "pull", "--platform", docker_api.PLATFORM[t.arch], exact),
+                     self.call(t, "tag", exact, t.reference)]
         api = self.client(t)
-        found = docker_api.pull(api, reference, arch=t.arch, tag=t.reference)
-        self.check_against_lock(t, found, f"{reference} (pulled)")
-        entry = self.record(t, f"pull ({self.name}) {source}", **docker_api.inspect(api, t.reference))
-        return Result(steps, entry)
+        found = docker_api.pull(api, exact, arch=t.arch, tag=t.reference)
+        if found != resolved.config:
+            raise mismatch(t.name, t.arch, self.what, resolved.config, found, f"the engine after pulling {exact}")
+        self.check_against_lock(t, found, f"{exact} (pulled)")
+        fields = {k: v for k, v in docker_api.inspect(api, t.reference).items() if k != "repo_digests"}
+        entry = self.record_registry(t, resolved, recorded_by=f"pull ({self.name}) {source}", **fields)
+        return Result(steps, entry, [f"pulled {exact}" + (f" from the index {resolved.index_reference}"
+                                                          if resolved.index else "")])
 
     def push(self, t: Target, destination: str, *, dry_run: bool = False) -> Result:
-        reference = self.push_to(destination)
-        steps = [self.call(t, "tag", t.reference, reference), self.call(t, "push", reference)]
+        pushed, index_tag, index_step = self.push_steps(t, destination)
+        steps = [self.call(t, "tag", t.reference, pushed), self.call(t, "push", pushed), index_step]
         if dry_run:
             return Result(steps)
         self.verify(t)  # never share an image that is not the locked one
-        repo_digest = docker_api.push(self.client(t), t.reference, reference)
-        known = (lock.entry(t.name, t.arch) or {}).get("repo_digests") or []
-        entry = lock.record(t.name, t.arch, repo_digests=sorted(set(known) | ({repo_digest} if repo_digest else set())))
-        return Result(steps, entry, [f"pushed {reference}" + (f" ({repo_digest})" if repo_digest else "")])
+        docker_api.push(self.client(t), t.reference, pushed)
+        entry, message = self.publish(t, pushed, index_tag)
+        return Result(steps, entry, [message])
 
     def save(self, t: Target, output: Path, *, dry_run: bool = False) -> Result:
         steps = [self.call(t, "save", "-o", str(output), t.reference)]

@@ -19,7 +19,7 @@ from dlrun.images.digest import file_sha256
 from dlrun.images.docker_api import PLATFORM
 from dlrun.images.engines.base import Log, Result, Target
 from dlrun.images.engines.single_file import SingleFileEngine
-from dlrun.images.refs import REGISTRY, Location, enroot_docker_uri
+from dlrun.images.refs import REGISTRY, Location, enroot_docker_uri, parse_location
 from dlrun.images.spec import squashfs_path
 from dlrun.images.steps import Command, Note, require_tool, run_command, tools
 from dlrun.registry import ENGINES, Tool
@@ -85,12 +85,21 @@ class EnrootEngine(SingleFileEngine):
         return Result(steps, entry)
 
     def pull(self, t: Target, source: str, *, dry_run: bool = False, log: Log = print) -> Result:
+        """A registry image is resolved first and imported by its manifest digest (`REGISTRY#REPO@sha256:...`,
+        which enroot's import takes): the file is made from exactly the image the lock then names."""
+        location = parse_location(source)
         steps = self.import_steps(t, self.pull_from(source))
         if dry_run:
             return Result(steps)
         require_tool("enroot")
+        if location.scheme not in (REGISTRY, "docker"):  # dockerd://, podman://: the local engine's image
+            self.run(steps)
+            return Result(steps, self._imported(t, source, f"pull ({self.name}) {source}"))
+        resolved = self.registry_image(t, location.registry_reference)
+        steps = self.import_steps(t, self.pull_from(resolved.manifest_reference))
         self.run(steps)
-        return Result(steps, self._imported(t, source, f"pull ({self.name}) {source}"))
+        self._imported(t, source, f"pull ({self.name}) {source}", digest=resolved.config)
+        return Result(steps, self.record_registry(t, resolved))
 
     def image_file(self, t: Target) -> Path:
         return squashfs_path(t.name, t.arch)

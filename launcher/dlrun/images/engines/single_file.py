@@ -14,6 +14,11 @@ class SingleFileEngine(Engine):
     #: How to get the file when it is missing, for the error message.
     obtain_hint = "build, pull or load it first"
 
+    @property
+    def expect_field(self) -> str:  # type: ignore[override]
+        """`--digest` names the file's sha256."""
+        return self.lock_field
+
     def image_file(self, t: Target) -> Path:
         raise NotImplementedError
 
