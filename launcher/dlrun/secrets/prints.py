@@ -2,12 +2,12 @@
 the values died (SIGKILL, a crash, a reboot), without the values ever being written.
 
 Before its job starts, a run directory gets `.secret-prints.json`: for every form of every secret value
-(`dlrun.secrets.forms.needles`), its length, the top PRINT_BITS bits of a rolling polynomial hash (whose base
-is secret) of its first ANCHOR_BYTES bytes and of all of it, and an HMAC-SHA256 of it, all under a key derived from the site's
-key (`secrets.key` in DLRUN_HOME, 0600, made once) and a salt of the run's own. The recovery of an orphaned
-run, and every export of a run's files (`--with-logs`), slide a window over the files, keep the places where
-a form's first bytes have its rolling hash, and redact the forms whose HMAC matches there too. The file is
-useless without the site's key, and neither travels in a bundle.
+(`dlrun.secrets.forms.needles`), its length, the top PRINT_BITS bits of a rolling polynomial hash (whose base is
+secret) of its first ANCHOR_BYTES bytes and of all of it, and an HMAC-SHA256 of it, all under a key derived from the
+site's key (`secrets.key` in DLRUN_HOME, 0600, made once) and a salt of the run's own. The recovery of an orphaned
+run, and every export of a run's files (`--with-logs`), slide a window over the files, keep the places where a
+form's first bytes have its rolling hash, and redact the forms whose HMAC matches there too. The file is useless
+without the site's key, and neither travels in a bundle.
 """
 from __future__ import annotations
 
