@@ -9,10 +9,16 @@ from dlrun.results.store import Store
 _ids = itertools.count()
 #: The machine the runs were made on unless a test says otherwise: a DGX-2 node as NVIDIA describes it (two
 #: Xeon Platinum 8168, 1.5 TB, 16 V100 32 GB), fingerprinted as a job on it reports itself.
-DGX2_NODE = {"cpu": "Intel Xeon Platinum 8168", "sockets": 2, "cores_per_socket": 24, "memory_gib": 1510,
+DGX2_NODE = {"cpu": "Intel Xeon Platinum 8168", "cpu_id": "GenuineIntel family 6 model 85 stepping 4",
+             "isa": "x86-64-v4", "sockets": 2, "cores_per_socket": 24, "memory_gib": 1510,
              "gpu": "Tesla V100-SXM3-32GB", "gpu_count": 16, "gpu_memory_gib": 32, "driver": "535.104.05",
              "device": "cuda", "cuda": "12.2", "cudnn": "8902", "nccl": "2.18.5", "fabric_rate_gbps": 100.0,
              "node_from": "job"}
+
+
+#: The knobs of a run on PyTorch's own ops (the key's code path `reference`), as the harness records them.
+REFERENCE_KNOBS = {name: {"value": "off", "source": "default"}
+                   for name in ("fused_optimizer", "fused_bn_relu", "channels_last", "compile")}
 
 
 def record(value: float, *, workload: str = "resnet50", model: str = "resnet50_v1.5", system: str = "dgx2",
@@ -31,14 +37,15 @@ def record(value: float, *, workload: str = "resnet50", model: str = "resnet50_v
                                  "framework": "pytorch", "dataset": "synthetic", "model": model},
                     "image": {"name": image, "kind": "container", "framework": "pytorch",
                               "framework_version": version},
-                    "global_batch_size": batch * devices},
+                    "global_batch_size": batch * devices, "env": {}},
            "provenance": {}, "fingerprint": machine and {**machine, "fabric": fabric, "nodes": nodes}}
     extra: dict[str, Any] = {"framework": "pytorch", "framework_version": version}
     if comm:
         extra.update(benchmark="allreduce", backend="gloo", dtype="float32")
         row = {"metric": "busbw", "value": value, "unit": "GB/s", "collective": "all_reduce", "extra": extra}
     else:
-        extra.update(global_batch_size=batch * devices, amp_dtype="bfloat16" if precision == "amp" else None)
+        extra.update(global_batch_size=batch * devices, amp_dtype="bfloat16" if precision == "amp" else None,
+                     knobs=REFERENCE_KNOBS)
         row = {"metric": "throughput", "value": value, "unit": "images/sec", "model": model, "extra": extra}
     if verdict_inputs is not None:  # what the harness records of the timed steps (dlrun.results.quality)
         extra["quality"] = verdict_inputs

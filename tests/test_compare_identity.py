@@ -16,7 +16,8 @@ from dlrun.results.store.query import Filters
 from dlrun.results.store import Store
 
 #: Another machine at another site: what a Xeon 8480+ node with H100s reports.
-H100_NODE = {**DGX2_NODE, "cpu": "Intel Xeon Platinum 8480+", "sockets": 2, "cores_per_socket": 56,
+H100_NODE = {**DGX2_NODE, "cpu": "Intel Xeon Platinum 8480+", "cpu_id": "GenuineIntel family 6 model 143 stepping 8",
+             "isa": "x86-64-v4+amx_bf16+amx_int8+amx_tile+avx512_bf16+avx512_fp16+avx512_vnni+avx_vnni", "sockets": 2, "cores_per_socket": 56,
              "memory_gib": 2015, "gpu": "NVIDIA H100 80GB HBM3", "gpu_count": 8, "gpu_memory_gib": 80,
              "driver": "580.65.06", "cuda": "12.8"}
 #: What the harness records of timed steps that nothing disturbed (the verdict's inputs).
@@ -38,7 +39,8 @@ def test_runs_of_two_sites_and_machines_are_refused_naming_each_field(store):
     lines = refused.value.differences
     assert "site: a.example.org (6 runs) ≠ b.example.org (6 runs)" in lines
     assert "cpu: Intel Xeon Platinum 8168 (6 runs) ≠ Intel Xeon Platinum 8480+ (6 runs)" in lines
-    assert {line.split(":")[0] for line in lines} == {"site", "cpu", "cores (sockets x cores)", "memory (GiB)", "gpu",
+    assert {line.split(":")[0] for line in lines} == {"site", "cpu", "cpu identity", "instruction set",
+                                                      "cores (sockets x cores)", "memory (GiB)", "gpu",
                                                       "gpus per node", "gpu memory (GiB)", "driver", "cuda"}
     marked = compare(store, Filters(), by="devices", allow_mismatch=True)
     assert not marked.like_for_like and marked.differences == lines
@@ -61,7 +63,8 @@ def test_along_site_or_host_they_are_compared(store, axis):
     assert rows[1]["relative"] == pytest.approx(150 / 100, rel=1e-3)
     assert rows[2]["relative"] == pytest.approx(295 / 198, rel=1e-3)
     if axis == "host":  # two machines of one site, both `dgx2` to it: the machine is the axis
-        assert rows[1]["host"] == "Intel Xeon Platinum 8480+ 2x56 2015 GiB, 8x NVIDIA H100 80GB HBM3"
+        assert rows[1]["host"] == ("Intel Xeon Platinum 8480+ 2x56 2015 GiB (GenuineIntel family 6 model 143 stepping 8), "
+                                    "8x NVIDIA H100 80GB HBM3")
 
 
 def test_along_host_the_sites_must_still_match_and_along_system_both_may_differ(store):
@@ -157,3 +160,17 @@ def test_along_system_two_sites_runs_of_one_system_name_are_not_pooled(store):
     assert "site: a.example.org (3 runs) ≠ b.example.org (3 runs) (pooled in system localhost)" in \
         refused.value.differences
     assert compare(store, Filters(system=("localhost",)), by="site").like_for_like
+
+
+def test_rows_of_two_sites_and_machines_say_which_is_which(home, dlrun_home):
+    """Compared anyway (--allow-mismatch), the rows of two sites on two machines look alike but for their
+    numbers: the table prints the site and the machine of each row."""
+    store = Store(dlrun_home / "results.sqlite")
+    _two_sites(store)
+    table = run_cli("compare", "--by", "devices", "--allow-mismatch", env=home, check=True).stdout
+    header = next(line for line in table.splitlines() if "┃" in line and "site" in line)
+    assert "machine" in header
+    assert table.count("b.example.org") >= 2 and "Intel Xeon Platinum 8480+" in table
+    one_site = run_cli("compare", "--by", "devices", "--site", "a.example.org", env=home,
+                       check=True).stdout
+    assert not any("┃" in line and "machine" in line for line in one_site.splitlines())

@@ -37,6 +37,7 @@ comm = load_harness("pytorch", "comm")
 collectives = load_harness("pytorch", "collectives")
 features = load_harness("pytorch", "features")
 train = load_harness("pytorch", "train")
+contract = load_harness("pytorch", "contract")
 
 # Reference parameter counts (torchvision; Ren et al. Table II), in millions.
 TABLE_PARAMS_M = {
@@ -439,7 +440,13 @@ def test_fp32_on_cuda_turns_tf32_off_and_tf32_turns_it_on(tf32_flags):
 def test_each_precision_runs_the_type_it_names(tf32_flags, precision, device, dtype, scaler):
     factory, ran, needs_scaler, _ = features.resolve_precision(precision, device)
     assert (ran, needs_scaler) == (dtype, scaler) and factory is not None
-    assert features.RAN[ran] == {"float16": "fp16", "bfloat16": "bf16"}[dtype]
+    assert contract.PRECISION_OF_DTYPE[ran] == {"float16": "fp16", "bfloat16": "bf16"}[dtype]
+
+
+def test_an_llm_trains_amp_in_bfloat16_on_a_gpu_too(tf32_flags):
+    """The contract's one amp rule: float16 on a GPU, except for the LLMs, which train in bfloat16 everywhere."""
+    assert features.resolve_precision("amp", "cuda", kind=contract.LLM_KIND)[1:3] == ("bfloat16", False)
+    assert features.resolve_precision("amp", "cuda")[1:3] == ("float16", True)
 
 
 @pytest.mark.parametrize("precision", ["tf32", "fp16"])
@@ -582,7 +589,7 @@ def test_harness_files_are_the_entry_and_every_sibling():
     on_disk = sorted(p.name for p in HARNESS_DIR.glob("*.py") if p.name != "__init__.py")
     assert sorted({*names, *(p.name for p in harness_files("tensorflow"))}) == on_disk
     # the shared parts, shipped with both frameworks' harnesses (a fix there reaches both)
-    for shared in ("harness_common.py", "harness_ranks.py"):
+    for shared in ("harness_common.py", "harness_contract.py", "harness_ranks.py", "harness_result_schema.py"):
         assert shared in names and shared in [p.name for p in harness_files("tensorflow")]
     assert {"harness_pytorch_models.py", "harness_pytorch_comm.py", "harness_pytorch_train.py",
             "harness_pytorch_data.py"} <= set(names)
@@ -633,7 +640,9 @@ def test_each_sibling_imports_alone_without_side_effects(path, default_threads):
     seen = json.loads(proc.stdout)
     assert seen["path"] and seen["env"] and seen["dlrun"] == []
     assert seen["threads"] == default_threads
-    stdlib_only = path.stem in ("harness_common", "harness_ranks", "harness_pytorch_allocator",
+    stdlib_only = path.stem in ("harness_common", "harness_contract", "harness_node", "harness_ranks",
+                                "harness_result_schema",
+                                "harness_pytorch_allocator",
                                 "harness_pytorch_knobs", "harness_pytorch_tfrecord", "harness_pytorch_mfu",
                                 "harness_pytorch_args", "harness_pytorch_storage")
     assert seen["torch_loaded"] is not stdlib_only

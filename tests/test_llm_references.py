@@ -83,8 +83,7 @@ def test_the_8b_model_renders_sharded_on_the_new_systems(dlrun_home, tmp_path, s
     assert proc.returncode == 0, proc.stderr
     last = proc.stdout.strip().splitlines()[-1]
     assert last.startswith("srun --mpi=pmix --nodes=2 --ntasks=16 --ntasks-per-node=8 ")
-    assert last.endswith("--precision amp --device cuda --threads 14 --expected-world-size 16 --dist fsdp "
-                         "--timeout-s 1800")
+    assert last.endswith("--precision amp --dist fsdp --timeout-s 1800 --device cuda --expected-world-size 16")
     path = tmp_path / f"{system}.sh"
     path.write_text(proc.stdout)
     check = subprocess.run([shellcheck_path(), "--severity=style", str(path)], capture_output=True, text=True)
@@ -133,9 +132,9 @@ def test_reproduce_dry_run_renders_the_dgxc_points(dlrun_home):
     proc = run_cli("reproduce", DGXC, "--system", "dgx-h100", "--dry-run", "--script")
     assert proc.returncode == 0, proc.stderr
     harness = re.findall(r"harness_pytorch\.py (.*?)'?$", proc.stdout, flags=re.M)
-    assert harness[0] == ("--model llama3_8b --batch-size 1 --global-batch-size 128 --steps 45 --warmup-steps 5 "
-                          "--precision amp --device cuda --threads 14 --expected-world-size 8 --dist fsdp "
-                          "--timeout-s 1800")
+    assert harness[0] == ("--model llama3_8b --threads 14 --batch-size 1 --steps 45 --warmup-steps 5 "
+                          "--precision amp --dist fsdp --timeout-s 1800 --global-batch-size 128 --device cuda "
+                          "--expected-world-size 8")
     assert "--global-batch-size 2048" in proc.stdout and "#SBATCH --nodes=16" in proc.stdout
 
 

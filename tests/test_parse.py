@@ -268,26 +268,42 @@ def test_list_formats():
         ["dlrun-harness", "nccl-tests", "tf_cnn_benchmarks", "horovod", "dllogger", "mllog", "osu", "fio"]
 
 
+#: A training result with every field the contract's schema requires of one (harness_result_schema).
+TRAINING_RESULT = {"metric": "throughput", "value": 12.5, "unit": "images/sec", "model": "resnet18",
+                   "batch_size_per_rank": 4, "world_size": 2, "num_devices": 2, "formula": "x", "status": "ok",
+                   "harness_version": "1", "device": "cpu", "framework": "pytorch", "framework_version": "2.13.0",
+                   "precision": "fp32", "precision_ran": "fp32", "global_batch_size": 8, "timed_steps": 3,
+                   "warmup_steps": 1, "wall_time_s": 1.9}
+
+
 def test_dlrun_result_line():
-    record = {"metric": "throughput", "value": 12.5, "unit": "images/sec", "model": "resnet18",
-              "batch_size_per_rank": 4, "world_size": 2, "formula": "x"}
-    text = "Step\tImg/sec\ttotal_loss\ntotal images/sec: 12.50\nDLRUN_RESULT " + json.dumps(record) + "\n"
+    text = ("Step\tImg/sec\ttotal_loss\ntotal images/sec: 12.50\nDLRUN_RESULT " + json.dumps(TRAINING_RESULT)
+            + "\n")
     res = parse_text(text)
     assert (res.kind, res.value, res.model, res.batch_size, res.num_devices) == \
         ("dlrun-harness", 12.5, "resnet18", 4, 2)
 
 
+def _result(raw_value: str | None = None, **fields) -> str:
+    """TRAINING_RESULT with `fields`, its value written as the JSON text `raw_value` (NaN, 1e999) where given."""
+    text = json.dumps({**TRAINING_RESULT, **fields})
+    return text.replace('"value": 12.5', f'"value": {raw_value}') if raw_value else text
+
+
 @pytest.mark.parametrize("payload,message", [
     ("[" * 100000, "nested too deeply"),
     ("5", "followed by a JSON int, expected an object"),
-    ('{"value": NaN}', r"throughput value must be finite and >= 0, got nan"),
-    ('{"value": -3.0}', r"throughput value must be finite and >= 0, got -3.0"),
-    ('{"value": 1e999}', r"throughput value must be finite and >= 0, got inf"),
+    (_result("NaN"), r"breaks dlrun's result schema: field value is not finite"),
+    (_result(value=-3.0), r"throughput value must be finite and >= 0, got -3.0"),
+    (_result("1e999"), r"breaks dlrun's result schema: field value is not finite"),
     ('{"value": ' + "9" * 5000 + "}", "malformed JSON"),
-    ('{"value": 1, "unit": "furlongs"}', "unit 'furlongs' is not one of"),
-    ('{"value": 1, "world_size": 2.5}', "num_devices must be an integer, got 2.5"),
+    (_result(unit="furlongs"), "unit 'furlongs' is not one of"),
+    (_result(world_size=2.5), "breaks dlrun's result schema: field world_size is a float, not a int"),
+    (json.dumps({k: v for k, v in TRAINING_RESULT.items() if k != "wall_time_s"}),
+     r"^the DLRUN_RESULT line breaks dlrun's result schema: field wall_time_s \(.*\) is missing$"),
 ])
 def test_dlrun_result_nonsense_is_refused(payload, message):
+    """Each refusal is one line: the schema's (the contract both sides import), then the result's own checks."""
     with pytest.raises(ParseError, match=message):
         parse_text("DLRUN_RESULT " + payload)
 

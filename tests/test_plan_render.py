@@ -66,8 +66,9 @@ def test_allreduce_workload_renders_the_harness_sweep(dlrun_home):
     last = render_job(plan).script.strip().splitlines()[-1]
     assert last.startswith("exec mpirun -np 2 ")
     assert last.endswith("harness_pytorch.py --benchmark allreduce --min-bytes 1048576 --max-bytes 1073741824 "
-                         "--size-factor 2 --steps 500 --warmup-steps 5 --device cpu --threads 1 "
-                         "--expected-world-size 2 --timeout-s 1800")  # the plan's time limit, 30 min
+                         "--size-factor 2 --threads 1 --steps 500 --warmup-steps 5 "
+                         "--timeout-s 1800 "  # the plan's time limit, 30 min
+                         "--device cpu --expected-world-size 2")
     assert "# workload=allreduce_1mb_1gb model=allreduce " in render_job(plan).script
 
 
@@ -75,7 +76,7 @@ def test_allocator_choice_reaches_the_harness_and_the_plan(dlrun_home):
     plan = resolve_plan(load_catalog(host=probe_host()), "resnet50", steps=2, allocator="system")
     assert plan.summary()["allocator"] == "system"
     last = render_job(plan).script.strip().splitlines()[-1]
-    assert last.endswith("--expected-world-size 1 --allocator system --timeout-s 1800")
+    assert last.endswith("--timeout-s 1800 --allocator system --device cpu --expected-world-size 1")
 
 
 def test_two_rank_script_uses_mpirun(dlrun_home):

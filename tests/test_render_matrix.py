@@ -31,11 +31,13 @@ from dlrun.registry import SCHEDULERS
 
 FIXED_HOME = "/nonexistent/dlrun-home"  # the image store (SIF files) lives under DLRUN_HOME
 SIF = f"{FIXED_HOME}/images/matrix-image/x86_64/matrix-image.sif"
-HARNESS = ("python3 /opt/dlrun/harness_pytorch.py --model trivial --batch-size 8 --steps 3 --warmup-steps 1 "
-           "--precision fp32 --device cuda --threads 8 --expected-world-size 4 --data-workers 4 "
-           "--timeout-s 1200")  # the collective timeout is the plan's time limit, 00:20:00
+# The options in their declaration order (dlrun.runoptions), then what no option decides.
+HARNESS = ("python3 /opt/dlrun/harness_pytorch.py --model trivial --threads 8 --batch-size 8 --steps 3 "
+           "--warmup-steps 1 --precision fp32 --data-workers 4 "
+           "--timeout-s 1200 "  # the collective timeout is the plan's time limit, 00:20:00
+           "--device cuda --expected-world-size 4")
 # A dataset bound at /data (--data DIR is that bind) is what the harness trains on.
-HARNESS_DATA = HARNESS.replace("--batch-size 8 ", "--batch-size 8 --data-dir /data ")
+HARNESS_DATA = HARNESS.replace("--precision fp32 ", "--precision fp32 --data-dir /data ")
 
 
 @pytest.fixture(autouse=True)
@@ -85,7 +87,7 @@ def test_singularity_and_apptainer_exact(name, prefix, imagenet):
     assert _shown(wrapped.argv, imagenet) == (
         f'{name} exec --nv -B "${{DLRUN_RUN_DIR}}" --pwd "${{DLRUN_RUN_DIR}}" '
         "-B /scratch/out:/out -B /scratch/imagenet:/data:ro -B /dev/infiniband:/dev/infiniband "
-        "--env GLOO_SOCKET_IFNAME=ib0 "
+        "--env DLRUN_KNOB_SOURCES=threads=default --env GLOO_SOCKET_IFNAME=ib0 "
         '--env "MASTER_ADDR=${DLRUN_MASTER_ADDR}" --env "MASTER_PORT=${DLRUN_MASTER_PORT:-29500}" '
         "--env NCCL_DEBUG=INFO --env NCCL_IB_DISABLE=0 --env NCCL_IB_HCA=mlx5_0:1 --env NCCL_SOCKET_IFNAME=ib0 "
         "--env OMP_NUM_THREADS=8 --env PYTHONUNBUFFERED=1 --env UCX_NET_DEVICES=mlx5_0:1 "
@@ -116,7 +118,8 @@ def test_enroot_through_pyxis_exact(imagenet):
 
 
 # ------------------------------------------------------------------------------------ exact: launchers
-AFFINITY = ("bash -c 'lr=${LOCAL_RANK:-${OMPI_COMM_WORLD_LOCAL_RANK:-${SLURM_LOCALID:-${MPI_LOCALRANKID:-0}}}}; "
+AFFINITY = ("bash -c 'lr=${LOCAL_RANK:-${OMPI_COMM_WORLD_LOCAL_RANK:-${HOROVOD_LOCAL_RANK:-${SLURM_LOCALID:-"
+            "${MPI_LOCALRANKID:-${JSM_NAMESPACE_LOCAL_RANK:-0}}}}}}; "
             'IFS=, read -r -a gpus <<< "${CUDA_VISIBLE_DEVICES:-}"; if [ "${#gpus[@]}" -gt 0 ]; then '
             'gpu=${gpus[lr % ${#gpus[@]}]}; else gpu=$lr; fi; export CUDA_VISIBLE_DEVICES="$gpu"; numa=(0 1); '
             'node=""; case "$gpu" in (*[!0-9]*) ;; (*) node=${numa[gpu]:-} ;; esac; if [ -n "$node" ] && '
@@ -133,10 +136,11 @@ def test_mpirun_hybrid_exact():
     assert line == (
         'mpirun -np 4 -H "${DLRUN_HOSTS}" --bind-to none --map-by slot --output-filename "${DLRUN_RUN_DIR}/logs" '
         "-mca pml ob1 -mca btl '^openib' -mca btl_tcp_if_include eth0 "
-        "-x GLOO_SOCKET_IFNAME -x MASTER_ADDR -x MASTER_PORT -x NCCL_IB_DISABLE -x NCCL_SOCKET_IFNAME "
+        "-x DLRUN_KNOB_SOURCES -x GLOO_SOCKET_IFNAME -x MASTER_ADDR -x MASTER_PORT -x NCCL_IB_DISABLE "
+        "-x NCCL_SOCKET_IFNAME "
         f"-x OMP_NUM_THREADS -x PYTHONUNBUFFERED {AFFINITY} {HARNESS}")
     ib = _launch_line(matrix_plan("host", "mpirun", "ib"))
-    assert "-mca pml ucx -mca osc ucx -mca btl '^openib' -x GLOO_SOCKET_IFNAME" in ib
+    assert "-mca pml ucx -mca osc ucx -mca btl '^openib' -x DLRUN_KNOB_SOURCES -x GLOO_SOCKET_IFNAME" in ib
     opa = _launch_line(matrix_plan("host", "mpirun", "opa"))
     assert "-mca pml cm -mca mtl ofi -mca mtl_ofi_provider_include psm2 -mca btl '^openib'" in opa
     assert "-x FI_PROVIDER" in opa and "-x PSM2_CUDA" in opa
@@ -184,7 +188,7 @@ def test_horovodrun_exact():
         "horovodrun -np 4 -H \"${DLRUN_HOSTS}\" --mpi --mpi-args '--bind-to none --map-by slot' "
         "--output-filename \"${DLRUN_RUN_DIR}/logs\" "
         f"--network-interface eth0 {AFFINITY} "
-        + HARNESS.replace("--expected-world-size 4", "--expected-world-size 4 --dist horovod"))
+        + HARNESS.replace("--data-workers 4", "--data-workers 4 --dist horovod"))
 
 
 def test_launcher_scheduler_mismatches_are_usage_errors():

@@ -7,6 +7,7 @@ import pytest
 import torch
 from conftest import REPO, run_cli
 
+from dlrun.harness.harness_contract import code_path
 from dlrun.probe.cpu import cpu_inventory, memory_gb
 from dlrun.results import key as keys
 from dlrun.results.compare import key_diff
@@ -30,7 +31,7 @@ def test_a_real_run_has_a_complete_key(dlrun_home):
     run = store.get_run(store.list_runs(1)[0]["id"])
     key = run["key"]
     cpu = cpu_inventory()  # the machine as dlrun's probe sees it; the job read the same /proc and /sys
-    machine = {"site": run["site"], "cpu": short_cpu_name(cpu["model"]),
+    machine = {"site": run["site"], "cpu": short_cpu_name(cpu["model"]), "cpu_id": cpu["cpu_id"], "isa": cpu["isa"],
                "cores": f"{cpu['sockets']}x{cpu['physical_cores'] // cpu['sockets']}",
                "memory_gib": round(memory_gb()), "gpu": "none", "gpu_count": 0, "gpu_memory_gib": "n/a",
                "driver": "n/a", "cuda": "n/a", "cudnn": "n/a", "nccl": "n/a", "fabric_rate": "n/a"}
@@ -38,7 +39,9 @@ def test_a_real_run_has_a_complete_key(dlrun_home):
                    "global_batch": 4, "data": "synthetic", "data_format": "n/a", "framework": "pytorch",
                    "framework_version": torch.__version__,
                    "image_digest": "host:harness-" + run["provenance"]["harness_sha256"].split(":")[-1][:16],
-                   "devices": 1, "nodes": 1, "system": "localhost", "fabric": "n/a", **machine}
+                   "devices": 1, "nodes": 1, "system": "localhost", "fabric": "n/a", "env": "none",
+                   "code_path": code_path(run["results"][0]["extra"]["knobs"]), **machine}
+    assert key["code_path"] not in (None, "unknown", "n/a")
     assert run["key_hash"] == keys.key_hash(key) and key_diff.has_unknown(key) == []
     assert run["origin"] == "local" and run["site"]
     assert run["fingerprint"]["node_from"] == "job"  # what the job reported of its node, not dlrun's inventory
@@ -53,7 +56,7 @@ def test_an_imported_tf_cnn_benchmarks_log_says_what_it_cannot_tell():
     assert key["system"] == "dgx1v"
     assert key_diff.has_unknown(key) == ["model", "precision", "batch_per_device", "global_batch", "data",
                                      "data_format", "framework_version", "image_digest", "devices", "nodes",
-                                     "fabric", "site", *keys.MACHINE_FIELDS]  # nobody said where it ran
+                                     "fabric", "env", "site", *keys.MACHINE_FIELDS]  # nobody said where it ran
 
 
 def test_an_imported_nccl_tests_log_is_a_communication_key():
@@ -61,7 +64,8 @@ def test_an_imported_nccl_tests_log_is_a_communication_key():
     assert key == {"workload": "nccl-tests:all_reduce", "model": "all_reduce", "precision": "float32",
                    "batch_per_device": "n/a", "global_batch": "n/a", "data": "n/a", "data_format": "n/a",
                    "framework": "nccl-tests", "framework_version": "2.8.3+cuda11.2", "image_digest": "unknown",
-                   "devices": 16, "nodes": 2, "system": "aws-p3dn", "fabric": "unknown", "site": "unknown",
+                   "devices": 16, "nodes": 2, "system": "aws-p3dn", "fabric": "unknown", "env": "unknown",
+                   "code_path": "n/a", "site": "unknown",
                    **dict.fromkeys(keys.MACHINE_FIELDS, "unknown")}
     one_host = _imported("nccl-tests/superbench_allreduce_g8.log")
     assert (one_host["devices"], one_host["nodes"], one_host["fabric"]) == (8, 1, "n/a")
@@ -116,7 +120,8 @@ def test_a_matmul_measurement_has_a_key_of_its_own():
 
 
 # ------------------------------------------------------------------------------ site and machine in the key
-A100_NODE = {"cpu": "AMD EPYC 7742", "sockets": 2, "cores_per_socket": 64, "memory_gib": 1008,
+A100_NODE = {"cpu": "AMD EPYC 7742", "cpu_id": "AuthenticAMD family 23 model 49 stepping 0", "isa": "x86-64-v3",
+             "sockets": 2, "cores_per_socket": 64, "memory_gib": 1008,
              "gpu": "NVIDIA A100-SXM4-40GB", "gpu_count": 8, "gpu_memory_gib": 40, "driver": "535.104.05",
              "device": "cuda", "cuda": "12.2", "cudnn": "8902", "nccl": "2.18.5", "fabric": "ib",
              "fabric_rate_gbps": 200.0, "nodes": 2, "node_from": "job"}
@@ -132,13 +137,15 @@ def _keyed(fingerprint, site="a.example.org", nodes=2):
 def test_the_machine_and_the_site_are_in_the_key_and_differences_name_them():
     here = _keyed(A100_NODE)
     assert {name: here[name] for name in ("site", *keys.MACHINE_FIELDS)} == {
-        "site": "a.example.org", "cpu": "AMD EPYC 7742", "cores": "2x64", "memory_gib": 1008,
+        "site": "a.example.org", "cpu": "AMD EPYC 7742", "cpu_id": "AuthenticAMD family 23 model 49 stepping 0",
+        "isa": "x86-64-v3", "cores": "2x64", "memory_gib": 1008,
         "gpu": "NVIDIA A100-SXM4-40GB", "gpu_count": 8, "gpu_memory_gib": 40, "driver": "535.104.05",
         "cuda": "12.2", "cudnn": "8902", "nccl": "2.18.5", "fabric_rate": "200 Gb/s"}
     there = _keyed({**A100_NODE, "cpu": "Intel Xeon Platinum 8480+", "cuda": "12.4"}, site="b.example.org")
     assert key_diff.differences(here, there) == ["site: a.example.org ≠ b.example.org",
                                              "cpu: AMD EPYC 7742 ≠ Intel Xeon Platinum 8480+", "cuda: 12.2 ≠ 12.4"]
-    assert keys.machine_label(here) == "AMD EPYC 7742 2x64 1008 GiB, 8x NVIDIA A100-SXM4-40GB"
+    assert keys.machine_label(here) == ("AMD EPYC 7742 2x64 1008 GiB (AuthenticAMD family 23 model 49 stepping 0), "
+                                         "8x NVIDIA A100-SXM4-40GB")
 
 
 def test_a_run_on_cpus_has_no_cuda_stack_and_one_node_no_fabric_rate():
@@ -284,3 +291,38 @@ def test_an_imported_nccl_tests_log_gets_the_key_of_the_dlrun_run_of_the_same_th
     assert {k: v for k, v in imported_key.items() if k != "site"} == {k: v for k, v in dlrun_key.items() if k != "site"}
     assert key_diff.has_unknown(imported_key, WHERE) == ["framework_version"]  # this log prints no NCCL version line
     assert (imported_key["devices"], imported_key["nodes"], imported_key["fabric"]) == (16, 2, "ib")
+
+
+def test_two_cpus_of_one_marketing_name_but_another_family_or_model_are_different_machines():
+    """A cloud VM's `AMD EPYC` is Zen 2 to Zen 5: the CPU's identity and instruction set tell them apart."""
+    zen4 = {**A100_NODE, "cpu": "AMD EPYC", "cpu_id": "AuthenticAMD family 25 model 17 stepping 1",
+            "isa": "x86-64-v4+avx512_bf16+avx512_vnni"}
+    zen5 = {**zen4, "cpu_id": "AuthenticAMD family 26 model 2 stepping 1"}
+    a, b = _keyed(zen4), _keyed(zen5)
+    assert keys.key_hash(a) != keys.key_hash(b)
+    assert key_diff.differences(a, b) == ["cpu identity: AuthenticAMD family 25 model 17 stepping 1 ≠ "
+                                          "AuthenticAMD family 26 model 2 stepping 1"]
+    assert keys.machine_label(a) != keys.machine_label(b)  # compare --by host names them apart
+
+
+def test_a_run_with_a_communication_variable_is_not_like_for_like_with_one_without():
+    """--env NCCL_ALGO=Tree changes which algorithm NCCL runs: the key's env holds it (never a secret)."""
+    from compare_data import record
+
+    base, rows = record(100.0)
+    tree = {**base, "plan": {**base["plan"], "env": {"NCCL_ALGO": "Tree", "HF_TOKEN": "hf_abcdefghijkl",
+                                                     "MY_LABEL": "x"}}}
+    a, b = keys.key_from_run(base, rows), keys.key_from_run(tree, rows)
+    assert (a["env"], b["env"]) == ("none", "NCCL_ALGO=Tree")  # the token and the label decide nothing
+    assert key_diff.differences(a, b) == ["performance environment: none ≠ NCCL_ALGO=Tree"]
+
+
+def test_runs_on_different_code_paths_are_never_pooled_whoever_chose_the_knobs():
+    from compare_data import REFERENCE_KNOBS, record
+
+    run, rows = record(100.0)
+    tuned = [{**rows[0], "extra": {**rows[0]["extra"], "knobs": {
+        **REFERENCE_KNOBS, "fused_bn_relu": {"value": "on", "source": "tuned"}}}}]
+    a, b = keys.key_from_run(run, rows), keys.key_from_run(run, tuned)
+    assert (a["code_path"], b["code_path"]) == ("reference", "fused_bn_relu=on")
+    assert key_diff.differences(a, b) == ["code path: reference ≠ fused_bn_relu=on"]

@@ -7,6 +7,8 @@ import dataclasses
 import pytest
 import typer.main
 
+from conftest import REPO
+
 from dlrun.catalog.experiment_points import Point
 from dlrun.cli.app import app
 from dlrun.plan import DERIVED_FIELDS, Plan, resolve_plan
@@ -148,8 +150,8 @@ def test_the_tf2_harness_gets_data_dir_once_exact_argv(dlrun_home, tmp_path):
                         batch_size=4, threads=2)
     assert workload_command(plan) == [
         plan.image.python, f"{plan.image.harness_dir}/harness_tensorflow.py", "--model", "resnet50_v1.5",
-        "--batch-size", "4", "--data-dir", "/data", "--steps", "2", "--warmup-steps", "1", "--precision", "fp32",
-        "--device", "cpu", "--threads", "2", "--expected-world-size", "1", "--timeout-s", "1800"]
+        "--threads", "2", "--batch-size", "4", "--steps", "2", "--warmup-steps", "1", "--precision", "fp32",
+        "--data-dir", "/data", "--timeout-s", "1800", "--device", "cpu", "--expected-world-size", "1"]
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -232,3 +234,38 @@ def test_a_telemetry_period_outside_the_samplers_limits_is_one_line(dlrun_home, 
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         f"dlrun: error: bad --telemetry {given!r}; valid: off, or seconds from 0.05 to 3600"]
+
+
+def test_a_new_harness_option_is_its_declaration_alone(monkeypatch):
+    """Declaring a harness-only option (a flag, no Plan field) gives the CLI option, its check, the plan's value
+    and the rendered flag, with no code anywhere else: the declaration owns every hop."""
+    import dlrun.runoptions as runoptions
+    from matrix_catalog import matrix_catalog
+
+    from dlrun.cli.options import typer_parameter
+    from dlrun.errors import UsageError
+    from dlrun.render import harness_command
+
+    new = runoptions._opt("demo_depth", "A harness-only option of this test.", type=int, minimum=1,
+                          resolver="harness", harness_flag="--demo-depth")
+    monkeypatch.setattr(runoptions, "RUN_OPTIONS", (*runoptions.RUN_OPTIONS, new))
+    monkeypatch.setattr(runoptions, "BY_NAME", {**runoptions.BY_NAME, new.name: new})
+    assert typer_parameter(new).name == "demo_depth"
+    plan = resolve_plan(matrix_catalog(), "trivial", system="matrix", demo_depth=3)
+    assert plan.harness_options == {"demo_depth": 3}
+    argv = harness_command(plan)
+    assert argv[argv.index("--demo-depth") + 1] == "3"
+    assert "--demo-depth" not in harness_command(resolve_plan(matrix_catalog(), "trivial", system="matrix"))
+    with pytest.raises(UsageError, match="^--demo-depth must be a positive integer, got 0$"):
+        resolve_plan(matrix_catalog(), "trivial", system="matrix", demo_depth=0)
+
+
+def test_every_option_says_how_it_reaches_the_job():
+    """A harness flag, a rank variable, the scheduler's options, or a Plan field a backend renders: nothing is
+    declared that goes nowhere, and what the harness receives of an option comes from its declaration."""
+    assert all(opt.reaches() for opt in RUN_OPTIONS)
+    flags = {opt.harness_flag for opt in RUN_OPTIONS if opt.harness_flag}
+    assert {"--batch-size", "--steps", "--warmup-steps", "--precision", "--threads", "--data-dir", "--data-workers",
+            "--dist", "--timeout-s", "--global-batch-size", "--checkpoint-dir"} <= flags
+    source = (REPO / "launcher" / "dlrun" / "render.py").read_text()
+    assert not [flag for flag in flags if f'"{flag}"' in source], "render.py writes an option's flag by hand"

@@ -251,21 +251,24 @@ def test_a_first_run_tunes_a_new_fingerprint_is_measured_again_and_asked_knobs_s
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     from dlrun.cli.options import load_catalog
-    from dlrun.plan import resolve_plan
+    from dlrun.plan import SiteInputs, resolve_plan
     from dlrun.preflight import node_inventory
-    from dlrun.tune import tuned_plan
+    from dlrun.tune import knob_decision
 
     inventory = node_inventory()
     other = {**inventory, "cpu": {**inventory["cpu"], "model": "Another CPU", "isa_flags": ["avx2", "fma"]}}
-    plan = resolve_plan(load_catalog(), "trivial", batch_size=2, steps=2, warmup_steps=1, telemetry="off",
-                        fused_optimizer="off", tune="auto")
     lines: list[str] = []
-    applied = tuned_plan(plan, other, log=lines.append)
+
+    def tuned():  # resolve_plan finishes the plan with the machine's decision, measured where there is none
+        return resolve_plan(load_catalog(), "trivial", batch_size=2, steps=2, warmup_steps=1, telemetry="off",
+                            fused_optimizer="off", tune="auto",
+                            site=SiteInputs(knob_decision=knob_decision(other, log=lines.append)))
+    applied = tuned()
     assert any("first run of this configuration" in line for line in lines)
     assert len({d["fingerprint_id"] for d in _tuning(dlrun_home)}) == 2
     assert applied.knob_sources["channels_last"] == "tuned" and applied.fused_optimizer == "off"
     lines.clear()
-    assert tuned_plan(plan, other, log=lines.append) == applied and lines == []  # now stored: reused
+    assert tuned() == applied and lines == []  # now stored: reused
 
 
 @pytest.mark.slow

@@ -18,13 +18,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from dlrun.harness.harness_contract import PRECISION_OF_DTYPE, PRECISIONS, ran_dtype
 from dlrun.results.fingerprint import this_machine
 
-PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "amp")
+__all__ = ["DEFAULT_PRECISIONS", "PRECISIONS", "matmul_ceiling", "matmul_record", "measure_matmul"]
+
 #: What `dlrun measure matmul` measures unless --precision says: the two a training run compares against.
 DEFAULT_PRECISIONS = ("fp32", "amp")
-#: The element type of the product per precision (tf32: float32 tensors through TF32 tensor cores).
-_DTYPES = {"fp32": "float32", "tf32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 #: Untimed products before the timed ones.
 WARMUP = 2
 
@@ -93,7 +93,7 @@ def measure_matmul(precision: str, size: int = 4096, repeats: int = 7, threads: 
                 pass
         dtype = "tf32" if precision == "tf32" else "float32"
     else:
-        dtype = _DTYPES.get(precision) or ("float16" if device == "cuda" else "bfloat16")
+        dtype = ran_dtype(precision, device)  # amp: the type autocast trains a CNN in on this device
         ah, bh = a.to(getattr(torch, dtype)), b.to(getattr(torch, dtype))
         rates["mm"] = _rate(lambda: torch.mm(ah, bh), flop, repeats, sync, ticker(f"{precision} {dtype} torch.mm"))
     method = max(rates, key=rates.get)
@@ -118,3 +118,16 @@ def matmul_record(system: str, precision: str, row: dict[str, Any],
                           "framework_version": row["framework_version"]},
            "fingerprint": this_machine(fabric=None, nodes=1, device=row.get("device"))}  # measured on this node
     return run, [row]
+
+
+def matmul_ceiling(store: Any, system: str, dtype: str) -> float | None:
+    """The newest stored matmul rate of `system` in the element type `dtype` (GFLOP/s): a measurement at the
+    precision that names it (bf16 for bfloat16), or one of `amp` that ran in it (amp measures float16 on a
+    GPU, bfloat16 on a CPU). The ceiling a run is quoted against is the type it really computes in."""
+    found = [row for row in (store.latest_matmul(system, PRECISION_OF_DTYPE.get(dtype, dtype)),
+                             store.latest_matmul(system, "amp")) if row and row.get("gflops")
+             and (row.get("data") or {}).get("dtype") == dtype]
+    if not found:
+        return None
+    return float(max(found, key=lambda row: (row["created_at"], row["run_id"]))["gflops"])
+

@@ -22,15 +22,17 @@ from dlrun.errors import UsageError
 PACKAGE_DIR = Path(__file__).resolve().parent
 #: The in-container harness files (standard library + framework only), bound or copied into images.
 HARNESS_DIR = PACKAGE_DIR / "harness"
-#: The parts every framework's harness ships with (exit codes, errors, statistics; the launcher's ranks).
-HARNESS_SHARED = ("harness_common.py", "harness_ranks.py")
+#: The harness files every framework's harness ships with: the shared helpers, the rank variables, and the
+#: launcher/harness contract (harness_contract.py, harness_result_schema.py).
+HARNESS_SHARED = ("harness_common.py", "harness_contract.py", "harness_node.py", "harness_ranks.py",
+                  "harness_result_schema.py")
 #: Where a wheel puts the built-in catalogs (see `[tool.hatch.build.targets.wheel.force-include]`).
 SHIPPED_DIR = PACKAGE_DIR / "_builtin"
 
 
 def harness_files(framework: str = "pytorch") -> list[Path]:
     """The files of a framework's in-container harness, read from the harness directory: the entry
-    `harness_<framework>.py` first, then in name order the shared `harness_common.py` and `harness_ranks.py`
+    `harness_<framework>.py` first, then in name order the shared HARNESS_SHARED
     and the entry's siblings `harness_<framework>_*.py`. Shipped, bound and hashed together; empty for a framework that has
     no dlrun harness (TensorFlow 1.x images run tf_cnn_benchmarks)."""
     entry = HARNESS_DIR / f"harness_{framework}.py"
@@ -43,7 +45,8 @@ def harness_files(framework: str = "pytorch") -> list[Path]:
 def harness_hashes(harness_dir: Path, framework: str) -> tuple[str | None, dict[str, str | None]]:
     """(digest, per-file sha256) of a framework's harness files as they lie in `harness_dir`. The digest is
     the sha256 of their `sha256sum` listing in name order, so one value names the whole harness and
-    `cd DIR && LC_ALL=C sha256sum harness_common.py harness_pytorch*.py harness_ranks.py | sha256sum`
+    `cd DIR && LC_ALL=C sha256sum harness_common.py harness_contract.py harness_node.py harness_pytorch*.py harness_ranks.py
+    harness_result_schema.py | sha256sum`
     recomputes it; None when a file is missing or the framework has no harness."""
     files = {path.name: _file_sha256(harness_dir / path.name) for path in harness_files(framework)}
     if not files or None in files.values():

@@ -5,11 +5,14 @@ Pure functions of the plan: no I/O, no global state, so `--dry-run` shows precis
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from dlrun.errors import UsageError
-from dlrun.job import RUN_DIR_VAR, RankCommand, RenderedJob
+from dlrun.harness.harness_contract import (KNOB_SOURCES_ENV, knob_sources_text, local_rank_variables,
+                                            rank_variables, shell_first_set)
+from dlrun.job import RankCommand, RenderedJob
 from dlrun.plan import Plan, fabric_for
-from dlrun.runoptions import harness_args
+from dlrun.runoptions import RunOption, harness_args, rank_env
 from dlrun.registry import LAUNCHERS, RUNTIMES, SCHEDULERS
 from dlrun.shell import Expand, SecretRef
 from dlrun.staging import stage_argv
@@ -20,57 +23,40 @@ __all__ = ["TF_CNN_BENCHMARKS_DIR", "render_job", "tf_cnn_benchmarks_command", "
 
 #: The entry file of the in-container harness, per framework (its siblings sit beside it).
 HARNESS = {"pytorch": "harness_pytorch.py", "tensorflow": "harness_tensorflow.py"}
-#: PyTorch's own default collective timeout (gloo; NCCL before 2.2). A run's time limit shortens it, so that
-#: a stopped rank ends the job with the surviving ranks' timeout error; it never lengthens it.
-DEFAULT_COLLECTIVE_TIMEOUT_S = 1800
+#: The harness's arguments that no run option declares (where the plan runs it, an LLM's measured ceiling): the
+#: flag, the Plan attribute, the harness commands that take it.
+DERIVED_HARNESS_ARGS = (("--device", "device", ("training", "collective")),
+                        ("--expected-world-size", "world_size", ("training", "collective", "storage")),
+                        ("--matmul-gflops", "matmul_gflops", ("training",)))
 
 
-def collective_timeout_s(plan: Plan) -> int | None:
-    limit = plan.scheduler_options.time_seconds()
-    return None if limit is None else min(limit, DEFAULT_COLLECTIVE_TIMEOUT_S)
+def option_value(plan: Plan, opt: RunOption) -> Any:
+    """What the plan hands on of one option (dlrun.runoptions: its `harness_value`, else its field, else the
+    plan's harness-only options)."""
+    if opt.harness_value:
+        return getattr(plan, opt.harness_value)
+    return getattr(plan, opt.field) if opt.field else plan.harness_options.get(opt.name)
+
+
+def harness_args_of(plan: Plan, kind: str) -> list[str]:
+    """Every declared option's flag for harness commands of `kind`, then the derived ones."""
+    derived = [[flag, f"{value:.6g}" if isinstance(value, float) else str(value)]
+               for flag, name, kinds in DERIVED_HARNESS_ARGS
+               if kind in kinds and (value := getattr(plan, name)) is not None]
+    return harness_args(lambda opt: option_value(plan, opt), kind) + [word for pair in derived for word in pair]
 
 
 def harness_command(plan: Plan) -> list[str]:
-    """The in-container command for one rank."""
+    """The in-container command for one rank: the harness's entry, what the workload is (a model to train, or
+    a collective's message sizes), and every option that reaches it."""
     work = plan.workload
     if not work.trains:
         what = ["--benchmark", work.kind, "--min-bytes", str(work.min_bytes), "--max-bytes", str(work.max_bytes),
                 "--size-factor", str(work.size_factor)]
-        precision: list[str] = []
-        data_workers = 0  # nothing to load
     else:
-        what = ["--model", str(work.model), "--batch-size", str(plan.batch_size)]
-        if plan.data is not None:  # --data DIR: train on it, not synthetic
-            what += ["--data-dir", plan.data.mount]
-        precision = ["--precision", plan.precision]
-        data_workers = plan.data_workers
-        what += training_args(plan)
-    return [
-        plan.image.python, f"{plan.image.harness_dir}/{HARNESS[plan.image.harness_framework or work.framework]}",
-        *what,
-        "--steps", str(plan.steps),
-        "--warmup-steps", str(plan.warmup_steps),
-        *precision,
-        "--device", plan.device,
-        "--threads", str(plan.threads_per_rank),
-        "--expected-world-size", str(plan.world_size),
-    ] + (["--dist", str(plan.dist)] if plan.dist in ("horovod", "fsdp", "dataparallel") else []) + (
-        ["--data-workers", str(data_workers)] if data_workers else []) + harness_args(
-        lambda name: getattr(plan, name)) + (
-        ["--timeout-s", str(collective_timeout_s(plan))] if collective_timeout_s(plan) else [])
-
-
-def training_args(plan: Plan) -> list[str]:
-    """Gradient accumulation (the harness's global batch over every device), the checkpoint folder (the run
-    directory's checkpoints/ unless --checkpoint-dir), and an LLM's measured matmul ceiling for its MFU."""
-    args: list[str] = []
-    if plan.grad_accum > 1:
-        args += ["--global-batch-size", str(plan.global_batch_size)]
-    if plan.checkpoint_every is not None:
-        args += ["--checkpoint-dir", plan.checkpoint_dir or Expand(f"${{{RUN_DIR_VAR}}}/checkpoints")]
-    if plan.matmul_gflops is not None and plan.workload.kind == "llm-pretraining":
-        args += ["--matmul-gflops", f"{plan.matmul_gflops:.6g}"]
-    return args
+        what = ["--model", str(work.model)]
+    entry = f"{plan.image.harness_dir}/{HARNESS[plan.image.harness_framework or work.framework]}"
+    return [plan.image.python, entry, *what, *harness_args_of(plan, "training" if work.trains else "collective")]
 
 
 def nccl_tests_command(plan: Plan) -> list[str]:
@@ -88,8 +74,8 @@ def nccl_tests_command(plan: Plan) -> list[str]:
 #: In front of a site's own command (`kind: command`): the rank and local rank from whichever launcher started
 #: it, and, for `run_per: node`, every rank but the node's first leaves. Constant text; the command follows.
 COMMAND_PRELUDE = (
-    'export DLRUN_RANK="${RANK:-${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-${SLURM_PROCID:-${PMI_RANK:-0}}}}}"; '
-    'export DLRUN_LOCAL_RANK="${LOCAL_RANK:-${OMPI_COMM_WORLD_LOCAL_RANK:-${SLURM_LOCALID:-${MPI_LOCALRANKID:-0}}}}"; '
+    f'export DLRUN_RANK="{shell_first_set(rank_variables())}"; '
+    f'export DLRUN_LOCAL_RANK="{shell_first_set(local_rank_variables())}"; '
 )
 PER_NODE_GUARD = '[ "$DLRUN_LOCAL_RANK" = 0 ] || exit 0; '
 COMMAND_ARG0 = "dlrun-command"
@@ -121,8 +107,7 @@ def storage_command(plan: Plan) -> list[str]:
     if plan.data is None:
         raise UsageError(f"workload {plan.workload.name!r} reads a directory; valid: --data DIR")
     return [plan.image.python, f"{plan.image.harness_dir}/{STORAGE_READER}", "--test", str(plan.workload.storage_test),
-            "--data-dir", plan.data.mount, "--steps", str(plan.steps), "--warmup-steps", str(plan.warmup_steps),
-            "--expected-world-size", str(plan.world_size)]
+            *harness_args_of(plan, "storage")]
 
 
 def workload_command(plan: Plan) -> list[str]:
@@ -141,7 +126,7 @@ def workload_command(plan: Plan) -> list[str]:
 
 def rank_environment(plan: Plan) -> dict[str, str]:
     env = {
-        "OMP_NUM_THREADS": str(plan.threads_per_rank),
+        **rank_env(lambda opt: option_value(plan, opt)),
         "MASTER_ADDR": "127.0.0.1" if plan.nodes == 1 else Expand("${DLRUN_MASTER_ADDR}"),
         # The local executor picks a free port so that parallel runs on one host do not collide.
         "MASTER_PORT": Expand(f"${{DLRUN_MASTER_PORT:-{plan.master_port}}}"),
@@ -153,10 +138,21 @@ def rank_environment(plan: Plan) -> dict[str, str]:
     if plan.device == "cuda" and plan.fabric != "tcp":
         # The executor reads NCCL's own account of the transport it chose (NET/IB vs NET/Socket).
         env.update({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"})
+    told = knob_sources_told(plan.knob_sources)
+    if told:  # where a rendered knob's value came from, which the harness records with it
+        env[KNOB_SOURCES_ENV] = told
     env.update(plan.env)
     for name in plan.secret_names:  # by reference: the value comes from the job's environment
         env[name] = SecretRef(name)
     return env
+
+
+def knob_sources_told(sources: dict[str, str]) -> str:
+    """What the harness cannot infer of the knobs' sources: it counts a flag on its command line as asked for
+    and a knob left out as the default, so it is told of the flags dlrun renders itself (--threads always, a
+    tuned value)."""
+    told = {name: source for name, source in sources.items() if source == "tuned" or name == "threads"}
+    return knob_sources_text(told) if told else ""
 
 
 def render_job(plan: Plan) -> RenderedJob:

@@ -10,7 +10,9 @@ in-container harness receives it. From this table:
   hands each to its resolver;
 - `dlrun.catalog.experiment_points.Point.plan_options` maps an experiment point's fields through `axis`;
 - `dlrun.results.key.KEY_FIELDS` lists the fields the options decide (`key`) beside those no option sets;
-- `dlrun.render.harness_command` renders every option with a `harness_flag` generically.
+- `dlrun.render` renders every option's hop to the job generically: a `harness_flag` on the harness's command
+  line (and a harness-only option, one without a Plan field, from `Plan.harness_options`), an `env_var` in the
+  ranks' environment; the scheduler's options reach the batch script through the scheduler backend.
 
 `tests/test_run_options.py` derives all five from this table and fails when one drifts. Adding an option is one
 declaration here, its resolver (or a `harness_flag`), and tests; ARCHITECTURE.md shows a worked example.
@@ -22,13 +24,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from dlrun.errors import UsageError, unknown_name
+from dlrun.harness.harness_contract import DEFAULT_PRECISION, KNOBS, PRECISIONS
 from dlrun.registry import LAUNCHERS, RUNTIMES, SCHEDULERS
 
-#: --precision: what the matrix products run in (dlrun.plan checks which the device and image can run).
-PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "amp")
 #: The resolvers of dlrun.plan, in the order they run; `RunOption.resolver` names one of them.
 RESOLVERS = ("names", "layout", "batch", "data", "environment", "backends", "fabric", "scheduler", "framework",
-             "training", "telemetry")
+             "training", "telemetry", "harness")
 
 
 @dataclass(frozen=True)
@@ -58,9 +59,16 @@ class RunOption:
     axis: str | None = None
     #: The resolver of dlrun.plan that consumes it (one of RESOLVERS).
     resolver: str = "framework"
-    #: Rendered generically as `HARNESS_FLAG VALUE` on the in-container harness's command line
-    #: (omitted while the plan's value equals `default`).
+    #: How the option reaches the in-container harness: rendered generically (dlrun.render) as
+    #: `HARNESS_FLAG VALUE` on the command line of the harness commands of `harness_kinds` (a bool: the flag
+    #: alone), the value being the Plan's `harness_value` (an attribute or property; default: `field`, else the
+    #: plan's `harness_options[name]`), left out while it is one of `harness_omit` (default: `default`).
     harness_flag: str | None = None
+    harness_kinds: tuple[str, ...] = ("training", "collective")
+    harness_value: str | None = None
+    harness_omit: tuple[Any, ...] | None = None
+    #: The rank's environment variable the option sets (the plan's `field` value), rendered by dlrun.render.
+    env_var: str | None = None
     #: Shell completion from this catalog (`workloads`, `images`, `systems`).
     completion: str | None = None
     #: The value's placeholder in `--help`.
@@ -76,6 +84,22 @@ class RunOption:
             return self.aliases  # "--exclusive/--shared": typer's on/off pair replaces the plain flag
         return (self.flag, *self.aliases)
 
+    def reaches(self) -> str:
+        """How the option reaches the job, in words."""
+        hops = [f"the harness's {self.harness_flag}"] if self.harness_flag else []
+        hops += [f"the ranks' {self.env_var}"] if self.env_var else []
+        if self.field == "scheduler_options":
+            hops.append("the batch script's scheduler options")
+        elif not hops and self.field:
+            hops.append(f"Plan.{self.field}, which the {self.resolver} resolver decides and a backend renders")
+        return "; ".join(hops) or f"the {self.resolver} resolver (it steers resolution)"
+
+    def omitted(self, value: Any) -> bool:
+        """Whether `value` is rendered as nothing on the harness's command line (the harness's own default)."""
+        if self.type is bool:
+            return not value
+        return value is None or value in (self.harness_omit if self.harness_omit is not None else (self.default,))
+
     def help_text(self) -> str:
         """The help line with where its default comes from (typer shows literal defaults itself)."""
         if self.default_from:
@@ -88,6 +112,8 @@ def _opt(name: str, help: str, **kw: Any) -> RunOption:
 
 
 _BACKEND = "backends"
+#: The harness commands (dlrun.render): a training step, a collective sweep, the storage reader.
+_TRAINING, _EVERY = ("training",), ("training", "collective", "storage")
 #: A knob's values (dlrun.tune): auto leaves the choice to the tuner's decision for this machine, else the default.
 _KNOB = ("auto", "on", "off")
 _TUNED = "auto: the tuner's choice for this machine, else {}."
@@ -107,32 +133,37 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
     _opt("ranks_per_node", "Ranks per node.", type=int, default_from="GPUs per node, or 1 on CPU", aliases=("-r",),
          minimum=1, field="ranks_per_node", key=("devices",), axis="ranks_per_node", resolver="layout"),
     _opt("threads", "CPU threads per rank.", type=int, default_from="the node's cores divided over its ranks",
-         minimum=1, field="threads_per_rank", resolver="layout"),
+         minimum=1, field="threads_per_rank", resolver="layout", harness_flag="--threads", harness_omit=(),
+         env_var="OMP_NUM_THREADS"),
     # batch: how much work a step does, and how many steps
     _opt("batch_size", "Batch size per rank.", type=int, aliases=("-b",),
          default_from="the system's for this workload, else the workload's", minimum=1, field="batch_size",
-         key=("batch_per_device", "global_batch"), axis="batch_per_device", resolver="batch"),
+         key=("batch_per_device", "global_batch"), axis="batch_per_device", resolver="batch",
+         harness_flag="--batch-size", harness_kinds=_TRAINING, harness_omit=()),
     _opt("global_batch_size", "Total batch over all ranks (must divide evenly; instead of --batch-size).",
          type=int, minimum=1, key=("global_batch",), resolver="batch"),
     _opt("steps", "Timed steps (training steps, or iterations per message size).", type=int,
          default_from="the system's, else the workload's", minimum=1, field="steps", axis="steps",
-         resolver="batch"),
+         resolver="batch", harness_flag="--steps", harness_kinds=_EVERY, harness_omit=()),
     _opt("warmup_steps", "Untimed warm-up steps before timing.", type=int,
          default_from="the system's, else the workload's", minimum=0, field="warmup_steps", axis="warmup_steps",
-         resolver="batch"),
+         resolver="batch", harness_flag="--warmup-steps", harness_kinds=_EVERY, harness_omit=()),
     _opt("precision", "fp32 (IEEE: TF32 off), tf32 (GPU tensor cores), fp16 (autocast + gradient scaler, GPU), "
-         "bf16 (autocast), or amp: the device's mixed precision (fp16 on GPU, bf16 on CPU).", default="fp32",
-         choices=PRECISIONS, field="precision", key=("precision",), axis="precision", resolver="framework"),
+         "bf16 (autocast), or amp: the device's mixed precision (fp16 on GPU, bf16 on CPU; bf16 for LLMs).",
+         default=DEFAULT_PRECISION,
+         choices=PRECISIONS, field="precision", key=("precision",), axis="precision", resolver="framework",
+         harness_flag="--precision", harness_kinds=_TRAINING, harness_omit=()),
     # data: what the ranks train on
     _opt("data", "Dataset directory: the ranks train on it (bound read-only at /data) instead of synthetic data; "
          "a storage workload reads its files. An experiment's `storage` axis sets it to the system's file system.",
-         field="data", key=("data", "data_format"), axis="storage", resolver="data", metavar="DIR"),
+         field="data", key=("data", "data_format"), axis="storage", resolver="data", metavar="DIR",
+         harness_flag="--data-dir", harness_kinds=("training", "storage"), harness_value="data_mount"),
     _opt("stage_data", "Copy the --data directory to node-local storage (/tmp) once per node before the ranks "
          "start, and train from the copy; bytes and seconds are stored with the run.", type=bool, default=False,
          field="data", resolver="data"),
     _opt("data_workers", "Data-loader workers per rank (the BNL study's j; 0: the harness's default of 4).",
          type=int, default_from="the system's j", minimum=0, field="data_workers", axis="data_workers",
-         resolver="data"),
+         resolver="data", harness_flag="--data-workers", harness_kinds=_TRAINING, harness_omit=(0,)),
     _opt("bind", "Extra bind SRC[:DST][:ro|rw] (repeatable; /data is --data's).", type=list, aliases=("-B",),
          field="binds", resolver="data", metavar="SPEC"),
     # environment: what the ranks see
@@ -154,7 +185,7 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
          "(one process per node over all its GPUs, torch.nn.DataParallel; GPUs only).",
          default_from="the system's; horovod under --launcher horovodrun",
          choices=("ddp", "horovod", "fsdp", "dataparallel"), field="dist", key=("framework", "devices"),
-         axis="parallelism", resolver=_BACKEND),
+         axis="parallelism", resolver=_BACKEND, harness_flag="--dist", harness_omit=("ddp",)),
     _opt("dataparallel_gpus", "GPUs that one --dist dataparallel process spreads its batch over (the first N "
          "of its node's).", type=int, default_from="all of its node's GPUs", minimum=1, field="dataparallel_gpus",
          key=("devices",), axis="dataparallel_gpus", resolver="training", harness_flag="--dataparallel-gpus",
@@ -170,7 +201,8 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
     _opt("account", "Batch account/project.", default_from="the system's", field="scheduler_options",
          resolver="scheduler"),
     _opt("time", "Job time limit: MINUTES, HH:MM:SS or D-HH:MM:SS (also holds local runs).",
-         default_from="the system's, 30 minutes", field="scheduler_options", resolver="scheduler"),
+         default_from="the system's, 30 minutes", field="scheduler_options", resolver="scheduler",
+         harness_flag="--timeout-s", harness_value="collective_timeout_s"),
     _opt("exclusive", "Whole nodes (batch jobs).", type=bool, aliases=("--exclusive/--shared",),
          default_from="the system's", field="scheduler_options", resolver="scheduler"),
     # telemetry: what the nodes did during the run
@@ -213,7 +245,8 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
          key=("model",), resolver="training", harness_flag="--seq-length"),
     _opt("grad_accum", "Micro-batches per optimizer step (gradient accumulation): the global batch is batch per "
          "rank x ranks x this.", type=int, default=1, minimum=1, field="grad_accum", key=("global_batch",),
-         resolver="training"),
+         resolver="training", harness_flag="--global-batch-size", harness_kinds=_TRAINING,
+         harness_value="accumulated_global_batch"),
     _opt("activation_checkpointing", "LLM workloads: recompute each decoder layer in the backward instead of "
          "keeping its activations.", type=bool, default=False, field="activation_checkpointing", key=("model",),
          resolver="training", harness_flag="--activation-checkpointing"),
@@ -223,7 +256,7 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
          harness_flag="--checkpoint-every", metavar="N"),
     _opt("checkpoint_dir", "Where --checkpoint-every writes (bound read-write).",
          default_from="checkpoints/ in the run directory", field="checkpoint_dir", resolver="training",
-         metavar="PATH"),
+         metavar="PATH", harness_flag="--checkpoint-dir", harness_kinds=_TRAINING, harness_value="checkpoint_target"),
     _opt("variable_update", "tf_cnn_benchmarks: how gradients meet: parameter_server, distributed_replicated, "
          "collective_all_reduce, horovod, replicated, independent.",
          default_from="horovod where the image has it, else parameter servers on several nodes",
@@ -241,10 +274,9 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
 )
 
 BY_NAME: dict[str, RunOption] = {option.name: option for option in RUN_OPTIONS}
-#: The options that are speed knobs of the PyTorch harness: each run records its value and why (asked for, tuned,
-#: default); dlrun.tune measures those left at their default.
-KNOBS = ("allocator", "fused_optimizer", "fused_bn_relu", "channels_last", "threads", "pin_threads", "compile",
-         "cudnn_benchmark")
+#: The options that are speed knobs of the PyTorch harness (the contract's KNOBS): each run records its value
+#: and why (asked for, tuned, default); dlrun.tune measures those left at their default.
+__all__ = ["KNOBS", "PRECISIONS", "RUN_OPTIONS", "RunOption", "Request", "option", "request"]
 
 
 def option(name: str) -> RunOption:
@@ -317,15 +349,22 @@ def key_fields() -> tuple[str, ...]:
     return tuple(seen)
 
 
-def harness_args(values: Callable[[str], Any]) -> list[str]:
-    """`FLAG VALUE` for every option with a harness flag whose plan value differs from its default."""
+def harness_args(value_of: Callable[[RunOption], Any], kind: str) -> list[str]:
+    """`FLAG VALUE` (a bool: `FLAG`) for every option that reaches harness commands of `kind` (training,
+    collective, storage), in declaration order, unless its plan value (`value_of`) is one the harness takes as
+    its own default."""
     argv: list[str] = []
     for opt in RUN_OPTIONS:
-        if opt.harness_flag is None:
+        if opt.harness_flag is None or kind not in opt.harness_kinds:
             continue
-        value = values(opt.field or opt.name)
-        if opt.type is bool:  # a flag: present or not
-            argv += [opt.harness_flag] if value else []
-        elif value is not None and value != opt.default:
-            argv += [opt.harness_flag, str(value)]
+        value = value_of(opt)
+        if opt.omitted(value):
+            continue
+        argv += [opt.harness_flag] if opt.type is bool else [opt.harness_flag,
+                                                              value if isinstance(value, str) else str(value)]
     return argv
+
+
+def rank_env(value_of: Callable[[RunOption], Any]) -> dict[str, str]:
+    """The ranks' variables the options set (`env_var`), from their plan values."""
+    return {opt.env_var: str(value_of(opt)) for opt in RUN_OPTIONS if opt.env_var and value_of(opt) is not None}

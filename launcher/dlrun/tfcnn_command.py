@@ -20,6 +20,7 @@ import dataclasses
 import shlex
 from typing import TYPE_CHECKING
 
+from dlrun.harness.harness_contract import rank_variables, shell_first_set
 from dlrun.job import Launch, RankCommand
 from dlrun.plan import Plan
 from dlrun.shell import Expand
@@ -41,11 +42,6 @@ def tf_layout(plan: Plan) -> str:
     return "per-node"
 
 
-def data_dir(plan: Plan) -> str | None:
-    """Where the plan's dataset (--data) is bound in the container, if it has one."""
-    return plan.data.mount if plan.data is not None else None
-
-
 def tf_cnn_benchmarks_command(plan: Plan) -> list[str]:
     """One process's command. In a cluster, the wrapper adds --job_name and --task_index per process."""
     root = next((b.path for b in getattr(plan.image, "benchmarks", []) if b.name == "tf_cnn_benchmarks"),
@@ -61,16 +57,16 @@ def tf_cnn_benchmarks_command(plan: Plan) -> list[str]:
         f"--num_warmup_batches={plan.warmup_steps}",
         "--display_every=10",
         f"--device={'gpu' if gpu else 'cpu'}",
-        f"--data_format={plan.data_format or ('NCHW' if gpu else 'NHWC')}",
+        f"--data_format={plan.data_format}",  # decided once, by dlrun.tfcnn.knobs (NCHW on GPUs, NHWC on CPUs)
         f"--num_gpus={per_process if gpu else 1}",
-        f"--variable_update={plan.variable_update or 'replicated'}",
+        f"--variable_update={plan.variable_update}",
     ]
     argv += _distribution_flags(plan, gpu, layout)
     if plan.precision in ("amp", "fp16"):
         argv.append("--use_fp16=True")
     if not gpu:
         argv += [f"--num_intra_threads={plan.threads_per_rank * per_process}", "--num_inter_threads=1"]
-    where = data_dir(plan)
+    where = plan.data_mount
     if where is not None:
         argv += ["--data_name=imagenet", f"--data_dir={where}"]
     return argv + list(plan.benchmark_args)
@@ -117,7 +113,7 @@ IP_HOSTS_SCRIPT = (
 # Runs on each node in front of the (runtime-wrapped) tf_cnn_benchmarks command; constant text, only the
 # counts (integers of the plan) are filled in. The process's index in the per-node step is its worker index.
 CLUSTER_SCRIPT = (
-    "i=${JSM_NAMESPACE_RANK:-${SLURM_PROCID:-${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-0}}}}; "
+    f"i={shell_first_set(rank_variables())}; "
     "servers=@PS@; per=@PER@; workers=@WORKERS@; "
     'dir="${DLRUN_RUN_DIR}/logs/tf-cluster"; mkdir -p "$dir"; pids=(); '
     "for ((j = i * per; j < (i + 1) * per && j < servers; j++)); do "

@@ -112,9 +112,9 @@ def _family(family: str, workloads: Mapping[str, WorkloadSpec]) -> set[str]:
     if family == "metric":
         return set(_stored_metrics())
     if family == "precision":
-        from dlrun.runoptions import PRECISIONS
+        from dlrun.runoptions import PRECISIONS  # the contract's, which the harness's --precision takes
 
-        return _strings(_assigned(_tree(HARNESS_DIR / "harness_pytorch_features.py"), "PRECISIONS")) & set(PRECISIONS)
+        return _strings(_assigned(_tree(HARNESS_DIR / "harness_contract.py"), "PRECISIONS")) & set(PRECISIONS)
     raise KeyError(family)
 
 

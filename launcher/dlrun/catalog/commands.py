@@ -19,6 +19,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from dlrun.harness.harness_contract import rank_variables
+
 #: The result formats a command may name: dlrun's parsers (dlrun.results.parsers.FORMATS, under their names
 #: or the names users know them by) and `regex`.
 PARSER_FORMATS = {"dlrun-result": "dlrun-harness", "nccl-tests": "nccl-tests", "tf_cnn_benchmarks": "tf_cnn_benchmarks",
@@ -40,8 +42,8 @@ MAX_COMMAND = 4000
 
 #: The variables a command sees (besides what its launcher sets), and what each holds.
 COMMAND_VARIABLES = {
-    "DLRUN_RANK": "this process's rank, 0 .. world size - 1 (from the launcher: RANK, OMPI_COMM_WORLD_RANK, "
-                  "PMIX_RANK, SLURM_PROCID, PMI_RANK)",
+    "DLRUN_RANK": "this process's rank, 0 .. world size - 1 (from the launcher: the first set of "
+                  f"{', '.join(rank_variables())})",
     "DLRUN_LOCAL_RANK": "its rank among the processes of its node",
     "DLRUN_WORLD_SIZE": "ranks in all (nodes x ranks per node)",
     "DLRUN_NODES": "nodes of the run", "DLRUN_RANKS_PER_NODE": "ranks per node",

@@ -168,13 +168,31 @@ def _meaning(comparison) -> str:
     return text.format(m=comparison.statistics.get("min_repeats", 3))
 
 
+def _telling_apart(comparison, cells):
+    """`cells` with a site and a machine column where the runs come from more than one (unless that is the axis
+    compared along, whose column says it): rows that look alike otherwise are told apart on the row itself."""
+    extra = [(name, label) for name, label, many in (
+        ("site", "site", len(comparison.sites) > 1), ("host", "machine", len(comparison.machines) > 1))
+        if many and comparison.axis != name]
+    if not extra:
+        return cells
+
+    def told(row, columns):
+        from dlrun.results.key import machine_label
+
+        laid = cells(row, columns)
+        shown = [(label, str(row.get("site")) if name == "site" else machine_label(row)) for name, label in extra]
+        return [*laid[:1], *shown, *laid[1:]]
+    return told
+
+
 def print_table(comparison) -> None:
     mode = comparison.mode
     if mode == "relative":
         _relative(comparison)
     else:
-        cells = {"summary": _summary_cells, "reference": _reference_cells,
-                 "scaling": _scaling_cells}.get(mode) or _test_cells(comparison.axis)
+        cells = _telling_apart(comparison, {"summary": _summary_cells, "reference": _reference_cells,
+                                            "scaling": _scaling_cells}.get(mode) or _test_cells(comparison.axis))
         summary = None
         if comparison.summary_rows:
             width = len(cells(comparison.rows[0], comparison.columns)) if comparison.rows else 0

@@ -6,6 +6,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from dlrun.harness.harness_contract import PRECISIONS
+
 WorkloadFilter = Annotated[Optional[list[str]], typer.Option(
     "--workload", "-w", help="Only runs of this workload (repeatable: any of them).", show_default=False)]
 SystemFilter = Annotated[Optional[list[str]], typer.Option(
@@ -20,7 +22,7 @@ SiteFilter = Annotated[Optional[list[str]], typer.Option(
 ExperimentFilter = Annotated[Optional[list[str]], typer.Option(
     "--experiment", help="Only runs made for this experiment (repeatable).", show_default=False)]
 PrecisionFilter = Annotated[Optional[list[str]], typer.Option(
-    "--precision", help="Only runs at this precision: fp32, tf32, fp16, bf16 or amp (repeatable).",
+    "--precision", help=f"Only runs at this precision: {', '.join(PRECISIONS)} (repeatable).",
     show_default=False)]
 BatchSizeFilter = Annotated[Optional[list[int]], typer.Option(
     "--batch-size", help="Only runs of this batch size per rank (repeatable).", show_default=False)]

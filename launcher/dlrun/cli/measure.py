@@ -11,6 +11,8 @@ import typer
 from dlrun.cli.options import JsonOpt
 from dlrun.cli.output import fields_table, handle_errors, print_json
 from dlrun.errors import UsageError
+from dlrun.harness.harness_contract import PRECISIONS
+from dlrun.measure import DEFAULT_PRECISIONS
 
 measure_app = typer.Typer(help="Measure this node and store the figure as a result.", no_args_is_help=True)
 
@@ -20,7 +22,8 @@ measure_app = typer.Typer(help="Measure this node and store the figure as a resu
 def matmul(system: Annotated[str, typer.Option("--system", "-s", help="System profile this node belongs to.")]
            = "localhost",
            precision: Annotated[Optional[list[str]], typer.Option(
-               "--precision", help="fp32, tf32 (GPU), fp16, bf16 or amp (repeatable; default fp32 and amp).",
+               "--precision", help=f"{', '.join(PRECISIONS)} (repeatable; default {' and '.join(DEFAULT_PRECISIONS)}; "
+               "tf32: GPUs only).",
                show_default=False)] = None,
            size: Annotated[int, typer.Option("--size", help="Matrix order n (2 n^3 FLOP per product).")] = 4096,
            repeats: Annotated[int, typer.Option("--repeats", help="Timed products (the median counts).")] = 7,
@@ -31,7 +34,7 @@ def matmul(system: Annotated[str, typer.Option("--system", "-s", help="System pr
     from dlrun.cli.options import load_catalog
     from dlrun.cli.store import open_store
     from dlrun.errors import unknown_name
-    from dlrun.measure import DEFAULT_PRECISIONS, PRECISIONS, matmul_record, measure_matmul
+    from dlrun.measure import matmul_record, measure_matmul
 
     for option, value, low in (("--size", size, 64), ("--repeats", repeats, 1), ("--threads", threads, 1)):
         if value is not None and value < low:

@@ -104,32 +104,38 @@ def secret_env_specs(specs: list[str] | None, environ: dict[str, str]) -> tuple[
     return entries, names
 
 
-def resolve(options: dict[str, Any]):
-    """Resolve a plan from a command's parameters (its `locals()` on entry), with this site's images."""
-    from dlrun.images.verify import with_local_image
+def resolve(options: dict[str, Any], *, knob_decision=None, catalog=None):
+    """Resolve a plan from a command's parameters (its `locals()` on entry), finished with this site's inputs:
+    its images, dlrun's environment (secrets reused by --env), the store's matmul ceilings, and `knob_decision`
+    (dlrun.tune.knob_decision: this machine's tuning) where given."""
     from dlrun.plan import resolve_plan
 
     kwargs = dict(options)
     entries, names = secret_env_specs(kwargs.pop("secret_env", None), dict(os.environ))
     kwargs["env"] = [*(kwargs.get("env") or []), *entries]
-    catalog = load_catalog()
+    catalog = catalog or load_catalog()
     kwargs["system"] = kwargs.get("system") or default_system(catalog)
-    plan = resolve_plan(catalog, kwargs.pop("workload"), local_image=with_local_image, secret_env=names, **kwargs)
-    return with_matmul_ceiling(plan)
+    return resolve_plan(catalog, kwargs.pop("workload"), site=site_inputs(knob_decision), secret_env=names, **kwargs)
 
 
-def with_matmul_ceiling(plan):
-    """An LLM plan with the store's newest `dlrun measure matmul` rate of its system at its precision (amp:
-    the half precision it runs in on the device), which the harness quotes MFU against; else as it is."""
-    from dlrun.paths import store_path
-    from dlrun.results.store import Store
+def site_inputs(knob_decision=None, store=None):
+    """This site's inputs to a plan (dlrun.plan.finish.SiteInputs): the images it holds, dlrun's environment,
+    the matmul ceilings in `store` (else the site's store, where there is one), a tuning decision."""
+    from dlrun.images.verify import with_local_image
+    from dlrun.plan import SiteInputs
 
-    if plan.workload.kind != "llm-pretraining" or not store_path().exists():
-        return plan
-    store = Store(store_path())
-    amp = "fp16" if plan.device == "cuda" else "bf16"
-    for precision in (plan.precision, *((amp,) if plan.precision == "amp" else ())):
-        found = store.latest_matmul(plan.system.name, precision)
-        if found and found.get("gflops"):
-            return plan.model_copy(update={"matmul_gflops": float(found["gflops"])})
-    return plan
+    return SiteInputs(local_image=with_local_image, environ=dict(os.environ),
+                      matmul_ceiling=store_ceilings(store), knob_decision=knob_decision)
+
+
+def store_ceilings(store=None):
+    """(system, dtype) -> the newest measured matmul rate in `store` (else the site's store), or None."""
+    def lookup(system: str, dtype: str):
+        from dlrun.measure import matmul_ceiling
+        from dlrun.paths import store_path
+        from dlrun.results.store import Store
+
+        if store is None and not store_path().exists():
+            return None
+        return matmul_ceiling(store or Store(store_path()), system, dtype)
+    return lookup

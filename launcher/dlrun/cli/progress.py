@@ -7,9 +7,9 @@ import re
 from typing import Any
 
 from dlrun.cli.output import console
+from dlrun.harness.harness_result_schema import RESULT_PREFIX
 from dlrun.text import for_rich, plain
 
-RESULT_PREFIX = "DLRUN_RESULT "
 # tf_cnn_benchmarks' step row, which dlrun's harness prints too: `10\timages/sec: 12.3 +/- 0.1 (jitter = ...)`
 STEP_ROW = re.compile(r"^(?:\[\d+,0\]<std\w+>:)?\s*(?P<step>\d+)\s+(?P<unit>\w+)/sec:\s*(?P<rate>[0-9.]+)")
 TAG = re.compile(r"^\[\d+,\d+\]<std\w+>:\s?")

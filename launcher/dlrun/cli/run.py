@@ -9,19 +9,8 @@ from typing import Any
 
 import typer
 
-from dlrun.cli.options import DryRunOpt, SkipChecksOpt, VerboseOpt, resolve, takes_plan_options
+from dlrun.cli.options import DryRunOpt, SkipChecksOpt, VerboseOpt, load_catalog, resolve, takes_plan_options
 from dlrun.cli.output import console, fail, handle_errors, print_json, warn
-
-
-def with_reused_secrets(plan):
-    """The plan with every variable marked secret whose value is a secret of dlrun's own environment
-    (`--env COPY=<value of $HF_TOKEN>`): rendered by reference and redacted like the original."""
-    import os
-
-    from dlrun.secrets import reused_secret_names
-
-    extra = reused_secret_names(plan.env, os.environ) - set(plan.secret_env)
-    return plan.model_copy(update={"secret_env": sorted({*plan.secret_env, *extra})}) if extra else plan
 
 
 def said(finding, skip_checks: bool) -> str | None:
@@ -68,7 +57,8 @@ def say_if_busy(plans, out) -> None:
 def run(skip_checks: SkipChecksOpt = False, dry_run: DryRunOpt = False, verbose: VerboseOpt = False,
         **options: Any) -> None:
     """Run a workload: resolve a plan, render it, check it, execute it, store the result."""
-    plan = with_reused_secrets(resolve(options))
+    catalog = load_catalog()
+    plan = resolve(options, catalog=catalog)
     from dlrun.preflight import node_inventory, preflight
     from dlrun.render import render_job
 
@@ -81,9 +71,11 @@ def run(skip_checks: SkipChecksOpt = False, dry_run: DryRunOpt = False, verbose:
 
     # the node's checks, then the image's digest (refused, exit 1, when its copy differs from the site's lock)
     cleared = clear(plan, node_inventory(), lambda findings: checked(findings, skip_checks), skip_checks=skip_checks)
-    from dlrun.tune import tuned_plan
+    from dlrun.tune import knob_decision
 
-    tuned = tuned_plan(plan, cleared.inventory, log=warn)  # this machine's decision on the knobs left at auto
+    # resolved again with this machine's decision on the knobs left at auto (measured first where there is none)
+    tuned = (resolve(options, catalog=catalog, knob_decision=knob_decision(cleared.inventory, log=warn))
+             if plan.knob_sources else plan)
     if tuned != plan:
         plan, rendered = tuned, render_job(tuned)
     execute_plan(plan, rendered, cleared, verbose=verbose)
@@ -117,7 +109,7 @@ def execute_plan(plan, rendered, cleared=None, *, verbose: bool = False) -> None
 @takes_plan_options
 def plan(skip_checks: SkipChecksOpt = False, **options: Any) -> None:
     """Print the resolved plan as JSON (what `run` would do, as data; secret values redacted)."""
-    resolved = with_reused_secrets(resolve(options))
+    resolved = resolve(options)
     from dlrun.preflight import preflight
 
     checked(preflight(resolved), skip_checks)

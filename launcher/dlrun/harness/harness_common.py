@@ -1,6 +1,6 @@
 """dlrun harnesses: what every framework's harness shares - exit codes, the
-error type, the output helpers, the command-line number types, the host's
-CPU name and tf_cnn_benchmarks' throughput statistics.  Standard library
+error type, the output helpers, the command-line number types and
+tf_cnn_benchmarks' throughput statistics (the node itself: harness_node.py).  Standard library
 only: the PyTorch entry imports it before torch, to report a failed
 allocator set-up.
 
@@ -10,6 +10,7 @@ exit codes and statistics alike; runs on Python >= 3.6.
 """
 
 import argparse
+import json
 import math
 import os
 import platform
@@ -17,6 +18,9 @@ import re
 import sys
 import time
 import traceback
+
+from harness_node import _listdir, _read, cpu_has_native_bf16, cpu_name, node_facts  # noqa: F401
+from harness_result_schema import RESULT_PREFIX, result_problems
 
 HARNESS_VERSION = "1"
 ERROR_PREFIX = "dlrun-harness: error: "
@@ -56,6 +60,17 @@ class NullContext(object):
 def out(line=""):
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
+
+
+def print_result(record):
+    """The ``DLRUN_RESULT {json}`` line of ``record``, printed once the
+    record keeps dlrun's result schema (harness_result_schema); one that
+    breaks it fails the run with one line (EXIT_WRONG_RESULT)."""
+    problems = result_problems(record)
+    if problems:
+        raise HarnessError("the result breaks dlrun's result schema: "
+                           + "; ".join(problems), EXIT_WRONG_RESULT)
+    out(RESULT_PREFIX + json.dumps(record, sort_keys=True))
 
 
 def error_line(message):
@@ -103,31 +118,6 @@ def non_negative(text):
     return value
 
 
-def cpu_name():
-    """The CPU's model name as /proc/cpuinfo gives it (else what platform knows)."""
-    for line in (_read("/proc/cpuinfo") or "").splitlines():
-        if line.lower().startswith(("model name", "cpu\t")):  # cpu: POWER
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine() or "cpu"
-
-
-def cpu_has_native_bf16(cpuinfo="/proc/cpuinfo"):
-    """True where the CPU computes bfloat16 in hardware (x86 AVX512_BF16 or
-    AMX-BF16, Arm BF16), False where /proc/cpuinfo says it does not, None
-    where it cannot tell."""
-    try:
-        with open(cpuinfo) as handle:
-            text = handle.read(1 << 20)
-    except (IOError, OSError):
-        return None
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            words = set(value.split())
-            return bool(words & {"avx512_bf16", "amx_bf16", "bf16"})
-    return None
-
-
 def median(values):
     v = sorted(values)
     n = len(v)
@@ -163,14 +153,6 @@ WINDOW_FIELDS = ("window_s", "node_busy_s", "node_total_s", "own_cpu_s",
                  "threads", "cpus_allowed", "node_cpus", "whole")
 HOST_FLOATS = 11   # 6 bytes per float (exact in a double): 66 bytes of name
 _MISSING = -1.0
-
-
-def _read(path):
-    try:
-        with open(path) as f:
-            return f.read()
-    except (IOError, OSError):
-        return None
 
 
 def node_cpu_ticks():
@@ -340,61 +322,3 @@ def quality_fields(rows):
         "hosts": dict((name, _host_summary(members))
                       for name, members in sorted(hosts.items())),
     }
-
-
-def node_facts(gpus=None):
-    """This node as the job sees it (the fingerprint's node part): CPU model,
-    sockets and physical cores (sysfs topology), memory, the NVIDIA driver,
-    RDMA ports and NICs with their rates; ``gpus`` ([{name, memory_mib}])
-    from the framework."""
-    packages, cores = set(), set()
-    base = "/sys/devices/system/cpu"
-    for name in [n for n in _listdir(base) if n[3:].isdigit()]:
-        package = _read("%s/%s/topology/physical_package_id" % (base, name))
-        core = _read("%s/%s/topology/core_id" % (base, name))
-        if package is not None:
-            packages.add(package.strip())
-            cores.add((package.strip(), (core or "").strip()))
-    memory = re.search(r"MemTotal:\s+(\d+)", _read("/proc/meminfo") or "")
-    match = re.search(r"^([\d.]+)$|Kernel Module(?:\s+for\s+\S+)?\s+([\d.]+)",
-                      (_read("/sys/module/nvidia/version")
-                       or _read("/proc/driver/nvidia/version") or "").strip())
-    facts = {"hostname": platform.node(), "cpu_model": cpu_name(),
-             "sockets": len(packages) or None,
-             "physical_cores": len(cores) or None,
-             "memory_kib": int(memory.group(1)) if memory else None,
-             "driver": (match.group(1) or match.group(2)) if match else None,
-             # the node's GPUs, also those CUDA_VISIBLE_DEVICES hides from a rank
-             "gpus_on_node": len(_listdir("/proc/driver/nvidia/gpus")) or None,
-             "fabrics": _fabrics()}
-    if gpus is not None:
-        facts["gpus"] = gpus
-    return facts
-
-
-def _fabrics():
-    """RDMA ports and NICs as dlrun's inventory records them (their rates)."""
-    def attrs(where, keys):
-        return dict((key, (_read(where + name) or "").strip() or None)
-                    for key, name in keys)
-    ib, net = "/sys/class/infiniband/", "/sys/class/net/"
-    devices = [{"name": dev, "ports": [
-        attrs("%s%s/ports/%s/" % (ib, dev, port),
-              [(k, k) for k in ("link_layer", "state", "rate")])
-        for port in sorted(_listdir(ib + dev + "/ports"))]}
-        for dev in sorted(_listdir(ib))]
-    nics = []
-    for name in sorted(_listdir(net)):
-        nic = attrs(net + name + "/", [("type", "type"), ("speed_mbps", "speed"),
-                                       ("operstate", "operstate")])
-        nic.update(name=name, virtual=not os.path.exists(net + name + "/device"),
-                   type="ethernet" if nic["type"] == "1" else "other")
-        nics.append(nic)
-    return {"rdma_devices": devices, "interfaces": nics}
-
-
-def _listdir(path):
-    try:
-        return os.listdir(path)
-    except OSError:  # none there, or a process that has just ended
-        return []

@@ -6,12 +6,9 @@ names, log layout and "images/sec"), BERT-base fine-tuning on SWAG or SQuAD
 (sequences/sec), or LLM pretraining with a Llama-3-style decoder (tokens/sec,
 MFU); it ends with exactly one machine-readable result line.
 
-This file is copied verbatim into containers, some of them old: it needs only
-the Python standard library and torch, and runs on Python >= 3.6 with
-PyTorch >= 1.0.  Newer PyTorch features are used only behind feature checks
-(``hasattr(torch, "autocast")``, ``hasattr(torch, "channels_last")``,
-``hasattr(torch, "compile")``, ``torch.backends.mkldnn``), never behind version
-comparisons.
+Copied verbatim into containers, some of them old: it needs only the Python
+standard library and torch (Python >= 3.6, PyTorch >= 1.0); newer PyTorch
+features are used only behind feature checks (``hasattr``), never versions.
 
 Files
 -----
@@ -21,7 +18,10 @@ caller's working directory does not matter):
 ``harness_common.py`` (shared with the TensorFlow harness: exit codes,
 the error type, output, argument types, throughput statistics),
 ``harness_ranks.py`` (shared too: rank and world size from the launcher's
-variables), ``harness_pytorch_allocator.py`` (the memory allocator) and
+variables), ``harness_contract.py`` and ``harness_result_schema.py`` (the
+contract with dlrun's launcher: precisions and what each runs as, dataset
+formats, rank variables, knobs; the result's typed schema),
+``harness_node.py`` (the node: CPU, memory, driver, fabrics), ``harness_pytorch_allocator.py`` (the memory allocator) and
 ``harness_pytorch_knobs.py`` (the speed knobs and why each has its value;
 both standard library only, settled before torch is imported),
 ``harness_pytorch_features.py`` (checks for features of newer PyTorch
@@ -42,10 +42,9 @@ tokens), ``harness_pytorch_mfu.py`` (MFU and the peak table),
 ``harness_pytorch_args.py`` (the options of the newer features),
 ``harness_pytorch_loader.py`` (the loader-only rate), ``--checkpoint-every``
 in ``harness_pytorch_checkpoint.py``,
-``harness_pytorch_train.py`` (the training benchmark) and
-``harness_pytorch_tune.py`` (``dlrun tune``'s trials).  Every file needs
-only the standard library and torch (the fused kernel, a C compiler too),
-and each sibling can be imported on its own without side effects.
+``harness_pytorch_train.py`` (the training benchmark), ``harness_pytorch_tune.py``
+(``dlrun tune``'s trials): each needs only the standard library and torch (the
+fused kernel a C compiler) and imports alone without side effects.
 
 Usage
 -----
@@ -288,7 +287,7 @@ from harness_common import (EXIT_USAGE, ArgumentParser,  # noqa: E402
                             HarnessError, error_line, non_negative, out,
                             positive, report_failures)
 from harness_pytorch_comm import leave  # noqa: E402
-from harness_pytorch_features import PRECISIONS  # noqa: E402
+from harness_contract import DEFAULT_PRECISION, PRECISIONS  # noqa: E402
 
 DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("auto", "gloo", "nccl", "mpi")
@@ -320,7 +319,8 @@ def build_parser():
                    help="timed steps (default 100)")
     p.add_argument("--warmup-steps", type=non_negative, default=10,
                    help="untimed warm-up steps (default 10)")
-    p.add_argument("--precision", choices=PRECISIONS, default="fp32")
+    p.add_argument("--precision", choices=PRECISIONS,
+                   default=DEFAULT_PRECISION)
     p.add_argument("--device", choices=DEVICES, default="auto")
     p.add_argument("--threads", type=positive, default=None,
                    help="torch.set_num_threads (default: torch's choice)")

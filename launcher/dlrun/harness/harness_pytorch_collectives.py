@@ -13,7 +13,6 @@ algbw = size / time; busbw = algbw x factor: 2 (n - 1) / n for all-reduce,
 (n - 1) / n for all-gather, reduce-scatter and all-to-all, 1 for broadcast.
 """
 
-import json
 import os
 import time
 
@@ -21,7 +20,8 @@ import torch
 
 from harness_pytorch_comm import Comm, in_process_group, sync
 from harness_common import (EXIT_WRONG_RESULT, PERTURB_ENV, RULE,
-                            HarnessError, error_line, out, positive)
+                            HarnessError, error_line, out, positive,
+                            print_result)
 from harness_pytorch_process import run_fields, setup_pair_process
 
 #: benchmark -> (nccl-tests name, redop as nccl-tests prints it, root,
@@ -241,7 +241,7 @@ def run_collective(args):
     if rank == 0:
         out("# Avg bus bandwidth    : %.4f" % avg_busbw)
         out(RULE)
-        out("DLRUN_RESULT " + json.dumps(result, sort_keys=True))
+        print_result(result)
     return 0
 
 

@@ -42,16 +42,14 @@ reached training.
 import io
 import os
 import random
-import re
 
 import torch
 
 from harness_common import NUM_CLASSES, HarnessError
+from harness_contract import TRAIN_SPLIT, is_image_file, tfrecord_split
 from harness_pytorch_tfrecord import (TFRecordError, index_records,
                                       parse_example, read_record)
 
-SHARD_RE = re.compile(r"^train-\d{5}-of-\d{5}$")
-IMAGE_SUFFIXES = (".jpeg", ".jpg", ".png", ".bmp", ".ppm", ".webp")
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
 PROBES = 4
@@ -96,7 +94,7 @@ def _image_folder(root):
     for index, name in enumerate(classes):
         folder = os.path.join(root, name)
         for entry in _listdir(folder):
-            if entry.lower().endswith(IMAGE_SUFFIXES):
+            if is_image_file(entry):
                 samples.append((_regular(os.path.join(folder, entry)),
                                 index))
     return (samples, classes) if samples else None
@@ -171,7 +169,7 @@ def open_dataset(root):
         raise HarnessError("--data-dir %s is not a directory; expected %s"
                            % (root, EXPECTED))
     names = _listdir(root)
-    shards = [os.path.join(root, n) for n in names if SHARD_RE.match(n)]
+    shards = [os.path.join(root, n) for n in names if tfrecord_split(n) == TRAIN_SPLIT]
     if shards:
         data = TFRecordData(root, [_regular(p) for p in shards])
     else:

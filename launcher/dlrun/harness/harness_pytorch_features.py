@@ -10,22 +10,16 @@ import sys
 import torch
 
 from harness_common import HarnessError
+from harness_contract import amp_dtype as contract_amp_dtype, ran_dtype
 
 
-#: --precision values: IEEE fp32, TensorFloat-32 matrix products (CUDA),
-#: float16 autocast with a gradient scaler, bfloat16 autocast, and amp, the
-#: device's own mixed precision (float16 on CUDA, bfloat16 on a CPU).
-PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "amp")
-#: The name of the type the matrix products run in, per --precision.
-RAN = {"float32": "fp32", "tf32": "tf32", "float16": "fp16",
-       "bfloat16": "bf16"}
 
 
 def resolve_amp(device_type, torch_mod=torch):
     """For --precision amp: (autocast context factory, dtype name,
     needs a gradient scaler).  Raises HarnessError (exit 2) where this
     PyTorch cannot autocast on ``device_type``."""
-    dtype = "float16" if device_type == "cuda" else "bfloat16"
+    dtype = contract_amp_dtype(device_type)
     return (_autocast("amp", device_type, dtype, torch_mod), dtype,
             dtype == "float16")
 
@@ -67,12 +61,12 @@ def set_tf32(enabled, device_type, torch_mod=torch):
     return settings
 
 
-def resolve_precision(precision, device_type, torch_mod=torch, amp_dtype=None):
+def resolve_precision(precision, device_type, torch_mod=torch, kind=None):
     """--precision -> (autocast context factory or None, the type the
     matrix products run in (float32, tf32, float16, bfloat16), needs a
-    gradient scaler, TF32 settings as set).  ``amp_dtype``: what amp means
-    for this model where it is not the device's default (the LLMs train in
-    bfloat16 on GPUs too).  Raises HarnessError (exit 2) for what this
+    gradient scaler, TF32 settings as set).  What amp means for the
+    workload ``kind`` on this device is the contract's rule
+    (harness_contract.amp_dtype).  Raises HarnessError (exit 2) for what this
     device or PyTorch cannot run, never runs another type."""
     if precision == "tf32" and device_type != "cuda":
         raise HarnessError("--precision tf32 is a mode of NVIDIA tensor cores "
@@ -85,11 +79,7 @@ def resolve_precision(precision, device_type, torch_mod=torch, amp_dtype=None):
         raise HarnessError("--precision fp16 scales gradients with a CUDA "
                            "gradient scaler; on %s use bf16 or amp"
                            % device_type)
-    if precision == "amp":
-        dtype = amp_dtype or ("float16" if device_type == "cuda"
-                              else "bfloat16")
-    else:
-        dtype = "float16" if precision == "fp16" else "bfloat16"
+    dtype = ran_dtype(precision, device_type, kind)
     return (_autocast(precision, device_type, dtype, torch_mod), dtype,
             dtype == "float16", tf32)
 

@@ -23,19 +23,12 @@ import json
 import os
 
 from harness_common import HarnessError
+from harness_contract import (KNOB_SOURCES_ENV, KNOBS, TUNE_TRIAL_ENV,
+                              local_rank_variables, parse_knob_sources)
 from harness_pytorch_allocator import ALLOCATOR_CHOICES
 
-#: The knobs a result records, in this order.
-KNOBS = ("allocator", "fused_optimizer", "fused_bn_relu", "channels_last",
-         "threads", "pin_threads", "compile", "cudnn_benchmark")
-#: Where a knob's value came from.
-SOURCES = ("asked for", "tuned", "default")
-SOURCES_ENV = "DLRUN_KNOB_SOURCES"
-#: Local rank variables of torchrun, Open MPI, MPICH/Intel MPI and Slurm.
-LOCAL_RANK_ENV = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
-                  "MPI_LOCALRANKID", "SLURM_LOCALID")
-#: dlrun tune's trial (harness_pytorch_tune.py): the variants to time, JSON.
-TRIAL_ENV = "DLRUN_TUNE_TRIAL"
+#: Local rank variables of every launcher, in the contract's order.
+LOCAL_RANK_ENV = tuple(local_rank_variables())
 #: What pin_threads did in this process: the CPUs its threads are bound to.
 PINNING = {"cpus": None, "note": None}
 
@@ -95,16 +88,9 @@ def flag_given(argv, flag):
 
 
 def knob_sources(environ=None):
-    """{knob: source} from DLRUN_KNOB_SOURCES; unknown names and sources are
-    ignored ("asked" stands for "asked for")."""
+    """{knob: source} from KNOB_SOURCES_ENV (harness_contract)."""
     environ = os.environ if environ is None else environ
-    sources = {}
-    for item in environ.get(SOURCES_ENV, "").split(","):
-        name, _, source = item.partition("=")
-        source = "asked for" if source.strip() == "asked" else source.strip()
-        if name.strip() in KNOBS and source in SOURCES:
-            sources[name.strip()] = source
-    return sources
+    return parse_knob_sources(environ.get(KNOB_SOURCES_ENV, ""))
 
 
 def knob_record(values, argv, environ=None):
@@ -206,13 +192,13 @@ def trial_spec(environ=None):
     """The tuning trial dlrun asked for in DLRUN_TUNE_TRIAL (a JSON object,
     see harness_pytorch_tune.py), else None."""
     environ = os.environ if environ is None else environ
-    text = environ.get(TRIAL_ENV)
+    text = environ.get(TUNE_TRIAL_ENV)
     if not text:
         return None
     try:
         spec = json.loads(text)
     except ValueError as exc:
-        raise HarnessError("bad %s: %s" % (TRIAL_ENV, exc))
+        raise HarnessError("bad %s: %s" % (TUNE_TRIAL_ENV, exc))
     if not isinstance(spec, dict):
-        raise HarnessError("bad %s: a JSON object was expected" % TRIAL_ENV)
+        raise HarnessError("bad %s: a JSON object was expected" % TUNE_TRIAL_ENV)
     return spec

@@ -11,9 +11,8 @@ are produced while it waits, then times K batches back to back (on a GPU
 up to the batch being on the device).  Synthetic data has no loader: one
 fixed batch lives on the device, and the rate is null with that reason.
 
-Result fields: loader_rate (instances/s over all ranks: the sum of the
-ranks' rates, which ran at the same time), per_rank_loader_rate,
-loader_unit, loader_steps, loader_tokens_per_sec (LLMs), loader_rate_is.
+Its rate over all ranks is the sum of the ranks' rates, which ran at the
+same time (the loader_* fields of harness_result_schema.py).
 """
 
 import time

@@ -3,28 +3,9 @@ launcher's environment, its allocator, threads, device and backend, and the
 result fields that say what it ran on.  Standard library + torch; runs on
 Python >= 3.6 with PyTorch >= 1.0.
 
-The ``DLRUN_RESULT {json}`` line rank 0 prints last (training benchmark).
-Result fields: allocator (tcmalloc, jemalloc, glibc-tuned or system), allocator_library (path or null),
-amp_dtype ("bfloat16", "float16" or null), backend, batch_size_per_rank,
-channels_last, compiled, cuda_version / cudnn_version / nccl_version (only
-when present), data_format, data_workers, device ("cpu" or "cuda"),
-device_name, final_loss, formula, framework ("pytorch"),
-framework_version, fused_optimizer, global_batch_size, harness_version,
-image_size, lr, metric ("throughput"), mkldnn, model, momentum,
-num_classes, num_devices, optimizer, params, per_rank_images_per_sec,
-per_rank_wall_time_s, precision, python_version, quality (what decides
-whether the number means anything: harness_common.quality_fields), node
-(the node it ran on: harness_common.node_facts), rank_source, seed,
-status ("ok"), threads, timed_steps, unit ("images/sec"), value,
-wall_time_reduction ("max_over_ranks"), wall_time_s, warmup_steps,
-world_size, dist, horovod_version, and what was read (data_source "jpeg",
-"tfrecord" or "synthetic", data_path, data_images, images_decoded).
-``backend`` is "none" for a single process (no process group).
-BERT results have unit "sequences/sec", per_rank_sequences_per_sec,
-instances_per_sec (SWAG examples or SQuAD windows per second),
-sequences_per_instance, task ("swag" or "squad"), seq_length, num_layers and
-weight_decay instead of per_rank_images_per_sec, image_size, num_classes,
-data_format and momentum; the log ends with "total sequences/sec: N".
+The ``DLRUN_RESULT {json}`` line rank 0 prints last: its fields, their types,
+units and which the training, collective and storage results require are
+declared once, in harness_result_schema.py.
 """
 
 import platform

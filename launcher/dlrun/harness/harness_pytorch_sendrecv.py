@@ -23,13 +23,12 @@ gbs, wrong).  A wrong element fails the run (exit 6); the test hook
 each checked transfer it sources.
 """
 
-import json
 import time
 
 import torch
 
 from harness_common import (EXIT_WRONG_RESULT, RULE, HarnessError,
-                            error_line, out)
+                            error_line, out, print_result)
 from harness_pytorch_comm import Comm, in_process_group, perturbs, sync
 from harness_pytorch_process import run_fields, setup_pair_process
 
@@ -158,5 +157,5 @@ def run_sendrecv(args, message_sizes):
             % (sizes[-1], min(largest), slowest["src"], slowest["dst"]))
         out("# Avg bus bandwidth    : %.4f" % result["avg_busbw"])
         out(RULE)
-        out("DLRUN_RESULT " + json.dumps(result, sort_keys=True))
+        print_result(result)
     return 0

@@ -18,7 +18,6 @@ was warm.  The file system type of the directory comes from
 """
 
 import errno
-import json
 import mmap
 import os
 import shutil
@@ -29,7 +28,8 @@ import time
 HARNESS_DIR = os.path.dirname(os.path.abspath(__file__))
 if HARNESS_DIR not in sys.path:  # run as a script under `python -I`
     sys.path.insert(0, HARNESS_DIR)
-from harness_common import ArgumentParser, HarnessError, out, positive, report_failures  # noqa: E402
+from harness_common import (HARNESS_VERSION, ArgumentParser, HarnessError, out, positive,  # noqa: E402
+                            print_result, report_failures)
 
 #: Cache handling, in the words the result carries.
 DIRECT, DROPPED, WARM = "O_DIRECT", "pages dropped with fadvise", "cache warm: could not drop"
@@ -247,8 +247,8 @@ def main(argv=None):
         record = fio_result(args, files, fs_type, fio) if fio else builtin_result(args, files, fs_type)
         record.update(benchmark="storage", test=args.test, fs_type=fs_type, files_found=len(files),
                       world_size=1, num_devices=args.expected_world_size, batch_size_per_rank=None,
-                      python=sys.version.split()[0])
-        out("DLRUN_RESULT " + json.dumps(record, sort_keys=True))
+                      python=sys.version.split()[0], harness_version=HARNESS_VERSION)
+        print_result(record)
         return 0
 
     return report_failures(body)

@@ -7,7 +7,6 @@ Python >= 3.6 with PyTorch >= 1.0.  What it measures is described in
 """
 
 import gc
-import json
 import math
 import os
 import socket
@@ -21,11 +20,12 @@ from harness_pytorch_allocator import ALLOCATOR
 from harness_pytorch_bnrelu import fuse
 from harness_common import (EXIT_NONFINITE, RULE, HarnessError, NullContext,
                             TimedWindow, cpu_has_native_bf16, error_line, out,
-                            perf_stats, quality_fields)
+                            perf_stats, print_result, quality_fields)
+from harness_contract import LLM_KIND, PRECISION_OF_DTYPE
 from harness_pytorch_checkpoint import Checkpointer
 from harness_pytorch_comm import (StepClock, in_process_group,  # noqa
                                   param_checksum, replicas_agree, sync)
-from harness_pytorch_features import (RAN, make_grad_scaler, maybe_compile,
+from harness_pytorch_features import (make_grad_scaler, maybe_compile,
                                       mkldnn_available, resolve_precision)
 from harness_pytorch_horovod import setup_dist
 from harness_pytorch_knobs import knob_fields
@@ -55,9 +55,9 @@ def accumulation(args, devices_per_step):
 def _precision(precision, device_type, rank, llm):
     """(autocast factory, needs a gradient scaler, the result's fields on
     what ran: precision_ran, amp_dtype, tf32, native_bf16).  The LLMs'
-    amp is bfloat16 on every device (no scaler)."""
+    amp is bfloat16 on every device (no scaler): harness_contract.amp_dtype."""
     autocast, ran, needs_scaler, tf32 = resolve_precision(
-        precision, device_type, amp_dtype="bfloat16" if llm else None)
+        precision, device_type, kind=LLM_KIND if llm else None)
     native_bf16 = None
     if ran == "bfloat16" and device_type == "cpu":
         native_bf16 = cpu_has_native_bf16(os.environ.get(  # a test's file
@@ -68,7 +68,7 @@ def _precision(precision, device_type, rank, llm):
                 "CPU without bfloat16 instructions (no avx512_bf16/amx_bf16): "
                 "emulated, usually slower than fp32\n" % precision)
     return autocast or NullContext, needs_scaler, {
-        "precision_ran": RAN[ran], "tf32": tf32, "native_bf16": native_bf16,
+        "precision_ran": PRECISION_OF_DTYPE[ran], "tf32": tf32, "native_bf16": native_bf16,
         "amp_dtype": ran if autocast is not None else None}
 
 
@@ -109,7 +109,7 @@ def run_benchmark(args):
         out(RULE)
         out("total %s: %.2f" % (task.unit, result["value"]))
         out(RULE)
-        out("DLRUN_RESULT " + json.dumps(result, sort_keys=True))
+        print_result(result)
     return 0
 
 

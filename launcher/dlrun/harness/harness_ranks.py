@@ -6,31 +6,7 @@ library only, runs on Python >= 3.6.
 import os
 
 from harness_common import EXIT_WORLD_SIZE, HarnessError
-
-# (source, rank variable, size variable, local-rank variables): the first
-# row whose rank and size variables are both set wins; the local rank is the
-# first of its variables that is set (None when none is).
-RANK_SOURCES = (
-    # torchrun, and jsrun through dlrun's wrapper (JSM_* handed on as these)
-    ("torchrun", "RANK", "WORLD_SIZE", ("LOCAL_RANK",)),
-    # Open MPI's mpirun (and horovodrun over it)
-    ("openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-     ("OMPI_COMM_WORLD_LOCAL_RANK",)),
-    # horovodrun with its gloo controller (no MPI)
-    ("horovod", "HOROVOD_RANK", "HOROVOD_SIZE", ("HOROVOD_LOCAL_RANK",)),
-    # a PMIx server: Open MPI's, or Slurm's srun --mpi=pmix
-    ("pmix", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE",
-     ("OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID")),
-    ("pmix", "PMIX_RANK", "SLURM_NTASKS",
-     ("OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID")),
-    # MPICH's Hydra (and Intel MPI, MVAPICH2): the PMI-1/PMI-2 variables
-    ("mpich", "PMI_RANK", "PMI_SIZE", ("MPI_LOCALRANKID",)),
-    # IBM's jsrun started directly
-    ("jsrun", "JSM_NAMESPACE_RANK", "JSM_NAMESPACE_SIZE",
-     ("JSM_NAMESPACE_LOCAL_RANK",)),
-    # Slurm's srun
-    ("slurm", "SLURM_PROCID", "SLURM_NTASKS", ("SLURM_LOCALID",)),
-)
+from harness_contract import RANK_SOURCES
 
 
 def _env_int(environ, key, source):
@@ -44,7 +20,7 @@ def _env_int(environ, key, source):
 
 def detect_rank_env(environ=None):
     """(rank, world_size, local_rank or None, source) from the launcher's
-    environment (RANK_SOURCES, first match), else one process:
+    environment (harness_contract.RANK_SOURCES, first match), else one process:
     (0, 1, 0, "single")."""
     env = os.environ if environ is None else environ
     for source, rank_key, size_key, local_keys in RANK_SOURCES:

@@ -13,7 +13,9 @@ Shipped together in one directory; the entry puts its own directory on
 ``sys.path``: ``harness_common.py`` (shared with the PyTorch harness: exit codes, the
 error type, output, argument types, throughput statistics; standard library
 only), ``harness_ranks.py`` (shared too: the rank and world size from the
-launcher's variables), ``harness_tensorflow_models.py`` (the
+launcher's variables), ``harness_contract.py`` and ``harness_result_schema.py``
+(shared too: the contract with dlrun's launcher), ``harness_node.py`` (the
+node), ``harness_tensorflow_models.py`` (the
 models), ``harness_tensorflow_data.py`` (synthetic batch, tf.data
 pipelines), ``harness_tensorflow_process.py`` (ranks, Horovod, threads,
 device, versions), ``harness_tensorflow_train.py`` (the training loop,
@@ -125,6 +127,7 @@ if HARNESS_DIR not in sys.path:
 from harness_common import (ArgumentParser,  # noqa: E402
                             HarnessError, non_negative, positive,
                             report_failures)
+from harness_contract import CODE_PRECISIONS, DEFAULT_PRECISION  # noqa: E402
 
 # Kept in step with harness_tensorflow_models.MODEL_NAMES (a test checks),
 # so that --help and bad names need no TensorFlow.
@@ -146,9 +149,9 @@ def build_parser():
                    help="timed steps (default 100)")
     p.add_argument("--warmup-steps", type=non_negative, default=10,
                    help="untimed warm-up steps (default 10)")
-    p.add_argument("--precision", choices=("fp32", "bf16", "amp",
-                                           "mixed_bfloat16"),
-                   default="fp32",
+    p.add_argument("--precision",
+                   choices=CODE_PRECISIONS["tensorflow"] + ("mixed_bfloat16",),
+                   default=DEFAULT_PRECISION,
                    help="bf16 = amp = mixed_bfloat16 (Keras policy)")
     p.add_argument("--image-size", type=positive, default=None,
                    help="square input size (default: the model's)")

@@ -4,15 +4,17 @@ TFRecord shards.  Standard library + TensorFlow; runs on Python >= 3.6.
 What is read and how is described in ``harness_tensorflow.py``'s notes.
 """
 
-import glob
 import os
 
 import tensorflow as tf
 
 from harness_common import HarnessError
+from harness_contract import TRAIN_SPLIT, tfrecord_split
 
+#: The images of a folder tree this pipeline decodes (tf.io.decode_jpeg).
 JPEG_EXTENSIONS = (".jpg", ".jpeg", ".JPG", ".JPEG")
-TFRECORD_PATTERN = "train-*-of-*"
+#: How the messages name ImageNet's training shards (harness_contract.TFRECORD_SHARD recognises them).
+TFRECORD_PATTERN = "train-NNNNN-of-NNNNN"
 
 
 def synthetic_batch(batch, size, num_classes, seed):
@@ -46,7 +48,9 @@ def detect_format(data_dir, fmt):
 def _shards(data_dir):
     found = []
     for where in (data_dir, os.path.join(data_dir, "train")):
-        found.extend(glob.glob(os.path.join(where, TFRECORD_PATTERN)))
+        names = os.listdir(where) if os.path.isdir(where) else []
+        found.extend(os.path.join(where, name) for name in names
+                     if tfrecord_split(name) == TRAIN_SPLIT)
     return sorted(set(found))
 
 

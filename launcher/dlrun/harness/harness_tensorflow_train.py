@@ -5,7 +5,6 @@ TensorFlow; runs on Python >= 3.6.  What it measures is described in
 ``harness_tensorflow.py``'s notes.
 """
 
-import json
 import math
 import os
 import time
@@ -16,8 +15,9 @@ import tensorflow as tf
 from harness_common import (EXIT_DIVERGED, EXIT_NONFINITE,
                             NUM_CLASSES, PERTURB_ENV,
                             REPLICA_RTOL, RULE, HarnessError, TimedWindow,
-                            cpu_has_native_bf16, out, perf_stats,
+                            cpu_has_native_bf16, out, perf_stats, print_result,
                             quality_fields)
+from harness_contract import PRECISION_OF_DTYPE, ran_dtype
 from harness_tensorflow_data import (detect_format, real_dataset,
                                      synthetic_batch)
 from harness_tensorflow_models import (build_model, count_params,
@@ -126,7 +126,9 @@ def run_benchmark(args):
     comm, rank_source, device_type, device_name = setup_process(args)
     rank, world_size = comm.rank, comm.world_size
     import keras
-    amp_dtype = "bfloat16" if args.precision != "fp32" else None
+    precision = {"mixed_bfloat16": "amp"}.get(args.precision, args.precision)
+    amp_dtype = None if precision == "fp32" else ran_dtype(
+        precision, device_type, code="tensorflow")
     keras.mixed_precision.set_global_policy("mixed_bfloat16" if amp_dtype
                                             else "float32")
     image_size = args.image_size or default_image_size(args.model)
@@ -175,7 +177,7 @@ def run_benchmark(args):
         out(RULE)
         out("total images/sec: %.2f" % total)
         out(RULE)
-        out("DLRUN_RESULT " + json.dumps(result, sort_keys=True))
+        print_result(result)
     return 0
 
 
@@ -330,7 +332,8 @@ def _base_result(args, image_size, lr, amp_dtype, device_type, device_name,
         "timed_steps": args.steps, "warmup_steps": args.warmup_steps,
         "precision": {"mixed_bfloat16": "amp"}.get(args.precision,
                                                    args.precision),
-        "precision_ran": "bf16" if amp_dtype else "fp32", "amp_dtype": amp_dtype,
+        "precision_ran": PRECISION_OF_DTYPE[amp_dtype or "float32"],
+        "amp_dtype": amp_dtype,
         "tf32": {},  # the TensorFlow 2 harness trains on CPUs, which have no TF32
         "native_bf16": cpu_has_native_bf16() if amp_dtype else None,
         "compiled": False,  # tf.function graphs, no XLA
@@ -368,7 +371,7 @@ def _run_parameter_servers(args, comm, image_size, lr, base):
     result = dict(base)
     result.update(run_ps(args, build, batch, entry))
     result.update(run_fields("cpu", comm))
-    out("DLRUN_RESULT " + json.dumps(result, sort_keys=True))
+    print_result(result)
     return 0
 
 

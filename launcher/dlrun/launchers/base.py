@@ -18,6 +18,7 @@ from typing import Protocol
 from pydantic import BaseModel
 
 from dlrun.errors import UsageError
+from dlrun.harness.harness_contract import local_rank_variables, shell_first_set
 from dlrun.job import Launch, RankCommand, RankFailure
 from dlrun.plan import Plan, fabric_for
 from dlrun.registry import SCHEDULERS, Tool
@@ -123,7 +124,7 @@ class Launcher:
 # the local rank, and CPU binding to that GPU's NUMA node when the system profile knows it. Constant text:
 # only the NUMA map (integers from the validated profile) is filled in.
 AFFINITY_SCRIPT = (
-    "lr=${LOCAL_RANK:-${OMPI_COMM_WORLD_LOCAL_RANK:-${SLURM_LOCALID:-${MPI_LOCALRANKID:-0}}}}; "
+    f"lr={shell_first_set(local_rank_variables())}; "
     'IFS=, read -r -a gpus <<< "${CUDA_VISIBLE_DEVICES:-}"; '
     'if [ "${#gpus[@]}" -gt 0 ]; then gpu=${gpus[lr % ${#gpus[@]}]}; else gpu=$lr; fi; '
     'export CUDA_VISIBLE_DEVICES="$gpu"; '

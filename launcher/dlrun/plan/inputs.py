@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import re
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -14,11 +13,10 @@ from pydantic import ValidationError
 from dlrun.catalog.models import SchedulerOptions, SystemSpec
 from dlrun.errors import UsageError
 from dlrun.fabrics import check_fabric_name, fabric_settings
+from dlrun.harness.harness_contract import tfrecord_split
 from dlrun.plan.resolved import DATA_MOUNT, Bind, DataSpec
 from dlrun.staging import staged_path
 
-#: ImageNet's TFRecord shard names (train-00000-of-01024), as its build scripts write them.
-_TFRECORD_SHARD = re.compile(r"(train|validation)-\d+-of-\d+$")
 #: How many top-level entries of a dataset directory are looked at to tell its format.
 _FORMAT_PEEK = 4096
 
@@ -58,7 +56,7 @@ def dataset_format(path: Path) -> str:
     has_dirs = False
     with os.scandir(path) as entries:
         for entry in itertools.islice(entries, _FORMAT_PEEK):
-            if _TFRECORD_SHARD.match(entry.name):
+            if tfrecord_split(entry.name):
                 return "tfrecord"
             has_dirs = has_dirs or entry.is_dir()
     return "jpeg" if has_dirs else "unknown"

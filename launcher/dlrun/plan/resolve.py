@@ -15,10 +15,12 @@ from typing import Any
 from dlrun.catalog import Catalog
 from dlrun.catalog.models import TF2_HARNESS_MODELS, ImageSpec, SystemSpec, WorkloadSpec
 from dlrun.errors import UsageError
+from dlrun.harness.harness_contract import CODE_PRECISIONS, GPU_ONLY_PRECISIONS
 from dlrun.plan import inputs
 from dlrun.plan.backends import resolve_backends
+from dlrun.plan.finish import FINISHING, SiteInputs, tuned
 from dlrun.plan.resolved import LocalImage, Plan
-from dlrun.runoptions import KNOBS, RESOLVERS, Request, request
+from dlrun.runoptions import KNOBS, RESOLVERS, Request, options_for, request
 from dlrun.tfcnn.knobs import resolve_tf_options
 
 
@@ -32,6 +34,8 @@ class Resolution:
     system: SystemSpec
     image: ImageSpec
     fields: dict[str, Any] = field(default_factory=dict)
+    #: What the site adds beyond the options (dlrun.plan.finish): inputs of the finishing resolvers.
+    site: SiteInputs = field(default_factory=SiteInputs)
 
     @property
     def world(self) -> int:
@@ -42,22 +46,28 @@ Resolver = Callable[[Resolution], Mapping[str, Any]]
 
 
 def resolve_plan(catalog: Catalog, workload: str, *, local_image: LocalImage | None = None,
-                 **options: Any) -> Plan:
-    """The plan for `workload` with these options (names and meanings: dlrun.runoptions). `local_image` adds
-    this site's copy of a container image (its recorded digest and local files); without it the image is used
-    as the catalog describes it."""
+                 site: SiteInputs | None = None, **options: Any) -> Plan:
+    """The plan for `workload` with these options (names and meanings: dlrun.runoptions), finished with what
+    the site adds (dlrun.plan.finish.SiteInputs: secrets of dlrun's environment, the matmul ceiling, this
+    machine's tuning decision). `local_image` (or `site.local_image`) adds this site's copy of a container
+    image (its recorded digest and local files); without it the image is used as the catalog describes it.
+    The only place a Plan is made: nothing edits it afterwards."""
+    site = site or SiteInputs()
+    local_image = local_image or site.local_image
     req = request(options)
     work = catalog.workload(workload)
     system = catalog.system(req.system or "localhost")
     image = catalog.image(req.image or system.default_image)
-    res = Resolution(catalog=catalog, request=req, workload=work, system=system, image=image)
+    res = Resolution(catalog=catalog, request=req, workload=work, system=system, image=image, site=site)
     check_names(res)
     if image.kind == "container" and local_image is not None:
         res.image = local_image(image, system.arch)
     res.fields.update(workload=work, image=res.image, system=system)
     for name in RESOLVERS[1:]:
         res.fields.update(PIPELINE[name](res))
-    return Plan(**res.fields)
+    for finishing in FINISHING:
+        res.fields.update(finishing(res))
+    return tuned(Plan(**res.fields), res.fields, site)
 
 
 def check_names(res: Resolution) -> None:
@@ -227,16 +237,12 @@ def check_fused_bn_relu(knobs: dict[str, Any], precision: str, device: str) -> N
         raise UsageError(f"--fused-bn-relu on: {conflict}; valid here: auto, off")
 
 
-#: What each benchmark code can train in: dlrun's PyTorch harness all of them (tf32 and fp16 on GPUs only),
-#: its TensorFlow 2 harness Keras' mixed_bfloat16 policy, tf_cnn_benchmarks --use_fp16.
-_CODE_PRECISIONS = {"pytorch": ("fp32", "tf32", "fp16", "bf16", "amp"), "tensorflow": ("fp32", "bf16", "amp"),
-                    "tf_cnn_benchmarks": ("fp32", "fp16", "amp")}
 
 
 def check_precision(precision: str, image: ImageSpec, device: str) -> str:
     """--precision, if the image's benchmark code and the plan's device can run it (never something else)."""
     code = image.harness_framework or ("tf_cnn_benchmarks" if image.framework == "tensorflow" else "pytorch")
-    valid = [p for p in _CODE_PRECISIONS[code] if device == "cuda" or p not in ("tf32", "fp16")]
+    valid = [p for p in CODE_PRECISIONS[code] if device == "cuda" or p not in GPU_ONLY_PRECISIONS]
     if precision not in valid:
         where = "CPUs" if device == "cpu" else "GPUs"
         raise UsageError(f"--precision {precision}: {code} on {where} (image {image.name!r}) cannot train in it; "
@@ -313,9 +319,15 @@ def check_dataparallel(res: Resolution) -> None:
                          f"{res.fields['ranks_per_node']}; valid: --ranks-per-node 1 (or leave it out)")
 
 
+def resolve_harness(res: Resolution) -> dict[str, Any]:
+    """The options that only reach the harness (a harness flag, no Plan field of their own), as checked."""
+    return {"harness_options": {opt.name: res.request[opt.name] for opt in options_for("harness")}}
+
+
 #: Every resolver of dlrun.runoptions.RESOLVERS ("names" runs first, in resolve_plan itself).
 PIPELINE: dict[str, Resolver] = {
     "layout": resolve_layout, "batch": resolve_batch, "data": resolve_data, "environment": resolve_environment,
     "backends": _resolve_backends, "fabric": resolve_fabric, "scheduler": resolve_scheduler,
     "framework": resolve_framework, "training": resolve_training, "telemetry": resolve_telemetry,
+    "harness": resolve_harness,
 }

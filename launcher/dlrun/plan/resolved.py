@@ -8,14 +8,19 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dlrun.catalog.models import ImageSpec, SchedulerOptions, SystemSpec, WorkloadSpec
 from dlrun.fabrics import FabricSettings, fabric_settings
+from dlrun.harness.harness_contract import DEFAULT_PRECISION, PRECISIONS
+from dlrun.job import RUN_DIR_VAR
 from dlrun.secrets import redact_env, secret_names
+from dlrun.shell import Expand
 
 #: Fills in what this site has of an image for one architecture (digest, root filesystem, SIF, squashfs).
 LocalImage = Callable[[ImageSpec, str], ImageSpec]
 
-Precision = Literal["fp32", "tf32", "fp16", "bf16", "amp"]
+Precision = Literal[PRECISIONS]  # type: ignore[valid-type]
 #: Where the ranks find the dataset of `--data` inside the container (the host runtime maps it back).
 DATA_MOUNT = "/data"
+#: PyTorch's own default collective timeout (gloo; NCCL before 2.2), which a run's time limit shortens.
+DEFAULT_COLLECTIVE_TIMEOUT_S = 1800
 
 Allocator = Literal["auto", "tcmalloc", "jemalloc", "glibc-tuned", "system"]
 #: A speed knob of the PyTorch harness: auto is the tuner's decision for the machine, else the default.
@@ -64,7 +69,7 @@ class Plan(BaseModel):
     batch_size: int = Field(gt=0, description="per rank")
     steps: int = Field(gt=0)
     warmup_steps: int = Field(ge=0)
-    precision: Precision = "fp32"
+    precision: Precision = DEFAULT_PRECISION
     device: Literal["cpu", "cuda"] = "cpu"
     threads_per_rank: int = Field(gt=0)
     scheduler: str
@@ -108,6 +113,8 @@ class Plan(BaseModel):
     parameter_servers: int = Field(default=0, ge=0)
     data_format: Literal["NCHW", "NHWC"] | None = None
     benchmark_args: list[str] = []
+    # options that only reach the harness (a harness flag and no field of their own: dlrun.runoptions)
+    harness_options: dict[str, Any] = {}
 
     @property
     def secret_names(self) -> set[str]:
@@ -139,6 +146,32 @@ class Plan(BaseModel):
     def global_batch_size(self) -> int:
         return self.device_count * self.batch_size * self.grad_accum
 
+    # What the harness is handed of some options (their `harness_value` in dlrun.runoptions).
+    @property
+    def data_mount(self) -> str | None:
+        """Where the ranks read --data's dataset, or None for synthetic data."""
+        return self.data.mount if self.data is not None else None
+
+    @property
+    def accumulated_global_batch(self) -> int | None:
+        """With gradient accumulation, the global batch over every device and micro-batch; else None (the
+        harness's own batch x devices)."""
+        return self.global_batch_size if self.grad_accum > 1 else None
+
+    @property
+    def checkpoint_target(self) -> str | None:
+        """Where --checkpoint-every saves: --checkpoint-dir, else checkpoints/ of the run directory."""
+        if self.checkpoint_every is None:
+            return None
+        return self.checkpoint_dir or Expand(f"${{{RUN_DIR_VAR}}}/checkpoints")
+
+    @property
+    def collective_timeout_s(self) -> int | None:
+        """The harness's collective timeout: the run's time limit, so that one stopped rank ends the job with
+        the surviving ranks' timeout error; never longer than PyTorch's own default."""
+        limit = self.scheduler_options.time_seconds()
+        return None if limit is None else min(limit, DEFAULT_COLLECTIVE_TIMEOUT_S)
+
     def summary(self) -> dict:
         """The plan as JSON-able data, with the derived counts spelled out."""
         data = self.model_dump(mode="json")
@@ -157,7 +190,9 @@ DERIVED_FIELDS = {
     "knob_sources": "which knobs the user asked for (the options), the tuner decided (dlrun.tune) or the "
                     "defaults decide",
     "tuning": "the tuner's stored decision a run applied (dlrun.tune)",
-    "matmul_gflops": "the store's newest `dlrun measure matmul` of the system at the run's precision (dlrun run)",
+    "matmul_gflops": "the store's newest `dlrun measure matmul` of the system in the element type the run computes in "
+                     "(dlrun.plan.finish)",
+    "harness_options": "the options that only reach the harness (dlrun.runoptions: a harness flag, no field)",
 }
 
 

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from dlrun.harness.harness_node import cpu_identity, isa_level
 from dlrun.probe.sysfs import read_text
 
 ARCHES = ("x86_64", "ppc64le", "aarch64")
@@ -86,7 +87,9 @@ def cpu_inventory(root: Path = Path("/")) -> dict[str, Any]:
         logical += 1
         packages.add(package)
         cores.add((package, core or ""))
-    return {"model": cpu_model(root), "logical_cpus": logical or os.cpu_count(), "sockets": len(packages) or None,
+    cpuinfo = read_text(root / "proc" / "cpuinfo")
+    return {"model": cpu_model(root), "cpu_id": cpu_identity(cpuinfo), "isa": isa_level(cpuinfo),
+            "logical_cpus": logical or os.cpu_count(), "sockets": len(packages) or None,
             "physical_cores": len(cores) or None, "usable_cpus": usable_cpus(), "numa": numa_nodes(root),
             "isa_flags": isa_flags(root)}
 

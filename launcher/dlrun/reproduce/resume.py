@@ -20,12 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dlrun.harness.harness_contract import split_precision_label
+from dlrun.execute.record import run_row
 from dlrun.paths import harness_hashes
 from dlrun.plan import Plan
 from dlrun.registry import SCHEDULERS
 from dlrun.results.fingerprint import this_machine
 from dlrun.results.key import KEY_FIELDS, UNKNOWN, key_from_run
-from dlrun.results.site import local_site
 from dlrun.results.store import Store
 
 #: The `kind` of the plan record of a model-facts run (counted in-process, not launched).
@@ -56,17 +57,14 @@ def planned_key(plan: Plan) -> Key:
     """The comparability key a run of `plan` will be stored with, as far as the plan decides it (the
     record the executor stores, without the result the run adds)."""
     host = plan.image.kind == "host"
-    record = {"workload": plan.workload.name, "model": plan.workload.model, "image_digest": plan.image.digest,
-              "system": plan.system.name, "fabric": plan.fabric, "nodes": plan.nodes, "world_size": plan.world_size,
-              "batch_size": plan.batch_size if plan.workload.trains else None, "precision": plan.precision,
-              "origin": "local", "plan": plan.summary(), "site": local_site(),
-              # the machine where the job runs on this node; a batch job's node is known once it has run
-              "fingerprint": this_machine(fabric=plan.fabric, nodes=plan.nodes, device=plan.device)
-              if SCHEDULERS.get(plan.scheduler).runs_here else None,
-              "provenance": {"harness_sha256": _harness_digest(plan.image.harness_dir,
-                                                                    plan.image.harness_framework
-                                                                    or plan.workload.framework)
-                             if host else None}}
+    harness = _harness_digest(plan.image.harness_dir, plan.image.harness_framework or plan.workload.framework) \
+        if host else None
+    # the row the executor stores (dlrun.execute.record.run_row), before the run adds its result
+    record = run_row(plan.summary(), run_id="planned", run_dir=Path("."), status="planned", started=0.0,
+                     finished=0.0, provenance={"harness_sha256": harness})
+    # the machine where the job runs on this node; a batch job's node is known once it has run
+    record["fingerprint"] = this_machine(fabric=plan.fabric, nodes=plan.nodes, device=plan.device) \
+        if SCHEDULERS.get(plan.scheduler).runs_here else None
     return key_from_run(record, [])
 
 
@@ -81,7 +79,7 @@ def same_point(key: Key, stored: Key) -> bool:
         if wanted == UNKNOWN:
             continue  # only the run tells (see the module's docstring)
         if name == "precision" and isinstance(found, str):
-            found = found.split("(")[0]  # amp(bfloat16): amp, in the type the device has
+            found = split_precision_label(found)[0]  # amp(bfloat16): amp, in the type the device has
         if wanted != found:
             return False
     return True

@@ -11,11 +11,11 @@ from dlrun.catalog.experiments import Conditions, ExperimentSpec
 from dlrun.errors import UsageError
 from dlrun.job import RenderedJob
 from dlrun.paths import HARNESS_DIR, harness_hashes
-from dlrun.plan import LocalImage, Plan, resolve_plan
+from dlrun.measure import matmul_ceiling
+from dlrun.plan import LocalImage, Plan, SiteInputs, resolve_plan
 from dlrun.render import render_job
 from dlrun.reproduce.resume import MODEL_FACTS, Key, StoredRun, facts_key, planned_key, stored_runs
 from dlrun.results.store import Store
-from dlrun.tune.apply import with_sources
 
 #: The harness whose model definitions model facts are counted on.
 FACTS_FRAMEWORK = "pytorch"
@@ -70,6 +70,7 @@ def plan_points(catalog: Catalog, experiment: ExperimentSpec, system: str | None
     spec = catalog.system(system) if system is not None else None
     points = [point for point in expand(experiment, spec, catalog.workloads, catalog.images)
               if matches(where, point.values, system)]
+    site = SiteInputs(local_image=local_image, matmul_ceiling=lambda name, dtype: matmul_ceiling(store, name, dtype))
     works = []
     for point in points:
         work = PointWork(experiment.id, point, point_id(point), repeats or point.repeats, skip=point.skip)
@@ -77,7 +78,7 @@ def plan_points(catalog: Catalog, experiment: ExperimentSpec, system: str | None
             if experiment.measure == "model-facts":
                 _count(catalog, work, point.workload)
             else:
-                _plan(catalog, work, point, local_image)
+                _plan(catalog, work, point, site)
         work.refresh(store)
         works.append(work)
     return works
@@ -92,11 +93,10 @@ def _count(catalog: Catalog, work: PointWork, workload: str) -> None:
     work.key = facts_key(work.facts)
 
 
-def _plan(catalog: Catalog, work: PointWork, point: Point, local_image: LocalImage | None) -> None:
+def _plan(catalog: Catalog, work: PointWork, point: Point, site: SiteInputs) -> None:
     try:
-        # the knobs' sources reach the harness's record; an experiment's points run the defaults, untuned
-        work.plan = with_sources(resolve_plan(catalog, str(point.workload), local_image=local_image,
-                                              **point.plan_options()))
+        # an experiment's points run the defaults, untuned; an LLM's MFU against the store's ceiling
+        work.plan = resolve_plan(catalog, str(point.workload), site=site, **point.plan_options())
     except UsageError as exc:  # the expansion let through what the plan refuses: say so, run the rest
         work.skip = f"dlrun cannot plan it: {exc}"
         return

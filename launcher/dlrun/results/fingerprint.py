@@ -1,11 +1,13 @@
 """A run's hardware fingerprint: what machine its number was measured on, as data stored with the run.
 
-    {"cpu": "AMD EPYC 9B45", "sockets": 2, "cores_per_socket": 64, "memory_gib": 1511,
+    {"cpu": "AMD EPYC 9B45", "cpu_id": "AuthenticAMD family 26 model 2 stepping 1",
+     "isa": "x86-64-v4+avx512_bf16+avx512_vnni", "sockets": 2, "cores_per_socket": 64, "memory_gib": 1511,
      "gpu": "NVIDIA H100 80GB HBM3", "gpu_count": 8, "gpu_memory_gib": 80, "driver": "580.65.06",
      "device": "cuda", "cuda": "12.8", "cudnn": "91002", "nccl": "2.27.3",
      "fabric": "ib", "fabric_rate_gbps": 200.0, "nodes": 2, "node_from": "job"}
 
-The node's part (CPU model, sockets x cores, memory, GPUs, driver, fabric line rate) comes from what the job
+The node's part (CPU model, its identity and instruction-set level, sockets x cores, memory, GPUs, driver,
+fabric line rate) comes from what the job
 itself reported (`node` in the harness's result: the node it ran on, also under a batch scheduler), else from
 the node inventory dlrun took before launching (`inventory.json`: the same node for a local run, which is the
 only case it is used for). The software part (CUDA, cuDNN, NCCL) is what the job saw: the versions its
@@ -30,7 +32,8 @@ from typing import Any
 
 #: The fields a fingerprint may hold, and their types.
 FIELDS: dict[str, tuple[type, ...]] = {
-    "cpu": (str,), "sockets": (int,), "cores_per_socket": (int,), "memory_gib": (int,), "gpu": (str,),
+    "cpu": (str,), "cpu_id": (str,), "isa": (str,), "sockets": (int,), "cores_per_socket": (int,),
+    "memory_gib": (int,), "gpu": (str,),
     "gpu_count": (int,), "gpu_memory_gib": (int,), "driver": (str,), "device": (str,), "cuda": (str,),
     "cudnn": (str,), "nccl": (str,), "fabric": (str,), "fabric_rate_gbps": (int, float), "nodes": (int,),
     "node_from": (str,), "topology": (dict,),
@@ -116,7 +119,8 @@ def _from_job(node: Mapping[str, Any]) -> dict[str, Any]:
     """The node's part from the harness's `node` record (dlrun.harness.harness_common.node_facts)."""
     sockets, cores = node.get("sockets"), node.get("physical_cores")
     gpus = [g for g in node.get("gpus") or [] if isinstance(g, Mapping)]
-    return {"cpu": short_cpu_name(node.get("cpu_model")), "sockets": sockets,
+    return {"cpu": short_cpu_name(node.get("cpu_model")), "cpu_id": node.get("cpu_id"), "isa": node.get("isa"),
+            "sockets": sockets,
             "cores_per_socket": cores // sockets if isinstance(cores, int) and isinstance(sockets, int) and sockets
             else None, "memory_gib": _gib(node.get("memory_kib"), 1024 ** 2),
             "gpu": gpus[0].get("name") if gpus else None,
@@ -131,7 +135,8 @@ def _from_inventory(inventory: Mapping[str, Any]) -> dict[str, Any]:
     gpu = inventory.get("gpu") if isinstance(inventory.get("gpu"), Mapping) else {}
     gpus = [g for g in gpu.get("gpus") or [] if isinstance(g, Mapping)]
     sockets, cores = cpu.get("sockets"), cpu.get("physical_cores")
-    return {"cpu": short_cpu_name(cpu.get("model")), "sockets": sockets,
+    return {"cpu": short_cpu_name(cpu.get("model")), "cpu_id": cpu.get("cpu_id"), "isa": cpu.get("isa"),
+            "sockets": sockets,
             "cores_per_socket": cores // sockets if isinstance(cores, int) and isinstance(sockets, int) and sockets
             else None, "memory_gib": _gib(inventory.get("memory_kib"), 1024 ** 2) if inventory.get("memory_kib")
             else _gib(inventory.get("memory_gb"), 1.0),
@@ -155,7 +160,7 @@ def fingerprint_of(*, result: Mapping[str, Any] | None, inventory: Mapping[str, 
     image = image or {}
     device = extra.get("device") if extra.get("device") in ("cpu", "cuda") else None
     found: dict[str, Any] = {
-        **{name: part.get(name) for name in ("cpu", "sockets", "cores_per_socket", "memory_gib", "gpu",
+        **{name: part.get(name) for name in ("cpu", "cpu_id", "isa", "sockets", "cores_per_socket", "memory_gib", "gpu",
                                              "gpu_count", "gpu_memory_gib", "driver")},
         "device": device,
         "cuda": _text(extra.get("cuda_version") or image.get("cuda")),
@@ -208,7 +213,8 @@ def _cpu_line(fp: Mapping[str, Any]) -> str:
     layout = (f"{fp['sockets']} x {fp['cores_per_socket']} cores"
               if isinstance(fp.get("sockets"), int) and isinstance(fp.get("cores_per_socket"), int) else "cores unknown")
     memory = f"{fp['memory_gib']} GiB" if fp.get("memory_gib") else "memory unknown"
-    return f"{fp.get('cpu') or 'unknown CPU'}, {layout}, {memory}"
+    identity = f" ({fp['cpu_id']}; {fp.get('isa') or 'instruction set unknown'})" if fp.get("cpu_id") else ""
+    return f"{fp.get('cpu') or 'unknown CPU'}{identity}, {layout}, {memory}"
 
 
 def _gpu_line(fp: Mapping[str, Any]) -> str:

@@ -22,10 +22,17 @@ Fields (in the order they are printed):
   devices, nodes     devices that did the work, and the nodes they sat on
   system             the system profile
   fabric             the inter-node fabric; `n/a` on one node, where no traffic crosses it
+  env                the run's --env variables that decide performance (NCCL_*, UCX_*, OMP_*, ...: the rule is
+                     dlrun.results.performance_env), `none`; never a secret
+  code_path          which code computed a step of dlrun's PyTorch harness: `reference` (PyTorch's own ops, its
+                     default layout, eager) or the knobs it moved (`channels_last=on fused_bn_relu=on`),
+                     however they were chosen; runs of different code paths are never pooled
   site               the site that made the run (dlrun.results.site)
-  cpu, cores, memory_gib, gpu, gpu_count, gpu_memory_gib, driver, cuda, cudnn, nccl, fabric_rate
-                     the machine: its hardware fingerprint (dlrun.results.fingerprint): CPU model, sockets x
-                     cores per socket, memory; GPU model, GPUs per node, GPU memory, driver (`none` and `n/a`
+  cpu, cpu_id, isa, cores, memory_gib, gpu, gpu_count, gpu_memory_gib, driver, cuda, cudnn, nccl, fabric_rate
+                     the machine: its hardware fingerprint (dlrun.results.fingerprint): CPU model name, its
+                     identity (vendor, family, model, stepping: a cloud VM's name alone hides the generation)
+                     and instruction-set level (x86-64-v4+avx512_bf16...), sockets x cores per socket, memory;
+                     GPU model, GPUs per node, GPU memory, driver (`none` and `n/a`
                      without GPUs); the CUDA, cuDNN and NCCL the job saw (`n/a` for a run on CPUs); the
                      fabric's line rate per port (`n/a` on one node). Unknown for runs stored before dlrun
                      kept fingerprints and for logs whose machine nobody named; `n/a` for model facts, which
@@ -33,8 +40,9 @@ Fields (in the order they are printed):
 
 A tf_cnn_benchmarks run's framework carries the settings that decide its value after a slash, as a collective's
 carries its backend: `tensorflow/parameter_server ps=4 layout=NCHW` (variable update, all-reduce spec,
-parameter servers, tensor layout, pass-through flags; see dlrun.tfcnn.knobs). The PyTorch harness's speed knobs
-enter it only where the user pinned them (`pytorch pinned: fused_optimizer=off`; see dlrun.tune).
+parameter servers, tensor layout, pass-through flags; see dlrun.tfcnn.knobs). The PyTorch harness's placement
+knobs (allocator, threads, pinning, cuDNN's search) enter it only where the user pinned them (`pytorch pinned:
+allocator=jemalloc`; see dlrun.tune).
 """
 from __future__ import annotations
 
@@ -44,7 +52,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dlrun.catalog.models import TRAINING_KINDS
+from dlrun.harness.harness_contract import CODE_PATH_KNOBS, code_path, precision_label
 from dlrun.results.parsers.result import SECONDARY_METRICS
+from dlrun.results.performance_env import performance_env
 from dlrun.tfcnn.knobs import key_part
 
 UNKNOWN = "unknown"
@@ -56,11 +67,12 @@ KEY_FIELDS: dict[str, str] = {
     "batch_per_device": "batch per device", "global_batch": "global batch", "data": "data",
     "data_format": "data format", "framework": "framework", "framework_version": "framework version",
     "image_digest": "image digest", "devices": "devices", "nodes": "nodes", "system": "system",
-    "fabric": "fabric", "site": "site",
+    "fabric": "fabric", "env": "performance environment", "code_path": "code path", "site": "site",
 }
 #: The machine's fields (its hardware fingerprint, dlrun.results.fingerprint), in KEY_FIELDS too.
 MACHINE_FIELDS: dict[str, str] = {
-    "cpu": "cpu", "cores": "cores (sockets x cores)", "memory_gib": "memory (GiB)", "gpu": "gpu",
+    "cpu": "cpu", "cpu_id": "cpu identity", "isa": "instruction set", "cores": "cores (sockets x cores)",
+    "memory_gib": "memory (GiB)", "gpu": "gpu",
     "gpu_count": "gpus per node", "gpu_memory_gib": "gpu memory (GiB)", "driver": "driver", "cuda": "cuda",
     "cudnn": "cudnn", "nccl": "nccl", "fabric_rate": "fabric rate",
 }
@@ -69,6 +81,10 @@ STACK_FIELDS = ("cuda", "cudnn", "nccl")
 KEY_FIELDS.update(MACHINE_FIELDS)
 #: Key fields no run option decides (those the options decide are declared in dlrun.runoptions).
 NOT_FROM_OPTIONS = {"workload": "the workload argument",  # model: the workload's, with an LLM's --seq-length
+                    "env": "the --env variables of the families that decide performance (dlrun.results."
+                           "performance_env)",
+                    "code_path": "the code-path knobs the run used, however they were chosen (asked for, tuned, "
+                                 "default)",
                     "site": "the site that ran it (DLRUN_SITE, config.yaml's site:, the host's domain)",
                     **{name: "the node the job ran on, and the software stack it saw" for name in MACHINE_FIELDS}}
 
@@ -76,7 +92,6 @@ Key = dict[str, Any]
 
 # Element types as nccl-tests prints them -> the names the harness uses.
 _DTYPES = {"float": "float32", "half": "float16", "double": "float64", "bfloat16": "bfloat16"}
-_TRAINING = ("cnn-training", "bert-finetuning", "llm-pretraining")  # dlrun.catalog.models.TRAINING_KINDS
 # Formats whose logs say which framework produced them.
 _FRAMEWORK_OF_FORMAT = {"tf_cnn_benchmarks": "tensorflow", "nccl-tests": "nccl-tests"}
 
@@ -98,7 +113,7 @@ def run_kind(run: Mapping[str, Any], result: Mapping[str, Any]) -> str:
         return "matmul"
     if workload.get("kind") in ("command", "storage"):
         return str(workload["kind"])
-    if metric == "busbw" or workload.get("kind") not in (None, *_TRAINING) or plan.get("collective"):
+    if metric == "busbw" or workload.get("kind") not in (None, *TRAINING_KINDS) or plan.get("collective"):
         return "communication"
     return "training"
 
@@ -154,8 +169,30 @@ def key_from_run(run: Mapping[str, Any], results: Iterable[Mapping[str, Any]] = 
         key["framework_version"] = f"{key['framework_version']}+horovod{rec.extra['horovod_version']}"
     key["image_digest"] = _image_identity(run, rec.image, run.get("provenance") or {})
     key["site"] = _known(run.get("site"))
+    key.update(env=_env(rec), code_path=_code_path(rec))
     key.update(_machine(rec, key["nodes"]))
     return {name: key[name] for name in KEY_FIELDS}
+
+
+def _env(rec: _Record) -> str:
+    """The run's own variables that decide performance (dlrun.results.performance_env), as its plan holds them;
+    unknown where the plan holds none (a log imported without the plan `dlrun run` would resolve for it)."""
+    if rec.plan.get("kind") == "model-facts":
+        return NOT_APPLICABLE
+    env = rec.plan.get("env")
+    if not isinstance(env, dict):
+        return UNKNOWN
+    return performance_env({str(k): str(v) for k, v in env.items()}, rec.plan.get("secret_env") or ())
+
+
+def _code_path(rec: _Record) -> str:
+    """Which code computed a training step of dlrun's PyTorch harness: `reference` (PyTorch's own ops, its
+    default layout, eager) or the code-path knobs it moved, from the knobs its result recorded. n/a for other
+    code (tf_cnn_benchmarks, collectives, a site's command); unknown for runs that did not record them."""
+    harness = (rec.extra.get("framework") or rec.image.get("framework")) == "pytorch"
+    if rec.kind != "training" or rec.imported or not harness:
+        return NOT_APPLICABLE
+    return code_path(rec.extra.get("knobs") if isinstance(rec.extra.get("knobs"), dict) else {}) or UNKNOWN
 
 
 def _machine(rec: _Record, nodes: Any) -> Key:
@@ -169,7 +206,7 @@ def _machine(rec: _Record, nodes: Any) -> Key:
     on_cpu = fp.get("device") == "cpu"
     rate = fp.get("fabric_rate_gbps")
     return {
-        "cpu": _known(fp.get("cpu")),
+        "cpu": _known(fp.get("cpu")), "cpu_id": _known(fp.get("cpu_id")), "isa": _known(fp.get("isa")),
         "cores": f"{sockets}x{per_socket}" if isinstance(sockets, int) and isinstance(per_socket, int) else UNKNOWN,
         "memory_gib": _count(fp.get("memory_gib")),
         "gpu": "none" if no_gpu else _known(fp.get("gpu")),
@@ -187,6 +224,8 @@ def machine_label(key: Key) -> str:
     if all(key.get(name, UNKNOWN) in (UNKNOWN, NOT_APPLICABLE) for name in MACHINE_FIELDS):
         return UNKNOWN
     text = f"{key.get('cpu')} {key.get('cores')} {key.get('memory_gib')} GiB"
+    if key.get("cpu_id") not in (None, UNKNOWN, NOT_APPLICABLE):  # the marketing name can hide the generation
+        text += f" ({key['cpu_id']})"
     if key.get("gpu") not in ("none", NOT_APPLICABLE):
         text += f", {key.get('gpu_count')}x {key.get('gpu')}"
     return text
@@ -237,13 +276,15 @@ def _training_framework(rec: _Record) -> str:
 
 
 def _pinned_knobs(plan: Mapping[str, Any]) -> str:
-    """The speed knobs the user gave (`--fused-optimizer off`), as `name=value` words. A tuned or default knob
-    never enters the key (the tuner picks what is fastest on each machine, like-for-like); a pinned one is the
-    user's choice of what to compare."""
+    """The placement knobs the user gave (`--allocator jemalloc`, `--threads 4`), as `name=value` words: they
+    place the same computation, so a tuned or default one stays out of the key (the tuner picks what is
+    fastest on each machine); a pinned one is the user's choice of what to compare. The knobs that change the
+    computation are the key's code path, however they were chosen."""
     sources = _mapping(plan.get("knob_sources"))
     field = {"threads": "threads_per_rank"}
+    moving = {name for name, _ in CODE_PATH_KNOBS}
     return " ".join(f"{name}={plan.get(field.get(name, name))}" for name, source in sorted(sources.items())
-                    if source == "asked for")
+                    if source == "asked for" and name not in moving)
 
 
 def _model(rec: _Record) -> str:
@@ -292,11 +333,7 @@ def _storage(rec: _Record) -> Key:
 
 
 def _training_precision(precision: Any, amp_dtype: Any) -> str:
-    if not precision:
-        return UNKNOWN
-    if precision == "amp":
-        return f"amp({amp_dtype})" if amp_dtype else "amp"
-    return str(precision)
+    return precision_label(str(precision), amp_dtype) if precision else UNKNOWN
 
 
 def _data(imported: bool, fmt: str | None, workload: Mapping[str, Any], extra: Mapping[str, Any],

@@ -1,6 +1,5 @@
-"""A run's knobs: the stored decision for this machine applied to the knobs nobody asked for, measured first
-where the machine has none yet (`--tune auto`), and every knob's source passed to the harness, which records
-it with the value in the result.
+"""A run's knobs: the stored decision for this machine, measured first where the machine has none yet
+(`--tune auto`), handed to `resolve_plan` (dlrun.plan.finish), which applies it to the knobs nobody asked for.
 """
 from __future__ import annotations
 
@@ -16,8 +15,6 @@ from dlrun.tune.machine_key import describe, fingerprint_id, machine_fingerprint
 from dlrun.tune.search import AUTO_KNOBS, load_average, measurable, tune
 from dlrun.tune.trial import TrialFailed
 
-#: The harness reads each knob's source from here (harness_pytorch_knobs.py).
-SOURCES_ENV = "DLRUN_KNOB_SOURCES"
 #: Seconds the automatic tuning may spend on measuring rounds (warm-up and process starts come on top).
 BUDGET_ENV = "DLRUN_TUNE_BUDGET_S"
 #: The 1-minute load average from which the machine counts as busy (default: its usable CPUs).
@@ -33,25 +30,12 @@ AUTO_TRIAL_BATCH = 16
 Log = Callable[[str], None]
 
 
-def with_sources(plan: Plan, sources: Mapping[str, str] | None = None, **updates: Any) -> Plan:
-    """The plan with `updates`, its knob sources set and passed to the ranks in DLRUN_KNOB_SOURCES."""
-    sources = dict(plan.knob_sources if sources is None else sources)
-    if not sources:
-        return plan.model_copy(update=updates) if updates else plan
-    text = ",".join(f"{name}={'asked' if source == 'asked for' else source}" for name, source in sorted(sources.items()))
-    return plan.model_copy(update={**updates, "knob_sources": sources, "env": {**plan.env, SOURCES_ENV: text}})
-
-
-def apply_decision(plan: Plan, decision: Mapping[str, Any]) -> Plan:
-    """The decision's value for every knob left at its default; those become `tuned`."""
-    sources, updates = dict(plan.knob_sources), {}
-    for name, entry in decisions.checked_knobs(decision.get("knobs")).items():
-        if sources.get(name) != "default":
-            continue  # asked for: the user's value stands
-        updates["threads_per_rank" if name == "threads" else name] = entry["value"]
-        sources[name] = "tuned"
+def applied(decision: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored decision as the plan's finishing input (dlrun.plan.finish): its knobs' values, and where it
+    came from."""
+    knobs = {name: entry["value"] for name, entry in decisions.checked_knobs(decision.get("knobs")).items()}
     where = {k: decision.get(k) for k in ("fingerprint_id", "config_id", "decided_at")}
-    return with_sources(plan, sources, **updates, tuning={**where, "file": str(decisions.decisions_path())})
+    return {"knobs": knobs, "tuning": {**where, "file": str(decisions.decisions_path())}}
 
 
 def measures_here(plan: Plan) -> bool:
@@ -116,11 +100,10 @@ def measure(plan: Plan, inventory: Mapping[str, Any], knobs: Iterable[str], *, r
     return decision
 
 
-def tuned_plan(plan: Plan, inventory: Mapping[str, Any], *, log: Log) -> Plan:
-    """The plan a run executes: the stored decision for this machine and configuration applied; where there is
-    none and the plan says --tune auto, measured first (on this machine only). --tune off: the defaults."""
-    if not plan.knob_sources or plan.tune == "off":
-        return with_sources(plan)
+def decide(plan: Plan, inventory: Mapping[str, Any], *, log: Log) -> dict[str, Any] | None:
+    """This machine's decision on the plan's knobs left at auto (dlrun.plan.finish's `knob_decision`): the stored
+    one for this machine and configuration; where there is none and the plan says --tune auto, measured first
+    (on this machine only). None: the defaults run."""
     who = identity(plan, inventory)
     decision = decisions.lookup(who["fingerprint_id"], who["config_id"])
     stale = decision is not None and decision.get("busy") is True and not is_busy(who["fingerprint"])
@@ -134,9 +117,14 @@ def tuned_plan(plan: Plan, inventory: Mapping[str, Any], *, log: Log) -> Plan:
         except TrialFailed as exc:
             log(f"tuning failed, the defaults run: {exc}")
             decisions.save({**who, "knobs": {}, "not_measured": {"all": str(exc)}, "decided_at": decisions.now_iso()})
-            return with_sources(plan)
+            return None
         log("tuned: " + summary_line(decision))
-    return with_sources(plan) if decision is None else apply_decision(plan, decision)
+    return None if decision is None else applied(decision)
+
+
+def knob_decision(inventory: Mapping[str, Any], *, log: Log) -> Callable[[Plan], dict[str, Any] | None]:
+    """`decide` on this node's inventory, as a plan's finishing input."""
+    return lambda plan: decide(plan, inventory, log=log)
 
 
 def summary_line(decision: Mapping[str, Any]) -> str:

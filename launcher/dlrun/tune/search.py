@@ -20,7 +20,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from dlrun.plan import Plan
+from dlrun.harness.harness_contract import KNOBS
+from dlrun.plan import Plan, variant
 from dlrun.tune.trial import TrialFailed, run_trial
 
 #: A knob leaves its default only for a speed-up above this (measured step times on a quiet machine differ by
@@ -29,8 +30,7 @@ MARGIN = 1.02
 IN_PROCESS = ("fused_optimizer", "fused_bn_relu", "channels_last", "threads", "cudnn_benchmark", "compile")
 PER_PROCESS = ("allocator", "pin_threads")
 #: What `dlrun tune` measures unless told otherwise; torch.compile only on request (minutes of compiling).
-DEFAULT_KNOBS = ("allocator", "fused_optimizer", "fused_bn_relu", "channels_last", "threads", "pin_threads",
-                 "cudnn_benchmark")
+DEFAULT_KNOBS = tuple(name for name in KNOBS if name != "compile")
 #: What the automatic tuning before a run measures: the knobs one trial process can alternate (each
 #: per-process knob costs a process start and a warm-up, tens of seconds for ResNet-50 on a small node).
 AUTO_KNOBS = ("fused_optimizer", "fused_bn_relu", "channels_last", "threads", "cudnn_benchmark")
@@ -183,7 +183,7 @@ def tune(plan: Plan, knobs: Iterable[str], *, rounds: int, budget_s: float, log:
 
 def _at_batch(plan: Plan, batch: int | None) -> Plan:
     """The plan the trials run: at `batch` where that is smaller than the run's."""
-    return plan.model_copy(update={"batch_size": batch}) if batch is not None and batch < plan.batch_size else plan
+    return variant(plan, batch_size=batch) if batch is not None and batch < plan.batch_size else plan
 
 
 def _per_process(plan: Plan, per: list[str], spec: dict[str, Any], defaults: Mapping[str, Any],

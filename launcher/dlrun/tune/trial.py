@@ -16,15 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from dlrun.errors import DlrunError
+from dlrun.harness.harness_contract import TUNE_TRIAL_ENV
 from dlrun.execute.procs import kept
 from dlrun.execute.stage import free_port
 from dlrun.job import RUN_DIR_VAR
 from dlrun.paths import dlrun_home, private_dir
-from dlrun.plan import Plan
+from dlrun.plan import Plan, variant
 from dlrun.render import render_job
 from dlrun.secrets import plan_secret_values, redact_text
 
-TRIAL_ENV = "DLRUN_TUNE_TRIAL"
 MARKER = "DLRUN_TUNE "
 #: How long one trial process may take before it is ended (a ResNet-50 warm-up on a busy 2-core node takes
 #: minutes; torch.compile more).
@@ -38,12 +38,12 @@ class TrialFailed(DlrunError):
 def trial_plan(plan: Plan, spec: Mapping[str, Any], process_knobs: Mapping[str, str]) -> Plan:
     """The run's plan as one rank of a trial: synthetic data, no telemetry, the process's allocator and pinning,
     and the variants to time in the harness's environment."""
-    return plan.model_copy(update={
+    return variant(plan, **{
         "nodes": 1, "ranks_per_node": 1, "launcher": "none", "data": None, "data_workers": 0,
         "telemetry_period": None, "steps": 1, "warmup_steps": 0, "dist": "ddp" if plan.dist else plan.dist,
         "allocator": process_knobs.get("allocator", plan.allocator),
         "pin_threads": process_knobs.get("pin_threads", plan.pin_threads),
-        "env": {**plan.env, TRIAL_ENV: json.dumps(dict(spec), sort_keys=True)}})
+        "env": {**plan.env, TUNE_TRIAL_ENV: json.dumps(dict(spec), sort_keys=True)}})
 
 
 def run_trial(plan: Plan, spec: Mapping[str, Any], process_knobs: Mapping[str, str],

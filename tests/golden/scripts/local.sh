@@ -6,6 +6,7 @@ set -euo pipefail
 : "${DLRUN_RUN_DIR:=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)}"
 export DLRUN_RUN_DIR
 mkdir -p "${DLRUN_RUN_DIR}/logs"
+export DLRUN_KNOB_SOURCES=threads=default
 export GLOO_SOCKET_IFNAME=eth0
 export MASTER_ADDR=127.0.0.1
 export MASTER_PORT="${DLRUN_MASTER_PORT:-29500}"
@@ -15,4 +16,4 @@ export OMPI_ALLOW_RUN_AS_ROOT=1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMP_NUM_THREADS=8
 export PYTHONUNBUFFERED=1
-exec mpirun -np 2 -H localhost:2 --bind-to none --map-by slot --output-filename "${DLRUN_RUN_DIR}/logs" -mca pml ob1 -mca btl '^openib' -mca btl_tcp_if_include eth0 -x GLOO_SOCKET_IFNAME -x MASTER_ADDR -x MASTER_PORT -x NCCL_IB_DISABLE -x NCCL_SOCKET_IFNAME -x OMP_NUM_THREADS -x PYTHONUNBUFFERED bash -c 'lr=${LOCAL_RANK:-${OMPI_COMM_WORLD_LOCAL_RANK:-${SLURM_LOCALID:-${MPI_LOCALRANKID:-0}}}}; IFS=, read -r -a gpus <<< "${CUDA_VISIBLE_DEVICES:-}"; if [ "${#gpus[@]}" -gt 0 ]; then gpu=${gpus[lr % ${#gpus[@]}]}; else gpu=$lr; fi; export CUDA_VISIBLE_DEVICES="$gpu"; numa=(0 1); node=""; case "$gpu" in (*[!0-9]*) ;; (*) node=${numa[gpu]:-} ;; esac; if [ -n "$node" ] && command -v taskset >/dev/null && cpus=$(cat "/sys/devices/system/node/node${node}/cpulist" 2>/dev/null); then exec taskset -c "$cpus" "$@"; fi; exec "$@"' dlrun-rank python3 /opt/dlrun/harness_pytorch.py --model trivial --batch-size 8 --steps 3 --warmup-steps 1 --precision fp32 --device cuda --threads 8 --expected-world-size 2 --data-workers 4 --timeout-s 1200
+exec mpirun -np 2 -H localhost:2 --bind-to none --map-by slot --output-filename "${DLRUN_RUN_DIR}/logs" -mca pml ob1 -mca btl '^openib' -mca btl_tcp_if_include eth0 -x DLRUN_KNOB_SOURCES -x GLOO_SOCKET_IFNAME -x MASTER_ADDR -x MASTER_PORT -x NCCL_IB_DISABLE -x NCCL_SOCKET_IFNAME -x OMP_NUM_THREADS -x PYTHONUNBUFFERED bash -c 'lr=${LOCAL_RANK:-${OMPI_COMM_WORLD_LOCAL_RANK:-${HOROVOD_LOCAL_RANK:-${SLURM_LOCALID:-${MPI_LOCALRANKID:-${JSM_NAMESPACE_LOCAL_RANK:-0}}}}}}; IFS=, read -r -a gpus <<< "${CUDA_VISIBLE_DEVICES:-}"; if [ "${#gpus[@]}" -gt 0 ]; then gpu=${gpus[lr % ${#gpus[@]}]}; else gpu=$lr; fi; export CUDA_VISIBLE_DEVICES="$gpu"; numa=(0 1); node=""; case "$gpu" in (*[!0-9]*) ;; (*) node=${numa[gpu]:-} ;; esac; if [ -n "$node" ] && command -v taskset >/dev/null && cpus=$(cat "/sys/devices/system/node/node${node}/cpulist" 2>/dev/null); then exec taskset -c "$cpus" "$@"; fi; exec "$@"' dlrun-rank python3 /opt/dlrun/harness_pytorch.py --model trivial --threads 8 --batch-size 8 --steps 3 --warmup-steps 1 --precision fp32 --data-workers 4 --timeout-s 1200 --device cuda --expected-world-size 2

@@ -31,6 +31,7 @@ dlrun_stop_telemetry() {
   wait "$dlrun_telemetry_pid" 2>/dev/null || true
 }
 trap dlrun_stop_telemetry EXIT
+export DLRUN_KNOB_SOURCES=threads=default
 export GLOO_SOCKET_IFNAME=ib0
 export MASTER_ADDR="${DLRUN_MASTER_ADDR}"
 export MASTER_PORT="${DLRUN_MASTER_PORT:-29500}"
@@ -45,4 +46,4 @@ export SINGULARITYENV_NCCL_DEBUG_SUBSYS=INIT,NET
 export SINGULARITYENV_UCX_TLS=rc,sm,self,cuda_copy,cuda_ipc
 export UCX_NET_DEVICES=mlx5_0:1
 export UCX_TLS=rc,sm,self,cuda_copy,cuda_ipc
-jsrun --nrs 4 --rs_per_host 2 --tasks_per_rs 1 --cpu_per_rs 8 --gpu_per_rs 1 --bind packed:8 --launch_distribution packed --smpiargs=off bash -c 'export RANK="$JSM_NAMESPACE_RANK" WORLD_SIZE="$JSM_NAMESPACE_SIZE" LOCAL_RANK="$JSM_NAMESPACE_LOCAL_RANK"; exec "$@"' dlrun-jsm singularity exec --nv -B "${DLRUN_RUN_DIR}" --pwd "${DLRUN_RUN_DIR}" -B /dev/infiniband:/dev/infiniband --env GLOO_SOCKET_IFNAME=ib0 --env "MASTER_ADDR=${DLRUN_MASTER_ADDR}" --env "MASTER_PORT=${DLRUN_MASTER_PORT:-29500}" --env NCCL_DEBUG=INFO --env NCCL_IB_DISABLE=0 --env NCCL_IB_HCA=mlx5_0:1 --env NCCL_SOCKET_IFNAME=ib0 --env OMP_NUM_THREADS=8 --env PYTHONUNBUFFERED=1 --env UCX_NET_DEVICES=mlx5_0:1 /nonexistent/dlrun-home/images/matrix-image/x86_64/matrix-image.sif python3 /opt/dlrun/harness_pytorch.py --model trivial --batch-size 8 --steps 3 --warmup-steps 1 --precision fp32 --device cuda --threads 8 --expected-world-size 4 --data-workers 4 --timeout-s 1200
+jsrun --nrs 4 --rs_per_host 2 --tasks_per_rs 1 --cpu_per_rs 8 --gpu_per_rs 1 --bind packed:8 --launch_distribution packed --smpiargs=off bash -c 'export RANK="$JSM_NAMESPACE_RANK" WORLD_SIZE="$JSM_NAMESPACE_SIZE" LOCAL_RANK="$JSM_NAMESPACE_LOCAL_RANK"; exec "$@"' dlrun-jsm singularity exec --nv -B "${DLRUN_RUN_DIR}" --pwd "${DLRUN_RUN_DIR}" -B /dev/infiniband:/dev/infiniband --env DLRUN_KNOB_SOURCES=threads=default --env GLOO_SOCKET_IFNAME=ib0 --env "MASTER_ADDR=${DLRUN_MASTER_ADDR}" --env "MASTER_PORT=${DLRUN_MASTER_PORT:-29500}" --env NCCL_DEBUG=INFO --env NCCL_IB_DISABLE=0 --env NCCL_IB_HCA=mlx5_0:1 --env NCCL_SOCKET_IFNAME=ib0 --env OMP_NUM_THREADS=8 --env PYTHONUNBUFFERED=1 --env UCX_NET_DEVICES=mlx5_0:1 /nonexistent/dlrun-home/images/matrix-image/x86_64/matrix-image.sif python3 /opt/dlrun/harness_pytorch.py --model trivial --threads 8 --batch-size 8 --steps 3 --warmup-steps 1 --precision fp32 --data-workers 4 --timeout-s 1200 --device cuda --expected-world-size 4

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from dlrun.harness.harness_contract import split_precision_label
 from dlrun.results.key import UNKNOWN
 
 #: Training FLOP per forward multiply-add (see the module notes).
@@ -86,7 +87,7 @@ def system_facts(spec: Any) -> SystemFacts:
 
 def run_precision(key_precision: Any) -> str:
     """`amp(bfloat16)` -> `amp`: the precision a run was asked for."""
-    return str(key_precision).split("(")[0]
+    return split_precision_label(key_precision)[0]
 
 
 def columns_for(metric: str) -> list[str]:

@@ -3,12 +3,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from dlrun.harness.harness_result_schema import RESULT_PREFIX, result_problems
 from dlrun.results.parsers.common import read_json, tagged_lines
 from dlrun.results.parsers.result import ParsedResult, ParseError
 
 NAME = "dlrun-harness"
 DESCRIPTION = "dlrun's in-container harness: one `DLRUN_RESULT {json}` line"
-PREFIX = "DLRUN_RESULT "
+PREFIX = RESULT_PREFIX
 
 
 def parse(text: str) -> list[ParsedResult]:
@@ -22,6 +23,10 @@ def parse(text: str) -> list[ParsedResult]:
         raise ParseError(f"{PREFIX.strip()} is followed by a JSON {type(record).__name__}, expected an object")
     if record.get("reader") == "fio" and "value" not in record:
         return []  # the storage reader's line after fio's JSON: the value is fio's (the fio parser's)
+    problems = result_problems(record)  # the contract's schema, as the harness checked it before printing
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise ParseError(f"the {PREFIX.strip()} line breaks dlrun's result schema: {problems[0]}{more}")
     return [_result(record)]
 
 

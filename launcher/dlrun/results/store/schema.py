@@ -64,6 +64,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE runs ADD COLUMN quality TEXT",       # its quality verdict and reasons (dlrun.results.quality)
         "ALTER TABLE runs ADD COLUMN verdict TEXT",       # the verdict alone, for compare's grouping
     ),
+    4: (),  # no new column: every key computed again (it holds the env, the code path, the CPU's identity)
 }
 SCHEMA_VERSION = max(MIGRATIONS)
 
@@ -186,4 +187,21 @@ def recovered_fingerprint(run: dict, results: list[dict], inventory: dict | None
                           fabric=run.get("fabric"), nodes=run.get("nodes")) or None
 
 
-_FILL = {2: _fill_v2, 3: _fill_v3}
+def _fill_v4(conn: sqlite3.Connection) -> None:
+    """Every run's key again, from its stored record: the key now holds the variables of its environment that
+    decide performance, the code path of its step and the CPU's identity and instruction set (unknown where
+    the run did not record them)."""
+    cols = ("id", "status", "workload", "model", "image", "image_digest", "system", "scheduler", "fabric", "nodes",
+            "world_size", "batch_size", "precision", "site", "origin")
+    rows = conn.execute(f"SELECT {', '.join(cols)}, plan, provenance, fingerprint FROM runs").fetchall()
+    for row in rows:
+        run = dict(zip(cols, row[:len(cols)]))
+        run["plan"], run["provenance"] = json.loads(row[-3]), json.loads(row[-2])
+        run["fingerprint"] = json.loads(row[-1]) if row[-1] else None
+        results = [json.loads(r[0]) for r in conn.execute(
+            "SELECT data FROM results WHERE run_id = ? ORDER BY metric", (run["id"],))]
+        key = key_from_run(run, results)
+        conn.execute("UPDATE runs SET key = ?, key_hash = ? WHERE id = ?", (key_json(key), key_hash(key), run["id"]))
+
+
+_FILL = {2: _fill_v2, 3: _fill_v3, 4: _fill_v4}

@@ -1,0 +1,180 @@
+"""dlrun harnesses: the node a job runs on, as the job sees it - its CPU
+(model name, vendor, family/model/stepping, instruction-set level), sockets
+and cores, memory, NVIDIA driver, RDMA ports and NICs.  The machine part of
+a run's fingerprint and comparability key comes from here, whether the
+harness reports it from a compute node or dlrun's launcher probes the node
+it runs on (it imports this file as ``dlrun.harness.harness_node``).
+Standard library only; imports no other harness file; Python >= 3.6.
+"""
+
+import os
+import platform
+import re
+
+CPUINFO = "/proc/cpuinfo"
+#: x86-64 micro-architecture levels (the psABI's), each by the flags it
+#: adds to the one below; a CPU is at the highest level whose flags it has.
+X86_LEVELS = (
+    ("x86-64-v2", ("cx16", "lahf_lm", "popcnt", "sse4_1", "sse4_2", "ssse3")),
+    ("x86-64-v3", ("avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm",
+                   "movbe", "xsave")),
+    ("x86-64-v4", ("avx512f", "avx512bw", "avx512cd", "avx512dq",
+                   "avx512vl")),
+)
+#: Extensions beyond the level that decide deep-learning kernels: bfloat16
+#: and float16 arithmetic, int8 dot products, matrix tiles (x86, Arm), SVE.
+ISA_EXTRAS = ("avx512_bf16", "avx512_fp16", "avx512_vnni", "avx_vnni",
+              "amx_tile", "amx_bf16", "amx_int8", "amx_fp16", "sve", "sve2",
+              "bf16", "i8mm", "asimd", "vsx", "altivec")
+#: /proc/cpuinfo's identity lines: x86 (vendor_id, cpu family, model,
+#: stepping), Arm (CPU implementer, part, variant, revision), POWER (cpu,
+#: revision).
+IDENTITY_KEYS = (("vendor_id", "vendor"), ("cpu family", "family"),
+                 ("model", "model"), ("stepping", "stepping"),
+                 ("CPU implementer", "implementer"), ("CPU part", "part"),
+                 ("CPU variant", "variant"), ("CPU revision", "revision"),
+                 ("cpu", "cpu"), ("revision", "revision"))
+
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except (IOError, OSError):
+        return None
+
+
+def _listdir(path):
+    try:
+        return os.listdir(path)
+    except OSError:  # none there, or a process that has just ended
+        return []
+
+
+def first_processor(text):
+    """{key: value} of /proc/cpuinfo's first processor block."""
+    fields = {}
+    for line in (text or "").splitlines():
+        if not line.strip():
+            if fields:
+                break
+            continue
+        key, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
+def cpu_name(text=None):
+    """The CPU's model name as /proc/cpuinfo gives it (else what platform
+    knows)."""
+    fields = first_processor(_read(CPUINFO) if text is None else text)
+    return (fields.get("model name") or fields.get("cpu")  # cpu: POWER
+            or platform.processor() or platform.machine() or "cpu")
+
+
+def cpu_identity(text):
+    """The CPU's identity beyond its marketing name (which cloud VMs often
+    hide: "AMD EPYC" is Zen 2 to Zen 5): ``"GenuineIntel family 6 model 143
+    stepping 8"``, ``"implementer 0x41 part 0xd40 variant 0x1 revision 1"``
+    or ``"cpu POWER9, altivec supported revision 2.2"``; None where
+    /proc/cpuinfo says nothing of it."""
+    fields = first_processor(text)
+    words = []
+    for key, label in IDENTITY_KEYS:
+        if key in fields and label not in [w[0] for w in words]:
+            words.append((label, fields[key]))
+    if not words:
+        return None
+    return " ".join(value if label == "vendor" else "%s %s" % (label, value)
+                    for label, value in words)
+
+
+def isa_level(text):
+    """The instruction-set level that decides which kernels run: the x86-64
+    level and the deep-learning extensions (``"x86-64-v4+amx_bf16+
+    avx512_bf16"``), else the extensions an Arm or POWER CPU reports; None
+    where /proc/cpuinfo lists no flags."""
+    fields = first_processor(text)
+    flags = set((fields.get("flags") or fields.get("Features") or "").split())
+    if not flags and "cpu" in fields:
+        flags = set(w.strip(",").lower() for w in fields["cpu"].split())
+    if not flags:
+        return None
+    level = None
+    if "lm" in flags or "sse2" in flags:
+        level = "x86-64"
+        for name, needs in X86_LEVELS:
+            if not flags.issuperset(needs):
+                break
+            level = name
+    extras = sorted(flags.intersection(ISA_EXTRAS))
+    return "+".join(([level] if level else []) + extras) or None
+
+
+def cpu_has_native_bf16(cpuinfo=CPUINFO):
+    """True where the CPU computes bfloat16 in hardware (x86 AVX512_BF16 or
+    AMX-BF16, Arm BF16), False where /proc/cpuinfo says it does not, None
+    where it cannot tell."""
+    text = _read(cpuinfo)
+    if text is None:
+        return None
+    fields = first_processor(text[:1 << 20])
+    words = fields.get("flags") or fields.get("Features")
+    if words is None:
+        return None
+    return bool(set(words.split()) & {"avx512_bf16", "amx_bf16", "bf16"})
+
+
+def node_facts(gpus=None):
+    """This node as the job sees it (the fingerprint's node part): CPU model
+    and identity (family/model/stepping, instruction-set level),
+    sockets and physical cores (sysfs topology), memory, the NVIDIA driver,
+    RDMA ports and NICs with their rates; ``gpus`` ([{name, memory_mib}])
+    from the framework."""
+    packages, cores = set(), set()
+    base = "/sys/devices/system/cpu"
+    for name in [n for n in _listdir(base) if n[3:].isdigit()]:
+        package = _read("%s/%s/topology/physical_package_id" % (base, name))
+        core = _read("%s/%s/topology/core_id" % (base, name))
+        if package is not None:
+            packages.add(package.strip())
+            cores.add((package.strip(), (core or "").strip()))
+    memory = re.search(r"MemTotal:\s+(\d+)", _read("/proc/meminfo") or "")
+    match = re.search(r"^([\d.]+)$|Kernel Module(?:\s+for\s+\S+)?\s+([\d.]+)",
+                      (_read("/sys/module/nvidia/version")
+                       or _read("/proc/driver/nvidia/version") or "").strip())
+    cpuinfo = _read(CPUINFO)
+    facts = {"hostname": platform.node(), "cpu_model": cpu_name(cpuinfo),
+             "cpu_id": cpu_identity(cpuinfo), "isa": isa_level(cpuinfo),
+             "sockets": len(packages) or None,
+             "physical_cores": len(cores) or None,
+             "memory_kib": int(memory.group(1)) if memory else None,
+             "driver": (match.group(1) or match.group(2)) if match else None,
+             # the node's GPUs, also those CUDA_VISIBLE_DEVICES hides from a rank
+             "gpus_on_node": len(_listdir("/proc/driver/nvidia/gpus")) or None,
+             "fabrics": _fabrics()}
+    if gpus is not None:
+        facts["gpus"] = gpus
+    return facts
+
+
+def _fabrics():
+    """RDMA ports and NICs as dlrun's inventory records them (their rates)."""
+    def attrs(where, keys):
+        return dict((key, (_read(where + name) or "").strip() or None)
+                    for key, name in keys)
+    ib, net = "/sys/class/infiniband/", "/sys/class/net/"
+    devices = [{"name": dev, "ports": [
+        attrs("%s%s/ports/%s/" % (ib, dev, port),
+              [(k, k) for k in ("link_layer", "state", "rate")])
+        for port in sorted(_listdir(ib + dev + "/ports"))]}
+        for dev in sorted(_listdir(ib))]
+    nics = []
+    for name in sorted(_listdir(net)):
+        nic = attrs(net + name + "/", [("type", "type"), ("speed_mbps", "speed"),
+                                       ("operstate", "operstate")])
+        nic.update(name=name, virtual=not os.path.exists(net + name + "/device"),
+                   type="ethernet" if nic["type"] == "1" else "other")
+        nics.append(nic)
+    return {"rdma_devices": devices, "interfaces": nics}
