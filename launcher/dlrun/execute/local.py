@@ -11,7 +11,7 @@ from pathlib import Path
 from dlrun.execute.failure import failure_reason, log_ending
 from dlrun.execute.follow import Follower, LineSink, tail_lines
 from dlrun.execute.prerun import Cleared
-from dlrun.execute.procs import end_processes, job_processes, with_parent_death_signal
+from dlrun.execute.procs import end_processes, job_processes, kept
 from dlrun.execute.record import RunRecord, finish
 from dlrun.execute.rundir import RunDir
 from dlrun.execute.signals import Interrupted, SignalGuard, signal_name
@@ -107,7 +107,7 @@ def _run_job(plan: Plan, rendered: RenderedJob, run: RunDir, guard: SignalGuard,
     try:
         with guard.armed():
             with _private(out_path) as out, _private(err_path) as err:
-                proc = subprocess.Popen(with_parent_death_signal(rendered.submit_argv), cwd=run.path,
+                proc = subprocess.Popen(kept(rendered.submit_argv), cwd=run.path,
                                         env=job_env(run, plan), stdin=subprocess.DEVNULL, stdout=out,
                                         stderr=err, start_new_session=True)
             run.write_json("job.json", {"pid": proc.pid, "session": proc.pid, "host": platform.node(),

@@ -5,8 +5,9 @@ every rank in a process group of its own (same session), so signalling the job's
 training. The job's processes are the members of its session plus every process whose environment carries
 the job's run directory (`DLRUN_RUN_DIR`), which also finds ranks that started a session of their own.
 
-The job's first process also asks the kernel for SIGTERM when dlrun dies (`PR_SET_PDEATHSIG`), so that a
-SIGKILLed dlrun does not leave its job running until the next dlrun command recovers the run.
+The job's first process is its keeper (dlrun.execute.keeper): the subreaper of the job's whole tree, which
+the kernel tells when dlrun dies (`PR_SET_PDEATHSIG`) and which then ends every process below it, so that a
+SIGKILLed dlrun leaves nothing of its job running, whatever its process tree.
 """
 from __future__ import annotations
 
@@ -15,29 +16,25 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from dlrun.job import RUN_DIR_VAR
 
 PROC = "/proc"
-
-# Runs as `python -I -S -c PARENT_DEATH ppid argv...`: the first process of the job. Standard library only.
-PARENT_DEATH = (
-    "import ctypes, os, signal, sys\n"
-    "try:\n"
-    "    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG\n"
-    "except (OSError, AttributeError):\n"
-    "    pass\n"
-    "if os.getppid() != int(sys.argv[1]):\n"
-    "    sys.exit(143)  # dlrun died before the request took effect\n"
-    "os.execvp(sys.argv[2], sys.argv[2:])\n"
-)
+KEEPER = Path(__file__).with_name("keeper.py")
+#: After dlrun dies, how long the job's processes have from SIGTERM to SIGKILL (all gone within 5 s).
+DEATH_GRACE_S = 2.0
+#: After the job's first process ends, how long what it left behind has from SIGTERM to SIGKILL.
+LEFTOVER_GRACE_S = 5.0
 
 
-def with_parent_death_signal(argv: list[str]) -> list[str]:
-    """`argv`, started so that it gets SIGTERM when this process dies (Linux; elsewhere it runs as is)."""
+def kept(argv: list[str]) -> list[str]:
+    """`argv` run under the job's keeper (dlrun.execute.keeper: the job's subreaper, which ends the whole job
+    when this process dies); elsewhere than Linux it runs as is."""
     if not sys.platform.startswith("linux"):
         return list(argv)
-    return [sys.executable, "-I", "-S", "-c", PARENT_DEATH, str(os.getpid()), *argv]
+    return [sys.executable, "-I", "-S", str(KEEPER), str(os.getpid()), str(LEFTOVER_GRACE_S), str(DEATH_GRACE_S),
+            *argv]
 
 
 def _stat(pid: int) -> tuple[str, int] | None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from dlrun.execute.hardware import record_hardware
-from dlrun.execute.rundir import RunDir
+from dlrun.execute.rundir import LOCK_NAME, RunDir
 from dlrun.execute.storage import storage_result
 from dlrun.fabrics import check_nccl_transport
 from dlrun.catalog.models import TRAINING_KINDS
@@ -31,7 +31,8 @@ from dlrun.results.parsers.figure_of_merit import direction, parse_command_outpu
 from dlrun.results.parsers.result import SECONDARY_METRICS
 from dlrun.results.site import local_site
 from dlrun.results.store import Store, StoreError
-from dlrun.secrets import plan_secret_values, redact_data, redact_file, redact_text
+from dlrun.secrets import Redactor, plan_secret_values
+from dlrun.secrets.prints import PRINTS_NAME
 from dlrun.staging import stage_records, stage_summary
 
 #: The harness's exit code for a number that cannot be (harness_common.EXIT_IMPOSSIBLE: an MFU above 1).
@@ -304,14 +305,15 @@ def decide_status(plan: Plan, status: str, reason: str | None, exit_code: int | 
     return "ok", None, result
 
 
-def redact_run_directory(path: Path, values: list[str]) -> None:
-    """Every file of a run directory without the run's secret values: what its ranks printed stays in its
-    logs, which bundles (--with-logs) carry elsewhere. The job has ended: nothing writes them any more."""
-    if not any(len(value) >= 4 for value in values):
+def redact_run_directory(path: Path, redactor: Redactor) -> None:
+    """Every file of a run directory without the run's secret values (by value, or by their fingerprints once
+    dlrun no longer knows them): what its ranks printed stays in its logs and the files they wrote, which
+    bundles (--with-logs) carry elsewhere. The job has ended: nothing writes them any more."""
+    if not redactor.active:
         return
     for file in sorted(path.rglob("*")):
-        if file.is_file() and not file.is_symlink():
-            redact_file(file, values)
+        if file.is_file() and not file.is_symlink() and file.name not in (PRINTS_NAME, LOCK_NAME):
+            redactor.file(file)
 
 
 def finish(plan: Plan, run: RunDir, store: Store, *, status: str, reason: str | None, exit_code: int | None,
@@ -321,20 +323,20 @@ def finish(plan: Plan, run: RunDir, store: Store, *, status: str, reason: str | 
     status, reason, result = decide_status(plan, status, reason, exit_code, result_texts, failure)
     # What the ranks printed may hold a secret they were given (a bad port, a token in an error): one net
     # for every text of theirs that is written, stored or shown from here on.
-    secrets = plan_secret_values(plan)
-    reason, tail, result = (None if reason is None else redact_text(reason, secrets)), \
-        [redact_text(line, secrets) for line in tail], redact_data(result, secrets)
-    redact_run_directory(run.path, secrets)
+    redactor = Redactor.known(plan_secret_values(plan))
+    reason, tail, result = (None if reason is None else redactor.text(reason)), \
+        [redactor.text(line) for line in tail], redactor.data(result)
+    redact_run_directory(run.path, redactor)
 
     nccl = None
     if plan.device == "cuda":
         text = "\n".join(result_texts) + "\n" + rank_log_texts(run.path)
-        ok, why, nccl = redact_data(check_nccl_transport(plan.fabric, text, plan.nodes), secrets)
+        ok, why, nccl = redactor.data(check_nccl_transport(plan.fabric, text, plan.nodes))
         run.write_json("nccl.json", {"fabric": plan.fabric, "ok": ok, "reason": why, **nccl})
         if not ok and status == "ok":
             status, reason = "failed", why
 
-    extra = redact_data({**(extra or {}), **({"signal": signal} if signal else {})}, secrets)
+    extra = redactor.data({**(extra or {}), **({"signal": signal} if signal else {})})
     if plan.data is not None and plan.data.staged_copy:  # --stage-data: what each node's copy cost
         extra["data_stage"] = stage_summary(plan.data.path, plan.data.staged_copy, stage_records(run.path))
         if result is not None:

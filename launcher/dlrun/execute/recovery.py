@@ -2,10 +2,11 @@
 command that opens the store, so that no staging directory is left unlisted.
 
 A staging directory whose lock (`.dlrun.lock`) no process holds is an orphan. If its run had finished, it is
-stored as it was recorded. If its job was running: a local job still alive is ended (its first process got
-SIGTERM when dlrun died; this ends whatever is left), then the run is stored `ok` when the job's logs hold
-its result and `lost` otherwise; a batch job still queued or running is left to its scheduler and stored
-once it ended.
+stored as it was recorded. If its job was running: a local job still alive is ended (its keeper ended it
+when dlrun died, dlrun.execute.procs; this ends whatever is left), then the run is stored `ok` when the job's
+logs hold its result and `lost` otherwise; a batch job still queued or running is left to its scheduler and
+stored once it ended. Once the job has ended, and before anything of it is read, every file of the run
+directory loses its secrets, found by their keyed fingerprints (dlrun.secrets.prints).
 """
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from typing import Any
 
 from dlrun.execute.batch import batch_outcome
 from dlrun.execute.procs import end_processes, job_processes
-from dlrun.execute.record import (STATUSES, parse_first, rank_count_refusal, rank_log_texts, run_row,
-                                  store_and_publish)
+from dlrun.execute.record import (STATUSES, parse_first, rank_count_refusal, rank_log_texts,
+                                  redact_run_directory, run_row, store_and_publish)
 from dlrun.catalog.models import TRAINING_KINDS
 from dlrun.execute.rundir import LOCK_NAME, STAGING_PREFIX, RunDir
 from dlrun.files import try_lock
@@ -26,6 +27,7 @@ from dlrun.job import JobState
 from dlrun.registry import SCHEDULERS
 from dlrun.results.store import Store
 from dlrun.schedulers.base import SchedulerError
+from dlrun.secrets.prints import PrintsUnusable, key_path, load_prints
 
 #: A staging directory without a lock file is being created for this long at most (its dlrun locks it next).
 CREATING_S = 60.0
@@ -104,6 +106,7 @@ def recover_run(run: RunDir, store: Store) -> str | None:
 def _store_recorded(run: RunDir, store: Store, summary: dict[str, Any], status: dict[str, Any],
                     provenance: dict[str, Any], started: float) -> None:
     """A run that finished and was recorded on disk, but not stored."""
+    redact_by_prints(run)  # its dlrun may have died redacting it
     result = _json(run.path / "result.json")
     extra = {k: v for k, v in status.items() if k not in ("state", "started_at", "finished_at", "duration_s")}
     record = run_row(summary, run_id=run.run_id, run_dir=run.final, status=status["state"], started=started,
@@ -119,8 +122,20 @@ def _job_outcome(run: RunDir, summary: dict[str, Any], job: dict[str, Any] | Non
         return "lost", None, f"{dlrun} ended before the job started", []
     if job.get("host") == platform.node():
         end_processes(lambda: job_processes(job.get("session"), str(run.path)))
+    redact_by_prints(run)
     texts = [_read(run.path / "output.log"), rank_log_texts(run.path)]
     return "lost", None, f"{dlrun} ended while its job ran; the job was ended and left no result", texts
+
+
+def redact_by_prints(run: RunDir) -> None:
+    """The run directory without its secrets, found by their fingerprints (its dlrun, which knew the values,
+    is gone). A run whose fingerprints cannot be checked (the site's key was removed) is stored as it is."""
+    try:
+        redactor = load_prints(run.path, key_path(run.root))
+    except PrintsUnusable:
+        return
+    if redactor is not None:
+        redact_run_directory(run.path, redactor)
 
 
 def _read(path: Path) -> str:
@@ -143,6 +158,8 @@ def _batch_outcome(run: RunDir, summary: dict[str, Any], job: dict[str, Any]):
     outputs = scheduler.output_files(job_id, run.path)
     job_text = "\n".join(_read(p) for p in outputs)
     run.write("output.log", job_text)
+    redact_by_prints(run)
+    job_text = _read(run.path / "output.log")
     texts = [job_text, rank_log_texts(run.path)]
     status, reason, exit_code = batch_outcome(name, (summary.get("scheduler_options") or {}).get("time"), job_id,
                                               state, texts)

@@ -1,5 +1,6 @@
 """Staging a run: its directory (private, under a hidden name until it is stored), the files that describe it
-(secrets redacted), and the environment the job starts with (secrets included: the only place they go)."""
+(secrets redacted; their keyed fingerprints, dlrun.secrets.prints), and the environment the job starts with
+(secrets included: the only place they go)."""
 from __future__ import annotations
 
 import os
@@ -18,6 +19,7 @@ from dlrun.paths import private_dir
 from dlrun.plan import Plan
 from dlrun.preflight import findings_json, node_inventory
 from dlrun.registry import RUNTIMES, SCHEDULERS
+from dlrun.secrets.prints import key_path, write_prints
 from dlrun.telemetry.launch import sampler_files
 
 
@@ -54,6 +56,8 @@ def stage(plan: Plan, rendered: RenderedJob, runs_root: Path,
             for name, text in sampler_files().items():  # run on every node, outside the container
                 run.write(name, text)
         secrets = secret_values(plan)
+        # before the job can print them: what a later dlrun redacts by, should this one not live to
+        write_prints(run.path, list(secrets.values()), key_path(runs_root))
         env_capture = capture_environment(marked=plan.secret_env, values=secrets.values())
         run.write_json("environment.json", env_capture)
         run.write_json("inventory.json", cleared.inventory)

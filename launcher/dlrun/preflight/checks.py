@@ -14,6 +14,7 @@ from dlrun.preflight.node import node_findings
 from dlrun.probe.mpi import MpiInfo, parse_mpi_version
 from dlrun.registry import LAUNCHERS, RUNTIMES, SCHEDULERS, Tool
 from dlrun.runtimes.base import Runtime
+from dlrun.secrets import MIN_TEXT_MATCH, short_secrets
 
 
 def host_mpi_from(inventory: dict[str, Any]) -> MpiInfo | None:
@@ -44,7 +45,22 @@ def preflight(plan: Plan, inventory: dict[str, Any] | None = None) -> list[Findi
     findings += _fabric_findings(plan, inventory, runtime)
     findings += _host_bind_findings(plan, runtime)
     findings += tf2_horovod_findings(plan)
+    findings += short_secret_findings(plan)
     return findings
+
+
+def short_secret_findings(plan: Plan) -> list[Finding]:
+    """A secret too short to be told from other text: it is kept out of files by name, but what the ranks print
+    of it is not redacted (dlrun.secrets.MIN_TEXT_MATCH)."""
+    out = []
+    for name, what, length in short_secrets(plan.env, plan.secret_names):
+        said = (f"{name} is secret but its value has only {length} character(s): what the ranks print of it is"
+                if what == "value" else
+                f"the password in {name} has only {length} character(s): printed without its URL, it is")
+        out.append(Finding("warn", "secrets", f"{said} not redacted (only secrets of at least {MIN_TEXT_MATCH} "
+                           "characters can be told from other text)", fix="a longer secret, or a job that never "
+                           "prints it"))
+    return out
 
 
 def inherited_job_findings(plan: Plan, environ: Mapping[str, str]) -> list[Finding]:

@@ -17,12 +17,13 @@ from typing import Any
 
 from dlrun.errors import DlrunError
 from dlrun.harness.harness_contract import TUNE_TRIAL_ENV
-from dlrun.execute.procs import with_parent_death_signal
+from dlrun.execute.procs import kept
 from dlrun.execute.stage import free_port
 from dlrun.job import RUN_DIR_VAR
 from dlrun.paths import dlrun_home, private_dir
 from dlrun.plan import Plan, variant
 from dlrun.render import render_job
+from dlrun.secrets import plan_secret_values, redact_text
 
 MARKER = "DLRUN_TUNE "
 #: How long one trial process may take before it is ended (a ResNet-50 warm-up on a busy 2-core node takes
@@ -55,7 +56,7 @@ def run_trial(plan: Plan, spec: Mapping[str, Any], process_knobs: Mapping[str, s
         (work / "run.sh").write_text(rendered.script)
         env = {**os.environ, RUN_DIR_VAR: str(work), "DLRUN_MASTER_PORT": str(free_port())}
         env.update({name: plan.env[name] for name in plan.secret_names})
-        proc = subprocess.Popen(with_parent_death_signal(rendered.submit_argv), cwd=work, env=env,
+        proc = subprocess.Popen(kept(rendered.submit_argv), cwd=work, env=env,
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, start_new_session=True)
         try:
@@ -69,6 +70,7 @@ def run_trial(plan: Plan, spec: Mapping[str, Any], process_knobs: Mapping[str, s
         if line.startswith(MARKER):
             return json.loads(line[len(MARKER):])
     last = (err.strip().splitlines() or out.strip().splitlines() or ["no output"])[-1]
+    last = redact_text(last, plan_secret_values(plan))  # a rank's words may hold a secret it was given
     raise TrialFailed(f"tuning trial ({_label(process_knobs)}) exited {proc.returncode}: {last[-300:]}")
 
 

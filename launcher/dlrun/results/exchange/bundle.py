@@ -36,6 +36,7 @@ from typing import Any
 
 from dlrun.errors import DlrunError
 from dlrun.results.limits import DEFAULT, Limits, size_text
+from dlrun.secrets.prints import PRINTS_NAME
 
 FORMAT = "dlrun-results-bundle"
 FORMAT_VERSION = 2
@@ -108,8 +109,8 @@ def run_directory_files(run_id: str, run_dir: Path) -> list[LogFile]:
         dirs.sort()
         for name in sorted(files):
             path = Path(root) / name
-            if path.is_symlink() or not path.is_file():
-                continue
+            if path.is_symlink() or not path.is_file() or (root == str(run_dir) and name == PRINTS_NAME):
+                continue  # a run's secret fingerprints stay with the site key they need
             member = log_member(run_id, path.relative_to(run_dir).as_posix())
             if split_member(member) is not None:
                 out.append(LogFile(member, path))

@@ -2,7 +2,8 @@
 spreadsheets and notebooks (CSV, JSON lines, Parquet) with one row per run and metric.
 
 Both take what the store holds and nothing else: a value the store keeps redacted stays redacted, and no
-environment or file outside the run's record and run directory is read. The node inventory comes from the
+environment or file outside the run's record and run directory is read. A run's record and files are checked
+against its secrets' fingerprints first (dlrun.results.exchange.redacted). The node inventory comes from the
 run directory's inventory.json (or the provenance of a run that was itself imported).
 """
 from __future__ import annotations
@@ -15,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from dlrun.errors import UsageError, unknown_name
-from dlrun.results.exchange.bundle import LogFile, Written, run_directory_files, write_bundle
+from dlrun.results.exchange.bundle import LogFile, Written, write_bundle
+from dlrun.results.exchange.redacted import checked_logs, checked_records
 from dlrun.results.key import KEY_FIELDS
 from dlrun.results.limits import site_limits
 from dlrun.results.store.query import Filters
@@ -52,7 +54,7 @@ def format_of(out: Path, given: str | None) -> str:
 def selected_records(store: Store, filters: Filters) -> list[dict[str, Any]]:
     """Every stored field of the selected runs (as `Store.get_run` gives them) plus their node inventory,
     sorted by id."""
-    records = store.get_runs(filters)
+    records = checked_records(store.get_runs(filters))  # no secret of a run its dlrun could not redact
     for record in records:
         record["inventory"] = _inventory(record)
     return records
@@ -80,18 +82,14 @@ def export_bundle(store: Store, filters: Filters, out: Path, *, site: str, dlrun
     records = selected_records(store, filters)
     if not records:
         raise UsageError("no stored run matches the filters; nothing written")
-    logs: list[LogFile] | None = None
-    if with_logs:
-        logs = []
+    with tempfile.TemporaryDirectory(prefix=".dlrun-export-") as spool:
+        logs: list[LogFile] | None = checked_logs(records, Path(spool)) if with_logs else None
         for record in records:
-            if record.get("run_dir"):
-                logs += run_directory_files(record["id"], Path(record["run_dir"]))
-    for record in records:
-        if record.get("site") in (None, DEFAULT_SITE):
-            record["site"] = site
-    chosen = {name: list(value) if isinstance(value, tuple) else value for name, value in asdict(filters).items()}
-    return write_bundle(out, records, site=site, dlrun_version=dlrun_version, filters=chosen, logs=logs, sign=sign,
-                        limits=site_limits())
+            if record.get("site") in (None, DEFAULT_SITE):
+                record["site"] = site
+        chosen = {name: list(value) if isinstance(value, tuple) else value for name, value in asdict(filters).items()}
+        return write_bundle(out, records, site=site, dlrun_version=dlrun_version, filters=chosen, logs=logs,
+                            sign=sign, limits=site_limits())
 
 
 def table_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
