@@ -19,7 +19,8 @@ import sys
 import time
 import traceback
 
-from harness_node import _listdir, _read, cpu_has_native_bf16, cpu_name, node_facts  # noqa: F401
+from harness_node import (_listdir, _read, cpu_has_native_bf16, cpu_name,  # noqa: F401
+                          node_cpu_ticks, node_facts)
 from harness_result_schema import RESULT_PREFIX, result_problems
 
 HARNESS_VERSION = "1"
@@ -153,18 +154,6 @@ WINDOW_FIELDS = ("window_s", "node_busy_s", "node_total_s", "own_cpu_s",
                  "threads", "cpus_allowed", "node_cpus", "whole")
 HOST_FLOATS = 11   # 6 bytes per float (exact in a double): 66 bytes of name
 _MISSING = -1.0
-
-
-def node_cpu_ticks():
-    """(busy, total, CPUs) over the node's CPUs from /proc/stat (steal is
-    busy: another guest had the CPU), or None."""
-    lines = (_read("/proc/stat") or "").splitlines()
-    for line in lines[:1]:
-        if line.startswith("cpu "):
-            v = [int(x) for x in line.split()[1:9]] + [0] * 8
-            cpus = sum(1 for x in lines if x[:3] == "cpu" and x[3:4].isdigit())
-            return sum(v[:8]) - v[3] - v[4], sum(v[:8]), cpus or None
-    return None
 
 
 def _process_ticks(pid):

@@ -65,6 +65,18 @@ def first_processor(text):
     return fields
 
 
+def node_cpu_ticks(text=None):
+    """(busy, total, CPUs) ticks over the node's CPUs from /proc/stat (or
+    its ``text``; steal is busy: another guest had the CPU), or None."""
+    lines = ((_read("/proc/stat") if text is None else text) or "").splitlines()
+    for line in lines[:1]:
+        if line.startswith("cpu "):
+            v = [int(x) for x in line.split()[1:9]] + [0] * 8
+            cpus = sum(1 for x in lines if x[:3] == "cpu" and x[3:4].isdigit())
+            return sum(v[:8]) - v[3] - v[4], sum(v[:8]), cpus or None
+    return None
+
+
 def cpu_name(text=None):
     """The CPU's model name as /proc/cpuinfo gives it (else what platform
     knows)."""

@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from dlrun.harness.harness_node import node_cpu_ticks
 from dlrun.probe.sysfs import read_text
 
 
@@ -19,13 +20,9 @@ class NodeLoad:
 
 
 def _stat(root: Path) -> tuple[int, int, int] | None:
-    """(busy, total) ticks over every CPU, and the CPU count, from /proc/stat."""
-    lines = (read_text(root / "proc" / "stat") or "").splitlines()
-    if not lines or not lines[0].startswith("cpu "):
-        return None
-    v = [int(x) for x in lines[0].split()[1:9]] + [0] * 8
-    cpus = sum(1 for line in lines if line[:3] == "cpu" and line[3:4].isdigit())
-    return sum(v[:8]) - v[3] - v[4], sum(v[:8]), cpus
+    """(busy, total) ticks over every CPU, and the CPU count, from /proc/stat (read as the harness reads it)."""
+    found = node_cpu_ticks(read_text(root / "proc" / "stat") or "")
+    return (found[0], found[1], found[2] or 0) if found else None
 
 
 def _own_seconds() -> float:
