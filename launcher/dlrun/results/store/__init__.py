@@ -30,6 +30,7 @@ from dlrun.results.store.schema import (COMPARED_VALUES, ORIGINS, PRIMARY_METRIC
                                         ensure_schema)
 from dlrun.results.site import local_site
 from dlrun.results.store.check import StoreError, check_path, check_tables, damaged, is_damage
+from dlrun.results.store.fields import checked_fields
 from dlrun.results.store.connection import BUSY_TIMEOUT_S, retry_busy, set_up, uri, wal_bytes
 
 Pair = tuple[dict[str, Any], list[dict[str, Any]]]
@@ -230,6 +231,7 @@ class Store:
 
     @staticmethod
     def _row(run: dict[str, Any], results: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        checked_fields(run, results)  # every origin: times, counts, names, values (dlrun.results.store.fields)
         row = {col: run.get(col) for col in RUN_COLUMNS}
         row["site"] = run.get("site") or local_site()
         row["origin"] = run.get("origin") or "local"
