@@ -182,6 +182,37 @@ class FabricConfig(Strict):
         return value
 
 
+#: The longest time limit a run may ask for: a year (no site's partition allows more; a longer one is a typo).
+MAX_TIME_LIMIT_S = 365 * 86400
+TIME_FORMS = "MINUTES, MINUTES:SECONDS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
+_TIME = re.compile(r"(?:(?P<days>\d+)-)?(?P<clock>\d+(?::\d{2}){0,2})")
+
+
+def time_limit_seconds(text: str) -> int:
+    """A time limit as Slurm reads it (MINUTES, MINUTES:SECONDS, HOURS:MINUTES:SECONDS, DAYS-HOURS,
+    DAYS-HOURS:MINUTES, DAYS-HOURS:MINUTES:SECONDS) in seconds: the one reader of `--time` and a system's
+    `scheduler_options.time`. Minutes and seconds after the first field are below 60, hours after days below
+    24; zero is no limit to Slurm and refused, and so is a limit over a year (ValueError saying why)."""
+    match = _TIME.fullmatch(text) if isinstance(text, str) else None
+    if not match:
+        raise ValueError(f"not a time limit; valid: {TIME_FORMS}")
+    parts = [int(part) for part in match.group("clock").split(":")]
+    days = match.group("days")
+    names = (("hours", "minutes", "seconds")[:len(parts)] if days is not None else
+             (("minutes",), ("minutes", "seconds"), ("hours", "minutes", "seconds"))[len(parts) - 1])
+    for index, (name, value) in enumerate(zip(names, parts)):
+        limit = 24 if name == "hours" else 60
+        if (index > 0 or days is not None) and value >= limit:  # only the first field may be any size
+            raise ValueError(f"{value} {name} is not below {limit}; valid: {TIME_FORMS}")
+    given = dict(zip(names, parts))
+    total = ((int(days or 0) * 24 + given.get("hours", 0)) * 60 + given.get("minutes", 0)) * 60 + given.get("seconds", 0)
+    if total == 0:  # Slurm reads --time=0 as no limit at all (PBS and LSF similarly); a local job would end at once
+        raise ValueError("a time limit of zero is no limit to Slurm; valid: at least one second")
+    if total > MAX_TIME_LIMIT_S:
+        raise ValueError("more than a year; valid: a limit of at most 365-00:00:00")
+    return total
+
+
 class SchedulerOptions(BaseModel):
     """Batch job settings every scheduler takes. Values go into scheduler directives, so they are restricted
     to plain words. A scheduler's own settings (Slurm's qos and srun_mpi, LSF's alloc flags, a Kubernetes
@@ -199,10 +230,9 @@ class SchedulerOptions(BaseModel):
 
     @field_validator("time")
     @classmethod
-    def _not_zero(cls, value: str | None) -> str | None:
-        # Slurm reads --time=0 as no limit at all (PBS and LSF similarly); a local job would end at once
-        if value is not None and not any(ch not in "0:-" for ch in value):
-            raise ValueError(f"a time limit of zero ({value!r}) is no limit to Slurm; valid: at least one second")
+    def _a_limit(cls, value: str | None) -> str | None:
+        if value is not None:
+            time_limit_seconds(value)  # every field within its range, the whole within MAX_TIME_LIMIT_S
         return value
 
     @field_validator("extra")
@@ -212,35 +242,13 @@ class SchedulerOptions(BaseModel):
                          "a plain scheduler flag (like --mem=0)")
 
     def time_seconds(self) -> int | None:
-        """The limit in seconds, as Slurm reads `time`: MINUTES, MINUTES:SECONDS, HOURS:MINUTES:SECONDS,
-        DAYS-HOURS, DAYS-HOURS:MINUTES, DAYS-HOURS:MINUTES:SECONDS."""
-        if self.time is None:
-            return None
-        days, _, clock = self.time.rpartition("-")
-        parts = [int(p) for p in clock.split(":")]
-        if days:
-            parts += [0] * (3 - len(parts))  # D-HH, D-HH:MM
-            hours, minutes, seconds = parts
-        elif len(parts) == 1:
-            hours, minutes, seconds = 0, parts[0], 0
-        elif len(parts) == 2:
-            hours, minutes, seconds = 0, *parts
-        else:
-            hours, minutes, seconds = parts
-        return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
+        """The limit in seconds (`time_limit_seconds`)."""
+        return None if self.time is None else time_limit_seconds(self.time)
 
     def time_minutes(self) -> int | None:
-        if self.time is None:
-            return None
-        days, _, clock = self.time.rpartition("-")
-        parts = [int(p) for p in clock.split(":")]
-        if len(parts) == 1:
-            minutes = parts[0] if not days else parts[0] * 60  # D-HH
-        elif len(parts) == 2:
-            minutes = parts[0] * 60 + parts[1] if days else parts[0] + (1 if parts[1] else 0)  # MM:SS
-        else:
-            minutes = parts[0] * 60 + parts[1] + (1 if parts[2] else 0)
-        return minutes + int(days or 0) * 24 * 60
+        """The limit in whole minutes, rounded up: a batch limit is never shorter than the one asked for."""
+        seconds = self.time_seconds()
+        return None if seconds is None else -(-seconds // 60)
 
     def hhmmss(self) -> str | None:
         minutes = self.time_minutes()
