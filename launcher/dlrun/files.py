@@ -122,6 +122,32 @@ def try_lock(path: Path) -> int | None:
     return fd
 
 
+def remove_orphans(root: Path, pattern: str, lock_name: str, young_s: float = 60.0) -> list[Path]:
+    """Remove the folders under `root` matching `pattern` whose lock file (`lock_name` in each) no process
+    holds: what a process killed while it worked there left (its lock went with it). A folder without its lock
+    file yet is skipped for `young_s` seconds (its process is making it). The folders removed."""
+    import shutil
+    import time
+
+    removed: list[Path] = []
+    for folder in sorted(root.glob(pattern)) if root.is_dir() else []:
+        lock_path = folder / lock_name
+        try:
+            if not lock_path.exists() and time.time() - folder.stat().st_mtime < young_s:
+                continue
+        except OSError:
+            continue  # removed meanwhile
+        lock = try_lock(lock_path)
+        if lock is None:
+            continue  # in use
+        try:
+            shutil.rmtree(folder, ignore_errors=True)
+        finally:
+            os.close(lock)
+        removed.append(folder)
+    return removed
+
+
 def write_atomic(path: Path, text: str, mode: int | None = None) -> None:
     """`text` into `path`, whole or not at all; a full or read-only file system is one line (FileSystemError)."""
     try:

@@ -113,6 +113,8 @@ def cache_home() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dlrun"
 
 
+#: Where tuning trials run (one `trial-*` folder each, locked while its trial lives: dlrun.tune.trial).
+TUNE_TRIALS = "tune-trials"
 #: A run directory is created as `runs/.staging-<id>` and renamed to `runs/<id>` once stored.
 STAGING_PREFIX = ".staging-"
 
