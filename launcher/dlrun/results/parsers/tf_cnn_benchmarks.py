@@ -60,14 +60,17 @@ def _data_source(dataset: str | None) -> str | None:
 def parse(text: str) -> list[ParsedResult]:
     by_rank: dict[int | None, list[str]] = {}
     totals: list[tuple[int | None, float]] = []
-    for rank, line in tagged_lines(text):
+    at: list[int] = []  # the line number of each total
+    for number, (rank, line) in enumerate(tagged_lines(text), 1):
         by_rank.setdefault(rank, []).append(line)
         match = TOTAL.search(line)
         if match:
             totals.append((rank, read_float(match.group("value"), "tf_cnn_benchmarks total images/sec")))
+            at.append(number)
     if not totals:
         return []
     chosen_rank, value = first_rank(totals)
+    chosen_line = at[totals.index((chosen_rank, value))]
     lines = by_rank.get(chosen_rank, [])
     header = {name: _header_value(lines, key) for name, key in HEADER.items()}
     global_batch, per_device = _batch(lines)
@@ -86,10 +89,22 @@ def parse(text: str) -> list[ParsedResult]:
                "tensorflow": header["tensorflow"], "dataset": header["dataset"], "mode": header["mode"],
                "data_source": _data_source(header["dataset"]), "data_format": header["data_format"],
                "all_reduce_spec": header["all_reduce"]},
-        value_is=("the `total images/sec` line" + (f" of rank {chosen_rank}" if chosen_rank is not None else "")
-                  + (f" (each of the {len(totals)} reports is one worker's estimate of the job total; all are "
-                     "kept in `reports`)" if len(totals) > 1 else "")),
+        value_is=_which(totals, at, chosen_rank, chosen_line, horovod=processes is not None and processes > 1),
     )]
+
+
+def _which(totals: list[tuple[int | None, float]], at: list[int], rank: int | None, line: int, *,
+           horovod: bool) -> str:
+    """Which `total images/sec` line the value is, and what the log's others are."""
+    said = "the `total images/sec` line" + (f" of rank {rank}" if rank is not None else "")
+    if len(totals) == 1:
+        return said + f" (line {line})"
+    if horovod or any(r is not None for r, _ in totals):
+        return said + (f" (each of the {len(totals)} reports is one worker's estimate of the job total; all are "
+                       f"kept in `reports`; this one is line {line})")
+    others = ", ".join(f"line {n}: {v:g}" for n, (_, v) in zip(at, totals) if n != line)[:200]
+    return (f"the first of {len(totals)} `total images/sec` lines (line {line}; the others, {others}, are "
+            "kept in `reports`): a log of several runs? split it to import each")
 
 
 def _counts(header: dict[str, str | None], global_batch: int | None, per_device: int | None,
