@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dlrun.results.parsers import UNITS, ParsedResult, ParseError, parse_all, parse_text
+from dlrun.results.parsers.common import LogFile
 
 # The published benchmark logs (launcher-failures/ holds launchers' error messages, which carry no result).
 CORPUS = sorted((path.name, path.read_text()) for path in (Path(__file__).parent / "data" / "logs").rglob("*.log")
@@ -138,3 +139,25 @@ def test_very_long_lines(prefix, length, fill):
 
 def test_the_fuzz_corpus_is_the_real_logs():
     assert len(CORPUS) >= 13 and all(parse_all(text) for text in TEXTS)
+
+
+def _outcome(source):
+    try:
+        return [result.to_dict() for result in parse_all(source)]
+    except ParseError as exc:
+        return str(exc)
+
+
+@fuzz(400)
+@given(st.sampled_from(TEXTS), st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 40),
+                                                  st.text(st.sampled_from("ab1.: {}\"\n\r\x0b\x85\u2028\tx-0"),
+                                                          max_size=20)), max_size=6))
+def test_a_log_read_a_line_at_a_time_parses_as_its_text(tmp_path_factory, text, edits):
+    """`dlrun parse` reads a file a line at a time (LogFile): whatever the log, the results (or the error)
+    are those of its whole text, whatever line separators it holds."""
+    for position, cut, insert in edits:
+        position %= len(text) + 1
+        text = text[:position] + insert + text[position + cut:]
+    path = tmp_path_factory.mktemp("log") / "fuzzed.log"
+    path.write_bytes(text.encode())
+    assert _outcome(LogFile(path, len(text.encode()))) == _outcome(text)

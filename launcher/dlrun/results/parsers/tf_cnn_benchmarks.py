@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from dlrun.results.parsers.common import NUMBER, first_rank, read_float, read_int, tagged_lines
+from dlrun.results.parsers.common import NUMBER, Log, first_rank, read_float, read_int, tagged_lines
 from dlrun.results.parsers.result import ParsedResult
 
 NAME = "tf_cnn_benchmarks"
@@ -29,6 +29,11 @@ QUOTED = re.compile(r"'([^'\n]{0,200})'")
 HEADER = {"model": "Model:", "dataset": "Dataset:", "mode": "Mode:", "devices": "Devices:",
           "data_format": "Data format:", "variables": "Variables:", "all_reduce": "AllReduce:",
           "tensorflow": "TensorFlow:"}
+
+
+HEADER_KEYS = tuple(HEADER.values())
+#: Stands for the line after a batch line until it is read.
+BATCH_PENDING = "\x00batch line pending"
 
 
 def _header_value(lines: list[str], key: str) -> str | None:
@@ -57,12 +62,23 @@ def _data_source(dataset: str | None) -> str | None:
     return "tfrecord" if dataset == "imagenet" else None  # tf_cnn_benchmarks reads ImageNet as TFRecord files
 
 
-def parse(text: str) -> list[ParsedResult]:
+def _keep(kept: list[str], line: str) -> None:
+    """Keep of a rank's line what the header is read from: the first line of each key, the first batch line
+    and the line after it (nothing else: a log is read a line at a time)."""
+    if kept and kept[-1] is BATCH_PENDING:
+        kept[-1] = line
+    elif GLOBAL_BATCH.match(line) and not any(GLOBAL_BATCH.match(seen) for seen in kept):
+        kept += [line, BATCH_PENDING]
+    elif line.startswith(HEADER_KEYS) and not any(seen.startswith(line.split(":", 1)[0] + ":") for seen in kept):
+        kept.append(line)
+
+
+def parse(text: Log) -> list[ParsedResult]:
     by_rank: dict[int | None, list[str]] = {}
     totals: list[tuple[int | None, float]] = []
     at: list[int] = []  # the line number of each total
     for number, (rank, line) in enumerate(tagged_lines(text), 1):
-        by_rank.setdefault(rank, []).append(line)
+        _keep(by_rank.setdefault(rank, []), line)
         match = TOTAL.search(line)
         if match:
             totals.append((rank, read_float(match.group("value"), "tf_cnn_benchmarks total images/sec")))
