@@ -14,7 +14,8 @@ from conftest import cli_json, run_cli
 from fixtures_slurm import CLUSTER_SYSTEM
 from matrix_catalog import matrix_plan
 
-from dlrun.catalog.models import MAX_TIME_LIMIT_S, SchedulerOptions, time_limit_seconds
+from dlrun.catalog.models import SchedulerOptions
+from dlrun.catalog.time_limits import MAX_TIME_LIMIT_S, time_limit_seconds
 from dlrun.errors import UsageError
 from dlrun.render import render_job
 

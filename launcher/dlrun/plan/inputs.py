@@ -11,7 +11,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from dlrun.catalog.models import TIME_FORMS, SchedulerOptions, SystemSpec
+from dlrun.catalog.models import SchedulerOptions, SystemSpec
+from dlrun.catalog.time_limits import TIME_FORMS
 from dlrun.errors import UsageError
 from dlrun.fabrics import check_fabric_name, fabric_settings
 from dlrun.plan.resolved import DATA_MOUNT, Bind, DataSpec
