@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -100,8 +101,9 @@ def test_the_cli_refuses_a_bomb_in_a_site_catalog_in_one_line(tmp_path):
     (site / "bomb.yaml").write_text(FILES["systems"][1].format(bomb=bomb(9, "  ")))
     env = {**os.environ, "DLRUN_PATH": str(tmp_path / "site"), "XDG_CONFIG_HOME": str(tmp_path / "xdg"),
            "DLRUN_HOME": str(tmp_path / "home")}
+    fence = lambda: resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))  # noqa: E731 (as CHILD holds)
     proc = subprocess.run([sys.executable, "-m", "dlrun.cli", "plan", "trivial"], capture_output=True, text=True,
-                          env=env, timeout=300)
+                          env=env, timeout=300, preexec_fn=fence)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr.count("\n") == 1 and f"{site / 'bomb.yaml'}:" in proc.stderr, proc.stderr
 
