@@ -124,7 +124,8 @@ def test_a_non_finite_number_in_a_result_is_refused(dlrun_home, tmp_path, number
     assert json.loads(run_cli("results", "list", "--json").stdout) == []
 
 
-#: The child's peak resident memory after `dlrun parse LOG` (RUSAGE_CHILDREN of a process that ran only it).
+#: The child's peak resident memory after `dlrun parse LOG` (RUSAGE_CHILDREN of a small process that ran only
+#: it: a child's ru_maxrss starts from its parent's at exec, and this parent is small).
 PEAK = r"""
 import json, resource, subprocess, sys
 proc = subprocess.run([sys.executable, "-m", "dlrun.cli", "parse", "--json", sys.argv[1]], capture_output=True, text=True)

@@ -1,7 +1,7 @@
 """YAML alias bombs (issue 36, break 4): a kilobyte file of nine levels of nine aliases each stands for 9**9
 values. Written into every kind of file dlrun reads as YAML (each catalog kind, `config.yaml`, the image
 lock, `--references`), it is refused in one line naming the file, in under a second and 100 MB of peak
-RSS, measured in a fresh process (`ru_maxrss`, the process's peak), which holds an address-space limit so
+RSS, measured in a fresh process (its VmHWM, the process's peak), which holds an address-space limit so
 that a loader that expands the bomb fails with MemoryError instead of taking the machine's memory. Before
 the loader bounded aliases, the system file took minutes and gigabytes (`scheduler_options` accepts any
 extra field); plain aliases and merge keys still load."""
@@ -24,7 +24,7 @@ from dlrun.catalog.models import SystemSpec
 from dlrun.yamlfile import MAX_ALIASES, MAX_BYTES, MAX_EXPANDED_CHARS, MAX_EXPANDED_VALUES, YamlError, parse_yaml
 
 REPO = Path(__file__).resolve().parents[1]
-#: The process's own peak and the loader's time, with the address space held to 3 GiB.
+#: The process's own peak RSS and the loader's time, with the address space held to 3 GiB.
 CHILD = r"""
 import json, resource, sys, time
 from pathlib import Path
@@ -52,8 +52,10 @@ except DlrunError as exc:
     outcome, code = str(exc), exc.exit_code
 except MemoryError:
     outcome, code = "MemoryError", -1
+# the peak of this process's own memory (VmHWM; ru_maxrss would also hold its parent's before exec)
+peak_kib = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
 print(json.dumps({"outcome": outcome, "code": code, "seconds": time.perf_counter() - start,
-                  "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "peak_mib": peak_kib / 1024}))
 """
 
 
