@@ -35,10 +35,13 @@ def _write_big_system(site: Path) -> str | None:
     """A 512-node, 8-GPU, Slurm + IB system entry for the site catalog (copied from dgx-h100, scaled up)."""
     import yaml
 
+    sys.path.insert(0, str(REPO_ROOT / "launcher"))
+    from dlrun.yamlfile import load_yaml  # the bounded reader dlrun uses for every YAML file
+
     source = REPO_ROOT / "recipes" / "systems" / "dgx-h100.yaml"
     if not source.exists():
         return None
-    data = yaml.safe_load(source.read_text())
+    data = load_yaml(source, "system file")
     data.update(name="bench-512x8", nodes=NODES, scheduler="slurm", runtime="singularity",
                 description="benchmark only: dgx-h100 scaled to 512 nodes")
     (site / "systems").mkdir(parents=True, exist_ok=True)

@@ -3,8 +3,8 @@ nothing is ever written outside the staging directory.
 
 Inputs: random bytes (raw, and gzip-compressed so they reach the tar reader), a real bundle truncated at
 random points or with random bytes changed, tar archives of random members (names with `..`, absolute
-paths, links, devices, directories) behind a manifest that lists them, and runs.jsonl lines of random JSON
-behind a manifest whose hashes match. Derandomised, so CI sees the same inputs every time.
+paths, links, devices, directories) behind a manifest that lists them, runs.jsonl lines of random JSON
+behind a manifest whose hashes match, and a real run record with hostile times, counts and figures. Derandomised, so CI sees the same inputs every time.
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from dlrun.results.exchange.bundle import BundleError
 from dlrun.results.exchange.bundle_read import read_bundle
 from dlrun.results.exchange.export import export_bundle
+from dlrun.results.store.fields import check_fields, stamp_seconds
 from dlrun.results.store.query import Filters
 
 
@@ -169,3 +170,50 @@ def test_hostile_tar_headers(tmp_path, headers, tail):
         info.type, info.size = kind, size
         raw += info.tobuf(format=tarfile.GNU_FORMAT) + data + bytes(-len(data) % 512)
     _read(tmp_path, gzip.compress(raw + bytes(tail), mtime=0))
+
+
+def _bundle_of(lines: list[bytes]) -> bytes:
+    runs = b"".join(line + b"\n" for line in lines)
+    manifest = {"format": "dlrun-results-bundle", "format_version": 2, "site": "s", "dlrun_version": "0",
+                "created_at": None, "filters": {}, "runs": len(lines), "with_logs": False,
+                "files": {"runs.jsonl": {"sha256": hashlib.sha256(runs).hexdigest(), "size": len(runs)}}}
+    raw = io.BytesIO()
+    with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as packed, tarfile.open(fileobj=packed, mode="w") as tar:
+        for name, data in (("manifest.json", json.dumps(manifest).encode()), ("runs.jsonl", runs)):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return raw.getvalue()
+
+
+STAMPS = st.one_of(
+    st.sampled_from(["not-a-date", "2026-13-01T00:00:00Z", "2026-02-30T00:00:00Z", "9999-12-31T23:59:59Z", "",
+                     "2026-01-01T00:00:00+00:00", "2026-01-01 00:00:00", "2026-01-01T00:00:00Z", " 2026-01-01T00:00:00Z",
+                     "2026-01-01T00:00:00Z\n", "２０２６-01-01T00:00:00Z"]),
+    st.datetimes().map(lambda moment: moment.strftime("%Y-%m-%dT%H:%M:%SZ")),
+    st.text(max_size=24))
+VALUES = st.one_of(st.sampled_from([-0.0, 0.0, 0, -1.0, 5e-324, 1.0, 1e308]), st.floats(allow_nan=False))
+
+
+@fuzz(300)
+@given(created=STAMPS, finished=st.none() | STAMPS, value=VALUES, status=st.sampled_from(["ok", "failed", "lost"]),
+       nodes=st.none() | st.integers(-2, 2**32))
+def test_hostile_times_counts_and_values_of_a_real_record(tmp_path, good, created, finished, value, status, nodes):
+    """A real exported run with its times, node count, status and figure replaced: the bundle is read only
+    when the store's own check of every field (dlrun.results.store.fields) passes; so no time that is not one,
+    no impossible count and no zero figure of an ok run is ever stored, whatever a bundle says."""
+    with tarfile.open(fileobj=io.BytesIO(good), mode="r:gz") as tar:
+        record = json.loads(tar.extractfile("runs.jsonl").read().splitlines()[0])
+    record.update(created_at=created, finished_at=finished, status=status, nodes=nodes)
+    record["results"] = [{**record["results"][0], "value": value}] if record["results"] else []
+    try:
+        check_fields(record, record["results"])
+        valid = True
+    except ValueError:
+        valid = False
+    bundle = _read(tmp_path, _bundle_of([json.dumps(record).encode()]))
+    assert (bundle is not None) == valid, (created, finished, value, status, nodes)
+    if bundle is not None:
+        stored = json.loads(bundle.spooled)
+        assert stamp_seconds(stored["created_at"]) >= 0 and (status != "ok" or not stored["results"]
+                                                             or stored["results"][0]["value"] > 0)

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 import sysfs_trees as trees
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from golden_files import shellcheck_path
 from matrix_catalog import MATRIX_IMAGE, SCHEDULER_FOR, matrix_catalog, matrix_plan
 
@@ -223,6 +225,8 @@ def test_roce_gid_reaches_the_ranks_from_the_nodes_gid_table(hostile):
     ("partition", "debug\n#SBATCH --uid=0", "bad --partition"),
     ("account", "proj;$(touch x)", "bad --account"),
     ("time", "00:10:00; reboot", "bad --time"),
+    ("time", "00:00:99", "bad --time '00:00:99': 99 seconds is not below 60"),
+    ("time", "99999999999999999999", "more than a year"),
 ])
 def test_hostile_directive_values_are_validation_errors(hostile, option, value, message):
     with pytest.raises(UsageError, match=message):
@@ -239,3 +243,26 @@ def test_hostile_env_names_and_binds_are_validation_errors(hostile):
 
 def test_every_runtime_is_covered():
     assert {runtime for runtime, _, _ in COMBOS} >= set(RUNTIMES.names()) - {"docker-api"}
+
+
+TIME_TEXT = st.one_of(
+    st.from_regex(r"\A(\d{1,3}-)?\d{1,22}(:\d{2}){0,2}\Z"),
+    st.text(st.sampled_from("0123456789:- ;x\n"), max_size=14))
+
+
+@settings(max_examples=400, derandomize=True, deadline=None, database=None, print_blob=False)
+@given(value=TIME_TEXT)
+def test_fuzz_time_limits_are_refused_or_never_shorter(value):
+    """Any --time text: refused in one line naming it, or a limit of at most a year that every batch
+    scheduler gets rounded up to whole minutes, never down."""
+    catalog = matrix_catalog()
+    try:
+        plan = resolve_plan(catalog, "trivial", system="matrix", time=value)
+    except UsageError as exc:
+        assert str(exc).startswith(f"bad --time {value!r}") and "\n" not in str(exc)
+        return
+    seconds = plan.scheduler_options.time_seconds()
+    minutes = plan.scheduler_options.time_minutes()
+    assert 1 <= seconds <= 365 * 86400 and minutes * 60 >= seconds > (minutes - 1) * 60
+    hours, mins, secs = (int(part) for part in plan.scheduler_options.hhmmss().split(":"))
+    assert (hours * 60 + mins, secs) == (minutes, 0)

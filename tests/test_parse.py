@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -142,7 +143,7 @@ def test_tf_cnn_benchmarks_header(name, value, model, batch, devices, processes,
         (value, model, batch, devices, processes)
     assert (res.extra["variables"], res.extra["data_source"], res.extra["data_format"]) == (variables, data, "NCHW")
     assert res.extra["global_batch_size"] == batch * devices and res.problems == ()
-    assert res.value_is == "the `total images/sec` line"
+    assert re.fullmatch(r"the `total images/sec` line \(line \d+\)", res.value_is), res.value_is
 
 
 def test_tf_cnn_benchmarks_counts_devices_from_the_batch_line_not_the_ranks_that_printed():
@@ -153,6 +154,21 @@ def test_tf_cnn_benchmarks_counts_devices_from_the_batch_line_not_the_ranks_that
     res = parse_text(tagged)
     assert (res.num_devices, res.num_ranks, res.extra["reports"]) == (2, 2, [308.27, 308.27])
     assert res.value_is.startswith("the `total images/sec` line of rank 0 (each of the 2 reports")
+
+
+def test_a_log_of_two_runs_says_which_total_it_took(tmp_path):
+    """Two untagged `total images/sec` lines that are no Horovod workers' reports (issue 36: the first was
+    taken silently): the value is the first, and value_is says so, with where the others are."""
+    text = log("tf_cnn_benchmarks/tfbenchmarks_pr63_1gpu_2017.log")
+    res = parse_text(text + text.replace("total images/sec: 138.95", "total images/sec: 120.5"))
+    first = text.splitlines().index("total images/sec: 138.95") + 1
+    second = first + len(text.splitlines())
+    assert (res.value, res.extra["reports"]) == (138.95, [138.95, 120.5])
+    assert res.value_is == (f"the first of 2 `total images/sec` lines (line {first}; the others, line {second}: "
+                            "120.5, are kept in `reports`): a log of several runs? split it to import each")
+    (tmp_path / "two.log").write_text(text + text)
+    shown = run_cli("parse", str(tmp_path / "two.log"))
+    assert "the first of 2 `total images/sec` lines" in " ".join(shown.stdout.split()), shown.stdout
 
 
 def test_tf_cnn_benchmarks_forward_only_is_not_a_training_throughput():

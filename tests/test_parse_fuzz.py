@@ -1,4 +1,5 @@
-"""Fuzzing the parsers: whatever the text, every call returns checked results or raises ParseError.
+"""Fuzzing the parsers: whatever the text, every call returns checked results (a figure above zero: `-0`
+measures nothing) or raises ParseError.
 
 Inputs: random bytes (decoded as the CLI decodes files), truncated and mutated real logs, real logs with their
 numbers replaced by huge, negative, non-finite or 4,300-digit ones, `DLRUN_RESULT` followed by deep nesting
@@ -16,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dlrun.results.parsers import UNITS, ParsedResult, ParseError, parse_all, parse_text
+from dlrun.results.parsers.common import LogFile
 
 # The published benchmark logs (launcher-failures/ holds launchers' error messages, which carry no result).
 CORPUS = sorted((path.name, path.read_text()) for path in (Path(__file__).parent / "data" / "logs").rglob("*.log")
@@ -41,7 +43,7 @@ def check(text: str) -> None:
     assert results
     for result in results:
         assert isinstance(result, ParsedResult)
-        assert math.isfinite(result.value) and result.value >= 0 and result.unit in UNITS
+        assert math.isfinite(result.value) and result.value > 0 and result.unit in UNITS  # -0 and 0 measure nothing
         for count in (result.num_devices, result.num_ranks, result.gpus_per_rank, result.batch_size):
             assert count is None or (isinstance(count, int) and count >= 1)
         for row in result.sizes:
@@ -83,7 +85,8 @@ def test_mutated_real_logs(text, edits):
 
 
 HOSTILE_NUMBERS = st.one_of(
-    st.sampled_from(["nan", "NaN", "inf", "-inf", "Infinity", "-1", "-0.0", "1e999", "1e-999", "0", "9" * 4301,
+    st.sampled_from(["nan", "NaN", "inf", "-inf", "Infinity", "-1", "-0.0", "-0", "+0", "0.000", "-0e5", "1e999",
+                     "1e-999", "0", "9" * 4301,
                      "1" * 5000 + ".5", "0x10", "1_000", "١٢٣", "", "-", "1e", "N/A"]),
     st.floats(allow_nan=True, allow_infinity=True).map(repr),
     st.integers(min_value=-(10**50), max_value=10**50).map(str),
@@ -136,3 +139,25 @@ def test_very_long_lines(prefix, length, fill):
 
 def test_the_fuzz_corpus_is_the_real_logs():
     assert len(CORPUS) >= 13 and all(parse_all(text) for text in TEXTS)
+
+
+def _outcome(source):
+    try:
+        return [result.to_dict() for result in parse_all(source)]
+    except ParseError as exc:
+        return str(exc)
+
+
+@fuzz(400)
+@given(st.sampled_from(TEXTS), st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 40),
+                                                  st.text(st.sampled_from("ab1.: {}\"\n\r\x0b\x85\u2028\tx-0"),
+                                                          max_size=20)), max_size=6))
+def test_a_log_read_a_line_at_a_time_parses_as_its_text(tmp_path_factory, text, edits):
+    """`dlrun parse` reads a file a line at a time (LogFile): whatever the log, the results (or the error)
+    are those of its whole text, whatever line separators it holds."""
+    for position, cut, insert in edits:
+        position %= len(text) + 1
+        text = text[:position] + insert + text[position + cut:]
+    path = tmp_path_factory.mktemp("log") / "fuzzed.log"
+    path.write_bytes(text.encode())
+    assert _outcome(LogFile(path, len(text.encode()))) == _outcome(text)

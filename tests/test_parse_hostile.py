@@ -122,3 +122,40 @@ def test_a_non_finite_number_in_a_result_is_refused(dlrun_home, tmp_path, number
     proc = run_cli("results", "import-log", str(log), "--system", "s1", "--json")
     assert proc.returncode == 1 and "per_rank[1] is not a finite number" in proc.stderr
     assert json.loads(run_cli("results", "list", "--json").stdout) == []
+
+
+#: The child's peak resident memory after `dlrun parse LOG` (RUSAGE_CHILDREN of a small process that ran only
+#: it: a child's ru_maxrss starts from its parent's at exec, and this parent is small).
+PEAK = r"""
+import json, resource, subprocess, sys
+proc = subprocess.run([sys.executable, "-m", "dlrun.cli", "parse", "--json", sys.argv[1]], capture_output=True, text=True)
+print(json.dumps({"code": proc.returncode, "out": proc.stdout, "err": proc.stderr[-2000:],
+                  "peak_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
+"""
+
+
+def _parse_peak(path: Path) -> dict:
+    proc = subprocess.run([sys.executable, "-c", PEAK, str(path)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads(proc.stdout)
+    assert seen["code"] == 0, seen["err"]
+    return seen
+
+
+def test_dlrun_parse_reads_a_log_a_line_at_a_time(tmp_path):
+    """A 48 MB log (a real tf_cnn_benchmarks log with 600,000 step lines more) parses in the memory of a
+    small one plus less than a quarter of its size (issue 36: `dlrun parse` took about 4x the log's size)."""
+    real = LOGS / "tf_cnn_benchmarks" / "tfbenchmarks_pr63_1gpu_2017.log"
+    text = real.read_text()
+    cut = text.index("total images/sec")
+    big = tmp_path / "big.log"
+    with open(big, "w") as handle:
+        handle.write(text[:cut])
+        handle.writelines(f"{step}\timages/sec: 139.2 +/- 0.0 (jitter = 0.3)\t7.917{' ' * 30}\n"
+                          for step in range(600_000))
+        handle.write(text[cut:])
+    size_mib = big.stat().st_size / 2**20
+    assert size_mib > 40
+    small, large = _parse_peak(real), _parse_peak(big)
+    assert json.loads(large["out"])["value"] == json.loads(small["out"])["value"] == 138.95
+    assert large["peak_mib"] - small["peak_mib"] < size_mib / 4, (small["peak_mib"], large["peak_mib"], size_mib)

@@ -23,7 +23,7 @@ def _writer(path: str, worker: int, count: int) -> None:
     store = Store(path)
     for i in range(count):
         store.add_run(_record(f"w{worker}-{i}"),
-                      [{"metric": "throughput", "value": float(i), "unit": "images/sec"}])
+                      [{"metric": "throughput", "value": float(i + 1), "unit": "images/sec"}])
 
 
 def _write_in_parallel(path, procs) -> sqlite3.Connection:

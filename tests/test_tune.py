@@ -335,3 +335,32 @@ def test_dlrun_tune_refuses_what_it_cannot_measure(dlrun_home):
         assert len(proc.stderr.strip().splitlines()) == 1 and message in proc.stderr
     assert not (dlrun_home / "tuning.json").exists()
     assert os.environ.get("DLRUN_TUNE") == "off"  # conftest: other tests never tune
+
+
+def test_a_tune_killed_in_a_trial_leaves_no_trial_folder(dlrun_home):
+    """SIGKILL of `dlrun tune` while a trial runs (issue 36): the trial folder's lock, held by dlrun and by the
+    trial process it inherited, goes with them, and the next dlrun command removes the folder."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, **TUNE_ENV, "DLRUN_HOME": str(dlrun_home)}
+    proc = subprocess.Popen([sys.executable, "-m", "dlrun.cli", "tune", "trivial", "--batch-size", "2", "--rounds",
+                             "200"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    trials = dlrun_home / "tune-trials"
+    deadline = time.monotonic() + 300
+    while not list(trials.glob("trial-*/run.sh")) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert proc.poll() is None and list(trials.glob("trial-*/run.sh")), "no trial started"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    [folder] = list(trials.glob("trial-*"))
+    while time.monotonic() < deadline:  # the trial ends on its parent-death signal; its lock goes with it
+        listed = run_cli("results", "list", env={"DLRUN_HOME": str(dlrun_home)})
+        assert listed.returncode == 0, listed.stderr
+        if not folder.exists():
+            break
+        time.sleep(0.5)
+    assert not folder.exists() and list(trials.glob("trial-*")) == []

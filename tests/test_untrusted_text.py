@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dlrun.results.store import Store
-from dlrun.text import csv_cell, for_rich, plain
+from dlrun.text import csv_cell, for_html, for_plot, for_rich, plain
 
 LOGS = Path(__file__).parent / "data" / "logs"
 NASTY = {
@@ -157,3 +157,114 @@ def test_fuzz_every_command_that_prints_stored_strings(dlrun_home, value):
         assert [ch for ch in NEVER if ch in result.output] == [], command
         if kept and command != ["compare", "--csv"]:
             assert kept in " ".join(result.output.split()), (command, kept, result.output)
+
+
+#: The attack of issue 36 (break 9): an OSC 8 hyperlink, a screen clear and a bell in stored names, and in
+#: the user's --title.
+HOSTILE = {"workload": "w\x1b]8;;http://evil.example/\x07click\x1b]8;;\x07", "system": "sys\x1b[2J\x07",
+           "model": "m\x1b[31m$\\frac{1}{$"}
+
+
+def test_the_report_page_its_plots_and_stderr_hold_no_control_character(dlrun_home, tmp_path):
+    store = Store(dlrun_home / "results.sqlite")
+    for index, ranks in enumerate((1, 2, 4)):  # three points, so that both plots draw every label
+        store.add_run(_record(f"hostile-{index}", ranks_per_node=ranks, world_size=ranks, **HOSTILE),
+                      [{"metric": "throughput", "value": 10.0 * ranks, "unit": "images/sec"}])
+    out = tmp_path / "report"
+    proc = run_cli("report", "--out", str(out), "--allow-mismatch", "--title", "T\x1b[2J\x07itle\x1b]8;;http://x/\x07")
+    shown = _shown(proc, "wrote")
+    assert "Glyph" not in shown and "evil.example" not in shown
+    page = (out / "index.html").read_text()
+    assert [ch for ch in NEVER if ch in page] == [], [ch for ch in NEVER if ch in page]
+    assert "<title>Title</title>" in page and "syswclick" not in page and "sys" in page
+    assert sorted(p.name for p in out.glob("*.png")) == ["bars.png", "scaling.png"]
+
+
+def test_every_plot_label_is_drawn_as_text(tmp_path):
+    """Titles, axis labels, legends, ticks and annotations of a figure: control characters dropped and
+    `$...$` drawn as written (mathtext would refuse `$\\frac{$` and end the report)."""
+    from dlrun.report.plots import _figure, _save
+
+    fig = _figure(4, 3)
+    ax = fig.add_subplot(1, 1, 1)
+    ax.plot([1, 2], [1, 2], label="line \x1b[31m$\\frac{$")
+    ax.set_title("t\x07\x1b]8;;http://evil.example/\x1b\\x")
+    ax.set_xticks([1, 2])
+    ax.set_xticklabels(["a\x1b[2J", "$x^$"])
+    ax.annotate("src\r\x08", (1, 1))
+    ax.legend()
+    _save(fig, tmp_path, "x.png", "t", "alt")
+    texts = [t.get_text() for t in fig.findobj(lambda artist: hasattr(artist, "get_parse_math"))]
+    assert "line $\\frac{$" in texts and "tx" in texts and "a" in texts and "src" in texts
+    assert not any(ch in text for text in texts for ch in NEVER)
+    assert (tmp_path / "x.png").stat().st_size > 0
+
+
+def _modules():
+    import ast
+
+    root = Path(__file__).resolve().parents[1] / "launcher" / "dlrun"
+    for path in sorted(root.rglob("*.py")):
+        if "harness" not in path.parts:
+            yield path.relative_to(root).as_posix(), ast.parse(path.read_text())
+
+
+def test_outside_text_reaches_html_plots_and_csv_only_through_dlrun_text():
+    """The one sanitiser: no module but dlrun.text escapes HTML itself; plots are saved in one place (which
+    draws every label through for_plot); every CSV writer holds its cells to csv_cell."""
+    import ast
+
+    for name, tree in _modules():
+        imported = {alias.name for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
+                    for alias in node.names} | {node.module for node in ast.walk(tree)
+                                                if isinstance(node, ast.ImportFrom) and node.module}
+        calls = {node.func.attr for node in ast.walk(tree) if isinstance(node, ast.Call)
+                 and isinstance(node.func, ast.Attribute)}
+        if name != "text.py":
+            assert not {"html", "escape"} & imported, f"{name} escapes HTML itself; use dlrun.text.for_html"
+        if "savefig" in calls:
+            assert name == "report/plots.py", f"{name} saves a figure; use dlrun.report.plots._save"
+        if {"to_csv", "writer", "DictWriter"} & calls and "csv" in imported | calls:
+            assert "csv_cell" in ast.dump(tree), f"{name} writes CSV cells without dlrun.text.csv_cell"
+
+
+ANY_TEXT = st.text(st.characters(codec="utf-8"), max_size=30) | TEXT
+
+
+@settings(max_examples=300, derandomize=True, deadline=None, database=None, print_blob=False)
+@given(value=ANY_TEXT)
+def test_fuzz_the_sanitiser_for_every_output(value):
+    """Whatever the text: HTML that says what plain() keeps and holds no markup, a plot label and a CSV cell
+    with no control character, a terminal line the same."""
+    import html
+
+    shown = for_html(value)
+    assert html.unescape(shown) == plain(value) and not set("<>\"'") & set(shown)
+    for out in (shown, for_plot(value), plain(value), str(csv_cell(plain(value)))):
+        assert [ch for ch in NEVER if ch in out] == [], (value, out)
+    assert "\n" not in for_plot(value)
+    assert not str(csv_cell(plain(value))).startswith(("=", "+", "-", "@"))
+
+
+@settings(max_examples=12, derandomize=True, deadline=None, database=None, print_blob=False,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(value=TEXT | st.sampled_from(["$\\frac{$", "$x^$", "a$b$c", "\x1b]8;;http://e/\x07x"]))
+def test_fuzz_the_report_with_stored_strings_and_titles(dlrun_home, tmp_path, value):
+    """Any stored string and title through the whole report: it ends well, and its page holds no control
+    character."""
+    from typer.testing import CliRunner
+
+    from dlrun.cli.app import app
+
+    store = Store(dlrun_home / "results.sqlite")
+    with store.connect() as conn:
+        conn.execute("DELETE FROM results")
+        conn.execute("DELETE FROM runs")
+    for index, ranks in enumerate((1, 2)):
+        store.add_run(_record(f"fuzzed-{index}", ranks_per_node=ranks, world_size=ranks, workload=value, system=value,
+                              model=value), [{"metric": "throughput", "value": 1.0 + ranks, "unit": "images/sec"}])
+    out = tmp_path / "report"
+    result = CliRunner().invoke(app, ["report", "--out", str(out), "--allow-mismatch", "--title", value])
+    assert result.exit_code == 0, (result.output, result.exception)
+    page = (out / "index.html").read_text()
+    assert [ch for ch in NEVER if ch in page + result.output] == []

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dlrun.errors import UsageError
+from dlrun.errors import DlrunError, UsageError
 from dlrun.paths import config_home
 
 
@@ -23,11 +23,11 @@ def site_config() -> dict[str, Any]:
     path = config_file()
     if not path.is_file():
         return {}
-    import yaml
+    from dlrun.yamlfile import load_yaml
 
     try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        data = load_yaml(path, "the configuration file")
+    except (OSError, DlrunError) as exc:
         raise UsageError(f"cannot read {path}: {str(exc).splitlines()[0]}; valid: a YAML mapping such as "
                          "`site: NAME`") from None
     if data is None:

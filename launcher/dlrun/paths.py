@@ -95,6 +95,11 @@ def private_dir(path: Path) -> Path:
         if not os.access(path, os.W_OK | os.X_OK):
             raise PermissionError(13, "Permission denied")
     except OSError as exc:
+        from dlrun.files import file_system_error
+
+        problem = file_system_error(path, exc if exc.errno not in (None, 13) else None)
+        if problem is not None:  # full or read-only: which file system, and what to do
+            raise problem from None
         where = "DLRUN_HOME" if os.environ.get("DLRUN_HOME") else "the dlrun home (set DLRUN_HOME to move it)"
         raise UsageError(f"cannot use {str(path)!r} under {where}: {exc.strerror or exc}; valid: a writable "
                          "directory, e.g. DLRUN_HOME=~/.local/share/dlrun") from None
@@ -111,6 +116,8 @@ def cache_home() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dlrun"
 
 
+#: Where tuning trials run (one `trial-*` folder each, locked while its trial lives: dlrun.tune.trial).
+TUNE_TRIALS = "tune-trials"
 #: A run directory is created as `runs/.staging-<id>` and renamed to `runs/<id>` once stored.
 STAGING_PREFIX = ".staging-"
 

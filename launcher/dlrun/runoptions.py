@@ -200,7 +200,8 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
          resolver="scheduler"),
     _opt("account", "Batch account/project.", default_from="the system's", field="scheduler_options",
          resolver="scheduler"),
-    _opt("time", "Job time limit: MINUTES, HH:MM:SS or D-HH:MM:SS (also holds local runs).",
+    _opt("time", "Job time limit: MINUTES, HH:MM:SS or D-HH:MM:SS, at most a year (also holds local runs; "
+         "batch limits are whole minutes, rounded up).",
          default_from="the system's, 30 minutes", field="scheduler_options", resolver="scheduler",
          harness_flag="--timeout-s", harness_value="collective_timeout_s"),
     _opt("exclusive", "Whole nodes (batch jobs).", type=bool, aliases=("--exclusive/--shared",),

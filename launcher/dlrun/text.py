@@ -7,7 +7,14 @@ rich `Text`, which rich never reads as markup (`[/]`, `[link=...]`, a backslash 
 written; escaping the string instead cannot keep every backslash), for every table cell, title and line
 that goes through rich.
 `csv_cell(value)` keeps a spreadsheet from evaluating a text cell (`=`, `+`, `-`, `@`, tab or CR first: a
-leading `'`, OWASP's advice for CSV injection). HTML is escaped where it is written (html.escape).
+leading `'`, OWASP's advice for CSV injection); CSV exports hold `csv_cell(plain(value))`. `for_html(value)`
+is `plain(value)` escaped for HTML text and attribute values: what every report page string goes through
+(escaping alone keeps ESC and BEL, which a browser's view-source or a terminal `cat` of the page obeys).
+`for_plot(value)` is `plain(value)` on one line, what a plot label may hold (the report also draws every
+label with matplotlib's mathtext off, so `$...$` is text).
+
+These are the only ways dlrun shows outside text: a terminal line, a rich cell, an HTML page, a plot label
+and a CSV cell; `tests/test_untrusted_text.py` holds the modules that write those to them.
 """
 from __future__ import annotations
 
@@ -36,6 +43,18 @@ def for_rich(value: Any, *, newlines: bool = True):
     from rich.text import Text
 
     return Text(plain(value, newlines=newlines))
+
+
+def for_html(value: Any) -> str:
+    """`plain(value)` escaped for HTML (quotes too: safe inside an attribute)."""
+    from html import escape
+
+    return escape(plain(value), quote=True)
+
+
+def for_plot(value: Any) -> str:
+    """`plain(value)` on one line: a plot's title, axis, legend or annotation text."""
+    return plain(value, newlines=False)
 
 
 def csv_cell(value: Any) -> Any:

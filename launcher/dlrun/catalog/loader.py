@@ -30,6 +30,7 @@ from dlrun.catalog.stack import PinnedImageSpec
 from dlrun.errors import DlrunError, unknown_name
 from dlrun.paths import builtin_root, config_home
 from dlrun.probe.host import HostFacts
+from dlrun.yamlfile import BoundedLoader, YamlError, read_yaml
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -73,9 +74,10 @@ def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
     return line
 
 
-class CatalogLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
-    """PyYAML's safe loader (LibYAML's when present), reading `61.10e6` as the number it is, as YAML 1.2 and
-    every editor's YAML language server do (YAML 1.1 wants a dot and a signed exponent: `6.110e+7`)."""
+class CatalogLoader(BoundedLoader):
+    """dlrun's bounded YAML loader (`dlrun.yamlfile`: aliases counted and their expansion measured before
+    anything is built), reading `61.10e6` as the number it is, as YAML 1.2 and every editor's YAML language
+    server do (YAML 1.1 wants a dot and a signed exponent: `6.110e+7`)."""
 
 
 CatalogLoader.add_implicit_resolver(
@@ -85,19 +87,12 @@ _LOADER = CatalogLoader
 
 def _entries(path: Path) -> Iterator[tuple[Any, yaml.Node]]:
     """Yield (data, node) per entry: a file holds one mapping or a list of mappings."""
-    text = path.read_text()
-    # One parse: compose the node tree (kept for error line numbers), then build the data from it. LibYAML's
-    # parser when PyYAML has it: the pure-Python one made catalog loading most of a dry run's 0.4 s.
-    loader = _LOADER(text)
+    # One parse: compose the node tree (kept for error line numbers), measure it, then build the data from it.
+    # LibYAML's parser when PyYAML has it: the pure-Python one made catalog loading most of a dry run's 0.4 s.
     try:
-        node = loader.get_single_node()
-        data = loader.construct_document(node) if node is not None else None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark else 1
-        raise CatalogError(f"{path}:{line}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
-    finally:
-        loader.dispose()
+        data, node = read_yaml(path, "catalog file", _LOADER)
+    except YamlError as exc:
+        raise CatalogError(str(exc)) from None
     if isinstance(data, list):
         yield from zip(data, node.value)
     elif data is not None:

@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from dlrun.catalog.commands import CommandResult, check_command_fields
 from dlrun.catalog.storage import FileSystem, check_storage_fields
+from dlrun.catalog.time_limits import time_limit_seconds
 from dlrun.errors import DlrunError
 from dlrun.registry import SCHEDULERS
 
@@ -199,10 +200,9 @@ class SchedulerOptions(BaseModel):
 
     @field_validator("time")
     @classmethod
-    def _not_zero(cls, value: str | None) -> str | None:
-        # Slurm reads --time=0 as no limit at all (PBS and LSF similarly); a local job would end at once
-        if value is not None and not any(ch not in "0:-" for ch in value):
-            raise ValueError(f"a time limit of zero ({value!r}) is no limit to Slurm; valid: at least one second")
+    def _a_limit(cls, value: str | None) -> str | None:
+        if value is not None:
+            time_limit_seconds(value)  # every field within its range, the whole within MAX_TIME_LIMIT_S
         return value
 
     @field_validator("extra")
@@ -212,35 +212,13 @@ class SchedulerOptions(BaseModel):
                          "a plain scheduler flag (like --mem=0)")
 
     def time_seconds(self) -> int | None:
-        """The limit in seconds, as Slurm reads `time`: MINUTES, MINUTES:SECONDS, HOURS:MINUTES:SECONDS,
-        DAYS-HOURS, DAYS-HOURS:MINUTES, DAYS-HOURS:MINUTES:SECONDS."""
-        if self.time is None:
-            return None
-        days, _, clock = self.time.rpartition("-")
-        parts = [int(p) for p in clock.split(":")]
-        if days:
-            parts += [0] * (3 - len(parts))  # D-HH, D-HH:MM
-            hours, minutes, seconds = parts
-        elif len(parts) == 1:
-            hours, minutes, seconds = 0, parts[0], 0
-        elif len(parts) == 2:
-            hours, minutes, seconds = 0, *parts
-        else:
-            hours, minutes, seconds = parts
-        return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
+        """The limit in seconds (`time_limit_seconds`)."""
+        return None if self.time is None else time_limit_seconds(self.time)
 
     def time_minutes(self) -> int | None:
-        if self.time is None:
-            return None
-        days, _, clock = self.time.rpartition("-")
-        parts = [int(p) for p in clock.split(":")]
-        if len(parts) == 1:
-            minutes = parts[0] if not days else parts[0] * 60  # D-HH
-        elif len(parts) == 2:
-            minutes = parts[0] * 60 + parts[1] if days else parts[0] + (1 if parts[1] else 0)  # MM:SS
-        else:
-            minutes = parts[0] * 60 + parts[1] + (1 if parts[2] else 0)
-        return minutes + int(days or 0) * 24 * 60
+        """The limit in whole minutes, rounded up: a batch limit is never shorter than the one asked for."""
+        seconds = self.time_seconds()
+        return None if seconds is None else -(-seconds // 60)
 
     def hhmmss(self) -> str | None:
         minutes = self.time_minutes()

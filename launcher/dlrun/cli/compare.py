@@ -109,14 +109,12 @@ def _references(value, unit, tolerance, source, path):
     from dlrun.results.compare.reference_values import reference_from_data, references_from_data
 
     if path is not None:
-        import yaml
+        from dlrun.yamlfile import YamlError, load_yaml
 
         try:
-            data = yaml.safe_load(path.read_text())
-        except OSError as exc:
-            raise UsageError(f"cannot read --references {str(path)!r}: {exc.strerror}") from None
-        except yaml.YAMLError as exc:
-            raise UsageError(f"--references {str(path)!r} is not YAML or JSON: {exc}") from None
+            data = load_yaml(path, "--references")
+        except YamlError as exc:
+            raise UsageError(f"--references is not YAML or JSON within its bounds: {exc}") from None
         return references_from_data(data, str(path))
     if value is None:
         for name, given in (("--unit", unit), ("--source", source)):

@@ -53,7 +53,7 @@ def matmul(system: Annotated[str, typer.Option("--system", "-s", help="System pr
     if "tf32" in chosen and not torch.cuda.is_available():
         raise UsageError("--precision tf32 is a mode of NVIDIA tensor cores, and this node has no CUDA device; "
                          "valid here: fp32, fp16, bf16, amp")
-    store = open_store()
+    store = open_store(before_jobs=True)
     stored = []
     with _progress_line(size) as progress:
         for value in chosen:

@@ -36,14 +36,31 @@ def warn(message: str) -> None:
 
 
 def handle_errors(func):
-    """Run a command; a DlrunError is printed as one line and exits with its code."""
+    """Run a command; a DlrunError is printed as one line and exits with its code, and so is a write its file
+    system refused (full, read-only: `dlrun.files.file_system_error`) wherever it happened."""
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
         try:
             return func(*args, **kwargs)
         except DlrunError as exc:
             fail(str(exc), exc.exit_code)
+        except OSError as exc:
+            problem = _file_system_problem(exc)
+            if problem is None:
+                raise
+            fail(str(problem), problem.exit_code)
     return wrapper
+
+
+def _file_system_problem(exc: OSError):
+    from pathlib import Path
+
+    from dlrun.files import FULL_ERRNOS, READ_ONLY_ERRNOS, file_system_error
+    from dlrun.paths import dlrun_home
+
+    if exc.errno not in (*FULL_ERRNOS, *READ_ONLY_ERRNOS):
+        return None
+    return file_system_error(Path(exc.filename) if exc.filename else dlrun_home(), exc)
 
 
 def print_json(data: Any) -> None:

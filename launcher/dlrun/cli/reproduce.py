@@ -57,7 +57,7 @@ def reproduce(experiment: ExperimentArg, system: ReproduceSystemOpt = None, wher
     if not 0 < stable_within < 100:
         raise UsageError(f"--stable-within is a percentage between 0 and 100, got {stable_within:g}")
     stable = (stable_within / 100, max_repeats) if until_stable else None
-    store = open_store()
+    store = open_store(before_jobs=not dry_run)
     spec, systems = prepare(load_catalog(), experiment, system=system, where=where or [], repeats=repeats,
                             dry_run=dry_run, local_image=with_local_image, store=store)
     if dry_run:

@@ -67,8 +67,10 @@ def run(skip_checks: SkipChecksOpt = False, dry_run: DryRunOpt = False, verbose:
         checked(preflight(plan), skip_checks)  # the plan's own checks; this node may not be where it runs
         sys.stdout.write(rendered.script)
         return
+    from dlrun.cli.store import open_store
     from dlrun.execute.prerun import clear
 
+    store = open_store(before_jobs=True)  # a damaged store is refused before any job (a tuning trial too) runs
     # the node's checks, then the image's digest (refused, exit 1, when its copy differs from the site's lock)
     cleared = clear(plan, node_inventory(), lambda findings: checked(findings, skip_checks), skip_checks=skip_checks)
     from dlrun.tune import knob_decision
@@ -78,23 +80,26 @@ def run(skip_checks: SkipChecksOpt = False, dry_run: DryRunOpt = False, verbose:
              if plan.knob_sources else plan)
     if tuned != plan:
         plan, rendered = tuned, render_job(tuned)
-    execute_plan(plan, rendered, cleared, verbose=verbose)
+    execute_plan(plan, rendered, cleared, verbose=verbose, store=store)
 
 
-def execute_plan(plan, rendered, cleared=None, *, verbose: bool = False) -> None:
+def execute_plan(plan, rendered, cleared=None, *, verbose: bool = False, store=None) -> None:
     import signal
+
+    from rich.text import Text
 
     from dlrun.cli.progress import RunDisplay, print_summary
     from dlrun.cli.store import open_store
     from dlrun.execute import execute
     from dlrun.paths import runs_dir
+    from dlrun.text import for_rich
 
-    store = open_store()
+    store = store or open_store(before_jobs=True)
     shape = (f"{plan.warmup_steps}+{plan.steps} passes over {plan.data.path}" if plan.workload.kind == "storage"
              and plan.data else f"batch {plan.batch_size}/rank, {plan.warmup_steps}+{plan.steps} steps, {plan.precision}")
     title = (f"{plan.workload.name} ({plan.workload.label}) on {plan.system.name}: {plan.world_size} rank(s), "
              f"{shape}, image {plan.image.name}")
-    console().print(f"[bold]dlrun[/bold] {title}")
+    console().print(Text.assemble(("dlrun", "bold"), " ", for_rich(title)))
     say_if_busy([plan], console())
     with RunDisplay(plan, verbose=verbose) as display:
         record = execute(plan, rendered, runs_root=runs_dir(), store=store, sink=display.sink, cleared=cleared)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import platform
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +21,13 @@ from dlrun.execute.batch import batch_outcome
 from dlrun.execute.procs import end_processes, job_processes
 from dlrun.execute.record import (STATUSES, parse_first, rank_count_refusal, rank_log_texts,
                                   redact_run_directory, run_row, store_and_publish)
+from dlrun.catalog.commands import CommandResult
 from dlrun.catalog.models import TRAINING_KINDS
 from dlrun.execute.rundir import LOCK_NAME, STAGING_PREFIX, RunDir
 from dlrun.files import try_lock
 from dlrun.job import JobState
 from dlrun.registry import SCHEDULERS
+from dlrun.results.parsers.figure_of_merit import parse_command_output
 from dlrun.results.store import Store
 from dlrun.schedulers.base import SchedulerError
 from dlrun.secrets.prints import PrintsUnusable, key_path, load_prints
@@ -86,7 +89,7 @@ def recover_run(run: RunDir, store: Store) -> str | None:
         run.release()
         return outcome
     state, exit_code, reason, texts = outcome
-    result, parsed, _ = parse_first([text for text in texts if text])
+    result, parsed = _logged_result(summary, [text for text in texts if text])
     collective = (summary.get("workload") or {}).get("kind") not in TRAINING_KINDS
     if (result is not None and state in ("lost", "ok") and parsed.ok and rank_count_refusal(
             parsed, summary["world_size"], summary["nodes"], collective=collective) is None):
@@ -101,6 +104,26 @@ def recover_run(run: RunDir, store: Store) -> str | None:
                      provenance={**provenance, "exit_code": exit_code, "reason": reason, "recovered": True})
     store_and_publish(run, store, record, [result] if state == "ok" else [])
     return None
+
+
+def _logged_result(summary: dict[str, Any], texts: list[str]) -> tuple[dict[str, Any] | None, Any]:
+    """The result the job's logs hold: a site command's under its own contract (its ranks are the plan's, as
+    `dlrun.execute.record.command_result` reads them), any other workload's through the parsers."""
+    workload = summary.get("workload") or {}
+    if workload.get("kind") != "command" or not isinstance(workload.get("result"), dict):
+        result, parsed, _ = parse_first(texts)
+        return result, parsed
+    try:
+        contract = CommandResult.model_validate({k: v for k, v in workload["result"].items() if v is not None})
+    except ValueError:
+        return None, None
+    parsed, _ = parse_command_output(contract, texts)
+    if parsed is None:
+        return None, None
+    if parsed.num_devices is None:
+        ranks = summary["nodes"] if workload.get("run_per") == "node" else summary["world_size"]
+        parsed = replace(parsed, num_devices=summary["world_size"], num_ranks=ranks)
+    return parsed.to_dict(), parsed
 
 
 def _store_recorded(run: RunDir, store: Store, summary: dict[str, Any], status: dict[str, Any],

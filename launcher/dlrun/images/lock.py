@@ -32,6 +32,7 @@ import yaml
 from dlrun import paths
 from dlrun.errors import DlrunError
 from dlrun.files import write_atomic
+from dlrun.yamlfile import load_yaml
 
 HEADER = """\
 # Content digests of the dlrun reference images this site built, pulled or loaded, per architecture.
@@ -55,10 +56,9 @@ def read_lock(path: Path | None = None) -> dict[str, dict[str, dict[str, Any]]]:
     path = path or lock_path()
     if not path.exists():
         return {}
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise DlrunError(f"{path}: invalid YAML: {exc}", exit_code=2) from None
+    data = load_yaml(path, "the image lock") or {}  # bounded; a bad file is one line naming it
+    if not isinstance(data, dict):
+        raise DlrunError(f"{path}: holds {type(data).__name__}, not `version` and `images`", exit_code=2)
     images = data.get("images") or {}
     if not isinstance(images, dict):
         raise DlrunError(f"{path}: `images` must be a mapping of image -> architecture -> entry", exit_code=2)

@@ -42,7 +42,10 @@ class TorchrunLauncher(Launcher):
                              f"{plan.image.framework} {plan.image.framework_version}; valid: --launcher mpirun or srun")
 
     def prepare(self, plan: Plan, rank: RankCommand) -> RankCommand:
-        python, *script = rank.argv
+        # torchrun is the image's Python's module; it starts each rank's command: a Python script as its own
+        # argument, anything else (a site's `bash -c` command, a binary) after --no_python.
+        python = plan.image.python
+        program = list(rank.argv)
         argv = [python, "-m", "torch.distributed.run", "--nnodes", str(plan.nodes),
                 "--nproc_per_node", str(plan.ranks_per_node), "--max_restarts", "0"]
         if plan.nodes == 1:
@@ -52,10 +55,10 @@ class TorchrunLauncher(Launcher):
                      "--rdzv_id", plan.job_name]
         argv += list(plan.launcher_args)  # torchrun's own options, before the program
         affinity = gpu_affinity_argv(plan)
-        if affinity:
-            argv += ["--no_python", *affinity, python, *script]
+        if affinity or program[0] != python:
+            argv += ["--no_python", *affinity, *program]
         else:
-            argv += script
+            argv += program[1:]
         return rank.with_argv(argv)
 
     def wrap(self, plan: Plan, rank: RankCommand, scheduler: SchedulerView) -> Launch:

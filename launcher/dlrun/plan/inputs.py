@@ -11,6 +11,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from dlrun.catalog.models import SchedulerOptions, SystemSpec
+from dlrun.catalog.time_limits import TIME_FORMS
 from dlrun.errors import UsageError
 from dlrun.fabrics import check_fabric_name, fabric_settings
 from dlrun.harness.harness_contract import tfrecord_split
@@ -119,6 +120,8 @@ def scheduler_options(base: SchedulerOptions, *, partition: str | None, account:
         err = exc.errors()[0]
         option = {"time": "--time"}.get(str(err["loc"][0]), f"--{err['loc'][0]}")
         value = changes.get(str(err["loc"][0]))
+        if option == "--time" and err["type"] == "value_error":  # the time-limit reader says what is wrong
+            raise UsageError(f"bad --time {value!r}: {str(err['msg']).removeprefix('Value error, ')}") from None
         raise UsageError(f"bad {option} {value!r}; valid: "
-                         + ("MINUTES, HH:MM:SS or D-HH:MM:SS" if option == "--time"
+                         + (TIME_FORMS if option == "--time"
                             else "letters, digits and _ . , : + = @ % / -, not starting with -")) from None

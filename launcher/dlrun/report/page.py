@@ -4,7 +4,6 @@ every point to its table row and show its provenance on hover."""
 from __future__ import annotations
 
 import time
-from html import escape
 
 from dlrun import __version__
 from dlrun.report.energy import MAX_TRACES
@@ -13,6 +12,7 @@ from dlrun.report.plots import PAGE_WIDTH_PX, Plot
 from dlrun.report.tables import (fabrics_table, model_facts_table, published_table, relative_table, runs_table,
                                  scaling_table)
 from dlrun.results.compare.stats import MIN_REPEATS
+from dlrun.text import for_html
 
 STYLE = """
 body { font-family: "DejaVu Sans", sans-serif; margin: 1.5em; color: #222; max-width: %dpx; }
@@ -41,27 +41,27 @@ STATISTICS = (f"Every throughput is the geometric mean of its repeats, with the 
 
 def _plot(plot: Plot) -> str:
     name = f"map-{plot.file.removesuffix('.png')}"
-    areas = "\n".join(f'<area shape="{a.shape}" coords="{",".join(map(str, a.coords))}" href="{escape(a.href)}" '
-                      f'title="{escape(a.title)}" alt="{escape(a.title)}">' for a in plot.areas)
-    notes = "".join(f" {escape(n)}." for n in plot.notes)
+    areas = "\n".join(f'<area shape="{a.shape}" coords="{",".join(map(str, a.coords))}" href="{for_html(a.href)}" '
+                      f'title="{for_html(a.title)}" alt="{for_html(a.title)}">' for a in plot.areas)
+    notes = "".join(f" {for_html(n)}." for n in plot.notes)
     if plot.sources:
-        notes += f" Open diamonds: published numbers, labelled with their source ({escape('; '.join(plot.sources))})."
-    return (f'<figure id="figure-{escape(name[4:])}"><img src="{escape(plot.file)}" width="{plot.width}" '
-            f'height="{plot.height}" alt="{escape(plot.alt)}" usemap="#{name}">\n<map name="{name}">\n{areas}\n</map>\n'
-            f'<figcaption>{escape(plot.title)}: click a point for its row (<a href="#{escape(plot.table)}">table'
+        notes += f" Open diamonds: published numbers, labelled with their source ({for_html('; '.join(plot.sources))})."
+    return (f'<figure id="figure-{for_html(name[4:])}"><img src="{for_html(plot.file)}" width="{plot.width}" '
+            f'height="{plot.height}" alt="{for_html(plot.alt)}" usemap="#{name}">\n<map name="{name}">\n{areas}\n</map>\n'
+            f'<figcaption>{for_html(plot.title)}: click a point for its row (<a href="#{for_html(plot.table)}">table'
             f'</a>), hover it for its runs.{notes}</figcaption></figure>')
 
 
 def _mismatch(report: Report) -> str:
     """The banner: whether the tables are like-for-like (and if not, every differing key field), which sites and
     machines each table holds, and how many runs are not ok."""
-    holds = ('<ul class="holds">' + "".join(f"<li>{escape(line)}</li>" for line in report.holds) + "</ul>"
+    holds = ('<ul class="holds">' + "".join(f"<li>{for_html(line)}</li>" for line in report.holds) + "</ul>"
              if report.holds else "")
     if report.like_for_like:
         banner = ('<div class="like" id="like-for-like">Like-for-like: within each table the runs differ only in '
                   f"what the table compares (site and machine included).{holds}</div>")
     else:
-        items = "".join(f"<li>{escape(line)}</li>" for line in report.differences)
+        items = "".join(f"<li>{for_html(line)}</li>" for line in report.differences)
         banner = ('<div class="mismatch" id="not-like-for-like"><h2>Not like-for-like</h2><p>These runs differ in '
                   "more than what the tables compare; they are shown anyway, and a difference below may explain a "
                   f"difference in the numbers:</p><ul>{items}</ul>{holds}</div>")
@@ -74,8 +74,8 @@ def _quality(report: Report) -> str:
     if not report.quality:
         return ""
     if set(report.quality) == {"ok"}:
-        return f'<p id="quality">Quality: {escape(not_ok_sentence(report.quality))}.</p>'
-    return (f'<div class="quality" id="quality"><b>Quality</b>: {escape(not_ok_sentence(report.quality))}. Points '
+        return f'<p id="quality">Quality: {for_html(not_ok_sentence(report.quality))}.</p>'
+    return (f'<div class="quality" id="quality"><b>Quality</b>: {for_html(not_ok_sentence(report.quality))}. Points '
             'whose runs are not all ok are marked <span class="q-mark">so</span> beside their numbers (hover for '
             "why); an implausible point is left out of the verdicts against published numbers.</div>")
 
@@ -83,9 +83,9 @@ def _quality(report: Report) -> str:
 def _experiments(report: Report) -> str:
     out = []
     for spec in report.experiments:
-        out += [f'<h2 id="experiment-{escape(spec.id)}">Experiment {escape(spec.id)}</h2>',
-                f"<p><b>{escape(spec.title)}</b>. {escape(spec.document.name)}: <i>{escape(spec.document.title)}</i>, "
-                f"{escape(spec.where)}.</p><p>{escape(spec.description)}</p>"]
+        out += [f'<h2 id="experiment-{for_html(spec.id)}">Experiment {for_html(spec.id)}</h2>',
+                f"<p><b>{for_html(spec.title)}</b>. {for_html(spec.document.name)}: <i>{for_html(spec.document.title)}</i>, "
+                f"{for_html(spec.where)}.</p><p>{for_html(spec.description)}</p>"]
         if not spec.references:
             out.append("<p>The experiment has no published numbers.</p>")
     facts = model_facts_table(report)
@@ -97,8 +97,8 @@ def _experiments(report: Report) -> str:
         out.append("<p>No published number of the experiment reads a point of its systems.</p>")
     if report.findings:
         out.append("<p>Findings (qualitative references):</p><ul>" + "".join(
-            f'<li id="{escape(f["anchor"])}"><b>{escape(f["id"])}</b> ({escape(f["doc"])}, {escape(f["where"])}): '
-            f'<q>{escape(f["quote"])}</q></li>' for f in report.findings) + "</ul>")
+            f'<li id="{for_html(f["anchor"])}"><b>{for_html(f["id"])}</b> ({for_html(f["doc"])}, {for_html(f["where"])}): '
+            f'<q>{for_html(f["quote"])}</q></li>' for f in report.findings) + "</ul>")
     return "\n".join(out)
 
 
@@ -135,8 +135,8 @@ def render(report: Report, plots: list[Plot], store: str, tables: dict[str, str]
     measured = (f"{len({r for p in report.points for r in p.run_ids})} successful result(s) in "
                 f"{len(report.points)} point(s) on {len(report.scaling)} line(s)" if report.points
                 else "no measured point: counted facts only")
-    sections = [f"<h1>{escape(report.title)}</h1>",
-                f"<p>Selection: <code>{escape(report.selection or 'every stored run')}</code>; "
+    sections = [f"<h1>{for_html(report.title)}</h1>",
+                f"<p>Selection: <code>{for_html(report.selection or 'every stored run')}</code>; "
                 f"{report.runs_total} run(s) selected, {measured}.</p>"]
     if report.points or any(not row.interval.startswith("exact") for row in report.published):
         sections += [_mismatch(report), f'<p class="notes" id="statistics">{STATISTICS}</p>']
@@ -155,11 +155,11 @@ def render(report: Report, plots: list[Plot], store: str, tables: dict[str, str]
     sections += _telemetry(telemetry)
     if report.notes:
         sections.append('<div class="notes"><p>Notes:</p><ul>'
-                        + "".join(f"<li>{escape(n)}</li>" for n in report.notes) + "</ul></div>")
+                        + "".join(f"<li>{for_html(n)}</li>" for n in report.notes) + "</ul></div>")
     sections += ['<h2 id="provenance">Runs</h2>', tables["runs"],
-                 f'<p class="notes">Written by dlrun {escape(__version__)} on {stamp} from the result store '
-                 f"{escape(store)}. The page and its plots are self-contained: nothing is fetched.</p>"]
+                 f'<p class="notes">Written by dlrun {for_html(__version__)} on {stamp} from the result store '
+                 f"{for_html(store)}. The page and its plots are self-contained: nothing is fetched.</p>"]
     body = "\n".join(s for s in sections if s)
     return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-            f'<meta name="generator" content="dlrun {escape(__version__)} report">\n'
-            f"<title>{escape(report.title)}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n{body}\n</body>\n</html>\n")
+            f'<meta name="generator" content="dlrun {for_html(__version__)} report">\n'
+            f"<title>{for_html(report.title)}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n{body}\n</body>\n</html>\n")

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from dlrun.report.gather import Point, Published, Report, series_of
+from dlrun.text import for_plot
 
 DPI = 100
 #: The width of the page's content (page.STYLE sets the same), which every plot fills.
@@ -70,9 +71,11 @@ def draw(report: Report, folder: Path) -> list[Plot]:
 
 
 def _figure(width_in: float, height_in: float):
+    import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
+    matplotlib.rcParams["text.parse_math"] = False  # every text made from now on is drawn as written (_as_text)
     fig = Figure(figsize=(width_in, height_in), dpi=DPI)
     FigureCanvasAgg(fig)
     return fig
@@ -284,7 +287,44 @@ def _colours(names: list[str]) -> dict[str, Any]:
     return {name: cmap(i % 10) for i, name in enumerate(names)}
 
 
+def _as_text(fig) -> None:
+    """Every text of the figure (titles, axis labels, ticks, legends, annotations; names from the store among
+    them) as `dlrun.text.for_plot` gives it, drawn without mathtext: a label is data, never control
+    characters or `$...$` markup."""
+    from matplotlib.text import Text
+
+    for ax in fig.axes:  # tick labels are made again from their formatters when the figure is drawn
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_formatter(_plain_formatter(axis.get_major_formatter()))
+            axis.set_minor_formatter(_plain_formatter(axis.get_minor_formatter()))
+    for text in fig.findobj(Text):
+        text.set_text(for_plot(text.get_text()))
+        text.set_parse_math(False)
+
+
+def _plain_formatter(inner):
+    """A tick formatter whose labels are `inner`'s through for_plot (its locations and offset kept)."""
+    from matplotlib.ticker import Formatter
+
+    class PlainFormatter(Formatter):
+        def __call__(self, x, pos=None):
+            return for_plot(inner(x, pos))
+
+        def set_locs(self, locs):
+            inner.set_locs(locs)
+
+        def get_offset(self):
+            return for_plot(inner.get_offset())
+
+    return PlainFormatter()
+
+
 def _save(fig, folder: Path, name: str, table: str, alt: str) -> Plot:
-    fig.savefig(folder / name, dpi=DPI)
+    import warnings
+
+    _as_text(fig)
+    with warnings.catch_warnings():  # a printable character the font lacks is drawn as a box, not a warning
+        warnings.filterwarnings("ignore", message=r"Glyph \d+ .* missing from")
+        fig.savefig(folder / name, dpi=DPI)
     width, height = (int(round(v)) for v in fig.get_size_inches() * DPI)
     return Plot(name, alt, width, height, alt, table)

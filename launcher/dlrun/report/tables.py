@@ -5,12 +5,11 @@ that could not be made says "too few repeats"."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from html import escape
 from typing import Any
 
 from dlrun.report.energy import COLUMNS as ENERGY_COLUMNS, UNREADABLE
 from dlrun.report.gather import IDS_PER_ROW, Published, Report
-from dlrun.text import number, percent
+from dlrun.text import for_html, number, percent
 
 
 def num(value: Any, digits: int = 2) -> str:
@@ -37,13 +36,13 @@ def html_table(frame, *, ids: Iterable[str] | None = None, titles: Iterable[str]
     raw = set(raw)
     ids = list(ids) if ids is not None else [""] * len(frame)
     titles = list(titles) if titles is not None else [""] * len(frame)
-    out = [f'<table id="{escape(table_id)}">' if table_id else "<table>"]
+    out = [f'<table id="{for_html(table_id)}">' if table_id else "<table>"]
     if caption:
-        out.append(f"<caption>{escape(caption)}</caption>")
-    out.append("<thead><tr>" + "".join(f"<th>{escape(str(c))}</th>" for c in frame.columns) + "</tr></thead><tbody>")
+        out.append(f"<caption>{for_html(caption)}</caption>")
+    out.append("<thead><tr>" + "".join(f"<th>{for_html(str(c))}</th>" for c in frame.columns) + "</tr></thead><tbody>")
     for anchor, title, values in zip(ids, titles, frame.itertuples(index=False, name=None)):
-        attrs = (f' id="{escape(anchor)}"' if anchor else "") + (f' title="{escape(title)}"' if title else "")
-        cells = "".join(f"<td>{value if column in raw else escape('' if value is None else str(value))}</td>"
+        attrs = (f' id="{for_html(anchor)}"' if anchor else "") + (f' title="{for_html(title)}"' if title else "")
+        cells = "".join(f"<td>{value if column in raw else for_html('' if value is None else str(value))}</td>"
                         for column, value in zip(frame.columns, values))
         out.append(f"<tr{attrs}>{cells}</tr>")
     out.append("</tbody></table>")
@@ -56,11 +55,11 @@ def quality_mark(row: dict[str, Any]) -> str:
     if verdict == "ok":
         return "ok"
     why = "; ".join(row.get("quality_reasons") or [])
-    return f'<span class="q-mark" title="{escape(why)}">{escape(verdict)}</span>'
+    return f'<span class="q-mark" title="{for_html(why)}">{for_html(verdict)}</span>'
 
 
 def run_links(run_ids: list[str], listed: set[str]) -> str:
-    shown = [f'<a href="#run-{escape(r)}">{escape(r)}</a>' if r in listed else escape(r) for r in run_ids[:IDS_PER_ROW]]
+    shown = [f'<a href="#run-{for_html(r)}">{for_html(r)}</a>' if r in listed else for_html(r) for r in run_ids[:IDS_PER_ROW]]
     more = len(run_ids) - IDS_PER_ROW
     return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
 
@@ -125,10 +124,10 @@ def relative_table(report: Report) -> str:
                  f"runs {', '.join(r['runs'][:IDS_PER_ROW])}")
         mark = "" if r.get("quality") == "ok" else " " + quality_mark(r)
         cells.append({"workload": r["workload"], "model": r["model"], "system": r["system"],
-                      "devices": r["devices"], "cell": f'<span title="{escape(title)}">{escape(text)}</span>{mark}'})
+                      "devices": r["devices"], "cell": f'<span title="{for_html(title)}">{for_html(text)}</span>{mark}'})
     for r in comparison.summary_rows:
         cells.append({"workload": "geometric mean", "model": r["model"], "system": r["system"],
-                      "devices": r["devices"], "cell": f"<b>{escape(pct(r['relative'], 1))}</b>"})
+                      "devices": r["devices"], "cell": f"<b>{for_html(pct(r['relative'], 1))}</b>"})
     if not cells:
         return "<p>No row has runs at the baseline system.</p>"
     frame = pd.DataFrame(cells)
@@ -175,7 +174,7 @@ def published_table(report: Report) -> str:
     rows = [{"reference": r.ref_id, "published": r.text, "measured [95 % CI]": measured(r),
              "measured / published": "-" if r.ratio is None else f"{r.ratio:.3f}", "verdict": verdict(r),
              "why": r.why, "points": "; ".join(r.points), "source": f"{r.doc}, {r.where}",
-             "quote": f"<q>{escape(r.quote)}</q>"} for r in report.published]
+             "quote": f"<q>{for_html(r.quote)}</q>"} for r in report.published]
     return html_table(pd.DataFrame(rows), ids=[r.anchor for r in report.published],
                       titles=[r.provenance() for r in report.published], raw=["quote"], table_id="published",
                       caption="Published numbers of the experiment against the stored points: measured is the "
@@ -217,7 +216,7 @@ def model_facts_table(report: Report) -> str:
         name = FACTS[r.metric]
         row[f"{name}: counted"] = "-" if r.measured is None else f"{r.measured:,.0f}"
         row[f"{name}: published"] = r.text
-        row[f"{name}: verdict"] = f'<a href="#{escape(r.anchor)}">{escape(verdict(r))}</a>'
+        row[f"{name}: verdict"] = f'<a href="#{for_html(r.anchor)}">{for_html(verdict(r))}</a>'
     frame = pd.DataFrame(list(rows.values())).fillna("-")
     return html_table(frame, raw=[c for c in frame.columns if c.endswith(": verdict")], table_id="model-facts",
                       caption="Counted on dlrun's own model definitions against the published parameters and "

@@ -20,11 +20,13 @@ from dlrun.harness.harness_contract import TUNE_TRIAL_ENV
 from dlrun.execute.procs import kept
 from dlrun.execute.stage import free_port
 from dlrun.job import RUN_DIR_VAR
-from dlrun.paths import dlrun_home, private_dir
+from dlrun.files import remove_orphans, try_lock
+from dlrun.paths import TUNE_TRIALS, dlrun_home, private_dir
 from dlrun.plan import Plan, variant
 from dlrun.render import render_job
 from dlrun.secrets import plan_secret_values, redact_text
 
+TRIAL_LOCK = ".dlrun.lock"
 MARKER = "DLRUN_TUNE "
 #: How long one trial process may take before it is ended (a ResNet-50 warm-up on a busy 2-core node takes
 #: minutes; torch.compile more).
@@ -50,15 +52,19 @@ def run_trial(plan: Plan, spec: Mapping[str, Any], process_knobs: Mapping[str, s
               timeout_s: float = TRIAL_TIMEOUT_S) -> dict[str, Any]:
     """Run one trial process; its DLRUN_TUNE record. TrialFailed with the process's last words otherwise."""
     rendered = render_job(trial_plan(plan, spec, process_knobs))
-    root = private_dir(dlrun_home() / "tune-trials")
+    root = private_dir(dlrun_home() / TUNE_TRIALS)
+    remove_orphans(root, "trial-*", TRIAL_LOCK)  # what a tune killed before it could clean up left
     work = Path(tempfile.mkdtemp(prefix="trial-", dir=root))
+    # The folder's lock is held by this process and, inherited, by the trial's: it is free (and the next
+    # dlrun removes the folder) only once both are gone, however they ended.
+    lock = try_lock(work / TRIAL_LOCK)
     try:
         (work / "run.sh").write_text(rendered.script)
         env = {**os.environ, RUN_DIR_VAR: str(work), "DLRUN_MASTER_PORT": str(free_port())}
         env.update({name: plan.env[name] for name in plan.secret_names})
         proc = subprocess.Popen(kept(rendered.submit_argv), cwd=work, env=env,
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, start_new_session=True)
+                                text=True, start_new_session=True, pass_fds=() if lock is None else (lock,))
         try:
             out, err = proc.communicate(timeout=timeout_s)
         except BaseException:  # the time limit, or Ctrl-C: end the trial's whole session
@@ -66,6 +72,8 @@ def run_trial(plan: Plan, spec: Mapping[str, Any], process_knobs: Mapping[str, s
             raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        if lock is not None:
+            os.close(lock)
     for line in reversed(out.splitlines()):
         if line.startswith(MARKER):
             return json.loads(line[len(MARKER):])

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from dlrun.errors import UsageError
 from dlrun.files import open_regular
@@ -32,6 +32,7 @@ from dlrun.results.exchange.bundle_records import RunsSpool, load_json
 from dlrun.results.exchange.bundle_stream import CHUNK, Inflated, TarGuard
 from dlrun.results.limits import DEFAULT, Limits, size_text
 from dlrun.results.site import SITE_PATTERN
+from dlrun.results.store.fields import check_stamp
 
 #: The name runs.jsonl is kept under in the staging directory (a run id never starts with a dot).
 SPOOLED_RUNS = ".runs.jsonl"
@@ -54,6 +55,11 @@ class Manifest(BaseModel):
     runs: int = Field(ge=0)
     with_logs: bool
     files: dict[str, FileEntry]
+
+    @field_validator("created_at")
+    @classmethod
+    def _a_time(cls, value: str | None) -> str | None:
+        return None if value is None else check_stamp("created_at", value)  # as every stored time
 
 
 @dataclass

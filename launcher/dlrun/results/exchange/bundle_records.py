@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from dlrun.results.exchange.bundle import RUN_ID, BundleError
 from dlrun.results.limits import Limits, size_text
+from dlrun.results.store.fields import check_fields
 from dlrun.results.store.query import STATUSES
 from dlrun.results.store.schema import ORIGINS
 from dlrun.results.site import SITE_PATTERN
@@ -116,6 +117,10 @@ def check_run(line: bytes, number: int) -> dict[str, Any]:
         raise BundleError(f"{what}: field {where}: {first['msg']}") from None
     if not _finite(raw):
         raise BundleError(f"{what}: a number that is not finite (NaN or Infinity)")
+    try:  # the store's own check of every field, whatever the origin (times, counts, values)
+        check_fields(raw, raw["results"])
+    except ValueError as exc:
+        raise BundleError(f"{what}: run {raw['id']}: {exc}") from None
     metrics = [row["metric"] for row in raw["results"]]
     if len(set(metrics)) != len(metrics):
         raise BundleError(f"{what}: run {raw['id']} has a metric twice")

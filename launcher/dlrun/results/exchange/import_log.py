@@ -28,33 +28,40 @@ from dlrun.plan import LocalImage, Plan
 from dlrun.results.exchange.import_plan import FOREIGN_CODE, ImportOptions, resolve_import_plan
 from dlrun.results.limits import site_limits, size_text
 from dlrun.results.parsers import ParsedResult, ParseError, parse_all
+from dlrun.results.parsers.common import LogFile
 
 ORIGIN = "import-log"
 
 
-def read_log(path: Path, limit: int | None = None) -> tuple[str, str]:
-    """(text, sha256 of the bytes) of the log file at `path`, the one reader of `dlrun parse` and
-    `import-log`; bytes that are not UTF-8 are replaced, never fatal. Only a regular file is read (a FIFO
-    or a device is refused before it could block or never end), and at most `limit` bytes (default: the
-    site's `limits.log_bytes`): a larger log is refused, one line, exit 2."""
+def read_log(path: Path, limit: int | None = None) -> tuple[LogFile, str]:
+    """(the log, sha256 of its bytes) of the log file at `path`, the one reader of `dlrun parse` and
+    `import-log`: read a megabyte at a time for its hash, then by the parsers a line at a time (LogFile), so
+    that a log takes memory for a line, not for the log; bytes that are not UTF-8 are replaced, never fatal.
+    Only a regular file is read (a FIFO or a device is refused before it could block or never end), and at
+    most `limit` bytes (default: the site's `limits.log_bytes`): a larger log is refused, one line, exit 2."""
     if limit is None:
         limit = site_limits().log_bytes
     try:
         handle, size = open_regular(Path(path), "log")
     except UsageError as exc:
         raise ParseError(str(exc), exit_code=2) from None
+    digest, read = hashlib.sha256(), 0
     with handle:
         if size > limit:
             raise ParseError(f"log {str(path)!r} is {size:,} bytes, more than {size_text(limit)} (limits.log_bytes "
                              "in config.yaml)", exit_code=2)
         try:
-            data = handle.read(limit + 1)  # a file that grew since: no more than the limit either
+            while chunk := handle.read(min(1 << 20, limit + 1 - read)):  # a file that grew: no more than the limit
+                digest.update(chunk)
+                read += len(chunk)
+                if read > limit:
+                    break
         except OSError as exc:
             raise ParseError(f"cannot read {str(path)!r}: {exc.strerror}", exit_code=2) from None
-    if len(data) > limit:
+    if read > limit:
         raise ParseError(f"log {str(path)!r} is more than {size_text(limit)} (limits.log_bytes in config.yaml)",
                          exit_code=2)
-    return data.decode("utf-8", errors="replace"), hashlib.sha256(data).hexdigest()
+    return LogFile(Path(path), read), digest.hexdigest()
 
 
 def import_records(parsed: ParsedResult, *, system: str, log_path: Path | str, log_sha256: str,

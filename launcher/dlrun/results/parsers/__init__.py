@@ -12,6 +12,7 @@ from types import ModuleType
 
 from dlrun.errors import unknown_name
 from dlrun.results.parsers import dllogger, dlrun_harness, fio, horovod, mllog, nccl_tests, osu, tf_cnn_benchmarks
+from dlrun.results.parsers.common import Log, LogFile
 from dlrun.results.parsers.result import UNITS, ParsedResult, ParseError, SizeRow
 
 __all__ = ["FORMATS", "UNITS", "ParseError", "ParsedResult", "SizeRow", "list_formats", "parse_all",
@@ -28,9 +29,10 @@ def list_formats() -> list[tuple[str, str]]:
     return [(module.NAME, module.DESCRIPTION) for module in _MODULES]
 
 
-def parse_all(text: str, fmt: str | None = None) -> list[ParsedResult]:
-    """Every result in `text`: from the named format, or from the first format that finds one."""
-    if not isinstance(text, str):
+def parse_all(text: Log, fmt: str | None = None) -> list[ParsedResult]:
+    """Every result in `text` (a log's text, or a LogFile read a line at a time): from the named format, or
+    from the first format that finds one."""
+    if not isinstance(text, (str, LogFile)):
         raise ParseError(f"expected log text, got {type(text).__name__}")
     if fmt is not None:
         if fmt not in FORMATS:
@@ -46,7 +48,7 @@ def parse_all(text: str, fmt: str | None = None) -> list[ParsedResult]:
     raise ParseError("no result found: expected one of " + "; ".join(desc for _, desc in list_formats()))
 
 
-def parse_text(text: str, fmt: str | None = None) -> ParsedResult:
+def parse_text(text: Log, fmt: str | None = None) -> ParsedResult:
     """The one result in `text`; a log with several (nccl-tests runs in a row) needs `parse_all`."""
     results = parse_all(text, fmt)
     if len(results) > 1:

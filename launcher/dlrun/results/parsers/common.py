@@ -4,7 +4,8 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from typing import Any
+from pathlib import Path
+from typing import Any, Union
 
 from dlrun.results.parsers.result import ParseError
 
@@ -31,8 +32,55 @@ def untag(line: str) -> tuple[int | None, str]:
     return int(match.group("mpi") or match.group("srun")), rest
 
 
-def tagged_lines(text: str) -> Iterator[tuple[int | None, str]]:
-    for raw in text.splitlines():
+class LogFile:
+    """A log file read again, a line at a time, each time it is iterated: what `dlrun parse` and `import-log`
+    hand the parsers, so that reading a log takes memory for a line, not for the log (a 100 MB log took 4x
+    its size as text and its list of lines). Its lines are the text's `splitlines()`, bytes that are not
+    UTF-8 replaced."""
+
+    def __init__(self, path: Path, limit: int):
+        self.path = Path(path)
+        self.limit = limit  # bytes read at most (a log that grew past it since it was measured is refused)
+
+    def __iter__(self) -> Iterator[str]:
+        from dlrun.files import open_regular  # a regular file, each time: never a FIFO put in its place
+
+        handle, _ = open_regular(self.path, "log")
+        read = 0
+        with handle:
+            for raw in handle:  # split at b"\n"; splitlines() splits what else the text's splitlines would
+                read += len(raw)
+                if read > self.limit:
+                    raise ParseError(f"log {str(self.path)!r} grew past {self.limit:,} bytes while it was read")
+                yield from raw.decode("utf-8", errors="replace").splitlines()
+
+    def text(self, start_line: int = 0) -> str:
+        """The log from line `start_line` on, as one text (for the parsers of a whole document: fio)."""
+        return "\n".join(line for number, line in enumerate(self) if number >= start_line)
+
+
+Log = Union[str, LogFile]
+
+
+def log_lines(text: Log) -> Iterator[str]:
+    """The lines of a log given as text or as a LogFile (one at a time: no list of all of them)."""
+    if isinstance(text, LogFile):
+        yield from text
+        return
+    start = 0  # str.splitlines() of the text, without building its list
+    for match in _LINE_END.finditer(text):
+        yield text[start:match.start()]
+        start = match.end()
+    if start < len(text):
+        yield text[start:]
+
+
+#: What str.splitlines() splits at (\r\n as one).
+_LINE_END = re.compile("\r\n|[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
+def tagged_lines(text: Log) -> Iterator[tuple[int | None, str]]:
+    for raw in log_lines(text):
         yield untag(raw)
 
 

@@ -7,9 +7,11 @@ whether the page cache was bypassed (`direct`) or not, from the job's or the glo
 """
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
+from dlrun.results.parsers.common import Log, LogFile
 from dlrun.results.parsers.result import ParsedResult, ParseError, check_rate
 
 NAME = "fio"
@@ -18,8 +20,26 @@ DIRECTIONS = ("read", "write", "trim")
 MAX_JOBS = 1024
 
 
-def _document(text: str) -> dict[str, Any] | None:
+def _from_file(log: LogFile) -> str | None:
+    """The log from the first line that opens a JSON object naming `fio version` (in its first 200
+    characters) to its end, as one text; None without one. Read a line at a time up to there."""
+    for number, line in enumerate(log):
+        if line.startswith("{"):
+            head = ""
+            for later in itertools.islice(log, number, None):
+                head += later + "\n"
+                if len(head) >= 200:
+                    break
+            return log.text(number) if '"fio version"' in head[:200] else None
+    return None
+
+
+def _document(text: Log) -> dict[str, Any] | None:
     """fio's JSON object: from the first line that opens one to the end of the text."""
+    if isinstance(text, LogFile):
+        text = _from_file(text)
+        if text is None:
+            return None
     start = 0
     while True:
         start = text.find("{", start)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from dlrun.results.parsers.common import NUMBER, read_float, read_int, tagged_lines
+from dlrun.results.parsers.common import NUMBER, Log, log_lines, read_float, read_int, untag
 from dlrun.results.parsers.result import ParsedResult, ParseError, SizeRow
 
 NAME = "nccl-tests"
@@ -48,17 +48,17 @@ class _Run:
     out_of_bounds: int = 0
 
 
-def parse(text: str) -> list[ParsedResult]:
+def parse(text: Log) -> list[ParsedResult]:
     runs: list[_Run] = []
     version = None
-    for _, line in tagged_lines(text):
-        named = _take_line(runs, line)  # always read: it fills the runs
-        version = version or named
+    named: set[str] = set()  # older releases never print the test's name; a log naming one test still does
+    for raw in log_lines(text):
+        named.update(match.group("name") for match in TEST_NAME.finditer(raw))
+        found = _take_line(runs, untag(raw)[1])  # always read: it fills the runs
+        version = version or found
     runs = [run for run in runs if run.threads is not None or run.rows or run.avg is not None]
     if not runs:
         return []
-    # Older releases never print the test's name; a log naming exactly one test (its command line) still does.
-    named = {match.group("name") for match in TEST_NAME.finditer(text)}
     only = next(iter(named)) if len(named) == 1 else None
     return [_result(run, run.name or only, version) for run in runs]
 

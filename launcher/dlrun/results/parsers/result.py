@@ -1,7 +1,8 @@
 """What a parser returns: a result that cannot hold nonsense, and the one error type parsers raise.
 
 Every value is checked when the result is built: throughputs and bandwidths are finite and not negative,
-counts are positive integers, units come from a fixed set. A parser that meets anything else raises
+a result's own figure above zero (`-0` and `0` measure nothing), counts are positive integers, units come
+from a fixed set. A parser that meets anything else raises
 ParseError, so a log can never put NaN, a negative rate or a 4,300-digit count into the result store.
 """
 from __future__ import annotations
@@ -42,6 +43,16 @@ def check_rate(name: str, value: Any) -> float:
         raise ParseError(f"{name} is too large to be a measurement: {_show(value)}") from None
     if not math.isfinite(number) or number < 0:
         raise ParseError(f"{name} must be finite and >= 0, got {_show(value)}")
+    return number
+
+
+def check_measured(name: str, value: Any) -> float:
+    """A result's figure: a rate (`check_rate`) above zero. Zero, and the `-0` a tool prints for it, say that
+    nothing was measured (a job that did no work in its timed steps, a collective over one rank): the run
+    failed, whatever else the log says."""
+    number = check_rate(name, value)
+    if not number > 0:
+        raise ParseError(f"{name} is {_show(value)}: a zero figure measures nothing; the run is a failed run")
     return number
 
 
@@ -155,7 +166,7 @@ class ParsedResult:
             raise ParseError(f"metric {_show(self.metric)} is not one of {', '.join(METRICS)}")
         if self.unit not in UNITS:
             raise ParseError(f"unit {_show(self.unit)} is not one of {', '.join(UNITS)}")
-        object.__setattr__(self, "value", check_rate(f"{self.metric} value", self.value))
+        object.__setattr__(self, "value", check_measured(f"{self.metric} value", self.value))
         check_name("model", self.model)
         check_name("collective", self.collective)
         for name in ("batch_size", "num_devices", "num_ranks", "gpus_per_rank"):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from dlrun.results.parsers.common import NUMBER, first_rank, read_float, read_int, tagged_lines
+from dlrun.results.parsers.common import NUMBER, Log, first_rank, read_float, read_int, tagged_lines
 from dlrun.results.parsers.result import ParsedResult
 
 NAME = "tf_cnn_benchmarks"
@@ -29,6 +29,11 @@ QUOTED = re.compile(r"'([^'\n]{0,200})'")
 HEADER = {"model": "Model:", "dataset": "Dataset:", "mode": "Mode:", "devices": "Devices:",
           "data_format": "Data format:", "variables": "Variables:", "all_reduce": "AllReduce:",
           "tensorflow": "TensorFlow:"}
+
+
+HEADER_KEYS = tuple(HEADER.values())
+#: Stands for the line after a batch line until it is read.
+BATCH_PENDING = "\x00batch line pending"
 
 
 def _header_value(lines: list[str], key: str) -> str | None:
@@ -57,17 +62,31 @@ def _data_source(dataset: str | None) -> str | None:
     return "tfrecord" if dataset == "imagenet" else None  # tf_cnn_benchmarks reads ImageNet as TFRecord files
 
 
-def parse(text: str) -> list[ParsedResult]:
+def _keep(kept: list[str], line: str) -> None:
+    """Keep of a rank's line what the header is read from: the first line of each key, the first batch line
+    and the line after it (nothing else: a log is read a line at a time)."""
+    if kept and kept[-1] is BATCH_PENDING:
+        kept[-1] = line
+    elif GLOBAL_BATCH.match(line) and not any(GLOBAL_BATCH.match(seen) for seen in kept):
+        kept += [line, BATCH_PENDING]
+    elif line.startswith(HEADER_KEYS) and not any(seen.startswith(line.split(":", 1)[0] + ":") for seen in kept):
+        kept.append(line)
+
+
+def parse(text: Log) -> list[ParsedResult]:
     by_rank: dict[int | None, list[str]] = {}
     totals: list[tuple[int | None, float]] = []
-    for rank, line in tagged_lines(text):
-        by_rank.setdefault(rank, []).append(line)
+    at: list[int] = []  # the line number of each total
+    for number, (rank, line) in enumerate(tagged_lines(text), 1):
+        _keep(by_rank.setdefault(rank, []), line)
         match = TOTAL.search(line)
         if match:
             totals.append((rank, read_float(match.group("value"), "tf_cnn_benchmarks total images/sec")))
+            at.append(number)
     if not totals:
         return []
     chosen_rank, value = first_rank(totals)
+    chosen_line = at[totals.index((chosen_rank, value))]
     lines = by_rank.get(chosen_rank, [])
     header = {name: _header_value(lines, key) for name, key in HEADER.items()}
     global_batch, per_device = _batch(lines)
@@ -86,10 +105,22 @@ def parse(text: str) -> list[ParsedResult]:
                "tensorflow": header["tensorflow"], "dataset": header["dataset"], "mode": header["mode"],
                "data_source": _data_source(header["dataset"]), "data_format": header["data_format"],
                "all_reduce_spec": header["all_reduce"]},
-        value_is=("the `total images/sec` line" + (f" of rank {chosen_rank}" if chosen_rank is not None else "")
-                  + (f" (each of the {len(totals)} reports is one worker's estimate of the job total; all are "
-                     "kept in `reports`)" if len(totals) > 1 else "")),
+        value_is=_which(totals, at, chosen_rank, chosen_line, horovod=processes is not None and processes > 1),
     )]
+
+
+def _which(totals: list[tuple[int | None, float]], at: list[int], rank: int | None, line: int, *,
+           horovod: bool) -> str:
+    """Which `total images/sec` line the value is, and what the log's others are."""
+    said = "the `total images/sec` line" + (f" of rank {rank}" if rank is not None else "")
+    if len(totals) == 1:
+        return said + f" (line {line})"
+    if horovod or any(r is not None for r, _ in totals):
+        return said + (f" (each of the {len(totals)} reports is one worker's estimate of the job total; all are "
+                       f"kept in `reports`; this one is line {line})")
+    others = ", ".join(f"line {n}: {v:g}" for n, (_, v) in zip(at, totals) if n != line)[:200]
+    return (f"the first of {len(totals)} `total images/sec` lines (line {line}; the others, {others}, are "
+            "kept in `reports`): a log of several runs? split it to import each")
 
 
 def _counts(header: dict[str, str | None], global_batch: int | None, per_device: int | None,

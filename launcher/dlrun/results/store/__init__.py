@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import sqlite3
-import time
-import urllib.parse
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from dlrun.errors import UsageError, unknown_name
+from dlrun.files import file_system_error, is_read_only
 from dlrun.paths import private_dir
 from dlrun.results.fingerprint import checked
 from dlrun.results.key import key_from_run, key_hash, key_json
@@ -32,47 +30,11 @@ from dlrun.results.store.schema import (COMPARED_VALUES, ORIGINS, PRIMARY_METRIC
                                         ensure_schema)
 from dlrun.results.site import local_site
 from dlrun.results.store.check import StoreError, check_path, check_tables, damaged, is_damage
+from dlrun.results.store.fields import checked_fields
+from dlrun.results.store.connection import BUSY_TIMEOUT_S, retry_busy, set_up, uri, wal_bytes
 
-T = TypeVar("T")
 Pair = tuple[dict[str, Any], list[dict[str, Any]]]
 Pairs = list[Pair]
-#: How long a writer keeps trying while other writers hold the store (SQLite's busy handler, then retries).
-BUSY_TIMEOUT_S = 30
-RETRY_FOR_S = 120
-
-
-def _busy(exc: sqlite3.OperationalError) -> bool:
-    text = str(exc).lower()
-    return "locked" in text or "busy" in text
-
-
-def retry_busy(action: Callable[[], T], path: Path, retry_for: float = RETRY_FOR_S) -> T:
-    """Run `action`, again after a short random pause while SQLite reports the store locked or busy."""
-    deadline = time.monotonic() + retry_for
-    pause = 0.02
-    while True:
-        try:
-            return action()
-        except sqlite3.OperationalError as exc:
-            if is_damage(exc):
-                raise damaged(path, f"is damaged ({exc})") from None
-            if not _busy(exc):
-                raise StoreError(f"cannot write the result store {str(path)!r}: {exc}") from None
-            if time.monotonic() > deadline:
-                raise StoreError(f"the result store {str(path)!r} stayed locked for {retry_for:.0f} s ({exc}); "
-                                 "another dlrun holds it") from None
-            time.sleep(pause * (1 + random.random()))
-            pause = min(pause * 2, 1.0)
-
-def _set_up(conn: sqlite3.Connection, path: Path) -> None:
-    check_tables(conn, path)  # before WAL or a migration could change another program's database
-    if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-        conn.execute("PRAGMA journal_mode = WAL")
-    ensure_schema(conn)
-
-
-def _uri(path: Path, mode: str) -> str:
-    return f"file:{urllib.parse.quote(str(path.absolute()))}?mode={mode}"
 
 
 class Store:
@@ -83,12 +45,15 @@ class Store:
         """The store file, created 0600 before SQLite opens it (its -wal and -shm files take its mode); never
         through a symbolic link (dlrun.results.store.check), so nothing outside the store's folder is created or
         chmodded."""
+        if is_read_only(self.path):  # before anything tries: one line naming the file system
+            raise file_system_error(self.path)
         private_dir(self.path.parent)
         check_path(self.path)
         try:
             fd = os.open(self.path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
         except OSError as exc:
-            raise StoreError(f"cannot create the result store {str(self.path)!r}: {exc.strerror}") from None
+            raise file_system_error(self.path, exc) or StoreError(
+                f"cannot create the result store {str(self.path)!r}: {exc.strerror}") from None
         try:
             if os.fstat(fd).st_mode & 0o077 and os.fstat(fd).st_uid == os.getuid():
                 os.fchmod(fd, 0o600)  # a store made by an older dlrun
@@ -105,10 +70,15 @@ class Store:
                 raise damaged(self.path, f"is damaged or not a dlrun store ({exc})") from None
             raise
 
-    def check(self) -> None:
-        """Refuse now (one line) a store that every later use would refuse: commands call it first."""
-        with self.reading():
-            pass
+    def check(self, integrity: bool = False) -> None:
+        """Refuse now (one line) a store that every later use would refuse: commands call it first. With
+        `integrity`, also one damaged past its header and tables (SQLite's quick_check: every page read, 0.3 s
+        for 100,000 runs), as a run does before its job, so that no job runs for a store that cannot take it."""
+        with self.reading() as conn:
+            if integrity and self.path.is_file():
+                found = conn.execute("PRAGMA quick_check(1)").fetchone()[0]
+                if found != "ok":
+                    raise damaged(self.path, f"is damaged ({' '.join(str(found).split())})")
 
     @contextmanager
     def connect(self) -> Iterator[sqlite3.Connection]:
@@ -118,7 +88,7 @@ class Store:
             conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
             try:
                 conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_S * 1000}")
-                retry_busy(lambda: _set_up(conn, self.path), self.path)
+                retry_busy(lambda: set_up(conn, self.path), self.path)
                 conn.execute("PRAGMA foreign_keys = ON")
                 yield conn
             finally:
@@ -127,15 +97,27 @@ class Store:
     def _open_existing(self) -> sqlite3.Connection | None:
         """A connection to the store as it is (read-write, else read-only), upgraded first when older;
         None when no dlrun has set it up yet."""
-        for mode in ("rw", "ro"):  # rw lets the last connection remove the -wal/-shm files it used
+        # rw lets the last connection remove the -wal/-shm files it used. On a read-only file system (an
+        # archived or shared store) SQLite opens a WAL store read-only only with its -shm file there, or as
+        # immutable: nothing can change a file there, and without a -wal file every committed row is in it.
+        modes = ("rw", "ro") if not is_read_only(self.path) else ("ro", "ro&immutable=1")
+        for mode in modes:
             conn = None
+            if mode.endswith("immutable=1") and wal_bytes(self.path):
+                raise StoreError(f"the result store {str(self.path)!r} is on a read-only file system with a "
+                                 "write-ahead log (-wal) but no -shm file, which SQLite cannot read there; valid: "
+                                 "copy the store with its -wal file to a writable place, or set DLRUN_HOME there")
             try:
-                conn = sqlite3.connect(_uri(self.path, mode), uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+                conn = sqlite3.connect(uri(self.path, mode), uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
                 conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_S * 1000}")
                 version = check_tables(conn, self.path)  # refuses a newer one too
                 if version == 0 and not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'runs'").fetchone():
                     conn.close()
                     return None
+                if version < SCHEMA_VERSION and mode != "rw" and is_read_only(self.path):
+                    raise StoreError(f"the result store {str(self.path)!r} is of an older dlrun (schema "
+                                     f"{version}) on a read-only file system, where it cannot be upgraded; valid: "
+                                     "copy it to a writable place and set DLRUN_HOME there")
                 if version < SCHEMA_VERSION:
                     conn.close()
                     with self.connect():  # the upgrade is one write transaction
@@ -145,10 +127,11 @@ class Store:
             except BaseException as exc:
                 if conn is not None:
                     conn.close()
-                if isinstance(exc, sqlite3.OperationalError) and not is_damage(exc) and mode == "rw":
+                if isinstance(exc, sqlite3.OperationalError) and not is_damage(exc) and mode != modes[-1]:
                     continue
                 if isinstance(exc, sqlite3.OperationalError) and not is_damage(exc):
-                    raise StoreError(f"cannot read the result store {str(self.path)!r}: {exc}") from None
+                    raise file_system_error(self.path, exc) or StoreError(
+                        f"cannot read the result store {str(self.path)!r}: {exc}") from None
                 raise
         return None
 
@@ -248,6 +231,7 @@ class Store:
 
     @staticmethod
     def _row(run: dict[str, Any], results: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        checked_fields(run, results)  # every origin: times, counts, names, values (dlrun.results.store.fields)
         row = {col: run.get(col) for col in RUN_COLUMNS}
         row["site"] = run.get("site") or local_site()
         row["origin"] = run.get("origin") or "local"

@@ -12,10 +12,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 
 from dlrun.errors import UsageError, closest
+from dlrun.results.store.fields import STORED_STATUSES
 from dlrun.runoptions import PRECISIONS
 
-#: States a stored run can be in.
-STATUSES = ("ok", "failed", "cancelled")
+#: States a stored run can be in (as the store checks them: dlrun.results.store.fields).
+STATUSES = STORED_STATUSES
 #: Filter name -> the runs column it matches.
 COLUMNS = {"workload": "workload", "system": "system", "image": "image", "status": "status", "site": "site",
            "experiment": "experiment", "precision": "precision", "batch_size": "batch_size", "nodes": "nodes"}
