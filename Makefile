@@ -66,8 +66,11 @@ demo: setup
 	-@$(MAKE) --no-print-directory sysdeps APT_PACKAGES=libtcmalloc-minimal4
 	$(BIN)/dlrun run resnet50
 
+# Two workers (pytest-xdist): the tests that build images, start container engines or the Slurm cluster run in
+# one worker each (their session fixtures are made once: tests/conftest.py), everything else is spread over both.
+TEST_WORKERS ?= 2
 test: setup sysdeps horovod
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests
 
 # The fast tier for development: every test that starts no real ranks, cluster, container, browser or
 # TensorFlow run (the markers in pyproject.toml). `make test` and CI run everything.

@@ -30,11 +30,19 @@ RESOURCE_FIXTURES = {"slurm_cluster": "slurm", "cpu_reference": "containers", "p
 RESOURCE_MARKERS = ("mpi", "slurm", "horovod", "tensorflow", "browser", "containers", "slow")
 
 
+#: The resources whose tests run in one xdist worker (`make test` runs two): a session fixture that builds an
+#: image or starts a cluster is made once, by the worker that runs every test needing it.
+XDIST_GROUPS = {"containers": "images", "slurm": "slurm"}
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         for fixture, marker in RESOURCE_FIXTURES.items():
             if fixture in getattr(item, "fixturenames", ()):
                 item.add_marker(marker)
+        groups = [group for marker, group in XDIST_GROUPS.items() if item.get_closest_marker(marker)]
+        if groups:
+            item.add_marker(pytest.mark.xdist_group(groups[0]))
 
 
 @pytest.fixture(scope="module")
