@@ -3,6 +3,8 @@
 `resolved` holds the Plan itself; `resolve` the pipeline of resolvers that builds it from the run options
 declared in dlrun.runoptions; `inputs` and `backends` the checks of what the user typed."""
 from dlrun.plan.resolve import resolve_plan
-from dlrun.plan.resolved import (DATA_MOUNT, DERIVED_FIELDS, Bind, DataSpec, LocalImage, Plan, fabric_for)
+from dlrun.plan.resolved import (DATA_MOUNT, DERIVED_FIELDS, Bind, DataSpec, LocalImage, Plan, fabric_for,
+                                  gpudirect_for)
 
-__all__ = ["DATA_MOUNT", "DERIVED_FIELDS", "Bind", "DataSpec", "LocalImage", "Plan", "fabric_for", "resolve_plan"]
+__all__ = ["DATA_MOUNT", "DERIVED_FIELDS", "Bind", "DataSpec", "LocalImage", "Plan", "fabric_for", "gpudirect_for",
+           "resolve_plan"]
