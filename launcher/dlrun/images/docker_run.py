@@ -96,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
                                                                              hard=67108864)]
     if args.gpus:
         kwargs["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < (os.cpu_count() or len(allowed)):  # bound (dlrun's affinity wrapper): the container too
+        kwargs["cpuset_cpus"] = ",".join(str(cpu) for cpu in allowed)
     container = client.containers.run(image.id, **kwargs)
 
     def stop(signum, _frame):
