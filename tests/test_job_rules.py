@@ -15,6 +15,7 @@ fabric is checked without a new test. For each combination that resolves and ren
 from __future__ import annotations
 
 import dataclasses
+import json
 import functools
 import re
 import shlex
@@ -360,3 +361,52 @@ def test_the_memlock_prelude_stops_a_rank_that_cannot_lock_memory_and_runs_one_t
     ran = subprocess.run(["bash", "-c", join(argv)], capture_output=True, text=True, timeout=30,
                          env={"PATH": "/usr/bin:/bin", **UNLIMITED_MEMLOCK_ENV})
     assert ran.returncode == 0 and ran.stdout == "rank ran\n", ran.stderr
+
+
+def test_ranks_bind_to_the_nic_socket_where_the_profile_places_only_the_nic():
+    """A profile that knows its InfiniBand NIC's NUMA node but not its GPUs': the ranks are bound there, and the
+    job says why."""
+    from matrix_catalog import MATRIX_SYSTEM, matrix_catalog
+
+    from dlrun.catalog.loader import Catalog
+    from dlrun.catalog.models import FabricConfig
+
+    gpus = MATRIX_SYSTEM.gpus.model_copy(update={"numa_affinity": None})
+    fabrics = {**MATRIX_SYSTEM.fabric_config, "ib": FabricConfig(hca=["mlx5_0:1"], numa_affinity=[1])}
+    system = MATRIX_SYSTEM.model_copy(update={"name": "nic-only", "gpus": gpus, "fabric_config": fabrics})
+    base = matrix_catalog()
+    cat = Catalog(images=base.images, workloads=base.workloads, systems={**base.systems, "nic-only": system})
+    plan = resolve_plan(cat, "trivial", system="nic-only", fabric="ib", nodes=2, ranks_per_node=2,
+                        local_image=with_local_image)
+    job = render_job(plan)
+    assert "numa=(1 1)" in job.script and plan.threads_per_rank == 4  # 8 cores of NUMA node 1 over 2 ranks
+    assert "to the ib NIC's NUMA node (the profile does not place the GPUs; it places the NIC)" in job.script
+    assert not job.refusals
+    tcp = render_job(resolve_plan(cat, "trivial", system="nic-only", fabric="tcp", nodes=2, ranks_per_node=2,
+                                  local_image=with_local_image))
+    assert "numa=()" in tcp.script and "assumes (gpu-socket)" in tcp.script  # nothing known to bind to
+
+
+def test_the_assumptions_are_recorded_with_the_run(tmp_path):
+    """What the job says it assumes is in the run's provenance (and so in the store's row)."""
+    import json
+
+    from dlrun.execute.stage import stage
+
+    plan = resolve_plan(catalog(), WORKLOAD, system="txgaia", image="tf1.14-nccl", nodes=2,
+                        local_image=with_local_image)
+    job = render_job(plan)
+    run, provenance, _ = stage(plan, job, tmp_path / "runs", None)
+    recorded = json.loads((run.path / "provenance.json").read_text())["job_assumptions"]
+    assert recorded == provenance["job_assumptions"] == [{"rule": a.rule, "assumes": a.message}
+                                                         for a in job.assumptions]
+    assert {a["rule"] for a in recorded} >= {"cuda-driver", "container-reference", "gpudirect"}
+
+
+def test_doctor_shows_the_node_model_it_checked(dlrun_home):
+    from conftest import run_cli
+
+    proc = run_cli("doctor", "--system", "txgaia", "--json")
+    checks = {c["check"]: c for c in json.loads(proc.stdout)["checks"]}
+    assert checks["node-model"]["level"] == "ok" and "locked memory" in checks["node-model"]["message"]
+    assert checks["node-model"]["message"].startswith("this node: ")

@@ -13,7 +13,7 @@ from dlrun.job import Launch, RankCommand, RenderedJob, RuleFinding
 from dlrun.jobcheck.facts import MEMLOCK_ARG0, ROOT_ONLY_VARS, JobFacts, bound_ranks, image_facts, thread_count
 from dlrun.jobcheck.rules import RULES, check
 from dlrun.launchers.base import numa_map
-from dlrun.nodemodel import node_model
+from dlrun.nodemodel import node_model, rank_affinity
 from dlrun.plan import Plan, gpudirect_for
 from dlrun.registry import LAUNCHERS, RUNTIMES, SCHEDULERS
 from dlrun.tfcnn_command import tf_layout
@@ -38,6 +38,7 @@ def job_facts(plan: Plan, launch: Launch, inner: RankCommand, wrapped: RankComma
     processes = 1 if whole else plan.ranks_per_node  # torchrun: one agent per node, its ranks bound alike
     bound, by = ((None,) * processes, "none") if whole else bound_ranks(
         plan, [str(w) for w in launch.argv], numa_map(plan), launcher.binds_resource_sets)
+    affinity = rank_affinity(node_model(plan.system), plan.fabric, plan.device, plan.dist)
     reference = runtime.node_reference(plan)
     loads_mpi = (launcher.ranks_load_mpi or plan.dist == "horovod" or plan.workload.kind == "nccl-tests"
                  or plan.image.framework != "pytorch")
@@ -45,9 +46,11 @@ def job_facts(plan: Plan, launch: Launch, inner: RankCommand, wrapped: RankComma
         system=plan.system.name, node=node_model(plan.system), device=plan.device, fabric=plan.fabric,
         rdma=plan.fabric != "tcp", ranks_per_node=processes,
         threads=thread_count(env, [str(w) for w in inner.argv]), bound=bound[:processes], bound_by=by,
+        bound_to=affinity.by if affinity else "gpu",
         one_process_all_gpus=whole, env=env,
         memlock_raised=MEMLOCK_ARG0 in [str(w) for w in inner.argv],
         reference=reference.text, reference_kind=reference.kind, runs_elsewhere=not scheduler.runs_here,
+        whole_nodes=bool(plan.scheduler_options.exclusive) or scheduler.runs_image,
         runs_as_root=plan.runs_as_root, root_vars=tuple(n for n in ROOT_ONLY_VARS if n in launch.env),
         loads_mpi=loads_mpi, joins_launcher_session=runtime.joins_launcher_session(plan, wrapped),
         image=image_facts(plan))
@@ -67,8 +70,9 @@ def binding_note(facts: JobFacts) -> str:
     where = "; ".join(f"{count} on NUMA node {numa} (socket {node.socket_of_numa(numa)}, "
                       f"{node.cores_of_numa(numa)} cores)" for numa, count in sorted(groups.items()))
     who = "the launcher's resource sets" if facts.bound_by == "launcher" else "dlrun's affinity wrapper"
-    return (f"node model ({node.origin}): ranks bound by {who} to their GPU's NUMA node: {where}; "
-            f"{facts.threads} threads per rank")
+    to = ("their GPU's NUMA node" if facts.bound_to == "gpu" else
+          f"the {facts.fabric} NIC's NUMA node (the profile does not place the GPUs; it places the NIC)")
+    return f"node model ({node.origin}): ranks bound by {who} to {to}: {where}; {facts.threads} threads per rank"
 
 
 def examine(plan: Plan, launch: Launch, inner: RankCommand, wrapped: RankCommand) -> tuple[JobFacts, list[RuleFinding]]:

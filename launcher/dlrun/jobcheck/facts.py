@@ -42,12 +42,14 @@ class JobFacts:
     threads: int                         #: CPU threads each process runs (OMP_NUM_THREADS, TensorFlow's pool)
     bound: tuple[int | None, ...]        #: NUMA node each local rank is bound to (None: not bound)
     bound_by: str                        #: dlrun (the affinity wrapper) | launcher (jsrun) | none
+    bound_to: str                        #: gpu: each GPU's NUMA node; nic: the fabric NIC's (GPUs' unknown)
     one_process_all_gpus: bool           #: one process per node drives all of its GPUs (dataparallel, TF local)
     env: Mapping[str, str]               #: what the ranks see (the job's exports and the rank environment)
     memlock_raised: bool                 #: the in-container prelude raises locked memory to unlimited
     reference: str                       #: what the compute nodes resolve to start the image
     reference_kind: str                  #: registry | file | engine | none
     runs_elsewhere: bool                 #: a batch or Kubernetes job: compute nodes other than this machine
+    whole_nodes: bool                    #: the job asks for its nodes exclusively (every CPU in its allocation)
     runs_as_root: bool
     root_vars: tuple[str, ...]           #: root-only switches the job sets
     loads_mpi: bool                      #: the ranks initialise an MPI library (Horovod, nccl-tests, TF stacks)

@@ -45,6 +45,9 @@ def cpu_threads(f: JobFacts) -> list[RuleFinding]:
             found.append(_refuse("cpu-threads", f"{ranks} rank(s) x {f.threads} threads on {where} run "
                                  f"{ranks * f.threads} threads on {cores} cores",
                                  f"--threads {max(cores // ranks, 1)} (or fewer --ranks-per-node)"))
+    if f.runs_elsewhere and not f.whole_nodes and f.bound_by == "dlrun" and None not in f.bound:
+        found.append(_assume("cpu-threads", "the nodes are not asked for exclusively, yet the ranks bind to whole "
+                             "NUMA nodes: the scheduler is assumed to give the job those CPUs (--exclusive makes it so)"))
     return found
 
 
