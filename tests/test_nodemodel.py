@@ -104,3 +104,19 @@ def test_doctor_holds_the_job_to_the_live_node(monkeypatch):
     assert "its GPU's NUMA node on gpu-node-1 is 0 (8 of 16 rank(s) off their socket)" in found["rule gpu-socket"]
     same = _inventory(capability="7.0", driver="418.40", gpu_numa=(0,) * 8 + (1,) * 8)
     assert [f.check for f in live_rule_findings(plan, same)] == []
+
+
+def test_doctor_finds_the_nic_on_another_socket_than_the_profile_says(monkeypatch):
+    """TX-GAIA over RoCE asks for GPUDirect through CPU1 (NCCL level 3, PHB): on a node whose ConnectX-4 sits on
+    CPU0 the path is SYS, and that level keeps GPUDirect off there, which the paper's runs had."""
+    monkeypatch.setenv("DLRUN_HOME", "/nonexistent/dlrun-home")
+    plan = resolve_plan(load_catalog(host=probe_host()), "resnet50", system="txgaia", fabric="roce", nodes=2)
+    nics = {"usable": ["roce", "tcp"], "config": {"roce": {"hca": ["mlx5_0:1"]}},
+            "rdma_devices": [{"name": "mlx5_0", "numa_node": 0}]}
+    inventory = _inventory(capability="7.0", driver="418.40", gpu_numa=(1, 1), nics=nics)
+    inventory["cpu"] = {"model": "x", "sockets": 2, "physical_cores": 40, "logical_cpus": 40,
+                        "numa": [{"node": 0}, {"node": 1}]}
+    found = {f.check: f.message for f in live_rule_findings(plan, inventory)}
+    assert "GPU<->NIC path is SYS, but NCCL_NET_GDR_LEVEL=3 (PHB) keeps it off there" in found["rule gpudirect"]
+    nics["rdma_devices"] = [{"name": "mlx5_0", "numa_node": 1}]
+    assert "rule gpudirect" not in {f.check for f in live_rule_findings(plan, inventory)}

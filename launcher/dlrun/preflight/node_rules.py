@@ -48,6 +48,10 @@ def live_rule_findings(plan: Plan, inventory: dict[str, Any]) -> list[Finding]:
         return []
     facts = rendered.facts
     node = live_node_model(inventory)
+    # what only the profile says of a fabric (that GPUDirect RDMA runs there) holds for its NICs on this node
+    node = dataclasses.replace(node, nics={name: dataclasses.replace(
+        nics, gpudirect=facts.node.nics[name].gpudirect if name in facts.node.nics else None)
+        for name, nics in node.nics.items()})
     found = [_finding(f.rule, f.message, f.fix, " (this node)")
              for f in check(dataclasses.replace(facts, node=node, system=node.system)) if not f.assumption]
     limit = memlock_limit_kib()
