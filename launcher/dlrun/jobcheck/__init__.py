@@ -35,7 +35,7 @@ def job_facts(plan: Plan, launch: Launch, inner: RankCommand, wrapped: RankComma
     launcher, runtime, scheduler = LAUNCHERS.get(plan.launcher), RUNTIMES.get(plan.runtime), SCHEDULERS.get(plan.scheduler)
     env: Mapping[str, str] = {**launch.env, **inner.env}
     whole = _one_process_all_gpus(plan)
-    processes = 1 if whole else plan.ranks_per_node  # torchrun: one agent per node, its ranks bound alike
+    processes = 1 if whole else plan.ranks_per_node  # torchrun: one launcher process per node, its ranks bound alike
     bound, by = ((None,) * processes, "none") if whole else bound_ranks(
         plan, [str(w) for w in launch.argv], numa_map(plan), launcher.binds_resource_sets)
     affinity = rank_affinity(node_model(plan.system), plan.fabric, plan.device, plan.dist)
