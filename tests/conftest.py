@@ -70,6 +70,12 @@ def dlrun_home(tmp_path, monkeypatch) -> Path:
     return home
 
 
+#: For running a rendered RDMA-fabric job on this machine, whose hard locked-memory limit is a few MiB: `ulimit`
+#: as an exported bash function that reports `-l` unlimited, as an RDMA node does (dlrun.render.memlock_argv).
+UNLIMITED_MEMLOCK_ENV = {"BASH_FUNC_ulimit%%": '() { if [ "$#" -eq 1 ] && [ "$1" = -l ]; then echo unlimited; '
+                                              'else builtin ulimit "$@"; fi; }'}
+
+
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600,
             check: bool | None = None) -> subprocess.CompletedProcess:
     """Run the real `dlrun` entry point in a subprocess (as a user would)."""

@@ -21,7 +21,8 @@ from conftest import REPO, run_cli
 from matrix_catalog import matrix_plan
 
 from dlrun.catalog.loader import CatalogError, load_file
-from dlrun.catalog.models import SystemSpec, system_json_schema
+from dlrun.catalog.models import SystemSpec
+from dlrun.catalog.schema import system_json_schema
 from dlrun.images import lock
 from dlrun.images.digest import tree_digest
 from dlrun.paths import HARNESS_DIR

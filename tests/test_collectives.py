@@ -88,6 +88,7 @@ def fixed_home(monkeypatch):
     monkeypatch.setenv("DLRUN_HOME", "/nonexistent/dlrun-home")
     monkeypatch.setenv("XDG_CONFIG_HOME", "/nonexistent/xdg-config")
     monkeypatch.delenv("DLRUN_PATH", raising=False)
+    monkeypatch.setattr("dlrun.plan.jobuser.effective_uid", lambda: 1000)  # a site's user, not root
 
 
 def _nccl_plan(workload: str, system: str, **options):
@@ -101,7 +102,8 @@ def test_nccl_tests_scripts_match_golden(fixed_home, case):
     script = render_job(_nccl_plan(options.pop("workload"), options.pop("system"), **options)).script
     assert_golden(GOLDEN / f"{case}.sh", script, what=f"the {case} script")
     last = script.strip().splitlines()[-1]
-    assert "harness_pytorch.py" not in script and "dlrun-rank" not in last  # nccl-tests picks its own GPU
+    # nccl-tests picks its own GPU (its local rank's): bound to that GPU's NUMA node, every GPU left visible
+    assert "harness_pytorch.py" not in script and "dlrun-rank" in last and "export CUDA_VISIBLE_DEVICES" not in last
     if case == "dgx2-mpirun":
         assert last.startswith("exec mpirun -np 16 ") and last.endswith(
             "/usr/local/nccl-tests/all_reduce_perf -b 8 -e 134217728 -f 2 -g 1 -t 1 -n 20 -w 5 -c 1")

@@ -34,7 +34,9 @@ def test_points_render_dataparallel_over_their_gpu_count_and_ddp_over_ranks(dlru
     assert "10 point(s), 10 to run, 0 skipped" in " ".join(proc.stdout.split())
     data_parallel = _exec_line(proc.stdout, 3)  # parallelism=torch.nn.DataParallel gpus=4
     assert "parallelism=torch.nn.DataParallel gpus=4" in proc.stdout.split("# ----- point 3: ")[1].splitlines()[0]
-    assert data_parallel[:2] == ["docker", "run"] and "mpirun" not in data_parallel
+    # Docker's container gets the process's CPU affinity as its cpuset (dlrun.runtimes.docker)
+    assert data_parallel[:2] == ["sh", "-c"] and data_parallel[2].startswith("exec docker run --cpuset-cpus=")
+    assert "mpirun" not in data_parallel
     assert "dlrun-rank" not in data_parallel  # no per-rank GPU pinning: one process, GPUs chosen by the harness
     assert data_parallel[data_parallel.index("python"):] == HARNESS + ["--threads", "48", *SHARED] + [
         "--dist", "dataparallel", "--dataparallel-gpus", "4", "--timeout-s", "1800", "--device", "cuda",
@@ -42,7 +44,8 @@ def test_points_render_dataparallel_over_their_gpu_count_and_ddp_over_ranks(dlru
     ddp = _exec_line(proc.stdout, 8)  # parallelism=distributed data parallel gpus=4
     assert "parallelism=distributed data parallel gpus=4" in proc.stdout.split("# ----- point 8: ")[1].splitlines()[0]
     assert ddp[:5] == ["mpirun", "-np", "4", "-H", "localhost:4"]
-    assert ddp[ddp.index("python"):] == HARNESS + ["--threads", "12", *SHARED] + [
+    # GPUs 0-3 sit on socket 0 (24 cores): four ranks bound there get 6 threads each, not 48 / 4
+    assert ddp[ddp.index("python"):] == HARNESS + ["--threads", "6", *SHARED] + [
         "--timeout-s", "1800", "--device", "cuda", "--expected-world-size", "4"]
 
 

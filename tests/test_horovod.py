@@ -32,6 +32,7 @@ def fixed_home(monkeypatch):
     monkeypatch.setenv("DLRUN_HOME", FIXED_HOME)
     monkeypatch.setenv("XDG_CONFIG_HOME", "/nonexistent/xdg-config")
     monkeypatch.delenv("DLRUN_PATH", raising=False)
+    monkeypatch.setattr("dlrun.plan.jobuser.effective_uid", lambda: 1000)  # a site's user, not root
 
 
 def _prace_plan(**options):

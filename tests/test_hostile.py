@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import sysfs_trees as trees
+from conftest import UNLIMITED_MEMLOCK_ENV
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from golden_files import shellcheck_path
@@ -112,7 +113,7 @@ def _execute(h, text: str, name: str, extra_env: dict[str, str] | None = None) -
     env = {"PATH": f"{h['fakebin']}:/usr/bin:/bin", "HOME": str(h["tmp"]), "DLRUN_TEST_RECORD": str(record),
            "DLRUN_RUN_DIR": str(run_dir), "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_SUBMIT_DIR": str(run_dir),
            "PBS_NODEFILE": str(nodefile), "PBS_O_WORKDIR": str(run_dir), "LSB_DJOB_HOSTFILE": str(nodefile),
-           "LS_SUBCWD": str(run_dir), **(extra_env or {})}
+           "LS_SUBCWD": str(run_dir), **UNLIMITED_MEMLOCK_ENV, **(extra_env or {})}
     proc = subprocess.run(["bash", str(script)], cwd=run_dir, env=env, capture_output=True, text=True, timeout=60,
                           stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, f"{name}: {proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"

@@ -605,15 +605,18 @@ def container_image(text: str) -> str:
 
 
 def test_dgx_h100_job_runs_the_recorded_squashfs(image_home):
-    """pyxis gets the site's .sqsh by absolute path once the lock records one; else the registry reference."""
+    """pyxis gets the site's .sqsh by absolute path: the lock's, or, for an image only this machine's registry
+    (`localhost`) holds, the image store's, which `dlrun images pull --engine enroot` makes: never a
+    `localhost#` reference the compute nodes would pull from themselves."""
     image = "pytorch2.6-ngc24.12"
     text = run_cli("run", "resnet50", "--system", "dgx-h100", "--nodes", "2", "--dry-run", env=image_home["env"],
                    check=True).stdout
-    assert container_image(text) == "--container-image=localhost#dlrun/pytorch2.6-ngc24.12:x86_64"
+    sqsh = image_home["store"] / image / "x86_64" / f"{image}.sqsh"
+    assert container_image(text) == f"--container-image={sqsh}" and "localhost#" not in text
+    assert f"# dlrun: assumes (container-reference): {sqsh} is on a file system every compute node mounts" in text
     lock.record(image, "x86_64", squashfs="sha256:" + "5" * 64, recorded_by="pull (enroot) nvcr.io/nvidia/pytorch:24.12-py3")
     text = run_cli("run", "resnet50", "--system", "dgx-h100", "--nodes", "2", "--dry-run", env=image_home["env"],
                    check=True).stdout
-    sqsh = image_home["store"] / image / "x86_64" / f"{image}.sqsh"
     assert sqsh.is_absolute()
     assert container_image(text) == f"--container-image={sqsh}"
     assert "#SBATCH --nodes=2" in text
@@ -729,9 +732,11 @@ def test_runtime_commands(image_home, tmp_path):
     label = "--label=dlrun.run-dir=\"${DLRUN_RUN_DIR}\""
     # A CPU plan over TCP locks no memory: only the stack is raised (memlock past the node's hard limit needs
     # CAP_SYS_RESOURCE, which a daemon in an unprivileged container lacks).
-    assert wrapped("docker", data) == ("docker run --rm --init --user \"$(id -u):$(id -g)\" "
-                                       f"{label} --network=host --ipc=host --ulimit stack=67108864 {rest} {digest} "
-                                       f"{harness}")
+    # Docker's container takes the rank's CPU affinity as its cpuset (the daemon starts it, not the CLI)
+    assert wrapped("docker", data) == (
+        "sh -c 'exec docker run --cpuset-cpus=\"$(awk '\"'\"'/^Cpus_allowed_list:/ {print $2}'\"'\"' /proc/self/status)\" "
+        "\"$@\"' dlrun-docker --rm --init --user \"$(id -u):$(id -g)\" "
+        f"{label} --network=host --ipc=host --ulimit stack=67108864 {rest} {digest} {harness}")
     # Podman may not raise limits (rootless, or no CAP_SYS_RESOURCE as on CI): the node's own limits.
     options = f"--rm {label} --network=host --ipc=host --ulimit host {rest}"
     assert wrapped("podman", data) == f"podman run {options} {digest} {harness}"
@@ -782,10 +787,14 @@ def test_mpi_ranks_pass_their_variables_into_containers(image_home):
     text = script(image_home["env"], "--runtime", "docker", "--ranks-per-node", "2", "--threads", "1")
     assert "exec mpirun -np 2" in text
     line = exec_line(text)
-    assert "sh -c 'exec docker run $(env | grep -oE \"^(OMPI_|PMIX_|OPAL_)[A-Za-z0-9_]*=\"" in line
+    # under mpirun: the rank's cpuset, what mpirun's PMIx server needs (tests/test_host_mpi_containers.py), and
+    # every OMPI_/PMIX_/OPAL_ variable
+    assert "--pid=host --user \"$(id -u):$(id -g)\" ${PMIX_SERVER_TMPDIR:+-v" in line
+    assert "$(env | grep -oE \"^(OMPI_|PMIX_|OPAL_)[A-Za-z0-9_]*=\"" in line and "--cpuset-cpus=" in line
     assert "-e OMPI_COMM_WORLD_RANK" in line
     podman = exec_line(script(image_home["env"], "--runtime", "podman", "--ranks-per-node", "2", "--threads", "1"))
     assert "'--env=OMPI_*' '--env=PMIX_*' '--env=OPAL_*'" in podman
+    assert "sh -c 'exec podman run --pid=host" in podman and "--cpuset-cpus" not in podman  # Podman inherits it
 
 
 def test_docker_run_helper_environment_and_volumes():

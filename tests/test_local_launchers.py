@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import cli_json, run_cli
+from conftest import UNLIMITED_MEMLOCK_ENV, cli_json, run_cli
 
 from dlrun.paths import HARNESS_DIR
 
@@ -129,7 +129,7 @@ def test_rdma_run_whose_ranks_used_sockets_is_marked_failed(dlrun_home, tmp_path
     python = tmp_path / "nccl-python"
     python.write_text(NCCL_SOCKET_RUN)
     python.chmod(0o755)
-    env = _site(tmp_path, python, "nccl-socket")
+    env = {**_site(tmp_path, python, "nccl-socket"), **UNLIMITED_MEMLOCK_ENV}  # locked memory as on an RDMA node
     (tmp_path / "site" / "systems").mkdir()
     (tmp_path / "site" / "systems" / "ib.yaml").write_text(IB_SYSTEM)
     refused = run_cli("run", "trivial", "--system", "fake-ib-gpu", env=env)

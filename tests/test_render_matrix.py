@@ -46,6 +46,7 @@ def fixed_home(monkeypatch):
     monkeypatch.setenv("DLRUN_HOME", FIXED_HOME)
     monkeypatch.setenv("XDG_CONFIG_HOME", "/nonexistent/xdg-config")
     monkeypatch.delenv("DLRUN_PATH", raising=False)
+    monkeypatch.setattr("dlrun.plan.jobuser.effective_uid", lambda: 1000)  # a site's user, not root
 
 
 def _rank(plan, launcher="srun") -> RankCommand:
@@ -143,7 +144,8 @@ def test_mpirun_hybrid_exact():
     assert "-mca pml ucx -mca osc ucx -mca btl '^openib' -x DLRUN_KNOB_SOURCES -x GLOO_SOCKET_IFNAME" in ib
     opa = _launch_line(matrix_plan("host", "mpirun", "opa"))
     assert "-mca pml cm -mca mtl ofi -mca mtl_ofi_provider_include psm2 -mca btl '^openib'" in opa
-    assert "-x FI_PROVIDER" in opa and "-x PSM2_CUDA" in opa
+    assert "-x FI_PROVIDER" in opa
+    assert "PSM2_CUDA" not in opa  # the matrix image does not say its PSM2 has CUDA (dlrun.nodemodel.gpudirect)
 
 
 def test_mpirun_under_pbs_is_mpiexec_with_hosts_from_the_nodefile():

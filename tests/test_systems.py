@@ -38,12 +38,21 @@ def test_profile_cites_its_sources(dlrun_home, system):
         assert any(source.about for source in spec.sources), "say which values each source backs"
 
 
+#: Systems whose default image cannot run there: DGX B200's Blackwell needs CUDA 12.8, dlrun's newest image has 12.6
+#: (its profile says so); the rule refuses the job, and --skip-checks shows what it would be.
+REFUSED_DEFAULT = {"dgx-b200": "rule cuda-target: image pytorch2.6-ngc24.12's CUDA 12.6.3"}
+
+
 @pytest.mark.parametrize("system", SYSTEMS)
 def test_dry_run_renders_and_passes_shellcheck(dlrun_home, tmp_path, system):
     spec = load_catalog(host=probe_host()).system(system)
-    scripts = [_dry_run("resnet50", "--system", system, "--nodes", "1")]
+    if system in REFUSED_DEFAULT:
+        proc = run_cli("run", "resnet50", "--system", system, "--dry-run")
+        assert proc.returncode == 2 and REFUSED_DEFAULT[system] in proc.stderr
+    skip = ["--skip-checks"] if system in REFUSED_DEFAULT else []
+    scripts = [_dry_run("resnet50", "--system", system, "--nodes", "1", *skip)]
     if spec.nodes > 1:
-        scripts.append(_dry_run("resnet50", "--system", system, "--nodes", "2"))
+        scripts.append(_dry_run("resnet50", "--system", system, "--nodes", "2", *skip))
     tensorflow = load_catalog(host=probe_host()).image(spec.default_image).framework == "tensorflow"
     for index, text in enumerate(scripts):
         if tensorflow:  # the seeds' TensorFlow stacks run tf_cnn_benchmarks

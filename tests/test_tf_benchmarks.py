@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from conftest import UNLIMITED_MEMLOCK_ENV, run_cli
 from job_gate import wait_until
 from golden_files import GOLDEN as GOLDEN_ROOT, assert_golden
 
@@ -175,6 +175,7 @@ GOLDEN_DATASET = "/datasets/imagenet-tfrecord"
 @pytest.mark.parametrize("name", sorted(GOLDEN_CASES))
 def test_golden_tf_scripts(catalog, name, monkeypatch, tmp_path):
     monkeypatch.setenv("DLRUN_HOME", "/nonexistent/dlrun-home")
+    monkeypatch.setattr("dlrun.plan.jobuser.effective_uid", lambda: 1000)  # a site's user, not root
     case = dict(GOLDEN_CASES[name])
     dataset = tmp_path / "imagenet-tfrecord"
     dataset.mkdir()
@@ -233,7 +234,7 @@ def test_local_cluster_script_runs_workers_and_parameter_servers(catalog, tmp_pa
     """The whole rendered script, run by bash: two parameter servers on this node, one worker, host lists."""
     plan = resolve_plan(catalog, "resnet50", system="txgaia", scheduler="local", runtime="host", ps=2,
                         benchmark_arg=[HOSTILE_ARG.replace("MARK", str(tmp_path / "injected"))])
-    env = {**_stub_path(tmp_path), "DLRUN_MASTER_PORT": "41000"}
+    env = {**_stub_path(tmp_path), "DLRUN_MASTER_PORT": "41000", **UNLIMITED_MEMLOCK_ENV}  # Omni-Path
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "run.sh").write_text(render_job(plan).script)
     # the stub's parameter servers never exit by themselves: the script ending at all means it stopped them

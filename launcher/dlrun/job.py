@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 from dataclasses import dataclass, field
+from typing import Any
 
 #: The variable every rendered script and every rank sees: the run directory (absolute).
 RUN_DIR_VAR = "DLRUN_RUN_DIR"
@@ -46,6 +47,20 @@ class Launch:
 
 
 @dataclass(frozen=True)
+class RuleFinding:
+    """What a rule of dlrun.jobcheck found in a rendered job: a refusal (the rule, the numbers, the fix), or an
+    assumption only the hardware can confirm (said in the job as a comment and recorded with the run)."""
+
+    rule: str
+    message: str
+    fix: str | None = None
+    assumption: bool = False
+
+    def line(self) -> str:
+        return f"rule {self.rule}: {self.message}" + (f"; fix: {self.fix}" if self.fix else "")
+
+
+@dataclass(frozen=True)
 class RenderedJob:
     script: str                 # bash text; the executor runs exactly this
     submit_argv: list[str]      # how to start the script (relative to the run directory)
@@ -53,6 +68,16 @@ class RenderedJob:
     rank_log_pattern: str       # where per-rank stdout lands, relative to the run directory
     files: dict[str, str] = field(default_factory=dict)  # extra files to stage in the run directory
     submit_stdin: str | None = None  # a staged file the submit command reads on stdin (`bsub < run.sh`)
+    findings: tuple[RuleFinding, ...] = ()  # the rules' refusals and assumptions (dlrun.jobcheck)
+    facts: Any = None  # what the rules read (dlrun.jobcheck.facts.JobFacts)
+
+    @property
+    def refusals(self) -> tuple[RuleFinding, ...]:
+        return tuple(f for f in self.findings if not f.assumption)
+
+    @property
+    def assumptions(self) -> tuple[RuleFinding, ...]:
+        return tuple(f for f in self.findings if f.assumption)
 
 
 DONE_STATES = ("completed", "failed", "cancelled", "timeout")

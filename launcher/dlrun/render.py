@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from dlrun import jobcheck
 from dlrun.errors import UsageError
 from dlrun.harness.harness_contract import (KNOB_SOURCES_ENV, knob_sources_text, local_rank_variables,
                                             rank_variables, shell_first_set)
@@ -19,7 +20,7 @@ from dlrun.staging import stage_argv
 from dlrun.telemetry.launch import batch_lines, batch_sampler_argv
 from dlrun.tfcnn_command import TF_CNN_BENCHMARKS_DIR, tf_cnn_benchmarks_command, tf_layout, tf_node_launch
 
-__all__ = ["TF_CNN_BENCHMARKS_DIR", "render_job", "tf_cnn_benchmarks_command", "workload_command"]
+__all__ = ["TF_CNN_BENCHMARKS_DIR", "memlock_argv", "render_job", "tf_cnn_benchmarks_command", "workload_command"]
 
 #: The entry file of the in-container harness, per framework (its siblings sit beside it).
 HARNESS = {"pytorch": "harness_pytorch.py", "tensorflow": "harness_tensorflow.py"}
@@ -168,7 +169,8 @@ def render_job(plan: Plan) -> RenderedJob:
     runtime.check(plan)
     rank = RankCommand(argv=workload_command(plan), env=rank_environment(plan),
                        passthrough=launcher.rank_env_names, passthrough_prefixes=launcher.rank_env_prefixes)
-    rank = launcher.prepare(plan, rank)
+    rank = with_memlock(plan, launcher.prepare(plan, rank))
+    inner = rank
     if not scheduler.runs_image:  # a Kubernetes pod is the container; no runtime wraps the command
         rank = runtime.wrap(plan, rank)
     if plan.image.harness_framework is None and plan.workload.kind != "command" and tf_layout(plan) != "per-rank":
@@ -186,4 +188,27 @@ def render_job(plan: Plan) -> RenderedJob:
         start = scheduler.per_node_background(plan, batch_sampler_argv(plan.telemetry_period))
         if start:
             launch = replace(launch, setup=[*batch_lines(start), *launch.setup])
-    return scheduler.render(plan, launch)
+    facts, findings = jobcheck.examine(plan, launch, inner, rank)  # the rules of the node model
+    return jobcheck.annotated(scheduler.render(plan, launch), plan, facts, findings)
+
+
+# In front of every rank of an RDMA fabric, inside the container: RDMA registers (pins) memory, so locked memory
+# must be unlimited there; a container's limit is the node's (or its engine's), raised here as far as the hard
+# limit allows, and a rank that cannot have it stops with that one line instead of NCCL or MPI failing later.
+MEMLOCK_SCRIPT = (
+    'ulimit -l unlimited 2>/dev/null; l=$(ulimit -l); if [ "$l" != unlimited ]; then '
+    "echo \"dlrun: locked memory is limited to $l KiB here; fabric @FABRIC@ registers memory for RDMA and needs it "
+    "unlimited: raise the memlock limit of the nodes (limits.conf, PropagateResourceLimits of Slurm, the memlock "
+    "ulimit of a container engine)\" >&2; exit 1; fi; exec \"$@\""
+)
+
+
+def memlock_argv(plan: Plan) -> list[str]:
+    """`bash -c MEMLOCK dlrun-memlock` for RDMA fabrics; nothing on plain TCP."""
+    if not fabric_for(plan).ipc_lock:
+        return []
+    return ["bash", "-c", MEMLOCK_SCRIPT.replace("@FABRIC@", plan.fabric), jobcheck.MEMLOCK_ARG0]
+
+
+def with_memlock(plan: Plan, rank: RankCommand) -> RankCommand:
+    return rank.with_argv(memlock_argv(plan) + rank.argv)

@@ -64,8 +64,11 @@ def tf_cnn_benchmarks_command(plan: Plan) -> list[str]:
     argv += _distribution_flags(plan, gpu, layout)
     if plan.precision in ("amp", "fp16"):
         argv.append("--use_fp16=True")
+    # TensorFlow sizes its intra-op pool to every CPU the process may use: ranks bound to one socket would each
+    # take the whole socket, so the rank's share of the cores is given (dlrun.nodemodel.binding)
+    argv.append(f"--num_intra_threads={plan.threads_per_rank * per_process}")
     if not gpu:
-        argv += [f"--num_intra_threads={plan.threads_per_rank * per_process}", "--num_inter_threads=1"]
+        argv.append("--num_inter_threads=1")
     where = plan.data_mount
     if where is not None:
         argv += ["--data_name=imagenet", f"--data_dir={where}"]

@@ -160,6 +160,8 @@ class GpuSpec(Strict):
     interconnect: str | None = None
     # NUMA node of each GPU (index = GPU id), for CPU binding; None when unknown.
     numa_affinity: list[int] | None = None
+    compute_capability: str | None = Field(default=None, pattern=r"^\d+\.\d+$")  # e.g. 7.0: dlrun.nodemodel.cuda
+    driver: str | None = Field(default=None, pattern=r"^\d+(\.\d+){1,2}$")  # the nodes' NVIDIA driver, when stated
     peak: list[PeakRate] = []  # per GPU
 
 
@@ -173,6 +175,8 @@ class FabricConfig(Strict):
     interfaces: list[str] = []  # IP interfaces for sockets and out-of-band traffic, e.g. ib0, eth2
     gid_index: int | Literal["auto"] = "auto"  # RoCE: "auto" picks the RoCE v2 GID on the node at job start
     ucx_tls: list[str] = []
+    numa_affinity: list[int] | None = None  # NUMA node of each link's NIC (index = link), for GPU<->NIC paths
+    gpudirect: bool | None = None  # GPUDirect RDMA works on this fabric (peer-memory driver loaded); None: unknown
 
     @field_validator("hca", "interfaces", "ucx_tls")
     @classmethod
@@ -312,25 +316,6 @@ class SystemSpec(Strict):
             if batch <= 0:
                 raise ValueError(f"batch size for {workload} must be > 0, got {batch}")
         return value
-
-
-def system_json_schema() -> dict[str, Any]:
-    """SystemSpec's JSON Schema, with each scheduler's own options: `scheduler_options` takes what the entry's
-    `scheduler` declares (`local`'s where it names none)."""
-    document = SystemSpec.model_json_schema()
-    defs = document.setdefault("$defs", {})
-    default = SystemSpec.model_fields["scheduler"].default
-    branches = []
-    for name, scheduler in SCHEDULERS.available().items():
-        own = scheduler.options.model_json_schema(ref_template="#/$defs/{model}")
-        defs.update(own.pop("$defs", {}))
-        defs[scheduler.options.__name__] = own
-        named = {"properties": {"scheduler": {"const": name}}, "required": ["scheduler"]}
-        condition = {"anyOf": [named, {"not": {"required": ["scheduler"]}}]} if name == default else named
-        branches.append({"if": condition, "then": {"properties": {
-            "scheduler_options": {"$ref": f"#/$defs/{scheduler.options.__name__}"}}}})
-    document["allOf"] = branches
-    return document
 
 
 #: The models of dlrun's TensorFlow 2 harness (harness_tensorflow.py's MODEL_NAMES; a test keeps them equal).

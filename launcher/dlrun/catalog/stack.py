@@ -98,8 +98,17 @@ class OsSpec(Provenance):
 Provider = Literal["base", "apt", "conda", "pip", "source"]
 
 
+class ForwardCompat(Strict):
+    """The CUDA forward-compatibility package the image carries: the older data-center driver branches its CUDA
+    runs on (each branch's minimum release, e.g. 535.86 for R535), as the image's release notes list them."""
+
+    drivers: list[str] = Field(min_length=1)
+    stated_in: str
+
+
 class CudaSpec(Pin):
     provided_by: Literal["base", "conda"] = "base"
+    forward_compat: ForwardCompat | None = None  # None: the image's CUDA needs its own minimum driver
 
 
 class CudnnSpec(Pin):
@@ -131,6 +140,7 @@ class MpiSpec(Pin):
     ucx: UcxSpec | NotUsed
     verbs: bool
     psm2: bool
+    psm2_cuda: bool = False  # the PSM2 library is built with CUDA (PSM2_CUDA / PSM2_GPUDIRECT take GPU buffers)
     # PSM2 (Omni-Path) exists for x86_64 only; per-architecture overrides of `psm2`.
     psm2_by_arch: dict[Arch, bool] = {}
 

@@ -132,7 +132,8 @@ SCHEMA_KINDS = ("images", "workloads", "systems")
 @handle_errors
 def schema(kind: Annotated[str, typer.Argument(help="images, workloads or systems.", show_default=False)]) -> None:
     """Print the JSON Schema of a catalog's YAML entries (for an editor's YAML language server)."""
-    from dlrun.catalog.models import WorkloadSpec, system_json_schema
+    from dlrun.catalog.models import WorkloadSpec
+    from dlrun.catalog.schema import system_json_schema
     from dlrun.catalog.stack import PinnedImageSpec
     from dlrun.errors import unknown_name
 

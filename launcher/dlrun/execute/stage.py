@@ -64,7 +64,9 @@ def stage(plan: Plan, rendered: RenderedJob, runs_root: Path,
         if checked:
             run.write_json("preflight.json", findings_json(cleared.findings))
         base = {**provenance(plan, cleared.image_check), "hostname": env_capture["hostname"],
-                "argv": env_capture["argv"], "mpi": env_capture["mpi"]}
+                "argv": env_capture["argv"], "mpi": env_capture["mpi"],
+                # what the job's rules had to assume about its nodes (dlrun.jobcheck), as the job says in comments
+                "job_assumptions": [{"rule": a.rule, "assumes": a.message} for a in rendered.assumptions]}
         run.write_json("provenance.json", base)  # for recovery, should this dlrun not live to store the run
         started = time.time()
         run.write_json("status.json", {"state": "running", "started_at": started, "pid": os.getpid()})

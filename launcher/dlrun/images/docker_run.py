@@ -101,6 +101,9 @@ def engine_settings(args: argparse.Namespace, podman: bool) -> dict:
         kwargs.update(init=True, user=f"{os.getuid()}:{os.getgid()}")
     if args.gpus:
         kwargs["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < (os.cpu_count() or len(allowed)):  # bound (dlrun's affinity wrapper): the container too
+        kwargs["cpuset_cpus"] = ",".join(str(cpu) for cpu in allowed)
     return kwargs
 
 

@@ -15,13 +15,14 @@ from typing import Any
 from dlrun.catalog.models import ImageSpec
 from dlrun.errors import DlrunError
 from dlrun.registry import RUNTIMES, SCHEDULERS
-from dlrun.runtimes.base import ContainerService, ImageCopy
+from dlrun.runtimes.base import ContainerService, ImageCopy, is_loopback_registry
 
 
 def with_local_image(image: ImageSpec, arch: str) -> ImageSpec:
     """The image as this machine has it for `arch`: digest and repo digest from images.lock, paths of the
     unpacked root filesystem and the SIF in the image store, and the squashfs file when the lock records
-    one (enroot runs it instead of pulling the registry reference)."""
+    one, or when no registry but this machine's holds the image (enroot runs the file instead of pulling a
+    reference the compute nodes cannot resolve)."""
     if image.kind != "container":
         return image
     from dlrun.images import lock
@@ -29,7 +30,8 @@ def with_local_image(image: ImageSpec, arch: str) -> ImageSpec:
 
     entry = lock.entry(image.name, arch) or {}
     repo = sorted(entry.get("repo_digests") or [])
-    squashfs = str(squashfs_path(image.name, arch)) if entry.get("squashfs") else None
+    local_only = not repo and is_loopback_registry(f"{image.uri or image.name}:{arch}")
+    squashfs = str(squashfs_path(image.name, arch)) if entry.get("squashfs") or local_only else None
     return image.model_copy(update={
         "digest": entry.get("digest") or image.digest,
         "repo_digest": repo[0] if repo else image.repo_digest,

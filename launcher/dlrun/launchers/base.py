@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from dlrun.errors import UsageError
 from dlrun.harness.harness_contract import local_rank_variables, shell_first_set
 from dlrun.job import Launch, RankCommand, RankFailure
+from dlrun.nodemodel import node_model, rank_affinity
 from dlrun.plan import Plan, fabric_for
 from dlrun.registry import SCHEDULERS, Tool
 
@@ -78,6 +79,9 @@ class Launcher:
     starts_mpi_programs = False
     #: Its ranks are Horovod's own (horovodrun): the PyTorch harness must distribute with Horovod.
     horovod_ranks = False
+    #: It binds each rank's cores itself, on its GPU's socket (jsrun's resource sets), instead of dlrun's
+    #: affinity wrapper (dlrun.jobcheck's gpu-socket rule reads it).
+    binds_resource_sets = False
     #: The ranks' output reaches the job's own output. False: it goes to per-rank files only (srun
     #: --output), and the executor follows rank 0's file.
     rank_output_in_job_log = True
@@ -121,13 +125,13 @@ class Launcher:
 
 
 # Runs on the host (or in the container under pyxis/torchrun) in front of each rank: one GPU per rank from
-# the local rank, and CPU binding to that GPU's NUMA node when the system profile knows it. Constant text:
-# only the NUMA map (integers from the validated profile) is filled in.
+# the local rank, and CPU binding to that GPU's NUMA node when the system profile knows it (dlrun.nodemodel). Constant text:
+# only the NUMA map (integers from the validated profile) is filled in, and whether the rank is given its GPU alone.
 AFFINITY_SCRIPT = (
     f"lr={shell_first_set(local_rank_variables())}; "
     'IFS=, read -r -a gpus <<< "${CUDA_VISIBLE_DEVICES:-}"; '
     'if [ "${#gpus[@]}" -gt 0 ]; then gpu=${gpus[lr % ${#gpus[@]}]}; else gpu=$lr; fi; '
-    'export CUDA_VISIBLE_DEVICES="$gpu"; '
+    '@ONE_GPU@'
     "numa=(@NUMA@); node=\"\"; "
     'case "$gpu" in (*[!0-9]*) ;; (*) node=${numa[gpu]:-} ;; esac; '
     'if [ -n "$node" ] && command -v taskset >/dev/null '
@@ -135,22 +139,29 @@ AFFINITY_SCRIPT = (
     'then exec taskset -c "$cpus" "$@"; fi; '
     'exec "$@"'
 )
+ONE_GPU = 'export CUDA_VISIBLE_DEVICES="$gpu"; '
 AFFINITY_ARG0 = "dlrun-rank"
 
 
 def numa_map(plan: Plan) -> list[int] | None:
-    gpus = plan.system.gpus
-    return list(gpus.numa_affinity) if gpus and gpus.numa_affinity else None
+    """The GPU -> NUMA node map the plan's ranks are bound by (dlrun.nodemodel.binding.rank_affinity)."""
+    found = rank_affinity(node_model(plan.system), plan.fabric, plan.device, plan.dist)
+    return list(found.numa) if found else None
 
 
 def gpu_affinity_argv(plan: Plan) -> list[str]:
-    """`bash -c AFFINITY dlrun-rank` for GPU plans (one rank per GPU); nothing on CPU. nccl-tests chooses its
-    GPU itself (device = its local rank among the MPI processes of its host) and fails when it sees one GPU
-    only, so its ranks keep every GPU visible, as does a --dist dataparallel process (all of its node's GPUs)."""
-    if plan.device != "cuda" or plan.workload.kind == "nccl-tests" or plan.dist == "dataparallel":
+    """`bash -c AFFINITY dlrun-rank` for GPU plans (one rank per GPU); nothing on CPU nor for a --dist
+    dataparallel process (all of its node's GPUs, on every socket). nccl-tests chooses its GPU itself (device =
+    its local rank among the MPI processes of its host) and fails when it sees one GPU only: its ranks keep
+    every GPU visible and are bound to the NUMA node of the GPU their local rank takes."""
+    if plan.device != "cuda" or plan.dist == "dataparallel":
         return []
     numa = numa_map(plan) or []
-    return ["bash", "-c", AFFINITY_SCRIPT.replace("@NUMA@", " ".join(str(int(n)) for n in numa)), AFFINITY_ARG0]
+    one_gpu = "" if plan.workload.kind == "nccl-tests" else ONE_GPU
+    if not numa and not one_gpu:
+        return []
+    script = AFFINITY_SCRIPT.replace("@ONE_GPU@", one_gpu).replace("@NUMA@", " ".join(str(int(n)) for n in numa))
+    return ["bash", "-c", script, AFFINITY_ARG0]
 
 
 def hosts_setup(scheduler: SchedulerView, slots: int) -> list[str]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dlrun.errors import UsageError
 from dlrun.job import RUN_DIR_VAR, Launch, RankCommand, RankFailure
 from dlrun.launchers.base import Launcher, SchedulerView, gpu_affinity_argv, require_no_launcher_args
-from dlrun.launchers.mpirun import (OMPI_JOB_MARKERS, OMPI_RANK_ENV, OMPI_RANK_PREFIXES, ROOT_OK, mpirun_hosts,
+from dlrun.launchers.mpirun import (OMPI_JOB_MARKERS, OMPI_RANK_ENV, OMPI_RANK_PREFIXES, mpirun_hosts, root_ok,
                                    open_mpi_rank_failure)
 from dlrun.plan import Plan, fabric_for
 from dlrun.registry import LAUNCHERS, Tool
@@ -59,5 +59,5 @@ class HorovodrunLauncher(Launcher):
         if plan.fabric == "tcp" and tcp and tcp.interfaces and plan.nodes > 1:
             argv += ["--network-interface", ",".join(tcp.interfaces)]
         argv += list(plan.launcher_args) + gpu_affinity_argv(plan) + rank.argv
-        return Launch(argv=argv, env={**rank.env, **ROOT_OK}, rank_log_pattern="logs/1/rank.{rank}/stdout",
+        return Launch(argv=argv, env={**rank.env, **root_ok(plan)}, rank_log_pattern="logs/1/rank.{rank}/stdout",
                       setup=setup)

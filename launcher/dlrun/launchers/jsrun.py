@@ -20,6 +20,7 @@ class JsrunLauncher(Launcher):
                       "WORLD_SIZE", "LOCAL_RANK", "CUDA_VISIBLE_DEVICES")
     rank_env_prefixes = ("JSM_", "PMIX_", "OMPI_")
     starts_mpi_programs = True
+    binds_resource_sets = True  # a resource set's cores are on its GPU's socket (--cpu_per_rs, --bind packed)
 
     def supports(self, scheduler: SchedulerView) -> bool:
         return self.name in scheduler.step_launchers

@@ -18,8 +18,14 @@ from dlrun.plan import Plan, fabric_for
 from dlrun.registry import LAUNCHERS, Tool
 from dlrun.shell import Expand
 
-# OpenMPI refuses to run as root unless told; harmless for other users.
+# OpenMPI refuses to run as root unless told: said only in a job that runs as root (Plan.runs_as_root), where a
+# site's job would otherwise carry a root-only switch for every user.
 ROOT_OK = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+
+
+def root_ok(plan: Plan) -> dict[str, str]:
+    """ROOT_OK where the job's mpirun runs as root, else nothing."""
+    return dict(ROOT_OK) if plan.runs_as_root else {}
 OMPI_RANK_ENV = ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
                  "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_COMM_WORLD_NODE_RANK", "OMPI_UNIVERSE_SIZE",
                  "CUDA_VISIBLE_DEVICES")
@@ -98,5 +104,5 @@ class MpirunLauncher(Launcher):
         hosts, setup = mpirun_hosts(scheduler, plan.ranks_per_node)
         argv = mpirun_argv(plan, scheduler, sorted(rank.env), hosts) + list(plan.launcher_args)
         argv += gpu_affinity_argv(plan) + rank.argv
-        return Launch(argv=argv, env={**rank.env, **ROOT_OK}, rank_log_pattern="logs/1/rank.{rank}/stdout",
+        return Launch(argv=argv, env={**rank.env, **root_ok(plan)}, rank_log_pattern="logs/1/rank.{rank}/stdout",
                       setup=setup)

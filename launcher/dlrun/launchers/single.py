@@ -1,9 +1,9 @@
-"""`none`: one rank, started directly (no MPI)."""
+"""`none`: one rank, started directly (no MPI); on a GPU node bound to its GPU's NUMA node like every launcher's ranks."""
 from __future__ import annotations
 
 from dlrun.errors import UsageError
 from dlrun.job import Launch, RankCommand
-from dlrun.launchers.base import Launcher, SchedulerView, require_no_launcher_args
+from dlrun.launchers.base import Launcher, SchedulerView, gpu_affinity_argv, require_no_launcher_args
 from dlrun.plan import Plan
 from dlrun.registry import LAUNCHERS
 
@@ -21,4 +21,4 @@ class SingleRankLauncher(Launcher):
 
     def wrap(self, plan: Plan, rank: RankCommand, scheduler: SchedulerView) -> Launch:
         require_no_launcher_args(self.name, rank)
-        return Launch(argv=rank.argv, env=rank.env, rank_log_pattern="logs/rank.0/stdout")
+        return Launch(argv=gpu_affinity_argv(plan) + rank.argv, env=rank.env, rank_log_pattern="logs/rank.0/stdout")

@@ -5,7 +5,8 @@ declared in dlrun.runoptions; `finish` what the site adds (secrets, matmul ceili
 its last resolvers; `inputs` and `backends` the checks of what the user typed."""
 from dlrun.plan.finish import SiteInputs, variant
 from dlrun.plan.resolve import resolve_plan
-from dlrun.plan.resolved import (DATA_MOUNT, DERIVED_FIELDS, Bind, DataSpec, LocalImage, Plan, fabric_for)
+from dlrun.plan.resolved import (DATA_MOUNT, DERIVED_FIELDS, Bind, DataSpec, LocalImage, Plan, fabric_for,
+                                  gpudirect_for)
 
 __all__ = ["DATA_MOUNT", "DERIVED_FIELDS", "Bind", "DataSpec", "LocalImage", "Plan", "SiteInputs", "fabric_for",
-           "resolve_plan", "variant"]
+           "gpudirect_for", "resolve_plan", "variant"]

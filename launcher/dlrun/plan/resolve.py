@@ -16,9 +16,11 @@ from dlrun.catalog import Catalog
 from dlrun.catalog.models import TF2_HARNESS_MODELS, ImageSpec, SystemSpec, WorkloadSpec
 from dlrun.errors import UsageError
 from dlrun.harness.harness_contract import CODE_PRECISIONS, GPU_ONLY_PRECISIONS
+from dlrun.nodemodel import node_model, rank_affinity, threads_per_rank
 from dlrun.plan import inputs
 from dlrun.plan.backends import resolve_backends
 from dlrun.plan.finish import FINISHING, SiteInputs, tuned
+from dlrun.plan.jobuser import runs_as_root
 from dlrun.plan.resolved import LocalImage, Plan
 from dlrun.runoptions import KNOBS, RESOLVERS, Request, options_for, request
 from dlrun.tfcnn.knobs import resolve_tf_options
@@ -129,8 +131,16 @@ def resolve_layout(res: Resolution) -> dict[str, Any]:
         raise UsageError(f"workload {res.workload.name!r} measures {res.workload.measures} between ranks and needs "
                          f"at least 2, got {nodes * ranks} ({nodes} node(s) x {ranks}); valid: --ranks-per-node 2 "
                          "or more, or --nodes 2 or more")
-    return {"nodes": nodes, "ranks_per_node": ranks, "device": "cuda" if system.gpus_per_node and not storage else "cpu",
-            "threads_per_rank": req.threads or max(system.cpu.cores // ranks, 1)}
+    device = "cuda" if system.gpus_per_node and not storage else "cpu"
+    return {"nodes": nodes, "ranks_per_node": ranks, "device": device,
+            "threads_per_rank": req.threads or default_threads(system, ranks, device, req.fabric, req.dist)}
+
+
+def default_threads(system: SystemSpec, ranks: int, device: str, fabric: str | None, dist: str | None) -> int:
+    """Threads per rank that fit the cores each rank is bound to (dlrun.nodemodel.binding): two ranks bound to
+    one 20-core socket get 10 each, not 20."""
+    affinity = rank_affinity(node_model(system), inputs.fabric_name(system, fabric), device, dist)
+    return threads_per_rank(node_model(system), ranks, affinity.numa if affinity else None)
 
 
 def resolve_batch(res: Resolution) -> dict[str, Any]:
@@ -190,7 +200,8 @@ def resolve_environment(res: Resolution) -> dict[str, Any]:
 
 
 def _resolve_backends(res: Resolution) -> dict[str, Any]:
-    return resolve_backends(res.catalog, res.request, res.workload, res.image, res.system, world=res.world)
+    backends = resolve_backends(res.catalog, res.request, res.workload, res.image, res.system, world=res.world)
+    return {**backends, "runs_as_root": runs_as_root(backends["scheduler"])}
 
 
 def resolve_fabric(res: Resolution) -> dict[str, Any]:

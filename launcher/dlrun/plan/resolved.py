@@ -1,6 +1,7 @@
 """The resolved run: one immutable `Plan` with everything a run needs, as data."""
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -10,6 +11,8 @@ from dlrun.catalog.models import ImageSpec, SchedulerOptions, SystemSpec, Worklo
 from dlrun.fabrics import FabricSettings, fabric_settings
 from dlrun.harness.harness_contract import DEFAULT_PRECISION, PRECISIONS
 from dlrun.job import RUN_DIR_VAR
+from dlrun.nodemodel import node_model
+from dlrun.nodemodel.gpudirect import PSM2_GPU_VARS, GpuDirect, nccl_gpudirect, psm2_gpu_env
 from dlrun.secrets import redact_env, secret_names
 from dlrun.shell import Expand
 
@@ -105,6 +108,7 @@ class Plan(BaseModel):
     matmul_gflops: float | None = Field(default=None, gt=0)
     telemetry_period: float | None = Field(default=1.0, gt=0)  # seconds between telemetry samples; None: off
     scheduler_options: SchedulerOptions = SchedulerOptions()
+    runs_as_root: bool = False  # the job's processes run as root (dlrun.plan.jobuser): root-only settings allowed
     launcher_args: list[str] = []  # extra flags for the launcher (mpirun, srun, ...), passed as given
     secret_env: list[str] = []  # names in `env` the user marked secret (--secret-env); see dlrun.secrets
     # tf_cnn_benchmarks only (dlrun.tfcnn.knobs): None / 0 / [] for the PyTorch harness.
@@ -193,9 +197,47 @@ DERIVED_FIELDS = {
     "matmul_gflops": "the store's newest `dlrun measure matmul` of the system in the element type the run computes in "
                      "(dlrun.plan.finish)",
     "harness_options": "the options that only reach the harness (dlrun.runoptions: a harness flag, no field)",
+    "runs_as_root": "whether the job's processes run as root: the user who starts dlrun, a pod's image user "
+                    "(dlrun.plan.jobuser)",
 }
 
 
 def fabric_for(plan: Plan) -> FabricSettings:
-    """The fabric settings of a plan: its system's configuration of that fabric, rendered."""
-    return fabric_settings(plan.fabric, plan.system.fabric_config.get(plan.fabric), device=plan.device)
+    """The fabric settings of a plan: its system's configuration of that fabric, rendered, with the GPUDirect
+    settings its node model and image allow (gpudirect_for)."""
+    settings = fabric_settings(plan.fabric, plan.system.fabric_config.get(plan.fabric), device=plan.device)
+    env = {name: value for name, value in settings.env.items() if name not in PSM2_GPU_VARS}
+    return dataclasses.replace(settings, env={**env, **gpudirect_for(plan).env})
+
+
+def _component(image: ImageSpec, name: str) -> tuple[bool, str | None]:
+    """(present, version) of an image's component (nccl, mpi): present but of unknown version where the image
+    does not describe its stack (the host's Python, a site's own image), absent where its stack says not_used."""
+    spec = getattr(image, name, None)
+    if spec is None:
+        return True, None
+    version = getattr(spec, "version", None)
+    return version is not None, version
+
+
+def _source_of(plan: Plan, fact: str) -> str:
+    """` (DOC, WHERE)` of the system's first source about `fact`, or nothing."""
+    source = next((s for s in plan.system.sources if fact in (s.about or "")), None)
+    return f" ({source.doc}, {source.where})" if source else ""
+
+
+def gpudirect_for(plan: Plan) -> GpuDirect:
+    """GPUDirect on the plan's fabric (dlrun.nodemodel.gpudirect): the NCCL level the node model's GPU<->NIC
+    path allows, PSM2's GPU buffers where the image's PSM2 has CUDA; nothing for CPU jobs and plain TCP."""
+    if plan.device != "cuda" or plan.fabric == "tcp":
+        return GpuDirect()
+    has_nccl, nccl = _component(plan.image, "nccl")
+    node = node_model(plan.system)
+    found = nccl_gpudirect(node, plan.fabric, nccl, _source_of(plan, "gpudirect")) if has_nccl else GpuDirect(
+        notes=(f"GPUDirect: image {plan.image.name} has no NCCL; no NCCL GPUDirect setting applies",))
+    if plan.fabric != "opa":
+        return found
+    mpi = getattr(plan.image, "mpi", None)
+    nics = node.nics.get(plan.fabric)
+    env, note = psm2_gpu_env(getattr(mpi, "psm2_cuda", None), nics.gpudirect if nics else None)
+    return dataclasses.replace(found, env={**found.env, **env}, notes=(*found.notes, note))

@@ -11,6 +11,7 @@ from dlrun.plan import Plan
 from dlrun.preflight.findings import Finding
 from dlrun.preflight.mpi_pairs import check_mpi_compat, image_mpi, uses_image_mpi
 from dlrun.preflight.node import node_findings
+from dlrun.preflight.node_rules import job_rule_findings, live_rule_findings
 from dlrun.probe.mpi import MpiInfo, parse_mpi_version
 from dlrun.registry import LAUNCHERS, RUNTIMES, SCHEDULERS, Tool
 from dlrun.runtimes.base import Runtime
@@ -46,6 +47,9 @@ def preflight(plan: Plan, inventory: dict[str, Any] | None = None) -> list[Findi
     findings += _host_bind_findings(plan, runtime)
     findings += tf2_horovod_findings(plan)
     findings += short_secret_findings(plan)
+    findings += job_rule_findings(plan)
+    if inventory is not None and SCHEDULERS.get(plan.scheduler).runs_here:
+        findings += live_rule_findings(plan, inventory)
     return findings
 
 

@@ -7,6 +7,7 @@ from dlrun.catalog import Catalog
 from dlrun.plan import LocalImage, resolve_plan
 from dlrun.preflight.checks import host_mpi_from, preflight
 from dlrun.preflight.findings import Finding, findings_json
+from dlrun.preflight.node_rules import live_model_finding, live_rule_findings
 from dlrun.probe.host import node_inventory as probe_inventory
 from dlrun.probe.mpi import parse_mpi_version
 from dlrun.probe.topology import topology_problems
@@ -34,6 +35,9 @@ def doctor_report(catalog: Catalog, *, system: str | None = None, image: str | N
     plan = resolve_plan(catalog, workload, system=system or "localhost", image=image, local_image=local_image,
                         **given)
     findings = preflight(plan, inventory)
+    if not SCHEDULERS.get(plan.scheduler).runs_here:  # a job that runs here had them in preflight already
+        findings += live_rule_findings(plan, inventory)
+    findings.append(live_model_finding(inventory))
     host = host_mpi_from(inventory)
     declared = parse_mpi_version(plan.system.mpi) if plan.system.mpi else None
     if declared and host and (declared.flavour, declared.series) != (host.flavour, host.series):

@@ -80,8 +80,10 @@ def rdma_devices(root: Path) -> list[dict[str, Any]]:
             netdevs = sorted(p.name for p in (base / name / "device" / "net").iterdir())
         except OSError:
             netdevs = []
+        numa = read_text(base / name / "device" / "numa_node")  # -1: the platform does not say
         devices.append({"name": name, "ports": ports, "netdevs": netdevs,
-                        "board_id": read_text(base / name / "board_id"), "fw_ver": read_text(base / name / "fw_ver")})
+                        "board_id": read_text(base / name / "board_id"), "fw_ver": read_text(base / name / "fw_ver"),
+                        "numa_node": int(numa) if numa and numa.lstrip("-").isdigit() and int(numa) >= 0 else None})
     return devices
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,8 @@ from dlrun.probe.sysfs import read_text
 from dlrun.probe.tools import tool_output
 
 QUERY = "index,name,memory.total,pci.bus_id,uuid,driver_version"
+#: Asked on its own: nvidia-smi before driver 510 rejects the whole query for a field it does not know.
+CAPABILITY_QUERY = "index,compute_cap"
 
 
 def pci_numa_node(bus_id: str, root: Path = Path("/")) -> int | None:
@@ -39,11 +42,27 @@ def parse_gpu_query(text: str, root: Path = Path("/")) -> list[dict[str, Any]]:
     return gpus
 
 
+def parse_capabilities(text: str | None) -> dict[int, str]:
+    """{index: compute capability} from `nvidia-smi --query-gpu=index,compute_cap --format=csv,noheader`."""
+    found = {}
+    for line in (text or "").splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 2 and parts[0].isdigit() and re.fullmatch(r"\d+\.\d+", parts[1]):
+            found[int(parts[0])] = parts[1]
+    return found
+
+
 @functools.lru_cache(maxsize=1)
 def gpus() -> tuple[dict[str, Any], ...]:
-    """This node's GPUs (empty without nvidia-smi): one nvidia-smi call for the life of the process."""
+    """This node's GPUs (empty without nvidia-smi), with each one's compute capability where nvidia-smi reports
+    it: two nvidia-smi calls for the life of the process."""
     out = tool_output(["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader,nounits"], timeout=30)
-    return tuple(parse_gpu_query(out)) if out else ()
+    if not out:
+        return ()
+    found = parse_gpu_query(out)
+    capabilities = parse_capabilities(tool_output(["nvidia-smi", f"--query-gpu={CAPABILITY_QUERY}",
+                                                   "--format=csv,noheader"], timeout=30))
+    return tuple({**gpu, "compute_cap": capabilities.get(gpu["index"])} for gpu in found)
 
 
 def gpu_inventory(topology: bool = False) -> dict[str, Any]:

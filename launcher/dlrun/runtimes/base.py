@@ -26,6 +26,35 @@ class ContainerService:
 
 
 @dataclass(frozen=True)
+class NodeReference:
+    """What every compute node of the job resolves to start the image (dlrun.jobcheck's container-reference
+    rule): a registry reference, a file or tree path, an image the node's own engine holds, or nothing."""
+
+    text: str
+    kind: str  #: registry | file | engine | none
+
+
+def registry_host(reference: str) -> str | None:
+    """The registry a reference names (`localhost`, `registry.example.org:5000`), or None (Docker Hub, a path)."""
+    ref = reference.split("://", 1)[-1]
+    if ref.startswith("/"):
+        return None
+    first, sep, rest = ref.replace("#", "/", 1).partition("/")
+    if sep and ("." in first or ":" in first or first == "localhost"):
+        return first
+    return None
+
+
+def is_loopback_registry(reference: str) -> bool:
+    """A registry on this machine only: `localhost`, `127.x.y.z`, `[::1]` (with or without a port)."""
+    host = registry_host(reference)
+    if host is None:
+        return False
+    name = host.rsplit(":", 1)[0] if not host.startswith("[") else host.split("]")[0] + "]"
+    return name in ("localhost", "[::1]") or name.startswith("127.")
+
+
+@dataclass(frozen=True)
 class ImageCopy:
     """Where a runtime's copy of the plan's image is and how its digest is read: the pre-run check compares
     it with the site's image lock (dlrun.images.verify), the node checks look for it (dlrun.preflight.node)."""
@@ -73,6 +102,16 @@ class Runtime:
         """The command that removes what a run's ranks left behind them outside the job's own processes (an
         engine service's containers), run after a local job however it ended; None: nothing outlives a rank."""
         return None
+
+    def node_reference(self, plan: Plan) -> NodeReference:
+        """What the compute nodes resolve to start the plan's image (nothing: the host's own environment)."""
+        return NodeReference("", "none")
+
+    def joins_launcher_session(self, plan: Plan, rank: RankCommand) -> bool:
+        """Whether a rank it starts can reach the PMIx server of the host launcher that started it (same PID
+        namespace, the server's directory, the launcher's user): true for runtimes that run the rank as a child
+        process of the launcher in the host's namespaces."""
+        return True
 
 
 class ContainerRuntime(Runtime):

@@ -19,7 +19,7 @@ from dlrun.errors import UsageError
 from dlrun.job import RankCommand
 from dlrun.plan import Plan
 from dlrun.registry import RUNTIMES, Tool
-from dlrun.runtimes.base import ContainerRuntime, ImageCopy
+from dlrun.runtimes.base import ContainerRuntime, ImageCopy, NodeReference
 from dlrun.shell import Expand, SecretRef
 
 HOST_ONLY_ENV = ("PYTHONPATH", "PYTHONHOME", "LD_LIBRARY_PATH", "LD_PRELOAD", "VIRTUAL_ENV")
@@ -38,6 +38,9 @@ class CharliecloudRuntime(ContainerRuntime):
         """The unpacked root filesystem in the image store of the node that runs the job."""
         return ImageCopy("rootfs", what="unpacked root filesystem", path=plan.image.rootfs, tool=self.tool,
                          how=f"dlrun images build {plan.image.name} --engine {self.name}")
+
+    def node_reference(self, plan: Plan) -> NodeReference:
+        return NodeReference(plan.image.rootfs or "", "file")
 
     def wrap(self, plan: Plan, rank: RankCommand) -> RankCommand:
         rootfs = plan.image.rootfs

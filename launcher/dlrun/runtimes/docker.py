@@ -37,7 +37,7 @@ from dlrun.errors import UsageError
 from dlrun.job import RUN_DIR_VAR, RankCommand
 from dlrun.plan import Plan, fabric_for
 from dlrun.registry import RUNTIMES, Tool
-from dlrun.runtimes.base import ContainerRuntime, ContainerService, ImageCopy, image_reference
+from dlrun.runtimes.base import ContainerRuntime, ContainerService, ImageCopy, NodeReference, image_reference
 from dlrun.shell import Concat, Expand
 
 COMMON = ["--network=host", "--ipc=host"]
@@ -68,10 +68,36 @@ def bind_flag(source: str, target: str, read_only: bool) -> str:
     return f"{source}:{target}" + (":ro" if read_only else "")
 
 
-def prefix_env_script(engine: str, prefixes: tuple[str, ...]) -> str:
-    """`sh -c` program that adds `--env=NAME` for every variable with one of `prefixes`, then runs."""
+# A container per rank under a host launcher that wires the ranks up through its PMIx server (mpirun, srun
+# --mpi=pmix) reaches that server only from the host's PID namespace (else Open MPI's shared memory between the
+# node's ranks faults), with the server's directory at its own path (PMIx's shared-memory datastore and Open
+# MPI's segments live there) and as the launcher's user (PMIx refuses a client of another uid, and mpirun then
+# waits forever). Measured with Docker 20.10 and Podman 4.3 and Open MPI 4.1 on both sides
+# (tests/test_host_mpi_containers.py); the values exist only where the rank starts, hence a `sh -c`.
+HOST_PMIX_FLAGS = ('--pid=host --user "$(id -u):$(id -g)" '
+                   '${PMIX_SERVER_TMPDIR:+-v "$PMIX_SERVER_TMPDIR:$PMIX_SERVER_TMPDIR"} ')
+
+
+def host_pmix(rank: RankCommand) -> bool:
+    """The rank is started by a host launcher whose PMIx variables it inherits."""
+    return "PMIX_" in rank.passthrough_prefixes
+
+
+# A Docker container is started by the daemon, not by the `docker run` process: it does not inherit the CPU
+# affinity the rank was bound with (taskset), so that affinity is handed over as its cpuset (measured: a
+# container started under `taskset -c 1 docker run` sees CPUs 0-1; with --cpuset-cpus=1, CPU 1). Podman's
+# containers descend from its own process and inherit it.
+CPUSET_FLAG = '--cpuset-cpus="$(awk \'/^Cpus_allowed_list:/ {print $2}\' /proc/self/status)" '
+
+
+def prefix_env_script(engine: str, prefixes: tuple[str, ...], pmix: bool = False) -> str:
+    """`sh -c` program that runs the container with the rank's CPU affinity as its cpuset (Docker), what a host
+    PMIx launcher's server needs (HOST_PMIX_FLAGS), and `--env=NAME` for every variable with one of
+    `prefixes`."""
     pattern = "|".join(prefixes)
-    return (f'exec {engine} run $(env | grep -oE "^({pattern})[A-Za-z0-9_]*=" | sed "s/^/--env=/; s/=$//") "$@"')
+    env = f'$(env | grep -oE "^({pattern})[A-Za-z0-9_]*=" | sed "s/^/--env=/; s/=$//") ' if prefixes else ""
+    return (f'exec {engine} run {CPUSET_FLAG if engine == "docker" else ""}{HOST_PMIX_FLAGS if pmix else ""}'
+            f'{env}"$@"')
 
 
 class _EngineRuntime(ContainerRuntime):
@@ -98,6 +124,11 @@ class _EngineRuntime(ContainerRuntime):
         label = shlex.quote(f"label={RUN_LABEL}={run_dir}")
         return ["sh", "-c", f"{self.engine} ps -aq --filter {label} | xargs -r {self.engine} rm -f"]
 
+    def node_reference(self, plan: Plan) -> NodeReference:
+        """The image ID (or tag) the node's own engine holds, or the registry digest it pulls."""
+        image = container_image(plan)
+        return NodeReference(image, "registry" if image == plan.image.repo_digest else "engine")
+
     def options(self, plan: Plan, rank: RankCommand) -> list[str]:
         argv = ["--rm", *self.own_flags(), run_label(), *COMMON, *self.limits(plan), "--cap-add", "IPC_LOCK",
                 *self.gpu_flags(plan)]
@@ -122,10 +153,8 @@ class DockerRuntime(_EngineRuntime):
 
     def wrap(self, plan: Plan, rank: RankCommand) -> RankCommand:
         rest = [*self.options(plan, rank), container_image(plan), *rank.argv]
-        if rank.passthrough_prefixes:
-            argv = ["sh", "-c", prefix_env_script(self.engine, rank.passthrough_prefixes), "dlrun-docker", *rest]
-        else:
-            argv = [self.engine, "run", *rest]
+        argv = ["sh", "-c", prefix_env_script(self.engine, rank.passthrough_prefixes, host_pmix(rank)),
+                "dlrun-docker", *rest]
         return rank.with_argv(argv)
 
 
@@ -143,7 +172,9 @@ class PodmanRuntime(_EngineRuntime):
         return PODMAN_LIMITS
 
     def wrap(self, plan: Plan, rank: RankCommand) -> RankCommand:
-        argv = [self.engine, "run", *self.options(plan, rank)]
+        run = ["sh", "-c", f'exec {self.engine} run {HOST_PMIX_FLAGS}"$@"', "dlrun-podman"] if host_pmix(rank) \
+            else [self.engine, "run"]
+        argv = [*run, *self.options(plan, rank)]
         argv += [f"--env={prefix}*" for prefix in rank.passthrough_prefixes]
         argv += [container_image(plan), *rank.argv]
         return rank.with_argv(argv)
@@ -160,6 +191,9 @@ class DockerApiRuntime(_EngineRuntime):
 
     def leftover_cleanup(self, run_dir: str) -> list[str] | None:
         return [sys.executable, "-m", "dlrun.images.docker_run", "--remove-run", run_dir]
+
+    def joins_launcher_session(self, plan: Plan, rank: RankCommand) -> bool:
+        return not host_pmix(rank)  # docker_run starts the container without HOST_PMIX_FLAGS
 
     def wrap(self, plan: Plan, rank: RankCommand) -> RankCommand:
         argv = [sys.executable, "-m", "dlrun.images.docker_run", "--image", container_image(plan)]

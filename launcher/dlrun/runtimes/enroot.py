@@ -9,13 +9,15 @@ from dlrun.errors import UsageError
 from dlrun.job import RankCommand
 from dlrun.plan import Plan
 from dlrun.registry import RUNTIMES, Tool
-from dlrun.runtimes.base import ContainerRuntime, ImageCopy, image_reference
+from dlrun.runtimes.base import ContainerRuntime, ImageCopy, NodeReference, image_reference
 from dlrun.runtimes.singularity import bind_spec
 from dlrun.shell import Concat, Expand
 
 
 def pyxis_image(plan: Plan) -> str:
-    """pyxis writes `registry#repository:tag` (the registry separated by '#'); a path is a squashfs file."""
+    """pyxis writes `registry#repository:tag` (the registry separated by '#'); a path is a squashfs file (the
+    site's recorded one, or, for an image only this machine's registry holds, the image store's, which the site
+    makes with `dlrun images pull NAME --from REF --engine enroot`)."""
     squashfs = getattr(plan.image, "squashfs", None)
     if squashfs:
         return squashfs
@@ -49,6 +51,10 @@ class EnrootPyxisRuntime(ContainerRuntime):
                                        "nodes; the site's lock records no squashfs file to check")
         return ImageCopy("squashfs", what="squashfs file", path=plan.image.squashfs, shared=True,
                          how=f"dlrun images pull {plan.image.name} --from ... --engine {self.name}")
+
+    def node_reference(self, plan: Plan) -> NodeReference:
+        image = pyxis_image(plan)
+        return NodeReference(image, "file" if image.startswith("/") else "registry")
 
     def wrap(self, plan: Plan, rank: RankCommand) -> RankCommand:
         mounts = [bind_spec(b.source, b.target, b.read_only) for b in plan.mounts]

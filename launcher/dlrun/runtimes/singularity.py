@@ -11,7 +11,7 @@ from dlrun.errors import UsageError
 from dlrun.job import RankCommand
 from dlrun.plan import Plan
 from dlrun.registry import RUNTIMES, Tool
-from dlrun.runtimes.base import ContainerRuntime, ImageCopy, image_reference
+from dlrun.runtimes.base import ContainerRuntime, ImageCopy, NodeReference, image_reference
 from dlrun.shell import Expand, SecretRef
 
 ENV_PREFIX = {"singularity": "SINGULARITYENV_", "apptainer": "APPTAINERENV_"}
@@ -57,6 +57,10 @@ class SingularityRuntime(ContainerRuntime):
         """The SIF file, on the filesystem the compute nodes share."""
         return ImageCopy("sif", what="SIF file", path=plan.image.sif, shared=True,
                          how=f"dlrun images pull {plan.image.name} --from ... --engine {self.name}")
+
+    def node_reference(self, plan: Plan) -> NodeReference:
+        image = singularity_image(plan)
+        return NodeReference(image, "registry" if "://" in image else "file")
 
     def wrap(self, plan: Plan, rank: RankCommand) -> RankCommand:
         argv = [self.name, "exec"]

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from dlrun.job import JobState, Launch, RankCommand, RenderedJob
-from dlrun.launchers.mpirun import ROOT_OK, mpirun_argv, mpirun_hosts
+from dlrun.launchers.mpirun import mpirun_argv, mpirun_hosts, root_ok
 from dlrun.plan import Plan
 from dlrun.registry import SCHEDULERS, Tool
 from dlrun.schedulers.base import Scheduler, SchedulerError, run_tool
@@ -58,7 +58,7 @@ class PbsScheduler(Scheduler):
     def per_node_launch(self, plan: Plan, rank: RankCommand) -> Launch:
         hosts, setup = mpirun_hosts(self, 1)
         argv = mpirun_argv(plan, self, sorted(rank.env), hosts, np=plan.nodes) + rank.argv
-        return Launch(argv=argv, env={**rank.env, **ROOT_OK}, rank_log_pattern="logs/1/rank.{rank}/stdout",
+        return Launch(argv=argv, env={**rank.env, **root_ok(plan)}, rank_log_pattern="logs/1/rank.{rank}/stdout",
                       setup=setup, tasks_per_node=1)
 
     def once_per_node(self, plan: Plan, argv: list[str]) -> list[str]:
