@@ -46,7 +46,8 @@ def test_model_names_agree_and_files_ship():
     assert entry.MODEL_NAMES == models.MODEL_NAMES == sorted(TF2_HARNESS_MODELS) == sorted({*SMALL, *SAME_BUILDER})
     names = [p.name for p in harness_files("tensorflow")]
     assert names[0] == "harness_tensorflow.py" and names[1:] == sorted(names[1:])
-    assert {"harness_common.py", "harness_ranks.py", "harness_tensorflow_data.py",
+    assert {"harness_common.py", "harness_contract.py", "harness_node.py", "harness_ranks.py",
+            "harness_result_schema.py", "harness_tensorflow_data.py",
             "harness_tensorflow_models.py", "harness_tensorflow_process.py", "harness_tensorflow_ps.py",
             "harness_tensorflow_train.py"} == set(names[1:])
     for name in names[1:]:

@@ -52,6 +52,13 @@ def for_html(value: Any) -> str:
     return escape(plain(value), quote=True)
 
 
+def html_forms(value: str) -> tuple[str, str]:
+    """How an HTML writer may print `value` exactly (quotes escaped, and not): what a leak search looks for."""
+    from html import escape
+
+    return escape(value), escape(value, quote=False)
+
+
 def for_plot(value: Any) -> str:
     """`plain(value)` on one line: a plot's title, axis, legend or annotation text."""
     return plain(value, newlines=False)

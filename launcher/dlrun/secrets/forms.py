@@ -5,7 +5,6 @@ their keyed fingerprints (`dlrun.secrets.prints`) after a dlrun that knew them d
 from __future__ import annotations
 
 import base64
-import html
 import json
 import re
 import shlex
@@ -14,6 +13,7 @@ from functools import lru_cache
 from urllib.parse import quote, quote_plus
 
 from dlrun.secrets.rules import MIN_TEXT_MATCH, secret_parts
+from dlrun.text import html_forms
 
 _JSON_HEX = re.compile(r"\\u([0-9a-f]{4})")
 _PERCENT_HEX = re.compile(r"%([0-9A-F]{2})")
@@ -71,7 +71,7 @@ def _base64_forms(value: str) -> list[str]:
 def forms(value: str) -> tuple[str, ...]:
     """Every form of `value` worth looking for (the value first, then longest first; each once)."""
     found = [value, *_json_forms(value), *_url_forms(value), *_shell_forms(value), repr(value)[1:-1],
-             ascii(value)[1:-1], html.escape(value), html.escape(value, quote=False), *_base64_forms(value)]
+             ascii(value)[1:-1], *html_forms(value), *_base64_forms(value)]
     rest = sorted({form for form in found[1:] if form and form != value}, key=lambda f: (-len(f), f))
     return (value, *rest)
 
