@@ -15,7 +15,7 @@ EXTRAS := torch,tf,test,images,bench,export,report,data
 # daemon the tests start privately), an image registry and skopeo, linters, ssh-keygen, fio, a headless browser
 # (and its font) that opens the reports. (Apptainer comes from Debian sid, in a root of its own that the tests
 # make: tests/apptainer/.)
-APT_PACKAGES := openmpi-bin libopenmpi-dev slurm-wlm munge charliecloud podman runc debootstrap shellcheck fio \
+APT_PACKAGES := qemu-user-static binfmt-support openmpi-bin libopenmpi-dev slurm-wlm munge charliecloud podman runc debootstrap shellcheck fio \
 	libtcmalloc-minimal4 libjemalloc2 squashfs-tools openssh-client chromium fonts-dejavu-core cmake g++ \
 	docker.io docker-registry skopeo openssl
 # Horovod is built from its source release against the venv's torch (and TensorFlow when installed), cached

@@ -49,7 +49,7 @@ MATRIX_SYSTEM = SystemSpec(
     scheduler_options=SchedulerOptions(partition="gpu", account="proj1", time="00:20:00", exclusive=True),
     sources=[Source(doc="dlrun tests", where="tests/matrix_catalog.py")],
 )
-MATRIX_IMAGE = ImageSpec(name="matrix-image", description="rendering tests", kind="container", arch=["x86_64"],
+MATRIX_IMAGE = ImageSpec(name="matrix-image", description="rendering tests", kind="container", arch=["x86_64", "ppc64le"],
                          framework="pytorch", framework_version="2.6.0", python="python3",
                          harness_dir="/opt/dlrun", uri="registry.example.org/dlrun/matrix",
                          horovod_version="0.28.1")  # so that --launcher horovodrun renders in every runtime

@@ -29,7 +29,7 @@ SAMPLES = {
     "telemetry": "off", "fused_optimizer": "off", "fused_bn_relu": "off", "channels_last": "off", "compile": "on", "pin_threads": "on",
     "cudnn_benchmark": "off", "tune": "auto",  # tests run with DLRUN_TUNE=off (conftest)
     "seq_length": 128, "grad_accum": 2, "activation_checkpointing": True, "checkpoint_every": 5,
-    "checkpoint_dir": "/scratch/ckpt", "dataparallel_gpus": 1,
+    "checkpoint_dir": "/scratch/ckpt", "dataparallel_gpus": 1, "arch": "ppc64le",
 }
 #: Options of LLM workloads only, shown on llama3_tiny.
 LLM_OPTIONS = {"seq_length", "activation_checkpointing"}

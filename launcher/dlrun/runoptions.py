@@ -25,6 +25,7 @@ from typing import Any
 
 from dlrun.errors import UsageError, unknown_name
 from dlrun.harness.harness_contract import DEFAULT_PRECISION, KNOBS, PRECISIONS
+from dlrun.harness.harness_node import ARCHES
 from dlrun.registry import LAUNCHERS, RUNTIMES, SCHEDULERS
 
 #: The resolvers of dlrun.plan, in the order they run; `RunOption.resolver` names one of them.
@@ -127,6 +128,10 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
                       "host, else localhost",
          aliases=("-s",), field="system", key=("system",), axis="system", resolver="names", completion="systems",
          metavar="NAME"),
+    _opt("arch", "The image's architecture. One other than the system's runs emulated (qemu-user through "
+         "binfmt_misc, where the node has it): that proves an image works, never how fast that architecture is; "
+         "the run records what its code ran as, detected, and is never pooled with native runs.",
+         default_from="the system's", choices=ARCHES, field="image_arch", resolver="names", metavar="ARCH"),
     # layout: where the ranks run
     _opt("nodes", "Number of nodes.", type=int, default=1, aliases=("-N",), minimum=1, field="nodes",
          key=("nodes", "devices"), axis="nodes", resolver="layout"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dlrun.catalog.models import CpuSpec, FabricConfig, GpuSpec, ImageSpec, Source, SystemSpec
 from dlrun.paths import HARNESS_DIR
-from dlrun.probe.cpu import ARCHES
+from dlrun.harness.harness_node import ARCHES
 from dlrun.probe.host import HostFacts
 
 

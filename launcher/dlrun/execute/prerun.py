@@ -36,7 +36,7 @@ def clear(plan: Plan, inventory: dict[str, Any], judge: Judge, verified: Verifie
     recorded as not verified)."""
     findings = preflight(plan, inventory)
     judge(findings)
-    key = (plan.image.name, plan.system.arch, plan.runtime)
+    key = (plan.image.name, plan.image_arch, plan.runtime)
     if verified is not None and key in verified:
         image_check = verified[key]
     else:

@@ -1,4 +1,5 @@
-"""dlrun harnesses: the node a job runs on, as the job sees it - its CPU
+"""dlrun harnesses: the node a job runs on, as the job sees it - the
+architecture its code runs as (and whether that is emulated), its CPU
 (model name, vendor, family/model/stepping, instruction-set level), sockets
 and cores, memory, NVIDIA driver, RDMA ports and NICs.  The machine part of
 a run's fingerprint and comparability key comes from here, whether the
@@ -34,6 +35,57 @@ IDENTITY_KEYS = (("vendor_id", "vendor"), ("cpu family", "family"),
                  ("CPU implementer", "implementer"), ("CPU part", "part"),
                  ("CPU variant", "variant"), ("CPU revision", "revision"),
                  ("cpu", "cpu"), ("revision", "revision"))
+
+
+#: The architectures dlrun's images are built for (uname's names).
+ARCHES = ("x86_64", "ppc64le", "aarch64")
+#: An ELF file's (e_machine, EI_DATA byte order) -> the architecture's name
+#: as dlrun writes it (uname's).
+ELF_ARCH = {(62, 1): "x86_64", (21, 1): "ppc64le", (21, 2): "ppc64",
+            (183, 1): "aarch64", (183, 2): "aarch64_be", (3, 1): "i686",
+            (40, 1): "arm", (243, 1): "riscv64", (22, 2): "s390x"}
+#: The CPU architecture the kernel itself runs on, from the lines of its
+#: /proc/cpuinfo (qemu-user passes the host's file through unchanged for
+#: these targets, so a process emulated by it still sees the real CPU).
+CPUINFO_ARCH = (("vendor_id", "x86_64"), ("CPU implementer", "aarch64"),
+                ("cpu", "ppc64le"))
+
+
+def elf_arch(path):
+    """The architecture an ELF executable is built for (its header's machine
+    and byte order), or None where `path` is no ELF file."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(20)
+    except (IOError, OSError):
+        return None
+    if len(head) < 20 or head[:4] != b"\x7fELF" or head[5] not in (1, 2):
+        return None
+    order = "little" if head[5] == 1 else "big"
+    machine = int.from_bytes(head[18:20], order)
+    return ELF_ARCH.get((machine, head[5]), "elf-machine-%d" % machine)
+
+
+def kernel_arch(text):
+    """The CPU architecture /proc/cpuinfo's text describes, or None."""
+    fields = first_processor(text)
+    for key, arch in CPUINFO_ARCH:
+        if key in fields:
+            return arch
+    return None
+
+
+def arch_facts(executable=None, cpuinfo=None):
+    """The architecture this process's interpreter is built for, the one
+    the node's CPU is, and whether the code is emulated (the two differ:
+    qemu-user through binfmt_misc).  Detected, never assumed: the ELF header
+    of the interpreter against the kernel's /proc/cpuinfo."""
+    import sys
+
+    arch = elf_arch(executable or sys.executable) or platform.machine()
+    host = kernel_arch(_read(CPUINFO) if cpuinfo is None else cpuinfo)
+    return {"arch": arch, "host_arch": host or arch,
+            "emulated": bool(host) and host != arch}
 
 
 def _read(path):
@@ -157,8 +209,14 @@ def node_facts(gpus=None):
                       (_read("/sys/module/nvidia/version")
                        or _read("/proc/driver/nvidia/version") or "").strip())
     cpuinfo = _read(CPUINFO)
+    arch = arch_facts(cpuinfo=cpuinfo or "")
     facts = {"hostname": platform.node(), "cpu_model": cpu_name(cpuinfo),
-             "cpu_id": cpu_identity(cpuinfo), "isa": isa_level(cpuinfo),
+             "cpu_id": cpu_identity(cpuinfo),
+             # an emulated process runs the host's CPU through qemu: the
+             # host's instruction set is not the one its code was built for
+             "isa": None if arch["emulated"] else isa_level(cpuinfo),
+             "arch": arch["arch"], "host_arch": arch["host_arch"],
+             "emulated": arch["emulated"],
              "sockets": len(packages) or None,
              "physical_cores": len(cores) or None,
              "memory_kib": int(memory.group(1)) if memory else None,

@@ -151,9 +151,9 @@ def build_base(spec: PinnedImageSpec, arch: str, log: Log) -> dict:
     if os.geteuid() != 0:
         raise DlrunError("debootstrap needs root (it runs dpkg in a chroot); run the build as root, or build with "
                          "--engine docker|podman|singularity from the generated recipes")
-    if arch != host_arch():
-        raise DlrunError(f"debootstrap builds for this machine's architecture ({host_arch()}), not {arch}; build "
-                         f"on a {arch} node, or from containers/{spec.name}/Dockerfile.{arch} with an engine there")
+    from dlrun.images import emulation
+
+    emulated = emulation.ensure(arch, log)  # another architecture: its packages' scripts run under qemu
     require_tool("debootstrap")
     require_tool("tar")
     base.mkdir(parents=True, exist_ok=True)
@@ -163,7 +163,8 @@ def build_base(spec: PinnedImageSpec, arch: str, log: Log) -> dict:
         shutil.rmtree(tmp)
     started = time.time()
     command = debootstrap_command(spec, arch, tmp)
-    log(f"base: {command.text()}")
+    log(f"base: {command.text()}" + (f"    # emulated: {arch} on this {host_arch()} machine, many times slower"
+                                      if emulated else ""))
     with open(base / "debootstrap.log", "w") as out:
         proc = subprocess.run(command.argv, stdout=out, stderr=subprocess.STDOUT)
     if proc.returncode != 0:
@@ -173,6 +174,10 @@ def build_base(spec: PinnedImageSpec, arch: str, log: Log) -> dict:
                          f"(full log: {base / 'debootstrap.log'})")
     _clean_base(tmp)
     versions = check_versions(spec, _installed_versions(tmp))
+    built_as = emulation.rootfs_arch(tmp)
+    if built_as != arch:
+        raise DlrunError(f"debootstrap --arch={DEB_ARCH[arch]} made a tree whose interpreter is built for "
+                         f"{built_as or 'no known architecture'}, not {arch}; see {base / 'debootstrap.log'}")
     created = int(time.time())
     layer_tmp = base / "layer.tar.tmp"
     run_command(layer_tar_command(tmp, layer_tmp, created), quiet=True)
@@ -182,7 +187,8 @@ def build_base(spec: PinnedImageSpec, arch: str, log: Log) -> dict:
     tmp.rename(base / "rootfs")
     layer_tmp.rename(base / "layer.tar")
     data = {"created": created, "diff_id": diff_id, "packages": versions, "command": command.argv,
-            "seconds": round(time.time() - started, 1), "layer_bytes": (base / "layer.tar").stat().st_size}
+            "seconds": round(time.time() - started, 1), "layer_bytes": (base / "layer.tar").stat().st_size,
+            "built_on": host_arch(), "emulated": emulated}
     meta.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     log(f"base: bootstrapped in {data['seconds']} s, layer {diff_id[:19]}…")
     return data
@@ -319,4 +325,5 @@ def _build(spec_file: SpecFile, arch: str, log: Log) -> dict:
     log(f"image: {image_id} ({archive.stat().st_size / 1e9:.2f} GB archive, rootfs {rootfs_digest[:19]}…)")
     return {"digest": image_id, "rootfs": rootfs_digest, "layers": [base["diff_id"], top_diff],
             "spec_sha256": spec_file.sha256, "packages": base["packages"], "harness_sha256": harness,
-            "size_bytes": archive.stat().st_size, "recorded_by": "build (debootstrap)"}
+            "size_bytes": archive.stat().st_size, "recorded_by": "build (debootstrap)",
+            **({"built_emulated_on": base["built_on"]} if base.get("emulated") else {})}

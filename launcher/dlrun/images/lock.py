@@ -41,9 +41,10 @@ HEADER = """\
 # rootfs: digest of the unpacked root filesystem (Charliecloud);  sif: sha256 of the SIF file;
 # squashfs: sha256 of enroot's squashfs file.  repo_digests: REPO@sha256 of this architecture's manifest;
 # index_digests: REPO@sha256 of the image index (one tag for every architecture) that holds it.
+# built_emulated_on: the machine's architecture where another one's image was built under qemu emulation.
 """
 FIELDS = ("digest", "rootfs", "sif", "squashfs", "repo_digests", "index_digests", "layers", "spec_sha256",
-          "recorded_by", "recorded_at", "size_bytes", "packages", "harness_sha256", "sif_from")
+          "recorded_by", "recorded_at", "size_bytes", "packages", "harness_sha256", "sif_from", "built_emulated_on")
 
 
 def lock_path() -> Path:

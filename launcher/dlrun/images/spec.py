@@ -11,8 +11,8 @@ from dlrun import paths
 from dlrun.catalog.loader import load_file, search_dirs
 from dlrun.catalog.stack import PinnedImageSpec
 from dlrun.errors import UsageError, unknown_name
+from dlrun.harness.harness_node import ARCHES
 
-ARCHES = ("x86_64", "ppc64le", "aarch64")
 
 
 @dataclass(frozen=True)

@@ -93,7 +93,7 @@ def verify_plan_image(plan, skip_checks: bool = False) -> dict[str, Any]:
     from dlrun.images import lock
     from dlrun.images.engines.base import mismatch
 
-    arch = plan.system.arch
+    arch = plan.image_arch
     entry = lock.entry(image.name, arch) or {}
     runtime = RUNTIMES.get(plan.runtime)
     copy = runtime.image_copy(plan)

@@ -62,9 +62,10 @@ def resolve_plan(catalog: Catalog, workload: str, *, local_image: LocalImage | N
     image = catalog.image(req.image or system.default_image)
     res = Resolution(catalog=catalog, request=req, workload=work, system=system, image=image, site=site)
     check_names(res)
+    arch = req.arch or system.arch
     if image.kind == "container" and local_image is not None:
-        res.image = local_image(image, system.arch)
-    res.fields.update(workload=work, image=res.image, system=system)
+        res.image = local_image(image, arch)
+    res.fields.update(workload=work, image=res.image, system=system, image_arch=arch)
     for name in RESOLVERS[1:]:
         res.fields.update(PIPELINE[name](res))
     for finishing in FINISHING:
@@ -75,9 +76,13 @@ def resolve_plan(catalog: Catalog, workload: str, *, local_image: LocalImage | N
 def check_names(res: Resolution) -> None:
     """The image fits the system and the workload (tf_cnn_benchmarks and TF 2 harness models, frameworks)."""
     work, system, img, catalog = res.workload, res.system, res.image, res.catalog
-    if system.arch not in img.arch:
-        raise UsageError(f"image {img.name!r} is built for {', '.join(img.arch)}, "
-                         f"but system {system.name!r} is {system.arch}")
+    arch = res.request.arch or system.arch
+    if arch not in img.arch:
+        asked = f"--arch {arch}" if res.request.arch else f"system {system.name!r} is {system.arch}"
+        raise UsageError(f"image {img.name!r} is built for {', '.join(img.arch)}, but {asked}")
+    if arch != system.arch and img.kind != "container":
+        raise UsageError(f"--arch {arch}: image {img.name!r} is the host's own software, which runs as the system's "
+                         f"{system.arch}; valid: --arch {system.arch}, or a container image")
     if img.framework not in ("pytorch", "tensorflow"):
         raise UsageError(f"image {img.name!r} has framework {img.framework!r}, which no dlrun workload command "
                          "runs; valid: pytorch, tensorflow")

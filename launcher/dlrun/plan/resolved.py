@@ -67,6 +67,7 @@ class Plan(BaseModel):
     workload: WorkloadSpec
     image: ImageSpec
     system: SystemSpec
+    image_arch: str  # the architecture of the image the ranks run (the system's, or emulated: --arch)
     nodes: int = Field(gt=0)
     ranks_per_node: int = Field(gt=0)
     batch_size: int = Field(gt=0, description="per rank")

@@ -136,7 +136,7 @@ def _fabric_findings(plan: Plan, inventory: dict[str, Any] | None, runtime: Runt
     container = image_mpi(plan.image)
     if isinstance(container, MpiInfo) and runtime.runs_container:
         spec = getattr(plan.image, "mpi", None)
-        psm2 = spec.psm2_for(plan.system.arch) if hasattr(spec, "psm2_for") else getattr(spec, "psm2", None)
+        psm2 = spec.psm2_for(plan.image_arch) if hasattr(spec, "psm2_for") else getattr(spec, "psm2", None)
         if plan.fabric == "opa" and psm2 is False:
             findings.append(Finding("error", "fabric", f"fabric opa but the image's {container.describe()} has no "
                                     "PSM2: MPI traffic would fall back to TCP",

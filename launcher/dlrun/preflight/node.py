@@ -21,12 +21,29 @@ def node_findings(plan: Plan, inventory: dict[str, Any]) -> list[Finding]:
     findings: list[Finding] = []
     engine_ok = True
     if runs_here:
-        findings += gpu_findings(plan, inventory)
+        findings += gpu_findings(plan, inventory) + arch_findings(plan)
         engine = engine_findings(plan)
         engine_ok = not engine
         findings += engine
     return findings + image_findings(plan, runs_here=runs_here, engine_ok=engine_ok,
                                      pulled_by_scheduler=scheduler.runs_image)
+
+
+def arch_findings(plan: Plan) -> list[Finding]:
+    """An image of another architecture than this node's runs only emulated, and only where the node can."""
+    from dlrun.images import emulation
+    from dlrun.images.spec import host_arch
+
+    arch = plan.image_arch
+    if arch == host_arch():
+        return []
+    problem = emulation.handler_state(arch)
+    if problem is None:
+        return [Finding("warn", "arch", f"image {plan.image.name} is {arch}: it runs emulated on this "
+                        f"{host_arch()} node (qemu-user), many times slower; the run is recorded as emulated, "
+                        "never as a hardware figure")]
+    return [Finding("error", "arch", f"image {plan.image.name} is {arch} and this node is {host_arch()}: {problem}",
+                    f"{emulation.INSTALL} (as root: it registers the qemu handlers), or run on a {arch} node")]
 
 
 def gpu_findings(plan: Plan, inventory: dict[str, Any]) -> list[Finding]:
@@ -85,7 +102,7 @@ def image_findings(plan: Plan, *, runs_here: bool, engine_ok: bool,
     image = plan.image
     if image.kind != "container":
         return []
-    arch = plan.system.arch
+    arch = plan.image_arch
     entry = lock.entry(image.name, arch) or {}
     runtime = RUNTIMES.get(plan.runtime)
     copy = None if pulled_by_scheduler else runtime.image_copy(plan)

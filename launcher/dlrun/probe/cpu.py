@@ -10,7 +10,6 @@ from typing import Any
 from dlrun.harness.harness_node import cpu_identity, isa_level
 from dlrun.probe.sysfs import read_text
 
-ARCHES = ("x86_64", "ppc64le", "aarch64")
 
 
 def machine_arch() -> str:

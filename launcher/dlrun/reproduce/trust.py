@@ -1,5 +1,5 @@
-"""Which stored runs a published number may be judged by: not those whose stored verdict is `implausible`, and
-not those of a point that scales well beyond ideal (scaling efficiency above dlrun.results.quality's
+"""Which stored runs a published number may be judged by: not those whose stored verdict is `implausible` or
+`emulated` (another architecture's code run under qemu: no hardware figure), and not those of a point that scales well beyond ideal (scaling efficiency above dlrun.results.quality's
 SUPERLINEAR against the point of the fewest devices that differs from it only in device count). What is
 left out is said in the reference's row."""
 from __future__ import annotations
@@ -11,6 +11,8 @@ from dlrun.reproduce.work import PointWork
 from dlrun.results.quality import SUPERLINEAR
 
 PRIMARY = ("throughput", "busbw")
+#: Stored verdicts whose runs no published number is judged by.
+UNTRUSTED = ("implausible", "emulated")
 
 
 def _rate(work: PointWork) -> float | None:
@@ -18,7 +20,7 @@ def _rate(work: PointWork) -> float | None:
     if work.plan is None:
         return None
     for metric in PRIMARY:
-        values = [run.values[metric] for run in work.stored if metric in run.values and run.verdict != "implausible"]
+        values = [run.values[metric] for run in work.stored if metric in run.values and run.verdict not in UNTRUSTED]
         if values:
             return sum(values) / len(values) / work.plan.world_size
     return None
@@ -49,11 +51,12 @@ def trusted(works: list[PointWork]) -> tuple[list[PointWork], dict[str, str]]:
     points = implausible_points(works)
     kept, left_out = [], {}
     for work in works:
-        bad = [run for run in work.stored if run.verdict == "implausible"]
+        bad = [run for run in work.stored if run.verdict in UNTRUSTED]
         if work.id in points:
             left_out[work.id] = points[work.id]
         elif bad:
-            left_out[work.id] = f"{len(bad)} implausible run(s) of point {work.id}"
+            kinds = " or ".join(sorted({run.verdict for run in bad}))
+            left_out[work.id] = f"{len(bad)} {kinds} run(s) of point {work.id}"
         gone = set(map(id, bad)) if work.id not in points else set(map(id, work.stored))
         kept.append(dataclasses.replace(work, stored=[run for run in work.stored if id(run) not in gone]))
     return kept, left_out

@@ -36,7 +36,7 @@ FIELDS: dict[str, tuple[type, ...]] = {
     "memory_gib": (int,), "gpu": (str,),
     "gpu_count": (int,), "gpu_memory_gib": (int,), "driver": (str,), "device": (str,), "cuda": (str,),
     "cudnn": (str,), "nccl": (str,), "fabric": (str,), "fabric_rate_gbps": (int, float), "nodes": (int,),
-    "node_from": (str,), "topology": (dict,),
+    "node_from": (str,), "topology": (dict,), "arch": (str,), "emulated_on": (str,),
 }
 #: The longest text value kept (a CPU or GPU model name, a version), and the largest topology summary (bytes
 #: of JSON).
@@ -115,6 +115,13 @@ def _gib(value: Any, per_gib: float) -> int | None:
     return int(round(number / per_gib)) if number and number > 0 else None
 
 
+def arch_fields(node: Mapping[str, Any]) -> dict[str, Any]:
+    """The architecture a job's code ran as, and the node CPU's where that was emulated (the harness's
+    detection: dlrun.harness.harness_node.arch_facts)."""
+    emulated = node.get("emulated") is True
+    return {"arch": node.get("arch"), "emulated_on": node.get("host_arch") if emulated else None}
+
+
 def _from_job(node: Mapping[str, Any]) -> dict[str, Any]:
     """The node's part from the harness's `node` record (dlrun.harness.harness_common.node_facts)."""
     sockets, cores = node.get("sockets"), node.get("physical_cores")
@@ -126,7 +133,7 @@ def _from_job(node: Mapping[str, Any]) -> dict[str, Any]:
             "gpu": gpus[0].get("name") if gpus else None,
             "gpu_count": node.get("gpus_on_node") or (len(gpus) if "gpus" in node else None),
             "gpu_memory_gib": _gib(gpus[0].get("memory_mib"), 1024) if gpus else None,
-            "driver": node.get("driver"), "fabrics": node.get("fabrics")}
+            "driver": node.get("driver"), "fabrics": node.get("fabrics"), **arch_fields(node)}
 
 
 def _from_inventory(inventory: Mapping[str, Any]) -> dict[str, Any]:
@@ -142,7 +149,8 @@ def _from_inventory(inventory: Mapping[str, Any]) -> dict[str, Any]:
             else _gib(inventory.get("memory_gb"), 1.0),
             "gpu": gpus[0].get("name") if gpus else None, "gpu_count": len(gpus) if "gpus" in gpu else None,
             "gpu_memory_gib": _gib(gpus[0].get("memory_mib"), 1024) if gpus else None,
-            "driver": gpus[0].get("driver") if gpus else None, "fabrics": inventory.get("fabrics")}
+            "driver": gpus[0].get("driver") if gpus else None, "fabrics": inventory.get("fabrics"),
+            "arch": inventory.get("arch")}
 
 
 def fingerprint_of(*, result: Mapping[str, Any] | None, inventory: Mapping[str, Any] | None,
@@ -161,7 +169,7 @@ def fingerprint_of(*, result: Mapping[str, Any] | None, inventory: Mapping[str, 
     device = extra.get("device") if extra.get("device") in ("cpu", "cuda") else None
     found: dict[str, Any] = {
         **{name: part.get(name) for name in ("cpu", "cpu_id", "isa", "sockets", "cores_per_socket", "memory_gib", "gpu",
-                                             "gpu_count", "gpu_memory_gib", "driver")},
+                                             "gpu_count", "gpu_memory_gib", "driver", "arch", "emulated_on")},
         "device": device,
         "cuda": _text(extra.get("cuda_version") or image.get("cuda")),
         "cudnn": _text(extra.get("cudnn_version") or image.get("cudnn")),
@@ -214,7 +222,15 @@ def _cpu_line(fp: Mapping[str, Any]) -> str:
               if isinstance(fp.get("sockets"), int) and isinstance(fp.get("cores_per_socket"), int) else "cores unknown")
     memory = f"{fp['memory_gib']} GiB" if fp.get("memory_gib") else "memory unknown"
     identity = f" ({fp['cpu_id']}; {fp.get('isa') or 'instruction set unknown'})" if fp.get("cpu_id") else ""
-    return f"{fp.get('cpu') or 'unknown CPU'}{identity}, {layout}, {memory}"
+    arch = f", {arch_label(fp)}" if fp.get("arch") else ""
+    return f"{fp.get('cpu') or 'unknown CPU'}{identity}, {layout}, {memory}{arch}"
+
+
+def arch_label(fp: Mapping[str, Any]) -> str | None:
+    """`x86_64`, or `ppc64le emulated on x86_64`; None where the run did not record it."""
+    if not fp.get("arch"):
+        return None
+    return f"{fp['arch']} emulated on {fp['emulated_on']}" if fp.get("emulated_on") else fp["arch"]
 
 
 def _gpu_line(fp: Mapping[str, Any]) -> str:

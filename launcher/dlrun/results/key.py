@@ -31,7 +31,8 @@ Fields (in the order they are printed):
   cpu, cpu_id, isa, cores, memory_gib, gpu, gpu_count, gpu_memory_gib, driver, cuda, cudnn, nccl, fabric_rate
                      the machine: its hardware fingerprint (dlrun.results.fingerprint): CPU model name, its
                      identity (vendor, family, model, stepping: a cloud VM's name alone hides the generation)
-                     and instruction-set level (x86-64-v4+avx512_bf16...), sockets x cores per socket, memory;
+                     and instruction-set level (x86-64-v4+avx512_bf16...; `ppc64le emulated on x86_64` for code
+                     run under qemu: never pooled with a native run), sockets x cores per socket, memory;
                      GPU model, GPUs per node, GPU memory, driver (`none` and `n/a`
                      without GPUs); the CUDA, cuDNN and NCCL the job saw (`n/a` for a run on CPUs); the
                      fabric's line rate per port (`n/a` on one node). Unknown for runs stored before dlrun
@@ -54,6 +55,7 @@ from typing import Any
 
 from dlrun.catalog.models import TRAINING_KINDS
 from dlrun.harness.harness_contract import CODE_PATH_KNOBS, code_path, precision_label
+from dlrun.results.fingerprint import arch_label
 from dlrun.results.parsers.result import SECONDARY_METRICS
 from dlrun.results.performance_env import performance_env
 from dlrun.tfcnn.knobs import key_part
@@ -201,13 +203,12 @@ def _machine(rec: _Record, nodes: Any) -> Key:
         return dict.fromkeys(MACHINE_FIELDS, NOT_APPLICABLE)  # counted on the model: no machine decides it
     fp = rec.run.get("fingerprint") if isinstance(rec.run.get("fingerprint"), dict) else {}
     sockets, per_socket = fp.get("sockets"), fp.get("cores_per_socket")
-    gpus = fp.get("gpu_count")
+    gpus, on_cpu = fp.get("gpu_count"), fp.get("device") == "cpu"
     no_gpu = gpus == 0
-    on_cpu = fp.get("device") == "cpu"
     rate = fp.get("fabric_rate_gbps")
     return {
-        "cpu": _known(fp.get("cpu")), "cpu_id": _known(fp.get("cpu_id")), "isa": _known(fp.get("isa")),
-        "cores": f"{sockets}x{per_socket}" if isinstance(sockets, int) and isinstance(per_socket, int) else UNKNOWN,
+        "cpu": _known(fp.get("cpu")), "cpu_id": _known(fp.get("cpu_id")),  # emulated: another arch's instructions
+        "isa": _known(arch_label(fp) if fp.get("emulated_on") else fp.get("isa")), "cores": f"{sockets}x{per_socket}" if isinstance(sockets, int) and isinstance(per_socket, int) else UNKNOWN,
         "memory_gib": _count(fp.get("memory_gib")),
         "gpu": "none" if no_gpu else _known(fp.get("gpu")),
         "gpu_count": gpus if isinstance(gpus, int) and not isinstance(gpus, bool) and gpus >= 0 else UNKNOWN,
@@ -224,6 +225,8 @@ def machine_label(key: Key) -> str:
     if all(key.get(name, UNKNOWN) in (UNKNOWN, NOT_APPLICABLE) for name in MACHINE_FIELDS):
         return UNKNOWN
     text = f"{key.get('cpu')} {key.get('cores')} {key.get('memory_gib')} GiB"
+    if " emulated on " in str(key.get("isa")):  # never mistaken for the machine's own figure
+        text += f" [{key['isa']}]"
     if key.get("cpu_id") not in (None, UNKNOWN, NOT_APPLICABLE):  # the marketing name can hide the generation
         text += f" ({key['cpu_id']})"
     if key.get("gpu") not in ("none", NOT_APPLICABLE):

@@ -8,6 +8,10 @@ Verdicts, worst first (a run or point gets the worst that applies, and every rea
                bandwidth above the fabric's line rate (FABRIC_CEILING) or above what the run's detected path
                allows (PEAK_CEILING); the point's judged where it is compared (dlrun.results.compare.verdicts),
                since it needs other runs, the system profile or the stored matmul rate
+  emulated     not a hardware figure: the run's code was built for another architecture than the node's CPU
+               and ran under emulation (qemu-user through binfmt_misc), as the harness detected (its
+               interpreter's ELF machine against the kernel's CPU); it proves an image works, never how fast
+               either architecture is, so nothing compares it with a native run or a published number
   contended    other work on the node: other processes used more than CONTENDED_SHARE of a node's CPUs
                during the timed steps (from /proc/stat, less the CPU time of the ranks and their data-loader
                workers), or a rank ran more threads than the CPUs it may use
@@ -60,7 +64,7 @@ STABLE_WITHIN = 0.02
 #: ... or when a point has this many runs (`--max-repeats`).
 MAX_REPEATS = 10
 
-VERDICTS = ("implausible", "contended", "degraded", "short", "noisy", "unknown", "ok")
+VERDICTS = ("implausible", "emulated", "contended", "degraded", "short", "noisy", "unknown", "ok")
 
 
 def worst(verdicts: Iterable[str]) -> str:
@@ -133,6 +137,16 @@ def hardware_reasons(extra: Mapping[str, Any]) -> list[str]:
     return reasons
 
 
+def emulation_reasons(extra: Mapping[str, Any]) -> list[str]:
+    """`emulated` where the harness found its code running for another architecture than the node's."""
+    node = extra.get("node") if isinstance(extra.get("node"), Mapping) else {}
+    if node.get("emulated") is not True:
+        return []
+    return [f"emulated: the code ran as {node.get('arch') or 'another architecture'} under emulation on a "
+            f"{node.get('host_arch') or 'different'} CPU (qemu-user): it shows the image works, not how fast "
+            "either machine is"]
+
+
 def run_quality(status: str | None, results: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """{"verdict", "reasons"} of a stored run from its status and result rows: the harness's figures, and what
     the hardware did (a reason from telemetry or the expected bus bandwidth stands without the harness's)."""
@@ -142,7 +156,7 @@ def run_quality(status: str | None, results: Iterable[Mapping[str, Any]]) -> dic
     extra = rows[0].get("extra") if isinstance(rows[0].get("extra"), Mapping) else {}
     quality = extra.get("quality")
     if isinstance(quality, Mapping):
-        reasons = judge_inputs(quality) + hardware_reasons(extra)
+        reasons = emulation_reasons(extra) + judge_inputs(quality) + hardware_reasons(extra)
     else:
         reasons = ["unknown: the run recorded no load, window or step spread (a log of another tool, or a run "
                    "stored before dlrun recorded them)"] + hardware_reasons(extra)

@@ -146,5 +146,5 @@ def image_reference(plan: Plan) -> str:
     uri = image.uri or image.name
     last = uri.rsplit("/", 1)[-1]
     if image.uri and ":" not in last and "@" not in last:
-        return f"{uri}:{plan.system.arch}"
+        return f"{uri}:{plan.image_arch}"
     return uri

@@ -105,7 +105,7 @@ class _EngineRuntime(ContainerRuntime):
 
     def image_copy(self, plan: Plan) -> ImageCopy:
         """The engine's image of the plan's tag (its ID is the lock's `digest`)."""
-        image, arch = plan.image, plan.system.arch
+        image, arch = plan.image, plan.image_arch
         return ImageCopy("digest", reference=f"{image.uri}:{arch}", tool=self.tool,
                          how=f"dlrun images load {image.name}_{arch}.tar {image.name} --engine ...")
 

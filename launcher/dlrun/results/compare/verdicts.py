@@ -67,12 +67,12 @@ def annotate(comparison: Comparison, groups: list[Group]) -> Comparison:
     flagged = superlinear(groups)
     for row in comparison.rows:
         row["quality"], row["quality_reasons"] = _row_verdict(row, verdicts, flagged)
-        if comparison.mode == "reference" and row["quality"] == "implausible":
-            for name, left_out in (("within", None), ("verdict", "left out: implausible")):
+        if comparison.mode == "reference" and row["quality"] in ("implausible", "emulated"):
+            for name, left_out in (("within", None), ("verdict", f"left out: {row['quality']}")):
                 if name in row:
                     row[name] = left_out
             comparison.notes.append(f"left out of the verdict against {row.get('label') or row.get('reference')}: "
-                                    f"the point is implausible ({'; '.join(row['quality_reasons'])})")
+                                    f"the point is {row['quality']} ({'; '.join(row['quality_reasons'])})")
     comparison.columns = [c for c in comparison.columns if c not in COLUMNS and c != "runs"] + COLUMNS + \
         [c for c in comparison.columns if c == "runs"]
     comparison.sites = sorted({str(g.key.get("site", g.site) or UNKNOWN) for g in groups})

@@ -65,6 +65,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE runs ADD COLUMN verdict TEXT",       # the verdict alone, for compare's grouping
     ),
     4: (),  # no new column: every key computed again (it holds the env, the code path, the CPU's identity)
+    5: (),  # no new column: the architecture each run's code ran as, its quality and key judged again
 }
 SCHEMA_VERSION = max(MIGRATIONS)
 
@@ -204,4 +205,30 @@ def _fill_v4(conn: sqlite3.Connection) -> None:
         conn.execute("UPDATE runs SET key = ?, key_hash = ? WHERE id = ?", (key_json(key), key_hash(key), run["id"]))
 
 
-_FILL = {2: _fill_v2, 3: _fill_v3, 4: _fill_v4}
+def _fill_v5(conn: sqlite3.Connection) -> None:
+    """Every run's fingerprint gains the architecture its job's code ran as (and the node CPU's, where that
+    was emulated), from what the job reported; its quality and key are judged again: an emulated run is no
+    hardware figure, and is never pooled with a native one."""
+    from dlrun.results.fingerprint import arch_fields
+
+    cols = ("id", "status", "workload", "model", "image", "image_digest", "system", "scheduler", "fabric", "nodes",
+            "world_size", "batch_size", "precision", "site", "origin")
+    rows = conn.execute(f"SELECT {', '.join(cols)}, plan, provenance, fingerprint FROM runs").fetchall()
+    for row in rows:
+        run = dict(zip(cols, row[:len(cols)]))
+        run["plan"], run["provenance"] = json.loads(row[-3]), json.loads(row[-2])
+        fingerprint = json.loads(row[-1]) if row[-1] else None
+        results = [json.loads(r[0]) for r in conn.execute(
+            "SELECT data FROM results WHERE run_id = ? ORDER BY metric", (run["id"],))]
+        extra = results[0].get("extra") if results and isinstance(results[0].get("extra"), dict) else {}
+        if isinstance(fingerprint, dict) and isinstance(extra.get("node"), dict):
+            fingerprint.update({k: v for k, v in arch_fields(extra["node"]).items() if isinstance(v, str)})
+        run["fingerprint"] = fingerprint
+        quality = run_quality(run["status"], results)
+        key = key_from_run(run, results)
+        conn.execute("UPDATE runs SET fingerprint = ?, quality = ?, verdict = ?, key = ?, key_hash = ? WHERE id = ?",
+                     (json.dumps(fingerprint, sort_keys=True) if fingerprint else None,
+                      json.dumps(quality, sort_keys=True), quality["verdict"], key_json(key), key_hash(key), run["id"]))
+
+
+_FILL = {2: _fill_v2, 3: _fill_v3, 4: _fill_v4, 5: _fill_v5}
