@@ -23,7 +23,8 @@ for _sig in (signal.SIGINT, signal.SIGQUIT):
     if signal.getsignal(_sig) is signal.SIG_IGN:
         signal.signal(_sig, signal.default_int_handler if _sig == signal.SIGINT else signal.SIG_DFL)
 #: Fixtures that start a resource, and the marker every test using them gets (pyproject.toml lists the markers).
-RESOURCE_FIXTURES = {"slurm_cluster": "slurm", "cpu_reference": "containers", "podman_service": "containers",
+RESOURCE_FIXTURES = {"slurm_cluster": "slurm", "cpu_reference_ppc64le": "containers",
+                     "cpu_reference": "containers", "podman_service": "containers",
                      "apptainer": "containers", "apptainer_registry": "containers", "docker_daemons": "containers",
                      "registry": "containers"}
 #: The markers `make check` leaves out.

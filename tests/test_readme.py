@@ -76,7 +76,7 @@ def _site(root: Path, name: str, image_env: dict[str, str], dataset: Path) -> tu
 
 
 @pytest.fixture
-def sites(tmp_path, cpu_reference_sif):
+def sites(tmp_path, cpu_reference_sif, cpu_reference_ppc64le):  # the README's ppc64le lines find it built
     dataset = tmp_path / "dataset"
     made = subprocess.run([sys.executable, "-m", "dlrun.cli", "data", "synth", "--format", "jpeg", "--images", "16",
                            "--classes", "2", "--size", "64", str(dataset)], capture_output=True, text=True,

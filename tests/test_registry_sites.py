@@ -211,8 +211,8 @@ def test_a_copy_that_differs_from_the_lock_is_refused_at_run(sites, tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------ one tag, every arch
-#: The images pushed under one tag, each {arch: its Docker archive}: the tiny image of every architecture now;
-#: cpu-reference (x86_64 and the emulated ppc64le build) joins as one more case.
+#: The images pushed under one tag, each {arch: its Docker archive}: the tiny image of every architecture (cheap:
+#: every pull is made); cpu-reference, x86_64 and the emulated ppc64le build, is the last test of the module.
 MULTIARCH_CASES = ["tiny"]
 
 
@@ -258,3 +258,35 @@ def test_one_tag_for_every_architecture(sites, multiarch, tmp_path):
     proc = dlrun("images", "pull", name, "--arch", "aarch64", "--engine", "docker", "--from", tag, env=b)
     assert proc.returncode == 1 and "has no image for aarch64 (linux/arm64); it lists linux/amd64, linux/ppc64le" \
         in proc.stderr, proc.stderr
+
+
+def test_cpu_reference_of_both_architectures_under_one_tag(sites, cpu_reference_ppc64le, tmp_path):
+    """Site A adds its emulated ppc64le build of cpu-reference to the tag its x86_64 build went to: the tag is
+    now an OCI image index of both, the same image in the sense a registry means it (Ren et al.'s DGX-2 and
+    AC922 run one tag). Site B pulls its own architecture through the tag, by the digest site A's lock names;
+    the index and the manifest are in both locks, and ppc64le is listed with its own digest."""
+    a, b, tag = sites["a"], {**sites["b"], "DLRUN_IMAGES_LOCK": str(tmp_path / "b.lock")}, sites["tag"]
+    ppc = cpu_reference_ppc64le["entry"]["digest"]
+    ok(dlrun("images", "load", str(cpu_reference_ppc64le["archive"]), "cpu-reference", "--arch", "ppc64le",
+             "--engine", "docker", env=a))
+    started = time.time()
+    pushed = entry_of(ok(dlrun("images", "push", "cpu-reference", "--arch", "ppc64le", "--engine", "docker",
+                               "--to", tag, env=a, timeout=1800)))
+    push_seconds = time.time() - started
+    raw_bytes = subprocess.run(["skopeo", "inspect", "--tls-verify=false", "--raw", f"docker://{tag}"],
+                               capture_output=True, check=True).stdout
+    platforms = {m["platform"]["architecture"]: m["digest"] for m in json.loads(raw_bytes)["manifests"]}
+    assert sorted(platforms) == ["amd64", "ppc64le"]
+    repository = tag.rsplit(":", 1)[0]
+    index_ref = f"{repository}@sha256:" + hashlib.sha256(raw_bytes).hexdigest()
+    assert pushed["repo_digests"] == [f"{repository}@{platforms['ppc64le']}"] and pushed["index_digests"] == [index_ref]
+    lock_a = yaml.safe_load(Path(a["DLRUN_IMAGES_LOCK"]).read_text())["images"]["cpu-reference"]
+    assert lock_a["ppc64le"]["digest"] == ppc and lock_a["ppc64le"]["built_emulated_on"] == "x86_64"
+    got = entry_of(ok(dlrun("images", "pull", "cpu-reference", "--engine", "docker", "--from", tag, "--digest",
+                            sites["digest"], env=b, timeout=1800)))
+    assert (got["digest"], got["repo_digests"], got["index_digests"]) == \
+        (sites["digest"], [f"{repository}@{platforms['amd64']}"], [index_ref])
+    proc = dlrun("images", "pull", "cpu-reference", "--arch", "ppc64le", "--engine", "docker", "--from", tag,
+                 "--digest", sites["digest"], env=b)  # the x86_64 image's ID is not the ppc64le image's
+    assert proc.returncode == 1 and sites["digest"] in proc.stderr and ppc in proc.stderr, proc.stderr
+    print(f"\nregistry: ppc64le cpu-reference pushed in {push_seconds:.0f} s beside x86_64 under one tag")

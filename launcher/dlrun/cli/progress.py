@@ -83,12 +83,22 @@ def summary_rows(record: Any) -> list[list[str]]:
             rows.append(["model / batch", f"{res.get('model')} / {res.get('batch_size')} per rank"])
             rows += precision_rows(extra.get("precision"), extra) + knob_rows(extra.get("knobs"))
         rows.append(["world size", str(res.get("num_devices"))])
+        rows += arch_rows(extra)
         if not extra.get("command_workload") and extra.get("benchmark") != "storage":
             rows.append(["framework", f"{extra.get('framework')} {extra.get('framework_version', '')}"])
     if record.reason:
         rows.append(["reason", record.reason])
     rows.append(["run directory", str(record.path)])
     return rows
+
+
+def arch_rows(extra: dict) -> list[list[str]]:
+    """Where the code ran another architecture's instructions under emulation: its figure is no hardware's."""
+    node = extra.get("node") if isinstance(extra.get("node"), dict) else {}
+    if node.get("emulated") is not True:
+        return []
+    return [["architecture", f"{node.get('arch')}, emulated on this {node.get('host_arch')} node (qemu-user): the "
+                             "figure shows the image works, never how fast either machine is"]]
 
 
 def storage_rows(res: dict, extra: dict) -> list[list[str]]:

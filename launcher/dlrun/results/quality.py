@@ -142,7 +142,7 @@ def emulation_reasons(extra: Mapping[str, Any]) -> list[str]:
     node = extra.get("node") if isinstance(extra.get("node"), Mapping) else {}
     if node.get("emulated") is not True:
         return []
-    return [f"emulated: the code ran as {node.get('arch') or 'another architecture'} under emulation on a "
+    return [f"emulated: the code ran as {node.get('arch') or 'another architecture'} under emulation on the node's "
             f"{node.get('host_arch') or 'different'} CPU (qemu-user): it shows the image works, not how fast "
             "either machine is"]
 
