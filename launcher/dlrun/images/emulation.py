@@ -30,9 +30,10 @@ INSTALL = "apt-get install qemu-user-static binfmt-support"
 Log = Callable[[str], None]
 
 
-def handler_state(arch: str, binfmt: Path = BINFMT) -> str | None:
+def handler_state(arch: str, binfmt: Path | None = None) -> str | None:
     """None where this machine runs `arch` code (natively, or through an enabled qemu handler that the kernel
     opened at registration: flag F), else what is missing, in words."""
+    binfmt = binfmt or BINFMT
     if arch == host_arch():
         return None
     entry = binfmt / HANDLER[arch]

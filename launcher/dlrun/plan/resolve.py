@@ -77,12 +77,12 @@ def check_names(res: Resolution) -> None:
     """The image fits the system and the workload (tf_cnn_benchmarks and TF 2 harness models, frameworks)."""
     work, system, img, catalog = res.workload, res.system, res.image, res.catalog
     arch = res.request.arch or system.arch
-    if arch not in img.arch:
-        asked = f"--arch {arch}" if res.request.arch else f"system {system.name!r} is {system.arch}"
-        raise UsageError(f"image {img.name!r} is built for {', '.join(img.arch)}, but {asked}")
     if arch != system.arch and img.kind != "container":
         raise UsageError(f"--arch {arch}: image {img.name!r} is the host's own software, which runs as the system's "
                          f"{system.arch}; valid: --arch {system.arch}, or a container image")
+    if arch not in img.arch:
+        asked = f"--arch {arch}" if res.request.arch else f"system {system.name!r} is {system.arch}"
+        raise UsageError(f"image {img.name!r} is built for {', '.join(img.arch)}, but {asked}")
     if img.framework not in ("pytorch", "tensorflow"):
         raise UsageError(f"image {img.name!r} has framework {img.framework!r}, which no dlrun workload command "
                          "runs; valid: pytorch, tensorflow")
