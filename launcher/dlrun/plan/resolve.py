@@ -75,14 +75,8 @@ def resolve_plan(catalog: Catalog, workload: str, *, local_image: LocalImage | N
 
 def check_names(res: Resolution) -> None:
     """The image fits the system and the workload (tf_cnn_benchmarks and TF 2 harness models, frameworks)."""
-    work, system, img, catalog = res.workload, res.system, res.image, res.catalog
-    arch = res.request.arch or system.arch
-    if arch != system.arch and img.kind != "container":
-        raise UsageError(f"--arch {arch}: image {img.name!r} is the host's own software, which runs as the system's "
-                         f"{system.arch}; valid: --arch {system.arch}, or a container image")
-    if arch not in img.arch:
-        asked = f"--arch {arch}" if res.request.arch else f"system {system.name!r} is {system.arch}"
-        raise UsageError(f"image {img.name!r} is built for {', '.join(img.arch)}, but {asked}")
+    work, img, catalog = res.workload, res.image, res.catalog
+    check_arch(res)
     if img.framework not in ("pytorch", "tensorflow"):
         raise UsageError(f"image {img.name!r} has framework {img.framework!r}, which no dlrun workload command "
                          "runs; valid: pytorch, tensorflow")
@@ -102,6 +96,19 @@ def check_names(res: Resolution) -> None:
         if img.framework == "tensorflow" and name != "threads" and res.request.is_given(name):
             raise UsageError(f"--{name.replace('_', '-')} {res.request[name]} applies to dlrun's PyTorch harness, "
                              f"but image {img.name!r} runs TensorFlow; valid for it: auto")
+
+
+def check_arch(res: Resolution) -> None:
+    """The image is built for the architecture asked for (--arch, else the system's); another than the
+    system's is a container image's, run emulated where the node can (checked on the node: dlrun.preflight)."""
+    system, img = res.system, res.image
+    arch = res.request.arch or system.arch
+    if arch != system.arch and img.kind != "container":
+        raise UsageError(f"--arch {arch}: image {img.name!r} is the host's own software, which runs as the system's "
+                         f"{system.arch}; valid: --arch {system.arch}, or a container image")
+    if arch not in img.arch:
+        asked = f"--arch {arch}" if res.request.arch else f"system {system.name!r} is {system.arch}"
+        raise UsageError(f"image {img.name!r} is built for {', '.join(img.arch)}, but {asked}")
 
 
 def check_storage_image(res: Resolution) -> None:
