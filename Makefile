@@ -10,7 +10,7 @@ VENV_ABS := $(abspath $(VENV))
 BIN := $(VENV)/bin
 # torch is pinned everywhere: a range that admits a newer release pulls several GB of CUDA wheels.
 TORCH_PIN := torch==2.13.0
-EXTRAS := torch,tf,test,images,bench,export,report,data
+EXTRAS := torch,tf,test,images,bench,export,report,data,docs
 # Debian packages the tests use: real MPI, a real Slurm cluster, real container runtimes (the Docker engine, whose
 # daemon the tests start privately), an image registry and skopeo, linters, ssh-keygen, fio, a headless browser
 # (and its font) that opens the reports. (Apptainer comes from Debian sid, in a root of its own that the tests
@@ -22,7 +22,7 @@ APT_PACKAGES := qemu-user-static binfmt-support openmpi-bin libopenmpi-dev slurm
 # under $XDG_CACHE_HOME/dlrun/wheels: minutes the first time, seconds after (scripts/build-horovod.sh).
 HOROVOD_VERSION := 0.28.1
 
-.PHONY: all setup sysdeps horovod demo test check bench gpu-wheels lint clean
+.PHONY: all setup sysdeps horovod demo test check bench gpu-wheels lint docs clean
 
 all: test
 
@@ -77,6 +77,10 @@ test: setup sysdeps horovod
 # TensorFlow run (the markers in pyproject.toml). `make test` and CI run everything.
 check: setup
 	$(BIN)/python -m pytest -q tests -m "not (mpi or slurm or horovod or tensorflow or browser or containers or slow)"
+
+# The docs/ pages as a site in site/ (MkDocs, warnings as errors; tests/test_docs.py builds it too).
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 bench: setup sysdeps
 	$(BIN)/python bench/run.py

@@ -1,4 +1,5 @@
-"""The command lines of README.md's fenced blocks and of the examples in `--help` texts, and how
+"""The command lines of the fenced blocks of README.md and of the docs/ pages, and of the examples in `--help`
+texts, and how
 tests/test_readme.py runs them: each block in one bash session (an `export` or `. .venv/bin/activate` holds
 for the lines after it), line after line, stopping at the first line that fails.
 
@@ -39,8 +40,9 @@ ANSWERS = {"doctor": (0, 1)}
 
 @dataclass
 class Line:
-    number: int                 # 1-based, in the README
+    number: int                 # 1-based, in its file
     text: str                   # as printed
+    source: str = "README"      # the file it is printed in: README, or docs/PAGE.md
     command: str = ""           # what runs
     why: list[str] = field(default_factory=list)
     answers: tuple[int, ...] = (0,)
@@ -78,7 +80,7 @@ def split_comment(text: str) -> tuple[str, str]:
     return text.rstrip(), ""
 
 
-def blocks(path: Path) -> list[Block]:
+def blocks(path: Path, source: str = "README") -> list[Block]:
     """The fenced blocks (```bash or plain ```) holding dlrun or make command lines, split at site marks."""
     found: list[Block] = []
     language, start, lines = None, 0, []  # language is None outside a block
@@ -91,7 +93,7 @@ def blocks(path: Path) -> list[Block]:
                 found.append(Block(start, _parts(lines)))
             language = None
         elif language is not None and raw.strip():
-            lines.append(Line(number, raw.strip()))
+            lines.append(Line(number, raw.strip(), source=source))
     return found
 
 
@@ -167,7 +169,7 @@ class Outcome:
 
     def describe(self) -> str:
         tail = "\n".join((self.out + self.err).strip().splitlines()[-15:])
-        return (f"README line {self.line.number}: {self.line.text}\n  ran: {self.line.command}\n"
+        return (f"{self.line.source} line {self.line.number}: {self.line.text}\n  ran: {self.line.command}\n"
                 f"  exit {self.code}\n  {tail}")
 
 

@@ -52,10 +52,10 @@ def _errors(stderr):
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    """A small real text corpus: this repository's README and architecture notes, as plain text."""
+    """A small real text corpus: this repository's README, documentation and architecture notes, as plain text."""
     root = tmp_path_factory.mktemp("corpus")
-    for name in ("README.md", "ARCHITECTURE.md"):
-        (root / (name.split(".")[0].lower() + ".txt")).write_bytes((REPO / name).read_bytes())
+    for name in ("README.md", "ARCHITECTURE.md", "docs/running.md", "docs/results.md"):
+        (root / (name.replace("/", "-").split(".")[0].lower() + ".txt")).write_bytes((REPO / name).read_bytes())
     return root
 
 

@@ -27,6 +27,15 @@ from readme_commands import Line, Outcome, Part, blocks, prepare, run_part
 from dlrun.results.store import Store
 
 README = REPO / "README.md"
+
+
+def documents() -> list[tuple[Path, str]]:
+    """The README, then the docs pages in the order of mkdocs.yml's navigation (the order a reader follows)."""
+    import yaml
+
+    nav = yaml.safe_load((REPO / "mkdocs.yml").read_text())["nav"]
+    pages = [page for entry in nav for page in entry.values()]
+    return [(README, "README")] + [(REPO / "docs" / page, f"docs/{page}") for page in pages]
 #: Real logs the README's import-log lines read (tests/data/logs/SOURCES.md says where each was published): an
 #: nccl-tests all_reduce_perf run, and tf_cnn_benchmarks' ResNet-101 on 2 GPUs of one node (TF 1.14, Horovod).
 LOGS = {"all_reduce_perf.log": REPO / "tests" / "data" / "logs" / "nccl-tests" / "superbench_allreduce_g8.log",
@@ -105,7 +114,7 @@ def sites(tmp_path, cpu_reference_sif, cpu_reference_ppc64le):  # the README's p
 
 
 def _prepared() -> list:
-    found = blocks(README)
+    found = [block for path, source in documents() for block in blocks(path, source)]
     for block in found:
         for line in block.lines():
             prepare(line, _commands())
@@ -150,7 +159,7 @@ def test_every_readme_command_works_as_printed(sites):
         problems += _verdicts(outcomes)
         unreached = [o.line.number for o in outcomes if o.code is None]
         if unreached and not problems:
-            problems.append(f"block at README line {block.number}: lines {unreached} did not run")
+            problems.append(f"block at {block.lines()[0].source} line {block.number}: lines {unreached} did not run")
     assert problems == [], "\n\n".join(problems)
     bundle = sites["b"][1] / "hpc.bundle"
     assert bundle.is_file() and (Path(sites["b"][0]["HOME"]) / ".config" / "dlrun" / "allowed_signers").is_file()
@@ -158,10 +167,10 @@ def test_every_readme_command_works_as_printed(sites):
 
 def test_a_readme_command_that_fails_fails_the_readme_test(tmp_path):
     """A copy of the README with one command broken: the runner reports that line, with what it said."""
-    copy = tmp_path / "README.md"
-    copy.write_text(README.read_text().replace("dlrun experiments show E001_table2_model_facts",
+    copy = tmp_path / "workloads.md"
+    copy.write_text((REPO / "docs" / "workloads.md").read_text().replace("dlrun experiments show E001_table2_model_facts",
                                                "dlrun experiments show E001_table2_model_fact", 1))
-    [block] = [block for block in blocks(copy) if any("E001_table2_model_fact " in f"{line.text} "
+    [block] = [block for block in blocks(copy, "docs/workloads.md") if any("E001_table2_model_fact " in f"{line.text} "
                                                       for line in block.lines())]
     part = Part("", block.lines()[:3])
     for line in part.lines:
@@ -169,7 +178,8 @@ def test_a_readme_command_that_fails_fails_the_readme_test(tmp_path):
     outcomes = run_part(part, _env(tmp_path / "home"), tmp_path, tmp_path / "logs")
     assert [o.code for o in outcomes] == [0, 2, None]  # the third line is not reached
     [problem] = _verdicts(outcomes)
-    assert problem.startswith(f"README line {block.lines()[1].number}: dlrun experiments show E001_table2_model_fact")
+    assert problem.startswith(f"docs/workloads.md line {block.lines()[1].number}: dlrun experiments show "
+                              "E001_table2_model_fact")
     assert "unknown experiment 'E001_table2_model_fact'" in problem and "did you mean 'E001_table2_model_facts'" in problem
 
 
@@ -199,5 +209,5 @@ def test_every_help_example_works(tmp_path):
     assert ("dlrun doctor", "dlrun doctor --system txgaia --image pytorch1.0-horovod --fabric roce") in examples
     lines = [prepare(Line(index, example), _commands()) for index, (_, example) in enumerate(examples, 1)]
     outcomes = run_part(Part("", lines), _env(tmp_path / "home"), tmp_path, tmp_path / "logs")
-    problems = [o.describe().replace("README line", "help example") for o in outcomes if o.failed or o.code is None]
+    problems = [o.describe().replace("README line", "help example", 1) for o in outcomes if o.failed or o.code is None]
     assert problems == [], "\n\n".join(problems)

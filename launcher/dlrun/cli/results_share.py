@@ -99,7 +99,7 @@ def import_(
     as_json: JsonOpt = False,
 ) -> None:
     """Verify a bundle (every member's sha256, and its signature) and store the runs this site lacks, within
-    the limits in config.yaml (see README: Limits)."""
+    the limits in config.yaml (see docs/results.md: Limits)."""
     from dlrun.paths import dlrun_home
     from dlrun.results.exchange.bundle_import import import_bundle
 

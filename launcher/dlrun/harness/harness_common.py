@@ -143,7 +143,7 @@ def perf_stats(batch, step_times):
 
 # --- What the timed steps ran on: the node, and what else it did -----------
 #
-# Quality inputs (README "Quality verdicts"; dlrun.results.quality judges):
+# Quality inputs (docs/results.md, "quality verdicts"; dlrun.results.quality judges):
 # around its timed steps each rank reads the node's busy and total CPU time
 # (/proc/stat), its own and its children's (data-loader workers), the load
 # average and CPU frequency; rank 0 gathers them (the host name packed into

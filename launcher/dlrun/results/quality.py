@@ -1,5 +1,6 @@
 """Whether a number means anything: the quality verdict of a run and of a compared point, and every
-threshold it is judged by (this module owns them; README's "Quality verdicts" lists them).
+threshold it is judged by (this module owns them; docs/results.md, "Machine identity and quality verdicts",
+lists them).
 
 Verdicts, worst first (a run or point gets the worst that applies, and every reason):
 

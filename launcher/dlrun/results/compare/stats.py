@@ -1,4 +1,4 @@
-"""Statistics on repeated runs: one method per question (the README's "Statistics" section).
+"""Statistics on repeated runs: one method per question (docs/results.md, "Statistics").
 
 Rates (throughput, bandwidth) are positive and their run-to-run spread is multiplicative, so everything is
 computed on the logarithms of the repeats and taken back with exp():
