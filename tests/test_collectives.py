@@ -92,7 +92,11 @@ def fixed_home(monkeypatch):
 
 
 def _nccl_plan(workload: str, system: str, **options):
-    return resolve_plan(load_catalog(host=probe_host()), workload, system=system, **options)
+    """As `dlrun run` makes it: with this site's copy of the image (pyxis gets the .sqsh file's path)."""
+    from dlrun.images.verify import with_local_image
+
+    return resolve_plan(load_catalog(host=probe_host()), workload, system=system, local_image=with_local_image,
+                        **options)
 
 
 @pytest.mark.parametrize("case", sorted(NCCL_CASES))

@@ -410,3 +410,17 @@ def test_doctor_shows_the_node_model_it_checked(dlrun_home):
     checks = {c["check"]: c for c in json.loads(proc.stdout)["checks"]}
     assert checks["node-model"]["level"] == "ok" and "locked memory" in checks["node-model"]["message"]
     assert checks["node-model"]["message"].startswith("this node: ")
+
+
+def test_no_golden_job_points_the_nodes_at_a_registry_of_this_machine():
+    """Every rendered job kept as a golden file: none sends pyxis to `localhost#` (a registry that is each
+    compute node itself), and none sets Open MPI's root switches unless its job runs as root (a pod)."""
+    from pathlib import Path
+
+    goldens = sorted(p for p in (Path(__file__).parent / "golden").rglob("*") if p.is_file())
+    assert len(goldens) >= 20
+    for path in goldens:
+        text = path.read_text(errors="replace")
+        assert "localhost#" not in text, path
+        if "OMPI_ALLOW_RUN_AS_ROOT" in text:
+            assert "kubernetes" in path.name or "runAsUser: 0" in text or "root" in text.lower(), path
