@@ -1,6 +1,6 @@
 """cpu-reference for ppc64le, for real on this x86_64 machine: built by emulation (qemu-user through the
 kernel's binfmt_misc runs the foreign packages' scripts), its digest locked; the harness trains in it under
-Charliecloud and under the Docker engine. The stored run says what its code ran as, detected by the harness
+Charliecloud, the Docker engine (2 ranks) and Podman. The stored run says what its code ran as, detected by the harness
 (ppc64le, emulated on x86_64), its verdict is `emulated`, and `compare` refuses to pool it with the x86_64
 run. With the harness's fixed seed, the two architectures' images compute the same first loss within a
 stated tolerance: the reference workload computes the same thing on each architecture it ships."""
@@ -123,3 +123,18 @@ def test_the_harness_trains_in_the_ppc64le_image_under_the_docker_engine(cpu_ref
     result = run["results"][0]["extra"]
     assert result["world_size"] == 2 and result["node"]["arch"] == "ppc64le" and result["node"]["emulated"] is True
     assert run["quality"]["verdict"] == "emulated"
+
+
+def test_the_harness_trains_in_the_ppc64le_image_under_podman(cpu_reference_ppc64le, podman_service, tmp_path):
+    """Podman, driven through its Docker-compatible API (the docker-api runtime, docker-py)."""
+    env = {**cpu_reference_ppc64le["env"], **podman_service["env"], "DLRUN_HOME": str(tmp_path / "home")}
+    loaded = dlrun("images", "load", str(cpu_reference_ppc64le["archive"]), "cpu-reference", "--arch", "ppc64le",
+                   "--engine", "podman", "--host", podman_service["url"], env=env)
+    assert loaded.returncode == 0, loaded.stdout + loaded.stderr
+    proc = dlrun("run", *RUN, "--arch", "ppc64le", "--runtime", "docker-api", env=env, timeout=1200)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run = newest_run(env)
+    assert (run["status"], run["runtime"], run["quality"]["verdict"]) == ("ok", "docker-api", "emulated")
+    assert run["provenance"]["image_check"]["digest"] == cpu_reference_ppc64le["entry"]["digest"]
+    node = run["results"][0]["extra"]["node"]
+    assert (node["arch"], node["host_arch"], node["emulated"]) == ("ppc64le", "x86_64", True)
