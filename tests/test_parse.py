@@ -250,8 +250,13 @@ def test_dllogger_tensorflow_tuple_steps_and_launcher_tags():
     assert parse_text(tagged).value == res.value
 
 
+#: Logs of runs that failed before they measured anything: one line, no figure (tests/test_parse_2026.py).
+FAILED_RUNS = {"nccl-tests/nccl_tests_allreduce_rank_failure_8xh100_azure_stdout.log"}
+
+
 @pytest.mark.parametrize("name", sorted(str(p.relative_to(LOGS)) for p in LOGS.rglob("*.log")
-                                        if p.parent.name != "launcher-failures"))
+                                        if p.parent.name != "launcher-failures"
+                                        and str(p.relative_to(LOGS)) not in FAILED_RUNS))
 def test_every_result_says_which_figure_it_took(name):
     for res in parse_all(log(name)):
         assert res.value_is and res.to_dict()["value_is"] == res.value_is
@@ -281,7 +286,8 @@ def test_naming_the_format():
 
 def test_list_formats():
     assert [name for name, _ in list_formats()] == list(FORMATS) == \
-        ["dlrun-harness", "nccl-tests", "tf_cnn_benchmarks", "horovod", "dllogger", "mllog", "osu", "fio"]
+        ["dlrun-harness", "nccl-tests-json", "nccl-tests", "tf_cnn_benchmarks", "horovod", "dllogger", "mllog",
+         "torchtitan", "osu", "fio"]
 
 
 #: A training result with every field the contract's schema requires of one (harness_result_schema).

@@ -8,7 +8,7 @@ documented in COMMAND_VARIABLES, and names its result one of three ways (`result
 
   format: dlrun-result     one `DLRUN_RESULT {json}` line ({"metric", "value", "unit", ...}, the harness's own)
   format: PARSER           one of dlrun's parsers by name (nccl-tests, tf_cnn_benchmarks, horovod, dllogger,
-                           mlperf, osu, fio)
+                           mlperf, torchtitan, osu, fio)
   format: regex            `regex` with one group, the figure of merit; its `metric`, `unit` and `direction`
                            (higher or lower is better) are declared, the last matching line is the value
 """
@@ -24,9 +24,10 @@ from dlrun.harness.harness_contract import rank_variables
 #: The result formats a command may name: dlrun's parsers (dlrun.results.parsers.FORMATS, under their names
 #: or the names users know them by) and `regex`.
 PARSER_FORMATS = {"dlrun-result": "dlrun-harness", "nccl-tests": "nccl-tests", "tf_cnn_benchmarks": "tf_cnn_benchmarks",
-                  "horovod": "horovod", "dllogger": "dllogger", "mlperf": "mllog", "osu": "osu", "fio": "fio"}
-ResultFormat = Literal["dlrun-result", "nccl-tests", "tf_cnn_benchmarks", "horovod", "dllogger", "mlperf", "osu",
-                       "fio", "regex"]
+                  "horovod": "horovod", "dllogger": "dllogger", "mlperf": "mllog", "torchtitan": "torchtitan",
+                  "osu": "osu", "fio": "fio"}
+ResultFormat = Literal["dlrun-result", "nccl-tests", "tf_cnn_benchmarks", "horovod", "dllogger", "mlperf",
+                       "torchtitan", "osu", "fio", "regex"]
 #: What a declared figure of merit may be, with the unit it is given in and which way is better (as
 #: dlrun.results.parsers.result.METRICS and UNITS hold them; tests/test_byo.py checks that they agree).
 FigureMetric = Literal["throughput", "bandwidth", "latency", "busbw", "read_bandwidth", "file_read_rate"]

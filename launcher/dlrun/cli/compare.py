@@ -2,13 +2,15 @@
 
     dlrun compare [RUN_ID ...] [filters] [--precision P] [--batch-size N] [--nodes N] [--by AXIS] [--baseline VALUE] [--mode MODE]
                   [--reference VALUE [--unit UNIT] [--tolerance PCT] [--source TEXT] | --references FILE]
+                  [--mode history [--last N] [--tolerance PCT]]
                   [--metric rate|samples-per-joule] [--allow-mismatch] [--json | --csv]
 
 The axis picks the mode: --by system, site or host (the machine): relative throughput (Ren et al. Table III),
 the only axes along which runs of different sites or machines are compared; --by devices:
 speedup and scaling efficiency (PRACE guide Tables 8, 9); --by fabric: relative difference (Samsi et al.);
 --by image, precision, batch, data, data-path or framework-version: regression test (Welch's t). --reference or
---references: against published values. Nothing: statistics per configuration. Every estimate is a
+--references: against published values. --mode history: each run against the site's own last N ok runs of
+its key (that machine's baseline: median and 95 % prediction interval). Nothing: statistics per configuration. Every estimate is a
 geometric mean of the repeats, every ratio one of geometric means, with 95 % intervals from the logs
 (dlrun.results.compare.stats; none below 3 repeats).
 """
@@ -28,6 +30,14 @@ AXIS_HELP = ("system, site, host (the machine), devices, fabric, image, framewor
              "data or data-path (the --data directory of storage runs: Lustre against NVMe); only system, site and "
              "host let runs of different sites or machines be compared")
 
+ToleranceOption = Annotated[float, typer.Option(
+    "--tolerance", help="Tolerance of --reference, in percent: within when the 95 % interval lies inside it, "
+    "outside when wholly outside, else inconclusive. With --mode history: how far from its baseline's median a "
+    "run outside the baseline's interval must be to be called below (or above) it.")]
+LastOption = Annotated[int, typer.Option(
+    "--last", help="--mode history: how many of a key's latest ok runs, stored before the judged run, make its "
+    "baseline.")]
+
 
 @handle_errors
 def compare(
@@ -42,15 +52,14 @@ def compare(
         "--baseline", help="The axis value the others are compared with (default: the fewest devices, "
         "else the first value in order).", show_default=False)] = None,
     mode: Annotated[Optional[str], typer.Option(
-        "--mode", help="summary, reference, relative, scaling, fabrics or regression (default: from --by).",
+        "--mode", help="summary, reference, relative, scaling, fabrics, regression or history (each run against "
+        "the last --last ok runs of its key: the machine's baseline) (default: from --by).",
         show_default=False)] = None,
     reference: Annotated[Optional[float], typer.Option(
         "--reference", help="A published value to compare the selected runs with.", show_default=False)] = None,
     unit: Annotated[Optional[str], typer.Option(
         "--unit", help="Unit of --reference (default: the runs' unit).", show_default=False)] = None,
-    tolerance: Annotated[float, typer.Option(
-        "--tolerance", help="Tolerance of --reference, in percent: within when the 95 % interval lies inside "
-        "it, outside when wholly outside, else inconclusive.")] = 5.0,
+    tolerance: ToleranceOption = 5.0, last: LastOption = 10,
     source: Annotated[Optional[str], typer.Option(
         "--source", help="Where --reference comes from: 'DOCUMENT; TABLE/FIGURE; QUOTE'.", show_default=False)] = None,
     references: Annotated[Optional[Path], typer.Option(
@@ -86,8 +95,15 @@ def compare(
                             nodes=nodes)
     refs = _references(reference, unit, tolerance, source, references)
     result = run_compare(store, filters, mode=mode, by=by, baseline=baseline, references=refs,
-                         allow_mismatch=allow_mismatch, facts=efficiency_inputs, metric=metric)
+                         allow_mismatch=allow_mismatch, facts=efficiency_inputs, metric=metric, last=last,
+                         tolerance=_fraction(tolerance))
     render(result, "json" if as_json else "csv" if as_csv else "table")
+
+
+def _fraction(tolerance: float) -> float:
+    if not 0 <= tolerance < 100:
+        raise UsageError(f"--tolerance {tolerance:g}: a percentage from 0 to below 100")
+    return tolerance / 100
 
 
 def preload_statistics() -> None:

@@ -98,6 +98,16 @@ def _test_cells(axis: str):
     return cells
 
 
+def _history_cells(row, columns):
+    interval = _interval(row["interval_low"], row["interval_high"])
+    return [("run", row["run_id"]), ("workload", row["workload"]), ("system", str(row["system"])),
+            ("devices", str(row["devices"])), ("value", _num(row["value"])),
+            ("baseline median", f"{_num(row['history_median'])} (n={row['history_n']})"),
+            ("95 % pred. interval", interval), ("change", _signed(row["deviation_pct"])),
+            ("verdict", row["verdict"].upper() if row["verdict"] in ("below baseline", "worse than baseline")
+             else row["verdict"]), ("why", row["verdict_why"])]
+
+
 def _print_rows(title: str, rows: list[dict[str, Any]], cells, columns: list[str],
                 summary: list[list[str]] | None = None) -> None:
     from rich.table import Table
@@ -158,6 +168,10 @@ MEANING = {
                "baseline's, 95 % CI: Welch's t on logs; scaling eff.: speedup / ideal speedup",
     "relative": "each cell: ratio of geometric means (value / baseline) with its 95 % CI (Welch's t on logs) "
                 "in percent, and n=repeats/baseline repeats; bold: geometric mean of the column's ratios",
+    "history": "baseline median: the median of the last n ok runs of the run's key (its site and machine) stored "
+               "before it; 95 % pred. interval: where one more such run falls 95 % of the time (t on the logs "
+               "of those runs); change: the run against that median; BELOW BASELINE: under the interval and "
+               "beyond the tolerance",
     "regression": "ratio of geometric means (value / baseline), n per side; change and its 95 % CI from "
                   "Welch's t on logs, the same computation as the test (p)",
 }
@@ -192,7 +206,8 @@ def print_table(comparison) -> None:
         _relative(comparison)
     else:
         cells = _telling_apart(comparison, {"summary": _summary_cells, "reference": _reference_cells,
-                                            "scaling": _scaling_cells}.get(mode) or _test_cells(comparison.axis))
+                                            "scaling": _scaling_cells, "history": _history_cells}.get(mode)
+                               or _test_cells(comparison.axis))
         summary = None
         if comparison.summary_rows:
             width = len(cells(comparison.rows[0], comparison.columns)) if comparison.rows else 0

@@ -7,7 +7,8 @@ never match. A comparison that is not like-for-like raises MismatchError listing
 like-for-like.
 
 Modes (see model.MODES): summary (statistics per configuration), reference, relative, scaling, fabrics,
-regression. The axis (`by`) picks the mode when no mode is given: system/site -> relative, devices ->
+regression, history (each run against its key's own last N ok runs: the machine's baseline, `history`).
+The axis (`by`) picks the mode when no mode is given: system/site -> relative, devices ->
 scaling, fabric -> fabrics, any other axis -> regression; with references and no axis: reference.
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dlrun.results.store.query import Filters
 from dlrun.results.store import Store
 
 from dlrun.results.compare import axes, groups as by_key, measured, verdicts
+from dlrun.results.compare.history import DEFAULT_LAST, history
 from dlrun.results.compare.efficiency import EfficiencyInputs
 from dlrun.results.compare.types import (AXES, AXIS_MODES, MODE_OF_AXIS, MODES, Axis, Comparison, MismatchError,
                                          Reference, Source)
@@ -44,7 +46,7 @@ def resolve_mode(mode: str | None, by: str | None, has_references: bool) -> tupl
             mode = MODE_OF_AXIS.get(by, "regression")
         else:
             mode = "reference" if has_references else "summary"
-    if mode in ("summary", "reference"):
+    if mode in ("summary", "reference", "history"):
         if by is not None:
             raise UsageError(f"--mode {mode} compares no axis; leave out --by {by} (or use --mode regression)")
         if mode == "reference" and not has_references:
@@ -62,10 +64,16 @@ def resolve_mode(mode: str | None, by: str | None, has_references: bool) -> tupl
 
 def compare(store: Store, filters: Filters, *, mode: str | None = None, by: str | None = None,
             baseline: str | None = None, references: Sequence[Reference] = (), allow_mismatch: bool = False,
-            facts: FactsProvider | None = None, metric: str = "rate") -> Comparison:
+            facts: FactsProvider | None = None, metric: str = "rate", last: int = DEFAULT_LAST,
+            tolerance: float = 0.05) -> Comparison:
     """The comparison of the selected runs' `metric` (measured.METRICS); raises MismatchError when they are
-    not like-for-like and `allow_mismatch` is not set."""
+    not like-for-like and `allow_mismatch` is not set. `last` and `tolerance` (a fraction) are the history
+    mode's: how many of a key's runs make its baseline, and how far below it a run must be to be called so."""
     mode, axis = resolve_mode(mode, by, bool(references))
+    if mode == "history":
+        if metric != "rate":
+            raise UsageError(f"--mode history judges the runs' rate, not --metric {metric}")
+        return history(store, filters, last=last, tolerance=tolerance)
     measured.check_metric(metric, mode)
     if baseline is not None and axis is None:
         raise UsageError(f"--baseline needs an axis to pick from; --mode {mode} has none")

@@ -10,7 +10,7 @@ from dlrun.results.compare.stats import METHOD
 
 #: Modes, and the axis each compares along when `--by` is not given (None: no axis).
 MODES: dict[str, str | None] = {"summary": None, "reference": None, "relative": "system", "scaling": "devices",
-                                "fabrics": "fabric", "regression": "image"}
+                                "fabrics": "fabric", "regression": "image", "history": None}
 #: The mode an axis implies when no mode is given.
 MODE_OF_AXIS = {"system": "relative", "site": "relative", "host": "relative", "devices": "scaling",
                 "fabric": "fabrics"}

@@ -1,8 +1,10 @@
 """nccl-tests (all_reduce_perf and friends): the per-size table, `# Avg bus bandwidth`, and who took part.
 
 Handles the table layouts of several releases (with or without the `Group`, `redop`, `root` columns; `#wrong`
-counts or the older `error` column), output tagged by `mpirun --tag-output`, NCCL INFO lines interleaved with
-the table, several GPUs per process (`-g`), and logs that hold several tests one after another.
+counts or the older `error` column; nccl-tests 2.19's `-I` per-iteration columns `i_min i_max i_p99 i_cv%`
+after each half, kept per size in `extra`), output tagged by `mpirun --tag-output`, NCCL INFO lines interleaved
+with the table, several GPUs per process (`-g`), and logs that hold several tests one after another. A test that
+stopped before its first row is an error naming the first line of the log that says why.
 The reported value is the in-place bus bandwidth at the largest message (dlrun's own all-reduce reports the
 same); the printed average is kept and checked against the table, since it depends on the size range.
 """
@@ -11,8 +13,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from typing import Any
+
 from dlrun.results.parsers.common import NUMBER, Log, log_lines, read_float, read_int, untag
 from dlrun.results.parsers.result import ParsedResult, ParseError, SizeRow
+from dlrun.text import plain
 
 NAME = "nccl-tests"
 DESCRIPTION = "nccl-tests: per-size rows, `# Avg bus bandwidth`, `Rank N ... device N` lines"
@@ -26,10 +31,17 @@ TEST_NAME = re.compile(r"\b(?P<name>all_reduce|all_gather|alltoall|broadcast|red
                        r"scatter|gather|hypercube)_perf\w*")
 STARTING = re.compile(r"^#\s*Collective test starting:")
 NCCL_VERSION = re.compile(r"NCCL version (\S{1,40})")
+#: nccl-tests >= 2.17's first line: `# nccl-tests version 2.19.7 nccl-headers=22304 nccl-library=22304`.
+TESTS_VERSION = re.compile(r"^#\s*nccl-tests version (?P<version>\S{1,40})(?:.*nccl-library=(?P<library>\d{1,9}))?")
+#: A line that says why a test stopped (nccl-tests' `Invalid number of GPUs`, `Test failure`, an NCCL error).
+FAILURE = re.compile(r"(?i)\b(?:error|fail\w*|invalid|abort\w*)\b")
+#: The per-iteration columns of `-I 1`, after each half's `#wrong`.
+ITER_COLUMNS = ("i_min_us", "i_max_us", "i_p99_us", "i_cv_pct")
 INT = re.compile(r"\d{1,20}")
 TYPE_BYTES = {"int8": 1, "uint8": 1, "char": 1, "int32": 4, "uint32": 4, "int": 4, "int64": 8, "uint64": 8,
               "half": 2, "float16": 2, "bfloat16": 2, "float": 4, "float32": 4, "double": 8, "float64": 8,
               "f8e4m3": 1, "f8e5m2": 1}
+HALVES = ("out_of_place", "in_place")
 # Half of the last printed digit of each busbw, plus %g's six significant digits for the average.
 AVG_TOLERANCE_ABS, AVG_TOLERANCE_REL = 0.0051, 1e-5
 
@@ -46,21 +58,39 @@ class _Run:
     avg: float | None = None
     avg_failed: bool = False
     out_of_bounds: int = 0
+    per_iteration: bool = False  # the header has `-I`'s i_min i_max i_p99 i_cv% columns
+    iter_stats: dict[int, dict[str, dict[str, float]]] = field(default_factory=dict)  # size -> half -> column
+    why_stopped: str | None = None  # the first line after the header that says why, while there is no row
 
 
 def parse(text: Log) -> list[ParsedResult]:
     runs: list[_Run] = []
     version = None
+    tests: dict[str, Any] = {}  # nccl-tests' own version line
     named: set[str] = set()  # older releases never print the test's name; a log naming one test still does
     for raw in log_lines(text):
         named.update(match.group("name") for match in TEST_NAME.finditer(raw))
-        found = _take_line(runs, untag(raw)[1])  # always read: it fills the runs
+        line = untag(raw)[1]
+        if not tests and (match := TESTS_VERSION.match(line)):
+            tests = {"nccl_tests_version": match.group("version"), "nccl_library": match.group("library")}
+        found = _take_line(runs, line)  # always read: it fills the runs
         version = version or found
     runs = [run for run in runs if run.threads is not None or run.rows or run.avg is not None]
     if not runs:
         return []
     only = next(iter(named)) if len(named) == 1 else None
-    return [_result(run, run.name or only, version) for run in runs]
+    version = version or library_version(tests.get("nccl_library"))
+    extra = {"nccl_tests_version": tests["nccl_tests_version"]} if tests else {}
+    return [_result(run, run.name or only, version, extra) for run in runs]
+
+
+def library_version(code: Any) -> str | None:
+    """NCCL's version from its NCCL_VERSION_CODE (22304 -> 2.23.4; major*10000 + minor*100 + patch since 2.9)."""
+    if isinstance(code, str) and code.isdigit():
+        code = int(code)
+    if isinstance(code, bool) or not isinstance(code, int) or not 20900 <= code < 1_000_000:
+        return None
+    return f"{code // 10000}.{code // 100 % 100}.{code % 100}"
 
 
 def _take_line(runs: list[_Run], line: str) -> str | None:
@@ -94,14 +124,26 @@ def _run_line(run: _Run, line: str) -> bool:
                           read_int(match.group("pid"), "nccl-tests pid"), match.group("host")))
     elif COLUMNS.match(line):
         run.check_column = "#wrong" if "#wrong" in line else "error"
+        run.per_iteration = "i_cv%" in line
     elif match := AVG.match(line):
         run.avg = read_float(match.group("value"), "nccl-tests average bus bandwidth")
         run.avg_failed = match.group("check") == "FAILED"
     elif match := OUT_OF_BOUNDS.match(line):
         run.out_of_bounds = read_int(match.group("count"), "nccl-tests out-of-bounds count")
+    elif run.check_column and _add_row(run, line):
+        return True
     else:
-        return bool(run.check_column) and _add_row(run, line)
+        _note_stop(run, line)
+        return False
     return True
+
+
+def _note_stop(run: _Run, line: str) -> None:
+    """Keep the first line that says why the test stopped, for as long as the run has no row."""
+    if run.rows or line.startswith("#") or not line.strip():
+        return
+    if run.why_stopped is None or (FAILURE.search(line) and not FAILURE.search(run.why_stopped)):
+        run.why_stopped = plain(line, newlines=False).strip()[:200]
 
 
 def _version(line: str) -> str | None:
@@ -112,9 +154,12 @@ def _version(line: str) -> str | None:
 def _add_row(run: _Run, line: str) -> bool:
     """A table row, read from both ends: size count type [redop] [root] then 2 x (time algbw busbw check)."""
     tokens = line.split()
-    if len(tokens) < 11 or len(tokens) > 13 or not INT.fullmatch(tokens[0]) or not INT.fullmatch(tokens[1]):
+    half = 8 if run.per_iteration else 4  # time algbw busbw check [i_min i_max i_p99 i_cv%]
+    if not 3 + 2 * half <= len(tokens) <= 5 + 2 * half or not INT.fullmatch(tokens[0]) \
+            or not INT.fullmatch(tokens[1]):
         return False  # an INFO or warning line printed into the table
-    middle, tail = tokens[3:-8], tokens[-8:]
+    middle, halves = tokens[3:-2 * half], (tokens[-2 * half:-half], tokens[-half:])
+    tail = halves[0][:4] + halves[1][:4]
     redop = root = None
     for token in middle:
         if re.fullmatch(r"-?\d{1,10}", token):
@@ -126,9 +171,13 @@ def _add_row(run: _Run, line: str) -> bool:
     try:
         checks = [_check(tail[3], run.check_column), _check(tail[7], run.check_column)]
         numbers = [read_float(tail[i], "nccl-tests table") for i in (0, 1, 2, 4, 5, 6)]
+        stats = {name: dict(zip(ITER_COLUMNS, (read_float(token, f"nccl-tests {name} per-iteration column")
+                                               for token in part[4:]))) for name, part in zip(HALVES, halves)}
     except ParseError:
         return False  # not a row after all; a real row never holds these
     size = read_int(tokens[0], "nccl-tests message size")
+    if run.per_iteration:
+        run.iter_stats[size] = stats
     if any(flagged for _, flagged in checks):
         run.flagged.append(size)
     column = "wrong" if run.check_column == "#wrong" else "error"
@@ -152,8 +201,10 @@ def _check(token: str, column: str | None) -> tuple[int | float | None, bool]:
     return read_float(token, "nccl-tests error"), flagged
 
 
-def _result(run: _Run, name: str | None, version: str | None) -> ParsedResult:
+def _result(run: _Run, name: str | None, version: str | None, extra: dict[str, Any] | None = None) -> ParsedResult:
     if not run.rows:
+        if run.why_stopped:
+            raise ParseError(f"nccl-tests stopped before its first result row; the log says: {run.why_stopped!r}")
         raise ParseError("nccl-tests output has a header but no result rows (did the test stop early?)")
     largest = max(run.rows, key=lambda row: row.size_bytes)
     hosts = tuple(dict.fromkeys(host for _, _, host in run.ranks))
@@ -167,9 +218,19 @@ def _result(run: _Run, name: str | None, version: str | None) -> ParsedResult:
         collective=name or _infer_collective(largest, devices), sizes=tuple(run.rows), avg_busbw=run.avg,
         problems=tuple(problems),
         extra={"nccl_version": version, "threads_per_process": run.threads, "gpus_per_thread": run.gpus,
-               "check_column": run.check_column, "largest_bytes": largest.size_bytes},
+               "check_column": run.check_column, "largest_bytes": largest.size_bytes, **(extra or {}),
+               **({"per_iteration": _iteration_extra(run, largest.size_bytes)} if run.iter_stats else {})},
         value_is=f"the in-place busbw column at the largest message size ({largest.size_bytes} bytes)",
     )
+
+
+def _iteration_extra(run: _Run, largest: int) -> dict[str, Any]:
+    """`-I 1`'s columns: per size, each half's i_min/i_max/i_p99 (us, the max over processes of each
+    iteration's time) and i_cv% (coefficient of variation), and the largest size's alone."""
+    return {"is": "nccl-tests -I 1 columns: min, max and p99 of the per-iteration times in us (each "
+                  "iteration's time is the slowest process's), and their coefficient of variation in %",
+            "largest": run.iter_stats.get(largest), "sizes": {str(size): stats for size, stats in
+                                                                run.iter_stats.items()}}
 
 
 def _problems(run: _Run, devices: int | None, processes: int | None, per_process: int | None) -> list[str]:

@@ -3,8 +3,9 @@ per test, after a `# OSU MPI[-CUDA|-ROCM|-ZE] <Name> Test v<version>` line.
 
 Columns as the releases print them: `# Size  Latency (us)` (point-to-point latency), `# Size  Avg Latency(us)`
 with `Min Latency(us)  Max Latency(us)  Iterations` under `-f` (collectives, OMB 7 latency), `# Size  Bandwidth
-(MB/s)` (osu_bw, osu_bibw), `# Size  MB/s  Messages/s` (osu_mbw_mr). OSU's MB is 10^6 bytes (osu_bw divides
-bytes by 1e6), so GB/s = MB/s / 1000. A log may hold several tests one after another; each is a result.
+(MB/s)` (osu_bw, osu_bibw), `# Size  MB/s  Messages/s` (osu_mbw_mr), each with OMB 7's `Validation` column
+(Pass or Fail per size) under `--validation`; a size that failed is a problem of the result. OSU's MB is 10^6
+bytes (osu_bw divides bytes by 1e6), so GB/s = MB/s / 1000. A log may hold several tests one after another; each is a result.
 
 The value: a latency test reports the latency at its smallest message (what a latency figure of merit is), a
 bandwidth test the bandwidth at its largest; `value_is` says which, and every size is kept in `sizes`.
@@ -27,6 +28,8 @@ DATATYPE = re.compile(r"^# Datatype: (?P<type>[A-Za-z_0-9]{1,40})\.?\s*$")
 BINARIES = {"Latency": "osu_latency", "Bandwidth": "osu_bw", "Bi-Directional Bandwidth": "osu_bibw",
             "Multiple Bandwidth / Message Rate": "osu_mbw_mr", "Multi-threaded Latency": "osu_latency_mt"}
 MAX_ROWS = 4096
+#: What OMB 7 prints in its `Validation` column (`--validation`).
+VALIDATION = ("Pass", "Fail")
 
 
 @dataclass
@@ -78,6 +81,10 @@ def _add_row(test: _Test, line: str) -> None:
     for name, token in zip(test.columns, tokens[1:]):
         if name == "Iterations":
             row["iterations"] = read_int(token, "OSU iterations")
+        elif name == "Validation":  # OMB 7's `--validation`: each size's data checked, Pass or Fail
+            if token not in VALIDATION:
+                raise ParseError(f"OSU Validation: {token[:30]!r} is neither {' nor '.join(VALIDATION)}")
+            row["validation"] = token
         else:
             row[_key(name)] = read_float(token, f"OSU {name}")
     test.rows.append(row)
@@ -98,6 +105,8 @@ def _result(test: _Test) -> ParsedResult:
         raise ParseError(f"OSU {test.title} Test v{test.version}: a header but no result rows "
                          "(did the test stop early?)")
     first_column = _key(test.columns[0])
+    failed = [row["bytes"] for row in test.rows if row.get("validation") == "Fail"]
+    problems = (f"OSU's validation failed at message sizes {failed} bytes",) if failed else ()
     extra = {"benchmark": _binary(test.title), "title": f"{test.title} Test", "osu_version": test.version,
              "device_buffers": test.device.lower() if test.device else None, "datatype": test.datatype,
              "columns": test.columns, "sizes": test.rows}
@@ -107,8 +116,8 @@ def _result(test: _Test) -> ParsedResult:
         extra["value_is"] = (f"bandwidth at the largest message, {largest['bytes']} bytes "
                              f"({largest[first_column]} MB/s, OSU's MB = 10^6 bytes, / 1000)")
         return ParsedResult(kind=NAME, metric="bandwidth", value=value, unit="GB/s", extra=extra,
-                            value_is=extra["value_is"])
+                            problems=problems, value_is=extra["value_is"])
     smallest = min(test.rows, key=lambda row: row["bytes"])
     extra["value_is"] = f"{test.columns[0].lower()} at the smallest message, {smallest['bytes']} bytes"
     return ParsedResult(kind=NAME, metric="latency", value=smallest[first_column], unit="us", extra=extra,
-                        value_is=extra["value_is"])
+                        problems=problems, value_is=extra["value_is"])
