@@ -175,6 +175,6 @@ def test_a_result_line_that_mpirun_tags_twice_is_read_whole(tmp_path):
                            "--tag-output", sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     line = next(line for line in proc.stdout.splitlines() if "DLRUN_RESULT" in line)
-    assert line.count("<stdout>:") == 2  # the state under test: the tag inside the line, put there by mpirun
+    assert line.count("<stdout>:") >= 2  # the state under test: tags inside the line (mpirun may cut it more than once)
     [result] = dlrun_harness.parse(proc.stdout)
     assert result.value == 12.5 and result.extra["pad"] == "x" * 2000
