@@ -198,14 +198,18 @@ def test_an_unknown_format_version_is_refused_as_bad_input(site_a, tmp_path):
     assert exc.value.exit_code == 2
 
 
-def test_a_manifest_that_names_a_path_outside_the_bundle_is_refused(site_a, tmp_path):
+@pytest.mark.parametrize("name", ["logs/../../../etc/cron.d/x", "logs/r1\n/x", "logs/r1/output.log\n"],
+                         ids=["outside", "newline-in-run-id", "newline-in-file-name"])
+def test_a_manifest_that_names_a_path_outside_the_bundle_is_refused(site_a, tmp_path, name):
+    """A path out of the import folder, or a name ending in a newline (which `$` of a Python pattern lets
+    through at the end of a match)."""
     good = _export(site_a, tmp_path / "x.bundle")
 
     def outside(items):
         manifest = json.loads(items[0][1])
-        manifest["files"]["logs/../../../etc/cron.d/x"] = {"sha256": "0" * 64, "size": 1}
+        manifest["files"][name] = {"sha256": "0" * 64, "size": 1}
         return [(items[0][0], json.dumps(manifest).encode()), *items[1:]]
-    with pytest.raises(BundleError, match=r"manifest.json lists an unsafe member name 'logs/../../../etc/cron.d/x'"):
+    with pytest.raises(BundleError, match=rf"manifest.json lists an unsafe member name {re.escape(repr(name))}"):
         _import(tmp_path / "b", rebuild(good, tmp_path / "o.bundle", outside), unsigned=True)
 
 

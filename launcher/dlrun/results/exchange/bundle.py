@@ -92,9 +92,9 @@ def split_member(name: str) -> tuple[str, str] | None:
     else None: no absolute paths, no `..` or `.`, no empty parts, no characters a shell or a terminal
     would read as something else, at most MAX_PATH_DEPTH directories."""
     parts = name.split("/")
-    if len(parts) < 3 or parts[0] != LOGS or not RUN_ID.match(parts[1]) or len(parts) > MAX_PATH_DEPTH + 3:
+    if len(parts) < 3 or parts[0] != LOGS or not RUN_ID.fullmatch(parts[1]) or len(parts) > MAX_PATH_DEPTH + 3:
         return None
-    if not all(_COMPONENT.match(part) for part in parts[2:]):
+    if not all(_COMPONENT.fullmatch(part) for part in parts[2:]):
         return None
     return parts[1], "/".join(parts[2:])
 
@@ -178,7 +178,7 @@ def write_bundle(out: Path, records: list[dict[str, Any]], *, site: str, dlrun_v
     A bundle beyond `limits` is refused: the site would not read it back."""
     records = sorted(records, key=lambda r: r["id"])
     for record in records:
-        if not RUN_ID.match(str(record["id"])):
+        if not RUN_ID.fullmatch(str(record["id"])):
             raise BundleError(f"run id {record['id']!r} cannot travel in a bundle (valid: letters, digits, . _ -)",
                               exit_code=2)
     lines = [canonical_line(r) for r in records]
