@@ -10,7 +10,7 @@ VENV_ABS := $(abspath $(VENV))
 BIN := $(VENV)/bin
 # torch is pinned everywhere: a range that admits a newer release pulls several GB of CUDA wheels.
 TORCH_PIN := torch==2.13.0
-EXTRAS := torch,tf,test,images,bench,export,report,data
+EXTRAS := torch,tf,test,images,bench,export,report,data,check
 # Debian packages the tests use: real MPI, a real Slurm cluster, real container runtimes (the Docker engine, whose
 # daemon the tests start privately), an image registry and skopeo, linters, ssh-keygen, fio, a headless browser
 # (and its font) that opens the reports. (Apptainer comes from Debian sid, in a root of its own that the tests
