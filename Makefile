@@ -22,7 +22,7 @@ APT_PACKAGES := openmpi-bin libopenmpi-dev slurm-wlm munge charliecloud podman r
 # under $XDG_CACHE_HOME/dlrun/wheels: minutes the first time, seconds after (scripts/build-horovod.sh).
 HOROVOD_VERSION := 0.28.1
 
-.PHONY: all setup sysdeps horovod demo test check bench gpu-wheels lint clean
+.PHONY: all setup sysdeps horovod demo sample-data test check bench gpu-wheels lint clean
 
 all: test
 
@@ -65,6 +65,12 @@ horovod: setup sysdeps
 demo: setup
 	-@$(MAKE) --no-print-directory sysdeps APT_PACKAGES=libtcmalloc-minimal4
 	$(BIN)/dlrun run resnet50
+	$(BIN)/dlrun results import samples/sample-localhost.bundle --allowed-signers samples/allowed_signers
+
+# The sample data (samples/README.md): real runs of one small machine, site sample-data.invalid, to learn
+# compare, report and check on before any run of one's own.
+sample-data: setup
+	$(BIN)/dlrun results import samples/sample-localhost.bundle --allowed-signers samples/allowed_signers
 
 # Two workers (pytest-xdist): the tests that build images, start container engines or the Slurm cluster run in
 # one worker each (their session fixtures are made once: tests/conftest.py), everything else is spread over both.
