@@ -10,7 +10,7 @@ VENV_ABS := $(abspath $(VENV))
 BIN := $(VENV)/bin
 # torch is pinned everywhere: a range that admits a newer release pulls several GB of CUDA wheels.
 TORCH_PIN := torch==2.13.0
-EXTRAS := torch,tf,test,images,bench,export,report,data,docs
+EXTRAS := torch,tf,test,images,bench,export,report,data,docs,check
 # Debian packages the tests use: real MPI, a real Slurm cluster, real container runtimes (the Docker engine, whose
 # daemon the tests start privately), an image registry and skopeo, linters, ssh-keygen, fio, a headless browser
 # (and its font) that opens the reports. (Apptainer comes from Debian sid, in a root of its own that the tests
@@ -22,7 +22,7 @@ APT_PACKAGES := qemu-user-static binfmt-support openmpi-bin libopenmpi-dev slurm
 # under $XDG_CACHE_HOME/dlrun/wheels: minutes the first time, seconds after (scripts/build-horovod.sh).
 HOROVOD_VERSION := 0.28.1
 
-.PHONY: all setup sysdeps horovod demo test check bench gpu-wheels lint docs clean
+.PHONY: all setup sysdeps horovod demo sample-data test check bench gpu-wheels lint docs clean
 
 all: test
 
@@ -65,6 +65,12 @@ horovod: setup sysdeps
 demo: setup
 	-@$(MAKE) --no-print-directory sysdeps APT_PACKAGES=libtcmalloc-minimal4
 	$(BIN)/dlrun run resnet50
+	$(BIN)/dlrun results import samples/sample-localhost.bundle --allowed-signers samples/allowed_signers
+
+# The sample data (samples/README.md): real runs of one small machine, site sample-data.invalid, to learn
+# compare, report and check on before any run of one's own.
+sample-data: setup
+	$(BIN)/dlrun results import samples/sample-localhost.bundle --allowed-signers samples/allowed_signers
 
 # Two workers (pytest-xdist): the tests that build images, start container engines or the Slurm cluster run in
 # one worker each (their session fixtures are made once: tests/conftest.py), everything else is spread over both.

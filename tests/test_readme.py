@@ -140,7 +140,7 @@ def _verdicts(outcomes: list[Outcome]) -> list[str]:
 def test_the_readme_is_parsed_into_every_command_line():
     found = _prepared()
     lines = [line for block in found for line in block.lines()]
-    assert len(found) == 6 and len(lines) >= 48
+    assert len(found) == 7 and len(lines) >= 53
     assert {line.text.split()[0] for line in lines} >= {"make", "dlrun", ".", "export", "ssh-keygen", "echo"}
     assert [line.command for line in lines if line.skip] == ["make test"]
     assert [part.site for block in found for part in block.parts if part.site] == ["exporting", "importing"]

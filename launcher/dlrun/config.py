@@ -4,6 +4,8 @@
   site: NAME                 this site's name (dlrun.results.site)
   system: NAME               the system a run uses when `--system` and `$DLRUN_SYSTEM` name none
   allowed_signers: PATH      whose signed bundles `dlrun results import` accepts (relative to this file)
+  references: {SYSTEM: [...]}  the site's own references per system that `dlrun check` judges runs against
+                             (dlrun.gate.site_references)
 """
 from __future__ import annotations
 

@@ -1,13 +1,15 @@
-"""`dlrun workloads|systems list|show` and `dlrun schema`: the catalogs as tables, JSON and JSON Schema."""
+"""`dlrun workloads|systems list|show`, `dlrun systems init` (a site's profile drafted from the scheduler and
+this node: dlrun.systeminit) and `dlrun schema`: the catalogs as tables, JSON and JSON Schema."""
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Annotated
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from dlrun.cli.options import JsonOpt, load_catalog
-from dlrun.cli.output import fields_table, handle_errors, print_json, table
+from dlrun.cli.output import fields_table, handle_errors, print_json, table, warn
 
 if TYPE_CHECKING:  # the catalog's models are imported by the commands that read it: not at start-up (0.3 s)
     from dlrun.catalog.models import WorkloadSpec
@@ -124,6 +126,55 @@ def systems_show(name: Annotated[str, typer.Argument(help="System name.")], as_j
         return
     fields_table(f"system {system.name}",
                  [[key, json.dumps(value) if isinstance(value, (dict, list)) else value] for key, value in data.items()])
+
+
+@systems_app.command("init")
+@handle_errors
+def systems_init(
+    name: Annotated[str, typer.Argument(help="Name of the new system (its file: ~/.config/dlrun/systems/NAME.yaml).")],
+    partition: Annotated[Optional[str], typer.Option(
+        "--partition", help="The scheduler's partition whose nodes the system describes (default: the default "
+        "partition).", show_default=False)] = None,
+    scheduler: Annotated[Optional[str], typer.Option(
+        "--scheduler", help="Ask this scheduler's tools (default: the first whose tools answer here; none: "
+        "this node alone).", show_default=False)] = None,
+    out: Annotated[Optional[Path], typer.Option(
+        "--out", help="Write the profile here instead.", show_default=False)] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing file (its diff is shown).")] = False,
+    show: Annotated[bool, typer.Option("--print", help="Print the profile; write nothing.")] = False,
+) -> None:
+    """Draft a system profile for this site from what can be seen here: the scheduler's nodes and partitions
+    (Slurm: scontrol show node, sinfo) and this node's probes (CPUs, memory, GPUs, fabrics). Every value says
+    where it comes from; what no probe can tell is left as a commented line to set. An existing file is
+    shown as a diff and replaced only with --force."""
+    from dlrun.paths import config_home
+    from dlrun.systeminit.run import draft
+
+    path = out if out is not None else config_home() / "systems" / f"{name}.yaml"
+    drafted = draft(name, path, partition=partition, scheduler=scheduler)
+    if show:
+        print(drafted.text, end="")
+        return
+    _write_draft(drafted, force)
+
+
+def _write_draft(drafted, force: bool) -> None:
+    from dlrun.files import write_atomic
+    from dlrun.text import plain
+
+    unknown = sum("not known: set it" in line for line in drafted.text.splitlines()[3:])  # after the header
+    if drafted.old is not None:
+        if drafted.old == drafted.text:
+            print(f"{plain(str(drafted.path))}: unchanged")
+            return
+        print(drafted.diff, end="")
+        if not force:
+            warn(f"not written: {drafted.path} exists; --force replaces it with the draft (the diff above)")
+            return
+    drafted.path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(drafted.path, drafted.text)
+    print(f"wrote {plain(str(drafted.path))}: system {drafted.spec.name}, {drafted.spec.nodes} node(s), scheduler "
+          f"{drafted.spec.scheduler}; {unknown} value(s) not known: set them (the commented lines)")
 
 
 SCHEMA_KINDS = ("images", "workloads", "systems")

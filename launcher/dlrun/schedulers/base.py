@@ -6,6 +6,7 @@ system's `scheduler_options` are checked against them when the system is loaded.
 from __future__ import annotations
 
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
@@ -17,7 +18,7 @@ from dlrun.plan import Plan, fabric_for
 from dlrun.registry import Tool
 from dlrun.shell import export_lines, join
 
-__all__ = ["JobState", "OwnSchedulerOptions", "Scheduler", "SchedulerError", "export_lines", "own_options",
+__all__ = ["ClusterView", "JobState", "NodeFacts", "PartitionFacts", "OwnSchedulerOptions", "Scheduler", "SchedulerError", "export_lines", "own_options",
            "run_tool", "script_header"]
 
 O = TypeVar("O", bound=OwnSchedulerOptions)
@@ -62,6 +63,45 @@ def run_tool(argv: list[str], *, cwd: Path | None = None, env: dict[str, str] | 
         raise SchedulerError(f"{' '.join(argv)} did not answer within {timeout:.0f} s") from None
 
 
+@dataclass(frozen=True)
+class NodeFacts:
+    """One node as a scheduler describes it (None: the scheduler did not say)."""
+
+    name: str
+    cpus: int | None = None
+    sockets: int | None = None
+    cores_per_socket: int | None = None
+    threads_per_core: int | None = None
+    memory_mib: int | None = None
+    gpus: int = 0
+    gpu_type: str | None = None
+    features: tuple[str, ...] = ()
+    arch: str | None = None
+    hostname: str | None = None
+    partitions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PartitionFacts:
+    """A partition (queue): whether jobs go there by default, its state and its longest job."""
+
+    name: str
+    default: bool = False
+    available: str | None = None
+    time_limit: str | None = None
+    nodes: int | None = None
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """The nodes and partitions a scheduler's tools describe; `source` names the commands asked."""
+
+    source: str
+    nodes: tuple[NodeFacts, ...]
+    partitions: tuple[PartitionFacts, ...]
+    version: str | None = None
+
+
 class Scheduler:
     #: The program that submits jobs (None: the job runs here, now).
     tool: Tool | None = None
@@ -90,6 +130,12 @@ class Scheduler:
     def options_for(self, plan: Plan) -> OwnSchedulerOptions:
         """The plan's scheduler options as this scheduler reads them (`own_options`)."""
         return own_options(self.options, plan)
+
+    def cluster_view(self) -> ClusterView | None:
+        """The nodes and partitions this scheduler's tools describe (`dlrun systems init`); None where it has no
+        such tools here (not installed, or no view of nodes at all). A tool that answers with an error raises
+        SchedulerError."""
+        return None
 
     def check(self, plan: Plan) -> None:
         """Raise UsageError when the plan cannot run under this scheduler."""

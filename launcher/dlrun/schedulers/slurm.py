@@ -99,6 +99,11 @@ class SlurmScheduler(Scheduler):
         return join(["srun", "--overlap", f"--nodes={plan.nodes}", f"--ntasks={plan.nodes}", "--ntasks-per-node=1",
                      "--cpus-per-task=1", "--kill-on-bad-exit=0", "--export=ALL", *argv])
 
+    def cluster_view(self):
+        from dlrun.schedulers.slurm_view import cluster_view
+
+        return cluster_view()
+
     def node_list_shell(self) -> str:
         return 'scontrol show hostnames "${SLURM_JOB_NODELIST}"'
 

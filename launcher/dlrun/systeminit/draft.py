@@ -1,0 +1,141 @@
+"""The entries of a drafted system profile, each with its source: from the scheduler's view of a partition
+where there is one, else from this node alone."""
+from __future__ import annotations
+
+from typing import Any
+
+from dlrun.schedulers.base import ClusterView, NodeFacts
+
+from dlrun.systeminit import NOT_KNOWN, Entry, Probed, choose_partition, partition_nodes
+
+
+def _gpu_entries(probed: Probed, count: int, gres_type: str | None, from_scheduler: str | None,
+                 on_node: bool) -> list[Entry]:
+    """gpus.*: the count from the scheduler (or nvidia-smi), model and memory from nvidia-smi where this
+    node has the same GPUs, else the GRES type as the model."""
+    local = probed.facts.gpus
+    if not count:
+        return []
+    probed_here = f"probed on {probed.host} (nvidia-smi)"
+    out = [Entry("gpus.count_per_node", count, from_scheduler or probed_here)]
+    if local and (on_node or from_scheduler is None):
+        memory = local[0].get("memory_mib")
+        out.append(Entry("gpus.model", local[0]["name"], probed_here))
+        out.append(Entry("gpus.memory_gb", round(float(memory) / 1024, 1) if memory else None,
+                         probed_here if memory else NOT_KNOWN))
+        capability = local[0].get("compute_cap")
+        out.append(Entry("gpus.compute_capability", capability, probed_here if capability else NOT_KNOWN))
+    else:
+        out.append(Entry("gpus.model", gres_type or "gpu",
+                         f"{from_scheduler}: the GRES type; {NOT_KNOWN} to the GPU's name" if gres_type
+                         else f"{NOT_KNOWN}: the GPU's name (the GRES names no type)"))
+        out.append(Entry("gpus.memory_gb", None, NOT_KNOWN))
+    out.append(Entry("gpus.interconnect", None, f"{NOT_KNOWN} (NVLink, PCIe)"))
+    return out
+
+
+def _fabric_entries(probed: Probed, on_node: bool) -> list[Entry]:
+    fabrics = probed.facts.fabrics
+    config = fabrics.get("config", {})
+    where = f"probed on {probed.host} (/sys/class/infiniband, /sys/class/net)" + (
+        "" if on_node else f"; {probed.host} is not a node of the partition: check its nodes have the same")
+    out = [Entry("fabrics", list(config) or ["tcp"], where)]
+    if config:
+        out.append(Entry("fabric_config", config, where))
+    return out
+
+
+def from_node(name: str, probed: Probed, scheduler: str) -> list[Entry]:
+    """A one-node system: this node as the probes see it."""
+    cpu = probed.cpu
+    here = f"probed on {probed.host}"
+    sockets = cpu.get("sockets") or 1
+    physical = cpu.get("physical_cores") or probed.facts.usable_cpus
+    logical = cpu.get("logical_cpus") or physical
+    return [
+        Entry("name", name, "the name given"),
+        Entry("description", f"{probed.host}: {physical} cores" + (f", {len(probed.facts.gpus)} GPUs"
+                                                                      if probed.facts.gpus else ", no GPU"),
+              f"{here}; say what it is"),
+        Entry("arch", probed.facts.arch, f"{here} (uname -m)"),
+        Entry("nodes", 1, f"this node alone: no scheduler's view of nodes here ({scheduler})"),
+        Entry("cpu.model", probed.facts.cpu_model, f"{here} (/proc/cpuinfo)" if probed.facts.cpu_model else NOT_KNOWN),
+        Entry("cpu.sockets", sockets, f"{here} (/sys/devices/system/cpu)"),
+        Entry("cpu.cores_per_socket", max(physical // sockets, 1), f"{here} (/sys/devices/system/cpu)"),
+        Entry("cpu.threads_per_core", max(logical // max(physical, 1), 1), f"{here} (/sys/devices/system/cpu)"),
+        Entry("cpu.numa_nodes", probed.facts.numa_nodes, f"{here} (/sys/devices/system/node)"),
+        Entry("memory_gb", probed.facts.memory_gb, f"{here} (/proc/meminfo, GiB)"),
+        *_gpu_entries(probed, len(probed.facts.gpus), None, None, True),
+        *_fabric_entries(probed, True),
+        Entry("scheduler", scheduler, "no scheduler's tools answered here"),
+    ]
+
+
+def _on_node(probed: Probed, nodes: list[NodeFacts]) -> bool:
+    return any(probed.host in (node.name, (node.hostname or "").split(".")[0]) for node in nodes)
+
+
+def _node_entries(probed: Probed, node: NodeFacts, said: str, on_node: bool) -> list[Entry]:
+    here = f"probed on {probed.host}" + ("" if on_node else f" (not a node of the partition: check its nodes)")
+    model = probed.facts.cpu_model
+    out = [Entry("arch", node.arch or probed.facts.arch, f"{said}: Arch" if node.arch else f"{here} (uname -m)"),
+           Entry("cpu.model", model, f"{here} (/proc/cpuinfo)" if model else NOT_KNOWN)]
+    for path, value, field in (("cpu.sockets", node.sockets, "Sockets"),
+                               ("cpu.cores_per_socket", node.cores_per_socket, "CoresPerSocket"),
+                               ("cpu.threads_per_core", node.threads_per_core, "ThreadsPerCore")):
+        out.append(Entry(path, value, f"{said}: {field}" if value else NOT_KNOWN))
+    numa = probed.facts.numa_nodes if on_node else None
+    out.append(Entry("cpu.numa_nodes", numa, f"{here} (/sys/devices/system/node)" if numa else NOT_KNOWN))
+    memory = round(node.memory_mib / 1024, 1) if node.memory_mib else None
+    out.append(Entry("memory_gb", memory, f"{said}: RealMemory {node.memory_mib} MiB / 1024" if memory else NOT_KNOWN))
+    return out
+
+
+def from_view(name: str, probed: Probed, view: ClusterView, scheduler: str, launchers: tuple[str, ...],
+              partition: str | None) -> list[Entry]:
+    """One partition's nodes (its most common configuration) as the scheduler describes them."""
+    chosen = choose_partition(view, partition)
+    nodes, configurations = partition_nodes(view, chosen)
+    node = nodes[0]
+    said = f"{view.source.split(',')[0]} ({node.name})"
+    on_node = _on_node(probed, nodes)
+    facts = next((p for p in view.partitions if p.name == chosen), None)
+    others = "" if len(configurations) == 1 else \
+        f"; {sum(n for _, n in configurations[1:])} other node(s) of the partition differ and are left out"
+    entries = [
+        Entry("name", name, "the name given"),
+        Entry("description", f"{len(nodes)} node(s) of partition {chosen}: {node.cpus} CPUs"
+              + (f", {node.gpus} GPUs ({node.gpu_type or 'gpu'})" if node.gpus else ", no GPU"),
+              f"{view.source}; say what it is"),
+        Entry("nodes", len(nodes), f"{view.source}: the nodes of partition {chosen} like {node.name}{others}"),
+        *_node_entries(probed, node, said, on_node),
+        *_gpu_entries(probed, node.gpus, node.gpu_type, f"{said}: Gres", on_node),
+        *_fabric_entries(probed, on_node),
+        Entry("scheduler", scheduler, f"{view.source} answered" + (f" (Slurm {view.version})" if view.version else "")),
+    ]
+    if launchers:
+        entries.append(Entry("launcher", launchers[0], f"the launcher of scheduler {scheduler}"))
+    limit = f"; the partition's longest job: {facts.time_limit} (sinfo)" if facts and facts.time_limit else ""
+    entries += [Entry("scheduler_options.partition", chosen, f"{view.source}" + (" (the default)" if facts
+                                                                                   and facts.default else "")),
+                Entry("scheduler_options.time", "00:30:00", f"dlrun's default job time{limit}"),
+                Entry("scheduler_options.account", None, NOT_KNOWN)]
+    if node.features:
+        entries.append(Entry("scheduler_options.constraint", None,
+                             f"{NOT_KNOWN}, if the jobs need one of the features {', '.join(node.features)} "
+                             f"({said}: AvailableFeatures)"))
+    return entries
+
+
+def common_tail(scheduler_runtimes: list[str]) -> list[Entry]:
+    """What no probe can tell: how the site runs its images."""
+    return [Entry("runtime", None, f"{NOT_KNOWN}: how ranks start their image ({', '.join(scheduler_runtimes)}); "
+                  "without it, on the host"),
+            Entry("default_image", None, f"{NOT_KNOWN}: the image runs use when --image names none"),
+            Entry("hostnames", None, f"{NOT_KNOWN}: regular expressions of the login and compute nodes' names, so "
+                  "that a run there picks this system"),
+            Entry("mpi", None, f"{NOT_KNOWN}: the site's host MPI, e.g. \"openmpi 4.1.5\"")]
+
+
+def value_of(entries: list[Entry], path: str) -> Any:
+    return next((e.value for e in entries if e.path == path), None)

@@ -1,0 +1,145 @@
+"""`dlrun systems init`: a site's system profile drafted from Slurm's view of its nodes and from this node's
+probes. Slurm's output is read from real published `scontrol show node` and `sinfo` outputs
+(tests/data/logs/slurm, sources in tests/data/logs/SOURCES.md); the whole command runs against the suite's
+real two-node Slurm cluster, and what it writes is accepted by `dlrun systems show` and renders a job."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from conftest import REPO, cli_json, run_cli
+
+from dlrun.catalog.loader import CatalogError
+from dlrun.errors import UsageError
+from dlrun.probe.host import HostFacts
+from dlrun.schedulers.base import ClusterView
+from dlrun.schedulers.slurm_view import gres_gpus, parse_nodes, parse_sinfo
+from dlrun.systeminit import NOT_KNOWN, Probed
+from dlrun.systeminit.draft import common_tail, from_view
+from dlrun.systeminit.text import diff, render, validate
+
+LOGS = REPO / "tests" / "data" / "logs" / "slurm"
+BIH_NODE = LOGS / "bih_scontrol_show_node_med0304.txt"
+BIH_SINFO = LOGS / "bih_sinfo_n_med0301-0304.txt"
+SIENA_SINFO = LOGS / "siena_grawp_sinfo.txt"
+
+
+def test_a_published_scontrol_show_node_record_is_read_field_by_field():
+    [node] = parse_nodes(BIH_NODE.read_text())
+    assert (node.name, node.arch, node.cpus, node.sockets, node.cores_per_socket, node.threads_per_core) == (
+        "med0304", "x86_64", 64, 2, 16, 2)
+    assert (node.memory_mib, node.gpus, node.gpu_type, node.features, node.partitions, node.hostname) == (
+        385215, 4, "tesla", ("skylake",), ("gpu",), "med0304")
+
+
+def test_the_same_record_on_one_line_reads_the_same():
+    text = BIH_NODE.read_text()
+    one_line = " ".join(line.strip() for line in text.replace("\r\n", "\n").splitlines())
+    assert parse_nodes(one_line) == parse_nodes(text)
+    assert len(parse_nodes(one_line + "\n" + one_line.replace("med0304", "med0305"))) == 2
+
+
+def test_published_sinfo_tables_give_partitions_the_default_and_node_counts():
+    bih = {p.name: p for p in parse_sinfo(BIH_SINFO.read_text())}
+    assert list(bih) == ["debug", "medium", "long", "critical", "highmem", "gpu", "mpi"]
+    assert [name for name, p in bih.items() if p.default] == ["debug"]
+    assert (bih["gpu"].nodes, bih["gpu"].time_limit, bih["gpu"].available) == (4, "14-00:00:0", "up")
+    siena = {p.name: (p.default, p.nodes, p.time_limit) for p in parse_sinfo(SIENA_SINFO.read_text())}
+    assert siena == {"short": (True, 24, "4:00:00"), "normal": (False, 24, "infinite"), "high": (False, 4, "infinite")}
+
+
+@pytest.mark.parametrize("gres, expected", [
+    ("gpu:tesla:4(S:0-1)", (4, "tesla")),  # BIH's med0304 (above)
+    # `sinfo -O NodeList,Gres` of Sheffield's Bessemer: https://github.com/rcgsheffield/sheffield_hpc/pull/1429
+    ("gpu:v100:4(S:0)", (4, "v100")),
+    ("(null)", (0, None)),
+])
+def test_gres_gpus(gres, expected):
+    assert gres_gpus(gres) == expected
+
+
+def _probed(host: str = "login01", gpus: tuple = ()) -> Probed:
+    """A login node that is not one of the partition's nodes (its own CPU and no GPU), as the probes see it."""
+    facts = HostFacts(hostname=host, arch="x86_64", usable_cpus=8, cpu_model="Intel(R) Xeon(R) Gold 6130 CPU",
+                      numa_nodes=2, memory_gb=93.1, gpus=gpus, fabrics={"config": {"tcp": {"interfaces": ["eth0"]}}},
+                      python="/usr/bin/python3")
+    return Probed(facts, {"sockets": 2, "physical_cores": 32, "logical_cpus": 64})
+
+
+def _bih_view() -> ClusterView:
+    return ClusterView("scontrol show node, sinfo", tuple(parse_nodes(BIH_NODE.read_text())),
+                       tuple(parse_sinfo(BIH_SINFO.read_text())), "20.02.0")
+
+
+def _drafted(tmp_path: Path, partition: str | None, probed: Probed | None = None):
+    entries = from_view("bih-gpu", probed or _probed(), _bih_view(), "slurm", ("srun",), partition)
+    entries += common_tail(["apptainer", "host"])
+    text = render(entries, "scontrol show node, sinfo", "login01", "2026-12-02")
+    return entries, text, validate(text, tmp_path / "bih-gpu.yaml")
+
+
+def test_a_profile_of_the_published_gpu_partition_says_where_every_value_comes_from(tmp_path):
+    entries, text, spec = _drafted(tmp_path, "gpu")
+    assert (spec.nodes, spec.cpu.sockets, spec.cpu.cores_per_socket, spec.cpu.threads_per_core) == (1, 2, 16, 2)
+    assert (spec.memory_gb, spec.gpus.count_per_node, spec.gpus.model, spec.scheduler, spec.launcher) == (
+        376.2, 4, "tesla", "slurm", "srun")
+    assert spec.scheduler_options.partition == "gpu"
+    lines = text.splitlines()
+    assert '  sockets: 2  # scontrol show node (med0304): Sockets' in lines
+    assert 'memory_gb: 376.2  # scontrol show node (med0304): RealMemory 385215 MiB / 1024' in lines
+    assert any(line.startswith('  model: "tesla"  # scontrol show node (med0304): Gres: the GRES type') for line in lines)
+    # the login node is no node of the partition: its probes say so
+    assert any(line.startswith('  model: "Intel(R) Xeon(R) Gold 6130 CPU"  # probed on login01 (not a node')
+               for line in lines)
+    assert '  # account: not known: set it' in lines
+    assert any(line.startswith("  # constraint: not known: set it, if the jobs need one of the features skylake")
+               for line in lines)
+    # every value line carries a source; every entry is a value or a commented line to set
+    values = [line for line in lines if re.match(r"^\s*[a-z_]+: ", line) and not line.startswith("sources")]
+    assert values and all("  # " in line for line in values)
+    assert all(entry.source for entry in entries)
+    sources = [line for line in lines if line.startswith("  - {")]
+    assert json.loads(sources[0][4:])["where"] == "scontrol show node, sinfo on login01, 2026-12-02"
+
+
+def test_the_default_partition_without_nodes_and_an_unknown_one_are_refused(tmp_path):
+    with pytest.raises(UsageError, match=r"partition 'debug' has no node .*valid: a partition with nodes: gpu"):
+        _drafted(tmp_path, None)  # debug* is the default, and scontrol showed only med0304 (gpu)
+    with pytest.raises(UsageError, match=r"unknown partition 'gpus'; did you mean 'gpu'\?"):
+        _drafted(tmp_path, "gpus")
+
+
+def test_a_draft_the_schema_refuses_is_never_written(tmp_path):
+    _, text, _ = _drafted(tmp_path, "gpu")
+    with pytest.raises(CatalogError, match=r"bih-gpu.yaml:\d+: nodes: Input should be greater than 0"):
+        validate(text.replace("nodes: 1 ", "nodes: 0 "), tmp_path / "bih-gpu.yaml")
+    assert "-nodes: 1" in diff(text, text.replace("nodes: 1 ", "nodes: 2 "), tmp_path / "bih-gpu.yaml")
+    assert NOT_KNOWN in text
+
+
+@pytest.mark.slurm
+def test_init_against_the_test_cluster_writes_a_profile_that_show_and_a_dry_run_accept(slurm_cluster, dlrun_home):
+    env = slurm_cluster.env
+    proc = run_cli("systems", "init", "testsite", env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    path = dlrun_home.parent / "xdg-config" / "dlrun" / "systems" / "testsite.yaml"
+    assert proc.stdout.startswith(f"wrote {path}: system testsite, 2 node(s), scheduler slurm")
+    text = path.read_text()
+    assert 'nodes: 2  # scontrol show node, sinfo: the nodes of partition debug like n1' in text
+    assert 'partition: "debug"  # scontrol show node, sinfo (the default)' in text
+    assert 'memory_gb: 3.9  # scontrol show node (n1): RealMemory 4000 MiB / 1024' in text
+    shown = cli_json("systems", "show", "testsite", env=env)
+    assert (shown["nodes"], shown["scheduler"], shown["launcher"], shown["cpu"]["cores_per_socket"]) == (
+        2, "slurm", "srun", 1)
+    dry = run_cli("run", "trivial", "--system", "testsite", "--nodes", "2", "--dry-run", env=env)
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    assert "#SBATCH --partition=debug" in dry.stdout and "#SBATCH --nodes=2" in dry.stdout
+    # a second init shows what it would change and keeps the site's edits without --force
+    path.write_text(text.replace('"00:30:00"', '"01:00:00"'))
+    again = run_cli("systems", "init", "testsite", env=env)
+    assert again.returncode == 0 and '-  time: "01:00:00"' in again.stdout and '+  time: "00:30:00"' in again.stdout
+    assert "not written" in again.stderr and '"01:00:00"' in path.read_text()
+    forced = run_cli("systems", "init", "testsite", "--force", env=env)
+    assert forced.returncode == 0 and path.read_text() == text
