@@ -39,7 +39,7 @@ def test_a_real_run_has_a_complete_key(dlrun_home):
                    "global_batch": 4, "data": "synthetic", "data_format": "n/a", "framework": "pytorch",
                    "framework_version": torch.__version__,
                    "image_digest": "host:harness-" + run["provenance"]["harness_sha256"].split(":")[-1][:16],
-                   "devices": 1, "nodes": 1, "system": "localhost", "fabric": "n/a", "env": "none",
+                   "devices": 1, "nodes": 1, "system": "localhost", "partition": "n/a", "fabric": "n/a", "env": "none",
                    "code_path": code_path(run["results"][0]["extra"]["knobs"]), **machine}
     assert key["code_path"] not in (None, "unknown", "n/a")
     assert run["key_hash"] == keys.key_hash(key) and key_diff.has_unknown(key) == []
@@ -64,7 +64,7 @@ def test_an_imported_nccl_tests_log_is_a_communication_key():
     assert key == {"workload": "nccl-tests:all_reduce", "model": "all_reduce", "precision": "float32",
                    "batch_per_device": "n/a", "global_batch": "n/a", "data": "n/a", "data_format": "n/a",
                    "framework": "nccl-tests", "framework_version": "2.8.3+cuda11.2", "image_digest": "unknown",
-                   "devices": 16, "nodes": 2, "system": "aws-p3dn", "fabric": "unknown", "env": "unknown",
+                   "devices": 16, "nodes": 2, "system": "aws-p3dn", "partition": "n/a", "fabric": "unknown", "env": "unknown",
                    "code_path": "n/a", "site": "unknown",
                    **dict.fromkeys(keys.MACHINE_FIELDS, "unknown")}
     one_host = _imported("nccl-tests/superbench_allreduce_g8.log")

@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from dlrun.catalog.commands import CommandResult, check_command_fields
+from dlrun.catalog.partitions import PartitionSpec, check_all
 from dlrun.catalog.storage import FileSystem, check_storage_fields
 from dlrun.catalog.time_limits import time_limit_seconds
 from dlrun.errors import DlrunError
@@ -289,6 +290,16 @@ class SystemSpec(Strict):
     mpi: str | None = None
     sources: list[Source] = []
     detected: bool = False
+    # Partitions whose nodes differ from the system's (dlrun.catalog.partitions); `partition`: which one this is
+    # (set when a run names one: partitions.select; None: the system's own nodes).
+    partitions: dict[str, PartitionSpec] = {}
+    partition: str | None = None
+
+    @model_validator(mode="after")
+    def _partitions_merge(self) -> "SystemSpec":
+        all_match(self.partitions, DIRECTIVE_WORD, "a partition name (letters, digits, _ . , : + = @ % / -)")
+        check_all(self)
+        return self
 
     @property
     def gpus_per_node(self) -> int:

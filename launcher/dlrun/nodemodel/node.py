@@ -102,7 +102,7 @@ def node_model(system: SystemSpec) -> NodeModel:
                      compute_capability=gpus.compute_capability if gpus else None,
                      driver=gpus.driver if gpus else None,
                      nics={fabric: _fabric_nics(system, fabric) for fabric in system.fabrics},
-                     origin=f"profile {system.name}")
+                     origin=f"profile {system.name}" + (f", partition {system.partition}" if system.partition else ""))
 
 
 def _count(value: Any, default: int) -> int:

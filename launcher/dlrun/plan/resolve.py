@@ -14,6 +14,7 @@ from typing import Any
 
 from dlrun.catalog import Catalog
 from dlrun.catalog.models import TF2_HARNESS_MODELS, ImageSpec, SystemSpec, WorkloadSpec
+from dlrun.catalog.partitions import select as select_partition
 from dlrun.errors import UsageError
 from dlrun.harness.harness_contract import CODE_PRECISIONS, GPU_ONLY_PRECISIONS
 from dlrun.nodemodel import node_model, rank_affinity, threads_per_rank
@@ -58,7 +59,7 @@ def resolve_plan(catalog: Catalog, workload: str, *, local_image: LocalImage | N
     local_image = local_image or site.local_image
     req = request(options)
     work = catalog.workload(workload)
-    system = catalog.system(req.system or "localhost")
+    system = select_partition(catalog.system(req.system or "localhost"), req.partition)
     image = catalog.image(req.image or system.default_image)
     res = Resolution(catalog=catalog, request=req, workload=work, system=system, image=image, site=site)
     check_names(res)
@@ -126,7 +127,8 @@ def resolve_layout(res: Resolution) -> dict[str, Any]:
     req, system = res.request, res.system
     nodes = req.nodes
     if nodes > system.nodes:
-        raise UsageError(f"--nodes {nodes} exceeds system {system.name!r}, which has {system.nodes} node(s); "
+        part = f" partition {system.partition!r}" if system.partition else ""
+        raise UsageError(f"--nodes {nodes} exceeds system {system.name!r}{part}, which has {system.nodes} node(s); "
                          f"valid: 1..{system.nodes}, or --system NAME for a larger system (see dlrun systems list)")
     # --dist dataparallel: one process per node drives all of its GPUs
     storage = res.workload.kind == "storage"  # one reading process, no device

@@ -21,6 +21,9 @@ Fields (in the order they are printed):
                      harness file stands in (`host:harness-<16 hex digits>`), next to the framework version
   devices, nodes     devices that did the work, and the nodes they sat on
   system             the system profile
+  partition          the batch partition (queue) the job asked for, whose nodes the plan modelled (a system's
+                     `partitions`); `n/a` where it named none (a local run, the scheduler's default); stored keys
+                     of runs from before partitions lack it and read as `unknown`
   fabric             the inter-node fabric; `n/a` on one node, where no traffic crosses it
   env                the run's --env variables that decide performance (NCCL_*, UCX_*, OMP_*, ...: the rule is
                      dlrun.results.performance_env), `none`; never a secret
@@ -56,12 +59,11 @@ from typing import Any
 from dlrun.catalog.models import TRAINING_KINDS
 from dlrun.harness.harness_contract import CODE_PATH_KNOBS, code_path, precision_label
 from dlrun.results.fingerprint import arch_label
+from dlrun.results.key_software import NOT_APPLICABLE, UNKNOWN, data_fields, framework_version, image_identity
 from dlrun.results.parsers.result import SECONDARY_METRICS
 from dlrun.results.performance_env import performance_env
 from dlrun.tfcnn.knobs import key_part
 
-UNKNOWN = "unknown"
-NOT_APPLICABLE = "n/a"
 
 #: Field -> how it is named in sentences.
 KEY_FIELDS: dict[str, str] = {
@@ -69,7 +71,8 @@ KEY_FIELDS: dict[str, str] = {
     "batch_per_device": "batch per device", "global_batch": "global batch", "data": "data",
     "data_format": "data format", "framework": "framework", "framework_version": "framework version",
     "image_digest": "image digest", "devices": "devices", "nodes": "nodes", "system": "system",
-    "fabric": "fabric", "env": "performance environment", "code_path": "code path", "site": "site",
+    "partition": "partition", "fabric": "fabric", "env": "performance environment", "code_path": "code path",
+    "site": "site",
 }
 #: The machine's fields (its hardware fingerprint, dlrun.results.fingerprint), in KEY_FIELDS too.
 MACHINE_FIELDS: dict[str, str] = {
@@ -165,11 +168,11 @@ def key_from_run(run: Mapping[str, Any], results: Iterable[Mapping[str, Any]] = 
     else:
         key.update(model=NOT_APPLICABLE, precision=_training_precision(run.get("precision"), rec.result.get("dtype")),
                    framework=_known(rec.result.get("framework")), **_NO_BATCH)
-    key["framework_version"] = _framework_version(rec.kind, rec.fmt, rec.result, rec.extra, rec.image)
+    key["framework_version"] = framework_version(rec.kind, rec.fmt, rec.result, rec.extra, rec.image)
     if rec.kind == "training" and rec.extra.get("dist") == "horovod" and rec.extra.get("horovod_version") \
             and key["framework"].startswith("pytorch/"):
         key["framework_version"] = f"{key['framework_version']}+horovod{rec.extra['horovod_version']}"
-    key["image_digest"] = _image_identity(run, rec.image, run.get("provenance") or {})
+    key["image_digest"] = image_identity(run, rec.image, run.get("provenance") or {})
     key["site"] = _known(run.get("site"))
     key.update(env=_env(rec), code_path=_code_path(rec))
     key.update(_machine(rec, key["nodes"]))
@@ -246,7 +249,15 @@ def _where(rec: _Record) -> Key:
         devices = _count(rec.result.get("num_devices"))
     nodes = _count(run.get("nodes"))
     return {"workload": _known(run.get("workload")), "system": _known(run.get("system")), "devices": devices,
-            "nodes": nodes, "fabric": NOT_APPLICABLE if nodes == 1 else _known(run.get("fabric"))}
+            "partition": _partition(rec.plan), "nodes": nodes,
+            "fabric": NOT_APPLICABLE if nodes == 1 else _known(run.get("fabric"))}
+
+
+def _partition(plan: Mapping[str, Any]) -> str:
+    """The partition (queue) the plan's job asked for (an imported log's: the plan `dlrun run` resolves for it); n/a
+    where it named none (a local run, a matmul measurement)."""
+    options = plan.get("scheduler_options")
+    return str(options.get("partition") or NOT_APPLICABLE) if isinstance(options, dict) else NOT_APPLICABLE
 
 
 def _training(rec: _Record, devices: Any) -> Key:
@@ -257,7 +268,7 @@ def _training(rec: _Record, devices: Any) -> Key:
     total = extra.get("global_batch_size") or rec.plan.get("global_batch_size")
     if not total and isinstance(per_device, int) and isinstance(devices, int):
         total = per_device * devices
-    data, data_format = _data(rec.imported, rec.fmt, rec.workload, extra, rec.plan, rec.image)
+    data, data_format = data_fields(rec.imported, rec.fmt, rec.workload, extra, rec.plan, rec.image)
     return {"model": _model(rec),
             "precision": _training_precision(run.get("precision"), extra.get("amp_dtype")),
             "batch_per_device": per_device, "global_batch": _count(total), "data": data, "data_format": data_format,
@@ -337,57 +348,6 @@ def _storage(rec: _Record) -> Key:
 
 def _training_precision(precision: Any, amp_dtype: Any) -> str:
     return precision_label(str(precision), amp_dtype) if precision else UNKNOWN
-
-
-def _data(imported: bool, fmt: str | None, workload: Mapping[str, Any], extra: Mapping[str, Any],
-          plan: Mapping[str, Any], image: Mapping[str, Any]) -> tuple[str, str]:
-    binds = plan.get("binds") if isinstance(plan.get("binds"), list) else []
-    # --data: the plan's `data` field; plans stored before it had one bind the dataset at /data instead
-    has_data = isinstance(plan.get("data"), dict) or any(isinstance(b, dict) and b.get("target") == "/data"
-                                                          for b in binds)
-    if image.get("framework") == "tensorflow" and has_data:
-        return "real:imagenet", "tfrecord"  # --data: tf_cnn_benchmarks reads it as ImageNet TFRecord files
-    if imported:
-        # what the log says it read (its parser's data_source); pytorch_synthetic_benchmark (the Horovod
-        # example) has no other mode
-        source = extra.get("data_source") or ("synthetic" if fmt == "horovod" else None)
-        if source in ("jpeg", "tfrecord"):
-            return "real:imagenet", str(source)
-        return ("synthetic", NOT_APPLICABLE) if source == "synthetic" else (UNKNOWN, UNKNOWN)
-    if workload.get("framework") == "tensorflow" and workload.get("dataset") not in (None, "synthetic"):
-        return f"real:{workload['dataset']}", "tfrecord"  # tf_cnn_benchmarks reads ImageNet as TFRecord files
-    if workload.get("dataset") is None and not extra:
-        return UNKNOWN, UNKNOWN
-    if extra.get("data_source") in ("jpeg", "tfrecord"):  # dlrun's PyTorch harness with --data DIR
-        return "real:imagenet", str(extra["data_source"])
-    return "synthetic", NOT_APPLICABLE  # dlrun's PyTorch harness: synthetic unless it says otherwise
-
-
-def _framework_version(kind: str, fmt: str | None, result: Mapping[str, Any], extra: Mapping[str, Any],
-                       image: Mapping[str, Any]) -> str:
-    if kind == "matmul":
-        return _known(result.get("framework_version"))
-    if kind == "command":  # the command's software is its hash (the model field) and the image's digest
-        return NOT_APPLICABLE
-    if kind == "storage":  # fio's version where fio read; the harness's reader is in the image digest
-        fio = extra.get("fio") if isinstance(extra.get("fio"), dict) else {}
-        return f"fio {fio['fio_version']}" if fio.get("fio_version") else NOT_APPLICABLE
-    version = extra.get("framework_version") or image.get("framework_version")
-    if fmt == "tf_cnn_benchmarks":
-        version = extra.get("tensorflow")
-    elif fmt == "nccl-tests" or result.get("kind") == "nccl-tests":
-        version = extra.get("nccl_version")
-    elif kind == "communication" and version and extra.get("nccl_version"):
-        version = f"{version}+nccl{extra['nccl_version']}"
-    return _known(version)
-
-
-def _image_identity(run: Mapping[str, Any], image: Mapping[str, Any], provenance: Mapping[str, Any]) -> str:
-    if run.get("image_digest"):
-        return str(run["image_digest"])
-    if image.get("kind") == "host" and provenance.get("harness_sha256"):
-        return "host:harness-" + str(provenance["harness_sha256"]).split(":")[-1][:16]
-    return UNKNOWN
 
 
 def key_json(key: Key) -> str:
