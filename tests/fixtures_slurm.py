@@ -1,7 +1,8 @@
 """A real two-node Slurm cluster on this host, started by the test suite itself.
 
 munged (on a private socket), slurmctld and two slurmd (n1, n2) run from a generated slurm.conf in a
-temporary directory; `srun --mpi=pmix` works across both "nodes". Needs root and the Debian packages
+temporary directory; `srun --mpi=pmix` works across both "nodes". Partition `debug` (the default) holds both,
+partition `single` (at most an hour) n2 alone, so that a view of the cluster has two partitions. Needs root and the Debian packages
 slurm-wlm and munge (`make sysdeps`); without them the tests FAIL with what to install, they never skip.
 Everything is stopped, by the process ids this fixture started, at the end of the session.
 """
@@ -112,6 +113,7 @@ JobAcctGatherType=jobacct_gather/none
 NodeName=n1 NodeHostname={host} NodeAddr=127.0.0.1 Port={n1_port} CPUs=1 RealMemory=4000 State=UNKNOWN
 NodeName=n2 NodeHostname={host} NodeAddr=127.0.0.1 Port={n2_port} CPUs=1 RealMemory=4000 State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+PartitionName=single Nodes=n2 MaxTime=60 State=UP
 TmpFS={root}/tmp/%n
 """
 

@@ -136,6 +136,19 @@ def test_init_against_the_test_cluster_writes_a_profile_that_show_and_a_dry_run_
     dry = run_cli("run", "trivial", "--system", "testsite", "--nodes", "2", "--dry-run", env=env)
     assert dry.returncode == 0, dry.stdout + dry.stderr
     assert "#SBATCH --partition=debug" in dry.stdout and "#SBATCH --nodes=2" in dry.stdout
+    # the cluster's other partition (n2 alone), as its own entry of `partitions`, which --partition selects
+    assert "partitions:\n  single:\n" in text
+    assert '    nodes: 1  # scontrol show node, sinfo: the nodes of partition single like n2' in text
+    assert shown["partitions"]["single"]["nodes"] == 1
+    wide = run_cli("run", "trivial", "--system", "testsite", "--partition", "single", "--nodes", "2", "--dry-run",
+                   env=env)
+    assert wide.returncode == 2 and "exceeds system 'testsite' partition 'single', which has 1 node(s)" in wide.stderr
+    ran = run_cli("run", "trivial", "--system", "testsite", "--partition", "single", env=env)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    [listed] = cli_json("results", "list", env=env)
+    stored = cli_json("results", "show", listed["id"], env=env)
+    assert stored["key"]["partition"] == "single" and stored["plan"]["scheduler_options"]["partition"] == "single"
+    assert stored["plan"]["system"]["partition"] == "single"
     # a second init shows what it would change and keeps the site's edits without --force
     path.write_text(text.replace('"00:30:00"', '"01:00:00"'))
     again = run_cli("systems", "init", "testsite", env=env)

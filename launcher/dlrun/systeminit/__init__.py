@@ -20,11 +20,22 @@ from dlrun.schedulers.base import ClusterView, NodeFacts
 NOT_KNOWN = "not known: set it"
 
 
+class _Null:
+    """A value stated as none (a CPU partition's `gpus: null`), unlike None: a value not known."""
+
+    def __repr__(self) -> str:
+        return "NULL"
+
+
+NULL = _Null()
+
+
 @dataclass(frozen=True)
 class Entry:
-    """One value of the profile: where it goes (`cpu.sockets`), the value (None: not known) and its source."""
+    """One value of the profile: where it goes (`cpu.sockets`, or a tuple of keys where one may hold a dot: a
+    partition's name), the value (None: not known; NULL: none) and its source."""
 
-    path: str
+    path: str | tuple[str, ...]
     value: Any
     source: str
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from dlrun.schedulers.base import ClusterView, NodeFacts
 
-from dlrun.systeminit import NOT_KNOWN, Entry, Probed, choose_partition, partition_nodes
+from dlrun.systeminit import NOT_KNOWN, NULL, Entry, Probed, choose_partition, partition_nodes
 
 
 def _gpu_entries(probed: Probed, count: int, gres_type: str | None, from_scheduler: str | None,
@@ -124,7 +124,71 @@ def from_view(name: str, probed: Probed, view: ClusterView, scheduler: str, laun
         entries.append(Entry("scheduler_options.constraint", None,
                              f"{NOT_KNOWN}, if the jobs need one of the features {', '.join(node.features)} "
                              f"({said}: AvailableFeatures)"))
-    return entries
+    return entries + partition_entries(view, chosen, node)
+
+
+def _partition_names(view: ClusterView) -> list[str]:
+    listed = [p.name for p in view.partitions]
+    return listed + sorted({p for n in view.nodes for p in n.partitions} - set(listed))
+
+
+def _one_partition(view: ClusterView, name: str, system_node: NodeFacts) -> list[Entry]:
+    """partitions.NAME: its nodes (its most common configuration) where they differ from the system's."""
+    nodes, configurations = partition_nodes(view, name)
+    node = nodes[0]
+    said = f"{view.source.split(',')[0]} ({node.name})"
+    others = "" if len(configurations) == 1 else \
+        f"; {sum(n for _, n in configurations[1:])} other node(s) of the partition differ and are left out"
+    at = ("partitions", name)
+    out = [Entry((*at, "description"), f"{len(nodes)} node(s) of partition {name}: {node.cpus} CPUs"
+                 + (f", {node.gpus} GPUs ({node.gpu_type or 'gpu'})" if node.gpus else ", no GPU"),
+                 f"{view.source}; say what it is"),
+           Entry((*at, "nodes"), len(nodes), f"{view.source}: the nodes of partition {name} like {node.name}{others}")]
+    if node.arch and node.arch != system_node.arch:
+        out.append(Entry((*at, "arch"), node.arch, f"{said}: Arch"))
+    cpu = (node.sockets, node.cores_per_socket, node.threads_per_core)
+    if cpu != (system_node.sockets, system_node.cores_per_socket, system_node.threads_per_core):
+        for key, value, field in zip(("sockets", "cores_per_socket", "threads_per_core"), cpu,
+                                     ("Sockets", "CoresPerSocket", "ThreadsPerCore")):
+            out.append(Entry((*at, "cpu", key), value, f"{said}: {field}" if value else NOT_KNOWN))
+        out.append(Entry((*at, "cpu", "numa_nodes"), None, f"{NOT_KNOWN} (no scheduler's view says)"))
+    if node.memory_mib and node.memory_mib != system_node.memory_mib:
+        out.append(Entry((*at, "memory_gb"), round(node.memory_mib / 1024, 1),
+                         f"{said}: RealMemory {node.memory_mib} MiB / 1024"))
+    if (node.gpus, node.gpu_type) != (system_node.gpus, system_node.gpu_type):
+        out += _partition_gpus(at, node, said)
+    facts = next((p for p in view.partitions if p.name == name), None)
+    if facts and facts.time_limit:
+        out.append(Entry((*at, "scheduler_options", "time"), None,
+                         f"{NOT_KNOWN} if not the system's; the partition's longest job: {facts.time_limit} (sinfo)"))
+    return out
+
+
+def _partition_gpus(at: tuple[str, ...], node: NodeFacts, said: str) -> list[Entry]:
+    if not node.gpus:
+        return [Entry((*at, "gpus"), NULL, f"{said}: no GPU in its Gres")]
+    return [Entry((*at, "gpus", "count_per_node"), node.gpus, f"{said}: Gres"),
+            Entry((*at, "gpus", "model"), node.gpu_type or "gpu",
+                  f"{said}: Gres: the GRES type; {NOT_KNOWN} to the GPU's name"),
+            Entry((*at, "gpus", "memory_gb"), None, NOT_KNOWN)]
+
+
+def partition_entries(view: ClusterView, chosen: str, system_node: NodeFacts) -> list[Entry]:
+    """Every other partition the scheduler shows nodes of, as `partitions` entries; those without a node shown
+    are named in a comment."""
+    out: list[Entry] = []
+    empty = []
+    for name in _partition_names(view):
+        if name == chosen:
+            continue
+        if any(name in node.partitions for node in view.nodes):
+            out += _one_partition(view, name, system_node)
+        else:
+            empty.append(name)
+    if empty:
+        out.append(Entry("partitions", None, f"not listed: {', '.join(empty)} ({view.source.split(',')[0]} showed none "
+                         "of their nodes)"))
+    return out
 
 
 def common_tail(scheduler_runtimes: list[str]) -> list[Entry]:
