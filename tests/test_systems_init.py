@@ -1,6 +1,7 @@
 """`dlrun systems init`: a site's system profile drafted from Slurm's view of its nodes and from this node's
 probes. Slurm's output is read from real published `scontrol show node` and `sinfo` outputs
-(tests/data/logs/slurm, sources in tests/data/logs/SOURCES.md); the whole command runs against the suite's
+(tests/data/logs/slurm, sources in tests/data/logs/SOURCES.md), LSF's from published `lshosts` and `bhosts`
+tables (tests/data/logs/lsf) and PBS's from a published `pbsnodes` record and its JSON (tests/data/logs/pbs); the whole command runs against the suite's
 real two-node Slurm cluster, and what it writes is accepted by `dlrun systems show` and renders a job."""
 from __future__ import annotations
 
@@ -15,6 +16,10 @@ from dlrun.catalog.loader import CatalogError
 from dlrun.errors import UsageError
 from dlrun.probe.host import HostFacts
 from dlrun.schedulers.base import ClusterView
+from dlrun.schedulers.lsf_view import LABELS as LSF_LABELS
+from dlrun.schedulers.lsf_view import batch_hosts, parse_bhosts, parse_lshosts
+from dlrun.schedulers.pbs_view import LABELS as PBS_LABELS
+from dlrun.schedulers.pbs_view import parse_pbsnodes, parse_pbsnodes_json
 from dlrun.schedulers.slurm_view import gres_gpus, parse_nodes, parse_sinfo
 from dlrun.systeminit import NOT_KNOWN, Probed
 from dlrun.systeminit.draft import common_tail, from_view
@@ -156,3 +161,70 @@ def test_init_against_the_test_cluster_writes_a_profile_that_show_and_a_dry_run_
     assert "not written" in again.stderr and '"01:00:00"' in path.read_text()
     forced = run_cli("systems", "init", "testsite", "--force", env=env)
     assert forced.returncode == 0 and path.read_text() == text
+
+
+# ---------------------------------------------------------------- LSF and PBS: their published tables and records
+LSF = REPO / "tests" / "data" / "logs" / "lsf"
+PBS = REPO / "tests" / "data" / "logs" / "pbs"
+
+
+def test_published_lshosts_tables_give_each_server_hosts_cpus_memory_and_type():
+    ibm = parse_lshosts((LSF / "ibmcloud_lshosts_w.txt").read_text())
+    assert [(h.name, h.cpus, h.memory_mib, h.arch, h.features) for h in ibm] == [
+        (f"lsfuser05-ubuntu-two-mgmt-{i}", 2, 7680, "x86_64", ("mg",)) for i in (1, 2, 3)]
+    # a client host (server No, `-` for what it does not say) runs no jobs; no-break spaces separate the columns
+    [server] = parse_lshosts((LSF / "ibmcloud_lshosts_client.txt").read_text())
+    assert (server.name, server.cpus, server.memory_mib) == ("cluster_prefix-jul10", 8, round(62.3 * 1024))
+    volclava = parse_lshosts((LSF / "volclava_lshosts.txt").read_text())
+    assert [(h.name, h.cpus, h.memory_mib, h.arch) for h in volclava] == [
+        ("master-test", 4, 32012, None), ("cmp1-test", 4, 31993, None), ("cmp2-test", 4, 31993, None)]
+
+
+def test_bhosts_keeps_the_hosts_that_take_batch_jobs():
+    ibm = parse_bhosts((LSF / "ibmcloud_bhosts_w.txt").read_text())
+    assert ibm["lsfuser05-ubuntu-two-mgmt-2"] == ("closed_Full", 0)
+    assert batch_hosts(parse_lshosts((LSF / "ibmcloud_lshosts_w.txt").read_text()), ibm) == []  # management hosts
+    volclava = batch_hosts(parse_lshosts((LSF / "volclava_lshosts.txt").read_text()),
+                           parse_bhosts((LSF / "volclava_bhosts.txt").read_text()))
+    assert [h.name for h in volclava] == ["master-test", "cmp1-test", "cmp2-test"]
+
+
+def test_a_profile_from_lsf_takes_its_most_common_hosts_and_marks_what_lsf_does_not_say(tmp_path):
+    hosts = batch_hosts(parse_lshosts((LSF / "volclava_lshosts.txt").read_text()),
+                        parse_bhosts((LSF / "volclava_bhosts.txt").read_text()))
+    view = ClusterView("lshosts -w, bhosts -w", tuple(hosts), (), labels=LSF_LABELS)
+    entries = from_view("volc", _probed(), view, "lsf", ("jsrun",), None) + common_tail(["host"])
+    text = render(entries, view.source, "login01", "2026-12-02")
+    spec = validate(text, tmp_path / "volc.yaml")
+    assert (spec.nodes, spec.cpu.cores_per_socket, spec.memory_gb, spec.scheduler) == (2, 4, 31.2, "lsf")
+    assert "nodes: 2  # lshosts -w, bhosts -w: the nodes of the cluster like cmp1-test; 1 other node(s)" in text
+    assert 'memory_gb: 31.2  # lshosts -w (cmp1-test): maxmem 31993 MiB / 1024' in text
+    assert any(line.startswith("  cores_per_socket: 4  # lshosts -w (cmp1-test): ncpus, taken as one socket's cores "
+                               f"({NOT_KNOWN}") for line in text.splitlines())
+    assert f"  # partition: {NOT_KNOWN}: the queue jobs go to" in text
+    with pytest.raises(UsageError, match=r"--partition gpu: `lshosts -w, bhosts -w` names no partition"):
+        from_view("volc", _probed(), view, "lsf", ("jsrun",), "gpu")
+    no_jobs = ClusterView("lshosts -w, bhosts -w", (), (), labels=LSF_LABELS)
+    with pytest.raises(UsageError, match=r"shows no host that takes batch jobs"):
+        from_view("ibm", _probed(), no_jobs, "lsf", ("jsrun",), None)
+
+
+def test_pbsnodes_text_and_json_of_one_published_node_read_the_same():
+    [text] = parse_pbsnodes((PBS / "hpcnode03_pbsnodes.txt").read_text())
+    [as_json] = parse_pbsnodes_json((PBS / "hpcnode03_pbsnodes_F_json.json").read_text())
+    assert text == as_json
+    assert (text.name, text.cpus, text.memory_mib, text.gpus, text.partitions) == (
+        "hpcnode03", 56, 384000000 // 1024, 0, ("normal",))
+
+
+def test_a_profile_from_pbs_takes_the_queue_of_its_nodes(tmp_path):
+    view = ClusterView("pbsnodes -a -F json", tuple(parse_pbsnodes_json(
+        (PBS / "hpcnode03_pbsnodes_F_json.json").read_text())), (), labels=PBS_LABELS)
+    entries = from_view("pbs-site", _probed(), view, "pbs", (), None) + common_tail(["host"])
+    text = render(entries, view.source, "login01", "2026-12-02")
+    spec = validate(text, tmp_path / "pbs-site.yaml")
+    assert (spec.nodes, spec.cpu.cores_per_socket, spec.memory_gb, spec.scheduler_options.partition) == (
+        1, 56, 366.2, "normal")
+    assert 'memory_gb: 366.2  # pbsnodes -a -F json (hpcnode03): resources_available.mem 375000 MiB / 1024' in text
+    assert json.loads([line for line in text.splitlines() if line.startswith("  - {")][0][4:])["about"].startswith(
+        "description, nodes")

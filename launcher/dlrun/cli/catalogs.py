@@ -133,8 +133,9 @@ def systems_show(name: Annotated[str, typer.Argument(help="System name.")], as_j
 def systems_init(
     name: Annotated[str, typer.Argument(help="Name of the new system (its file: ~/.config/dlrun/systems/NAME.yaml).")],
     partition: Annotated[Optional[str], typer.Option(
-        "--partition", help="The scheduler's partition whose nodes the system describes (default: the default "
-        "partition).", show_default=False)] = None,
+        "--partition", help="The scheduler's partition the system's own facts describe (default: the default "
+        "partition); every other partition with nodes becomes an entry of its `partitions`.",
+        show_default=False)] = None,
     scheduler: Annotated[Optional[str], typer.Option(
         "--scheduler", help="Ask this scheduler's tools (default: the first whose tools answer here; none: "
         "this node alone).", show_default=False)] = None,
@@ -144,7 +145,8 @@ def systems_init(
     show: Annotated[bool, typer.Option("--print", help="Print the profile; write nothing.")] = False,
 ) -> None:
     """Draft a system profile for this site from what can be seen here: the scheduler's nodes and partitions
-    (Slurm: scontrol show node, sinfo) and this node's probes (CPUs, memory, GPUs, fabrics). Every value says
+    (Slurm: scontrol show node, sinfo; LSF: lshosts, bhosts; PBS: pbsnodes), each other partition an entry of
+    the profile's `partitions`, and this node's probes (CPUs, memory, GPUs, fabrics). Every value says
     where it comes from; what no probe can tell is left as a commented line to set. An existing file is
     shown as a diff and replaced only with --force."""
     from dlrun.paths import config_home

@@ -6,7 +6,8 @@ system's `scheduler_options` are checked against them when the system is loaded.
 from __future__ import annotations
 
 import subprocess
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
@@ -100,6 +101,17 @@ class ClusterView:
     nodes: tuple[NodeFacts, ...]
     partitions: tuple[PartitionFacts, ...]
     version: str | None = None
+    #: The scheduler's own words for the values (memory: RealMemory), which the draft names as their sources.
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def label(self, what: str) -> str:
+        return self.labels.get(what) or SLURM_LABELS.get(what, what)
+
+
+#: Slurm's words (`scontrol show node`), the labels of a view that names none.
+SLURM_LABELS = {"cpus": "CPUTot", "memory": "RealMemory", "gpus": "Gres", "arch": "Arch", "sockets": "Sockets",
+                "cores_per_socket": "CoresPerSocket", "threads_per_core": "ThreadsPerCore",
+                "features": "AvailableFeatures"}
 
 
 class Scheduler:

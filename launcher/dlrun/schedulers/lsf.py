@@ -65,6 +65,11 @@ class LsfScheduler(Scheduler):
     options = LsfOptions
     run_dir_default = "${LS_SUBCWD}"
 
+    def cluster_view(self):
+        from dlrun.schedulers.lsf_view import cluster_view
+
+        return cluster_view()
+
     def once_per_node(self, plan: Plan, argv: list[str]) -> list[str]:
         if plan.nodes == 1:
             return super().once_per_node(plan, argv)

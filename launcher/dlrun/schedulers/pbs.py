@@ -55,6 +55,11 @@ class PbsScheduler(Scheduler):
     mpirun_command = "mpiexec"
     run_dir_default = "${PBS_O_WORKDIR}"
 
+    def cluster_view(self):
+        from dlrun.schedulers.pbs_view import cluster_view
+
+        return cluster_view()
+
     def per_node_launch(self, plan: Plan, rank: RankCommand) -> Launch:
         hosts, setup = mpirun_hosts(self, 1)
         argv = mpirun_argv(plan, self, sorted(rank.env), hosts, np=plan.nodes) + rank.argv

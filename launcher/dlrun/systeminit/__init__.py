@@ -57,9 +57,15 @@ def _configuration(node: NodeFacts) -> tuple:
             node.gpu_type, node.arch)
 
 
-def choose_partition(view: ClusterView, partition: str | None) -> str:
-    """The partition asked for, else the default one (else the only one)."""
+def choose_partition(view: ClusterView, partition: str | None) -> str | None:
+    """The partition asked for, else the default one (else the only one); None where the view names no partition
+    at all (LSF's hosts): its nodes are then the cluster's."""
     names = [p.name for p in view.partitions] or sorted({p for n in view.nodes for p in n.partitions})
+    if not names:
+        if partition is not None:
+            raise UsageError(f"--partition {partition}: `{view.source}` names no partition (queue) of a node; valid: "
+                             "leave it out")
+        return None
     if partition is not None:
         if partition not in names:
             raise unknown_name("partition", partition, names)
@@ -72,9 +78,13 @@ def choose_partition(view: ClusterView, partition: str | None) -> str:
     raise UsageError(f"no default partition: name one with --partition; valid: {', '.join(names) or 'none'}")
 
 
-def partition_nodes(view: ClusterView, partition: str) -> tuple[list[NodeFacts], list[tuple[tuple, int]]]:
-    """The partition's nodes of its most common configuration, and every configuration with its node count."""
-    members = [node for node in view.nodes if partition in node.partitions]
+def partition_nodes(view: ClusterView, partition: str | None) -> tuple[list[NodeFacts], list[tuple[tuple, int]]]:
+    """The partition's nodes (None: every node) of its most common configuration, and every configuration with its
+    node count."""
+    members = [node for node in view.nodes if partition is None or partition in node.partitions]
+    if not members and partition is None:
+        raise UsageError(f"`{view.source}` shows no host that takes batch jobs; valid: run on a login node of a "
+                         "cluster whose scheduler has compute hosts")
     if not members:
         raise UsageError(f"partition {partition!r} has no node in `{view.source}`; valid: a partition with nodes: "
                          + ", ".join(sorted({p for n in view.nodes for p in n.partitions})))

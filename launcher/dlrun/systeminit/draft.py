@@ -28,7 +28,7 @@ def _gpu_entries(probed: Probed, count: int, gres_type: str | None, from_schedul
     else:
         out.append(Entry("gpus.model", gres_type or "gpu",
                          f"{from_scheduler}: the GRES type; {NOT_KNOWN} to the GPU's name" if gres_type
-                         else f"{NOT_KNOWN}: the GPU's name (the GRES names no type)"))
+                         else f"{NOT_KNOWN}: the GPU's name (the scheduler names no GPU type)"))
         out.append(Entry("gpus.memory_gb", None, NOT_KNOWN))
     out.append(Entry("gpus.interconnect", None, f"{NOT_KNOWN} (NVLink, PCIe)"))
     return out
@@ -71,60 +71,79 @@ def from_node(name: str, probed: Probed, scheduler: str) -> list[Entry]:
     ]
 
 
+def cpu_entries(at: tuple[str, ...], view: ClusterView, node: NodeFacts, said: str) -> list[Entry]:
+    """cpu.sockets, cores_per_socket, threads_per_core as the scheduler states them; where it states only the CPU
+    count (LSF's ncpus, PBS's ncpus), that count as one socket's cores, marked for the site to set."""
+    out = [Entry((*at, key), value, f"{said}: {view.label(key)}" if value else NOT_KNOWN)
+           for key, value in (("sockets", node.sockets), ("cores_per_socket", node.cores_per_socket),
+                              ("threads_per_core", node.threads_per_core))]
+    if node.cores_per_socket is None and node.cpus:
+        out[1] = Entry((*at, "cores_per_socket"), node.cpus, f"{said}: {view.label('cpus')}, taken as one socket's "
+                       f"cores ({NOT_KNOWN}: sockets, cores per socket and threads per core)")
+    return out
+
+
 def _on_node(probed: Probed, nodes: list[NodeFacts]) -> bool:
     return any(probed.host in (node.name, (node.hostname or "").split(".")[0]) for node in nodes)
 
 
-def _node_entries(probed: Probed, node: NodeFacts, said: str, on_node: bool) -> list[Entry]:
+def _node_entries(probed: Probed, view: ClusterView, node: NodeFacts, said: str, on_node: bool) -> list[Entry]:
     here = f"probed on {probed.host}" + ("" if on_node else f" (not a node of the partition: check its nodes)")
     model = probed.facts.cpu_model
-    out = [Entry("arch", node.arch or probed.facts.arch, f"{said}: Arch" if node.arch else f"{here} (uname -m)"),
+    out = [Entry("arch", node.arch or probed.facts.arch,
+                 f"{said}: {view.label('arch')}" if node.arch else f"{here} (uname -m)"),
            Entry("cpu.model", model, f"{here} (/proc/cpuinfo)" if model else NOT_KNOWN)]
-    for path, value, field in (("cpu.sockets", node.sockets, "Sockets"),
-                               ("cpu.cores_per_socket", node.cores_per_socket, "CoresPerSocket"),
-                               ("cpu.threads_per_core", node.threads_per_core, "ThreadsPerCore")):
-        out.append(Entry(path, value, f"{said}: {field}" if value else NOT_KNOWN))
+    out += cpu_entries(("cpu",), view, node, said)
     numa = probed.facts.numa_nodes if on_node else None
     out.append(Entry("cpu.numa_nodes", numa, f"{here} (/sys/devices/system/node)" if numa else NOT_KNOWN))
     memory = round(node.memory_mib / 1024, 1) if node.memory_mib else None
-    out.append(Entry("memory_gb", memory, f"{said}: RealMemory {node.memory_mib} MiB / 1024" if memory else NOT_KNOWN))
+    out.append(Entry("memory_gb", memory, f"{said}: {view.label('memory')} {node.memory_mib} MiB / 1024" if memory
+                     else NOT_KNOWN))
     return out
 
 
 def from_view(name: str, probed: Probed, view: ClusterView, scheduler: str, launchers: tuple[str, ...],
               partition: str | None) -> list[Entry]:
-    """One partition's nodes (its most common configuration) as the scheduler describes them."""
+    """One partition's nodes (its most common configuration; every node where the view names no partition) as
+    the scheduler describes them, and the other partitions it shows nodes of."""
     chosen = choose_partition(view, partition)
     nodes, configurations = partition_nodes(view, chosen)
     node = nodes[0]
     said = f"{view.source.split(',')[0]} ({node.name})"
     on_node = _on_node(probed, nodes)
-    facts = next((p for p in view.partitions if p.name == chosen), None)
+    group = f"partition {chosen}" if chosen else "the cluster"
     others = "" if len(configurations) == 1 else \
-        f"; {sum(n for _, n in configurations[1:])} other node(s) of the partition differ and are left out"
+        f"; {sum(n for _, n in configurations[1:])} other node(s) of {group} differ and are left out"
     entries = [
         Entry("name", name, "the name given"),
-        Entry("description", f"{len(nodes)} node(s) of partition {chosen}: {node.cpus} CPUs"
+        Entry("description", f"{len(nodes)} node(s) of {group}: {node.cpus} CPUs"
               + (f", {node.gpus} GPUs ({node.gpu_type or 'gpu'})" if node.gpus else ", no GPU"),
               f"{view.source}; say what it is"),
-        Entry("nodes", len(nodes), f"{view.source}: the nodes of partition {chosen} like {node.name}{others}"),
-        *_node_entries(probed, node, said, on_node),
-        *_gpu_entries(probed, node.gpus, node.gpu_type, f"{said}: Gres", on_node),
+        Entry("nodes", len(nodes), f"{view.source}: the nodes of {group} like {node.name}{others}"),
+        *_node_entries(probed, view, node, said, on_node),
+        *_gpu_entries(probed, node.gpus, node.gpu_type, f"{said}: {view.label('gpus')}", on_node),
         *_fabric_entries(probed, on_node),
         Entry("scheduler", scheduler, f"{view.source} answered" + (f" (Slurm {view.version})" if view.version else "")),
     ]
     if launchers:
         entries.append(Entry("launcher", launchers[0], f"the launcher of scheduler {scheduler}"))
+    return entries + _scheduler_entries(view, chosen, node, said, scheduler) + partition_entries(view, chosen, node)
+
+
+def _scheduler_entries(view: ClusterView, chosen: str | None, node: NodeFacts, said: str,
+                       scheduler: str) -> list[Entry]:
+    facts = next((p for p in view.partitions if p.name == chosen), None)
     limit = f"; the partition's longest job: {facts.time_limit} (sinfo)" if facts and facts.time_limit else ""
-    entries += [Entry("scheduler_options.partition", chosen, f"{view.source}" + (" (the default)" if facts
-                                                                                   and facts.default else "")),
-                Entry("scheduler_options.time", "00:30:00", f"dlrun's default job time{limit}"),
-                Entry("scheduler_options.account", None, NOT_KNOWN)]
-    if node.features:
+    default = " (the default)" if facts and facts.default else ""
+    entries = [Entry("scheduler_options.partition", chosen, f"{view.source}{default}" if chosen else
+                     f"{NOT_KNOWN}: the queue jobs go to, if not the scheduler's default ({view.source} names none)"),
+               Entry("scheduler_options.time", "00:30:00", f"dlrun's default job time{limit}"),
+               Entry("scheduler_options.account", None, NOT_KNOWN)]
+    if node.features and scheduler == "slurm":
         entries.append(Entry("scheduler_options.constraint", None,
                              f"{NOT_KNOWN}, if the jobs need one of the features {', '.join(node.features)} "
-                             f"({said}: AvailableFeatures)"))
-    return entries + partition_entries(view, chosen, node)
+                             f"({said}: {view.label('features')})"))
+    return entries
 
 
 def _partition_names(view: ClusterView) -> list[str]:
@@ -145,18 +164,16 @@ def _one_partition(view: ClusterView, name: str, system_node: NodeFacts) -> list
                  f"{view.source}; say what it is"),
            Entry((*at, "nodes"), len(nodes), f"{view.source}: the nodes of partition {name} like {node.name}{others}")]
     if node.arch and node.arch != system_node.arch:
-        out.append(Entry((*at, "arch"), node.arch, f"{said}: Arch"))
-    cpu = (node.sockets, node.cores_per_socket, node.threads_per_core)
-    if cpu != (system_node.sockets, system_node.cores_per_socket, system_node.threads_per_core):
-        for key, value, field in zip(("sockets", "cores_per_socket", "threads_per_core"), cpu,
-                                     ("Sockets", "CoresPerSocket", "ThreadsPerCore")):
-            out.append(Entry((*at, "cpu", key), value, f"{said}: {field}" if value else NOT_KNOWN))
+        out.append(Entry((*at, "arch"), node.arch, f"{said}: {view.label('arch')}"))
+    cpu = (node.sockets, node.cores_per_socket, node.threads_per_core, node.cpus)
+    if cpu != (system_node.sockets, system_node.cores_per_socket, system_node.threads_per_core, system_node.cpus):
+        out += cpu_entries((*at, "cpu"), view, node, said)
         out.append(Entry((*at, "cpu", "numa_nodes"), None, f"{NOT_KNOWN} (no scheduler's view says)"))
     if node.memory_mib and node.memory_mib != system_node.memory_mib:
         out.append(Entry((*at, "memory_gb"), round(node.memory_mib / 1024, 1),
-                         f"{said}: RealMemory {node.memory_mib} MiB / 1024"))
+                         f"{said}: {view.label('memory')} {node.memory_mib} MiB / 1024"))
     if (node.gpus, node.gpu_type) != (system_node.gpus, system_node.gpu_type):
-        out += _partition_gpus(at, node, said)
+        out += _partition_gpus(at, node, f"{said}: {view.label('gpus')}")
     facts = next((p for p in view.partitions if p.name == name), None)
     if facts and facts.time_limit:
         out.append(Entry((*at, "scheduler_options", "time"), None,
@@ -166,14 +183,15 @@ def _one_partition(view: ClusterView, name: str, system_node: NodeFacts) -> list
 
 def _partition_gpus(at: tuple[str, ...], node: NodeFacts, said: str) -> list[Entry]:
     if not node.gpus:
-        return [Entry((*at, "gpus"), NULL, f"{said}: no GPU in its Gres")]
-    return [Entry((*at, "gpus", "count_per_node"), node.gpus, f"{said}: Gres"),
+        return [Entry((*at, "gpus"), NULL, f"{said}: none")]
+    return [Entry((*at, "gpus", "count_per_node"), node.gpus, said),
             Entry((*at, "gpus", "model"), node.gpu_type or "gpu",
-                  f"{said}: Gres: the GRES type; {NOT_KNOWN} to the GPU's name"),
+                  f"{said}: the GRES type; {NOT_KNOWN} to the GPU's name" if node.gpu_type
+                  else f"{NOT_KNOWN}: the GPU's name"),
             Entry((*at, "gpus", "memory_gb"), None, NOT_KNOWN)]
 
 
-def partition_entries(view: ClusterView, chosen: str, system_node: NodeFacts) -> list[Entry]:
+def partition_entries(view: ClusterView, chosen: str | None, system_node: NodeFacts) -> list[Entry]:
     """Every other partition the scheduler shows nodes of, as `partitions` entries; those without a node shown
     are named in a comment."""
     out: list[Entry] = []

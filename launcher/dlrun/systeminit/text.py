@@ -15,7 +15,7 @@ from dlrun.catalog.models import SystemSpec
 from dlrun.systeminit import NOT_KNOWN, NULL, Entry
 
 #: Where the sources list says a value came from, by the start of its source.
-_KINDS = (("scheduler", ("scontrol", "sinfo")), ("probed", ("probed on",)))
+_KINDS = (("scheduler", ("scontrol", "sinfo", "lshosts", "bhosts", "pbsnodes")), ("probed", ("probed on",)))
 
 
 def _scalar(value) -> str:
