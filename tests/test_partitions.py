@@ -126,3 +126,16 @@ def test_the_partition_is_in_the_key_and_a_key_stored_before_reads_unknown(site)
     assert stored_before.get("partition", UNKNOWN) == UNKNOWN
     said = [line for line in key_diff.differences(stored_before, gpu) if line.startswith("partition")]
     assert said == ["partition: unknown ≠ gpu (cannot tell whether they match)"]
+
+
+def test_the_jobs_rules_hold_each_partition_to_its_own_nodes(site):
+    from dlrun.jobcheck import check
+
+    catalog, _ = site
+
+    def refused(**given):
+        plan = resolve_plan(catalog, "resnet50", system="bih-like", nodes=1, threads=16, **given)
+        return [f.rule for f in check(render_job(plan).facts) if not f.assumption]
+
+    assert "cpu-threads" in refused()  # 4 ranks x 16 threads over the GPU nodes' 32 cores
+    assert "cpu-threads" not in refused(partition="cpu")  # 1 rank x 16 threads over the CPU nodes' 128 cores

@@ -4,7 +4,7 @@
 Text records start with the node's name on a line of its own, then `key = value` lines, indented. PBS Professional
 states `resources_available.ncpus`, `.mem` (with its unit: `384000000kb`), `.ngpus`; Torque states `np` and
 `gpus`. A node's queues are its `queue` attribute, or the site's `resources_available.Qlist` (the custom resource
-sites define to tie nodes to queues), comma separated. `resources_available.arch` is PBS's OS word (`linux`),
+sites define to tie nodes to queues; spelt `qlist` at some: marbl/canu#166), comma separated. `resources_available.arch` is PBS's OS word (`linux`),
 not the machine's. PBS names no default queue here (`qstat -B`), so the view lists no partition facts."""
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ def _int(value: Any) -> int | None:
 
 
 def _node(name: str, attrs: dict[str, Any], available: dict[str, Any]) -> NodeFacts:
-    queues = str(attrs.get("queue") or available.get("Qlist") or "")
+    available = {str(key).lower(): value for key, value in available.items()}  # PBS's resource names ignore case
+    queues = str(attrs.get("queue") or available.get("qlist") or "")
     gpus = _int(available.get("ngpus")) or _int(attrs.get("gpus")) or 0
     return NodeFacts(name=name, cpus=_int(available.get("ncpus")) or _int(attrs.get("np")) or _int(attrs.get("pcpus")),
                      memory_mib=_mib(available.get("mem")), gpus=gpus, hostname=str(attrs.get("Mom") or "") or None,
