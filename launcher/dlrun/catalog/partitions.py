@@ -73,7 +73,7 @@ def select(system: Any, partition: str | None) -> Any:
     if not system.partitions:
         return system
     chosen = partition if partition is not None else system.scheduler_options.partition
-    if chosen is None or chosen == system.scheduler_options.partition and chosen not in system.partitions:
+    if chosen is None or (chosen == system.scheduler_options.partition and chosen not in system.partitions):
         return system
     if chosen not in system.partitions:
         refusal = str(unknown_name("partition", chosen, names(system)))

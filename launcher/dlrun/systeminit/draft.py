@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dlrun.registry import SCHEDULERS
 from dlrun.schedulers.base import ClusterView, NodeFacts
 
 from dlrun.systeminit import NOT_KNOWN, NULL, Entry, Probed, choose_partition, partition_nodes
@@ -139,7 +140,7 @@ def _scheduler_entries(view: ClusterView, chosen: str | None, node: NodeFacts, s
                      f"{NOT_KNOWN}: the queue jobs go to, if not the scheduler's default ({view.source} names none)"),
                Entry("scheduler_options.time", "00:30:00", f"dlrun's default job time{limit}"),
                Entry("scheduler_options.account", None, NOT_KNOWN)]
-    if node.features and scheduler == "slurm":
+    if node.features and "constraint" in SCHEDULERS.get_class(scheduler).options.model_fields:
         entries.append(Entry("scheduler_options.constraint", None,
                              f"{NOT_KNOWN}, if the jobs need one of the features {', '.join(node.features)} "
                              f"({said}: {view.label('features')})"))
