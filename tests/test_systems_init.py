@@ -228,3 +228,26 @@ def test_a_profile_from_pbs_takes_the_queue_of_its_nodes(tmp_path):
     assert 'memory_gb: 366.2  # pbsnodes -a -F json (hpcnode03): resources_available.mem 375000 MiB / 1024' in text
     assert json.loads([line for line in text.splitlines() if line.startswith("  - {")][0][4:])["about"].startswith(
         "description, nodes")
+
+
+def test_a_published_cluster_of_twelve_partitions_drafts_each_as_its_own_entry(tmp_path):
+    """CSC's Puhti as `scontrol show node --all` printed it: the GPU partition is the system's own, each other
+    partition an entry stating what differs on its nodes, and the merged partitions are what `--partition` plans on."""
+    from dlrun.catalog.partitions import select
+
+    nodes = parse_nodes((LOGS / "puhti_scontrol_show_node_all.txt").read_text())
+    assert len(nodes) == 1002 and sum("gpu" in n.partitions for n in nodes) == 78
+    view = ClusterView("scontrol show node", tuple(nodes), ())
+    entries = from_view("puhti", _probed(), view, "slurm", ("srun",), "gpu") + common_tail(["host"])
+    text = render(entries, view.source, "login01", "2026-12-02")
+    spec = validate(text, tmp_path / "puhti.yaml")
+    assert (spec.nodes, spec.gpus.count_per_node, spec.gpus.model, spec.cpu.cores) == (78, 4, "v100", 40)
+    assert sorted(spec.partitions) == ["All", "fmi", "fmitest", "gputest", "hugemem", "hugemem_longrun",
+                                       "interactive", "large", "longrun", "small", "test"]
+    hugemem, fmi, gputest = (select(spec, name) for name in ("hugemem", "fmi", "gputest"))
+    assert (hugemem.nodes, hugemem.memory_gb, hugemem.gpus, hugemem.scheduler_options.partition) == (
+        12, 746.1, None, "hugemem")
+    assert (fmi.nodes, fmi.cpu.threads_per_core, fmi.cpu.cores) == (238, 2, 40)
+    assert (gputest.nodes, gputest.gpus.count_per_node) == (2, 4)  # the same nodes as gpu: only its count differs
+    assert "    gpus: null  # scontrol show node (r07c57): Gres: none" in text
+    assert "    nodes: 12  # scontrol show node: the nodes of partition hugemem like r07c57; 6 other node(s)" in text
