@@ -139,3 +139,13 @@ def test_the_jobs_rules_hold_each_partition_to_its_own_nodes(site):
 
     assert "cpu-threads" in refused()  # 4 ranks x 16 threads over the GPU nodes' 32 cores
     assert "cpu-threads" not in refused(partition="cpu")  # 1 rank x 16 threads over the CPU nodes' 128 cores
+
+
+def test_systems_show_gives_each_partition_as_the_site_stated_it(site):
+    from conftest import cli_json
+
+    _, env = site
+    shown = cli_json("systems", "show", "bih-like", env=env)
+    assert shown["partitions"]["cpu"]["gpus"] is None  # stated: no GPUs
+    assert set(shown["partitions"]["cpu"]) == {"description", "nodes", "cpu", "memory_gb", "gpus", "fabrics",
+                                               "default_fabric", "scheduler_options"}  # nothing left to the system

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer
 
 from dlrun.errors import UsageError, unknown_name
 
@@ -39,6 +39,11 @@ class PartitionSpec(BaseModel):
     fabric_config: dict[str, dict[str, Any]] = {}
     scheduler_options: dict[str, Any] = {}
     sources: list[dict[str, Any]] = []
+
+    @model_serializer(mode="wrap")
+    def _as_stated(self, handler):
+        """What the partition states, and nothing it leaves to the system (`gpus: null` stays: none)."""
+        return {key: value for key, value in handler(self).items() if key in self.model_fields_set}
 
     @field_validator("scheduler_options")
     @classmethod
