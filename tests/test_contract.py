@@ -82,7 +82,8 @@ def test_the_result_field_names_are_declared_once():
     data), and every field the launcher's key reads is one the schema marks as deciding the key."""
     lists = re.compile(r"Result fields:")
     assert [p.name for p, text in _outside_contract() if lists.search(text)] == []
-    key_source = (REPO / "launcher" / "dlrun" / "results" / "key.py").read_text()
+    key_source = "".join((REPO / "launcher" / "dlrun" / "results" / name).read_text()
+                         for name in ("key.py", "key_software.py"))
     read = set(re.findall(r"""extra(?:\.get\(|\[)["'](\w+)["']""", key_source))
     # what other tools' parsers record, not the harness: fio's JSON (execute/storage.py), tf_cnn_benchmarks' log
     others = {"fio", "tensorflow"}
