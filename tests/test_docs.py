@@ -27,3 +27,24 @@ def test_the_readme_is_a_first_screen_and_points_at_every_page():
     assert readme.splitlines()[8].startswith("make demo") and readme.splitlines()[9].startswith("make test")
     for page in ("concepts", "running", "workloads", "results", "layout"):
         assert f"(docs/{page}.md)" in readme, page
+
+
+def test_own_workloads_go_where_the_docs_say(tmp_path):
+    """The catalog folder docs/workloads.md names for a site's own workloads is one dlrun reads: its YAML
+    example, put there, is a workload `dlrun workloads show` finds."""
+    import re
+
+    text = (REPO / "docs" / "workloads.md").read_text()
+    section = text[text.index("## Bring your own workload"):]
+    [folder] = set(re.findall(r"`~/\.config/dlrun/([\w-]+)/\*\.yaml`", section))
+    example = section[section.index("```yaml\n") + len("```yaml\n"):]
+    example = example[:example.index("```")]
+    config = tmp_path / "config"
+    (config / "dlrun" / folder).mkdir(parents=True)
+    (config / "dlrun" / folder / "mine.yaml").write_text(example)
+    env = {key: value for key, value in os.environ.items() if key != "DLRUN_PATH"}
+    proc = subprocess.run([sys.executable, "-m", "dlrun.cli", "workloads", "show", "osu_latency_8b"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120,
+                          env={**env, "XDG_CONFIG_HOME": str(config), "DLRUN_HOME": str(tmp_path / "home")})
+    assert proc.returncode == 0, f"~/.config/dlrun/{folder}/: {proc.stderr}"
+    assert "once per node" in proc.stdout
