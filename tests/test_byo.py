@@ -216,3 +216,14 @@ def test_a_command_result_line_is_explained_in_its_own_words_not_the_harness_for
     own, _ = parse_command_output(CommandResult(format="dlrun-result"),
                                   [line.replace('"world_size"', '"value_is": "mine", "world_size"')])
     assert own.value_is == "mine"
+
+
+def test_the_header_of_a_latency_command_names_no_batch_or_steps(dlrun_home, tmp_path):
+    """A ping-pong trains nothing: its run's header says what it runs and reads, not "batch 16/rank, 5+20
+    steps"; a site's training script keeps its batch and steps (its command sees them)."""
+    env = {"DLRUN_PATH": str(_site(tmp_path))}
+    ping = run_cli("run", "my_pingpong", env=env, check=True).stdout.splitlines()[0]
+    assert "batch" not in ping and "steps" not in ping, ping
+    assert "its command once per node, read as latency in us" in ping
+    train = run_cli("run", "my_train", "--batch-size", "3", "--steps", "2", env=env, check=True).stdout.splitlines()[0]
+    assert "batch 3/rank" in train and "+2 steps" in train, train
