@@ -304,3 +304,12 @@ def test_the_run_summary_shows_the_mfu_the_run_stores(ceiling):
             assert rows["MFU (matmul)"].startswith(f"{100 * stored['mfu_matmul']:.1f} % of this system's measured")
         else:
             assert "mfu_matmul" not in stored and rows["MFU"].startswith("not computed: a CPU's peak")
+
+
+def test_the_last_step_row_covers_every_timed_step():
+    """With fewer steps than --display-every, the rows printed are not just step 1's: the last row is the
+    last step's, the rate over every timed step (as the total line's), not one that disagrees with it."""
+    proc = _run(TINY + ["--steps", "3", "--warmup-steps", "1"])  # TINY displays every 5 steps
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split("\t")[0] for line in proc.stdout.splitlines() if "\ttokens/sec: " in line]
+    assert rows == ["1", "3"], proc.stdout

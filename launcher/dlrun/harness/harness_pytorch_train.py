@@ -335,7 +335,8 @@ def _timed_steps(args, step, device, comm, task, global_per_step, ckpt,
         clock.step_done()
         stall += waited
         n = i + 1
-        if n == 1 or n % args.display_every == 0:
+        # the last step's row too: it covers every timed step, as the total
+        if n == 1 or n % args.display_every == 0 or n == args.steps:
             step_times = clock.settle()
             value = float(loss)
             first_loss = value if first_loss is None else first_loss
