@@ -93,7 +93,8 @@ def scaling_table(report: Report) -> str:
                       raw=["runs", "quality"], table_id="scaling",
                       caption=f"Throughput{unit} as the geometric mean of n repeats, speedup (the ratio of geometric "
                               "means) and scaling efficiency over the fewest devices of each system, with 95 % "
-                              "intervals (t on the logs; Welch's t on the logs for the ratios)" + _ENERGY_CAPTION
+                              "intervals (t on the logs; Welch's t on the logs for the ratios); the columns of the "
+                              "PRACE best-practice guide's Tables 8 and 9, its method only" + _ENERGY_CAPTION
                               * report.telemetry.any)
 
 
