@@ -170,19 +170,8 @@ def _scaling_axes(ax, points: list[Point], published: list[Published], colours: 
     for line in sorted({p.line for p in points}):
         mine = sorted((p for p in points if p.line == line and p.row.get("quality") != IMPLAUSIBLE),
                       key=lambda p: p.devices)
-        if not mine:
-            continue
-        xs, ys = [p.devices for p in mine], [p.row["geomean"] for p in mine]
-        whiskers = [_whisker(p.row) for p in mine]
-        ax.errorbar(xs, ys, yerr=[[w[0] for w in whiskers], [w[1] for w in whiskers]], marker="o", capsize=3,
-                    color=colours[line], label=line, zorder=3)
-        for p in mine:  # the repeats, just right of their mean (a factor on the log2 axis)
-            dots = _dots(p.values)
-            ax.scatter([p.devices * 2 ** x for x in _spread(len(dots), 0.12, 0.1)], dots, s=9,
-                       color=colours[line], alpha=0.6, linewidths=0, zorder=2)
-        if len(xs) > 1:
-            ideal = [ys[0] * x / xs[0] for x in xs]
-            ax.plot(xs, ideal, linestyle="--", linewidth=1, color=colours[line], alpha=0.7)
+        if mine:
+            _scaling_line(ax, mine, colours[line], line)
     labels = _published(ax, published)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
@@ -198,6 +187,21 @@ def _scaling_axes(ax, points: list[Point], published: list[Published], colours: 
     ax.grid(True, which="major", linestyle=":", linewidth=0.6)
     ax.legend(fontsize=8)
     return labels
+
+
+def _scaling_line(ax, mine: list[Point], colour: Any, line: str) -> None:
+    """One line's points in device order: means with whiskers, the repeats beside them, ideal scaling."""
+    xs, ys = [p.devices for p in mine], [p.row["geomean"] for p in mine]
+    whiskers = [_whisker(p.row) for p in mine]
+    ax.errorbar(xs, ys, yerr=[[w[0] for w in whiskers], [w[1] for w in whiskers]], marker="o", capsize=3,
+                color=colour, label=line, zorder=3)
+    for p in mine:  # the repeats, just right of their mean (a factor on the log2 axis)
+        dots = _dots(p.values)
+        ax.scatter([p.devices * 2 ** x for x in _spread(len(dots), 0.12, 0.1)], dots, s=9,
+                   color=colour, alpha=0.6, linewidths=0, zorder=2)
+    if len(xs) > 1:
+        ideal = [ys[0] * x / xs[0] for x in xs]
+        ax.plot(xs, ideal, linestyle="--", linewidth=1, color=colour, alpha=0.7)
 
 
 def _implausible(ax, points: list[Point]) -> None:
