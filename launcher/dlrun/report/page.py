@@ -17,8 +17,9 @@ from dlrun.text import for_html
 STYLE = """
 body { font-family: "DejaVu Sans", sans-serif; margin: 1.5em; color: #222; max-width: %dpx; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 1.6em; border-bottom: 1px solid #ccc; }
-table { border-collapse: collapse; margin: 0.6em 0; font-size: 0.85em; }
+table { border-collapse: collapse; margin: 0.6em 0; font-size: 0.85em; max-width: 100%%; }
 th, td { border: 1px solid #ccc; padding: 0.2em 0.5em; text-align: left; vertical-align: top; }
+td.long { overflow-wrap: anywhere; }
 th { background: #eee; } caption { text-align: left; font-style: italic; padding: 0.3em 0; }
 tr:target { background: #fff3b0; } tr:hover { background: #f3f7ff; }
 .mismatch { border: 2px solid #b00; background: #fff0f0; padding: 0.6em 1em; margin: 1em 0; }
