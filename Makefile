@@ -84,8 +84,10 @@ test: setup sysdeps horovod
 check: setup
 	$(BIN)/python -m pytest -q tests -m "not (mpi or slurm or horovod or tensorflow or browser or containers or slow)"
 
-# The docs/ pages as a site in site/ (MkDocs, warnings as errors; tests/test_docs.py builds it too).
+# The docs/ pages as a site in site/ (MkDocs, warnings as errors; tests/test_docs.py builds it too). The reference
+# pages (docs/reference/) are generated from the code: refused when out of step (scripts/gen-reference.py writes them).
 docs: setup
+	$(BIN)/python scripts/gen-reference.py --check
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 bench: setup sysdeps

@@ -64,3 +64,27 @@ def check_in_browser(out: Path, tmp: Path, page) -> None:
         blue = sum(n for n, (r, g, b) in rgb.getcolors(1 << 24) if abs(r - 31) < 12 and abs(g - 119) < 12
                    and abs(b - 180) < 12)
         assert blue > 100, f"the plot's lines are not on the screenshot ({blue} pixels)"
+
+
+WIDTH_CHECK = """<script>window.addEventListener("load", function () {
+  var wide = Array.prototype.slice.call(document.querySelectorAll("table")).filter(function (t) {
+    return t.getBoundingClientRect().right > document.documentElement.clientWidth; });
+  var marker = document.createElement("div");
+  marker.id = "dlrun-width";
+  marker.setAttribute("data-scroll", document.documentElement.scrollWidth);
+  marker.setAttribute("data-client", document.documentElement.clientWidth);
+  marker.setAttribute("data-wide", wide.map(function (t) { return t.id || "?"; }).join(" "));
+  document.body.appendChild(marker);
+});</script>"""
+
+
+def overflow(out: Path, tmp: Path, width: int) -> tuple[int, int, list[str]]:
+    """(page width, window width, ids of the tables reaching past the window's right edge) at `width` px."""
+    copy = tmp / f"width-{width}"
+    shutil.copytree(out, copy)
+    page = (copy / "index.html").read_text()
+    (copy / "index.html").write_text(page.replace("</body>", WIDTH_CHECK + "</body>"))
+    proc = _chromium(tmp, f"--window-size={width},1000", "--dump-dom", (copy / "index.html").as_uri())
+    found = re.search(r'<div id="dlrun-width" data-scroll="(\d+)" data-client="(\d+)" data-wide="([^"]*)"', proc.stdout)
+    assert found, f"no width marker in the DOM: {proc.stdout[-500:]} {proc.stderr[-1500:]}"
+    return int(found.group(1)), int(found.group(2)), found.group(3).split()

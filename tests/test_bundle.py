@@ -320,3 +320,20 @@ def test_a_site_without_a_name_cannot_export_a_bundle(site_a, tmp_path):
     with pytest.raises(UsageError, match="this site has no name"):
         export_bundle(site_a, Filters(), tmp_path / "x.bundle", site="local", dlrun_version="0.1.0")
     assert not (tmp_path / "x.bundle").exists()
+
+
+def test_results_show_of_an_imported_run_says_who_signed_it(tmp_path):
+    """The sample bundle (real runs, a real signature): `results show` says the site and signer it came
+    from and whether the signature was checked, as `--json`'s provenance.bundle does."""
+    from conftest import REPO, run_cli
+
+    samples = REPO / "samples"
+    for name, policy, said in (
+            ("verified", ["--allowed-signers", str(samples / "allowed_signers")],
+             "signed by sample-data@dlrun, verified against the allowed signers"),
+            ("unverified", ["--unsigned"], "signed, but not verified (no allowed-signers file was given)")):
+        env = {"DLRUN_HOME": str(tmp_path / name), "XDG_CONFIG_HOME": str(tmp_path / name / "config")}
+        run_cli("results", "import", str(samples / "sample-localhost.bundle"), *policy, env=env, check=True)
+        [run] = json.loads(run_cli("results", "list", "--limit", "1", "--json", env=env, check=True).stdout)
+        shown = " ".join(run_cli("results", "show", run["id"], env=env, check=True).stdout.replace("│", " ").split())
+        assert "imported from a bundle of site sample-data.invalid" in shown and said in shown, shown

@@ -198,3 +198,32 @@ def test_command_workloads_under_slurm(slurm_cluster, dlrun_home, tmp_path):
     assert {json.loads((tmp_path / "out" / f"rank{r}.json").read_text())["DLRUN_RANK"] for r in (0, 1)} == {"0", "1"}
     summary = cli_json("compare", "--workload", "my_train", env=env)
     assert summary["rows"][0]["n"] == 1 and summary["rows"][0]["devices"] == 2
+
+
+def test_a_command_result_line_is_explained_in_its_own_words_not_the_harness_formula():
+    """A site's script that prints DLRUN_RESULT without value_is: dlrun cannot know how it computed its value,
+    so the result says the command's own words (its contract's description, its formula) or that it is the
+    command's, never the harness's world_size*batch_size_per_rank*timed_steps/wall_time_s."""
+    from dlrun.results.parsers.figure_of_merit import parse_command_output
+
+    line = 'DLRUN_RESULT {"metric": "throughput", "unit": "samples/sec", "value": 12.5, "world_size": 2}\n'
+    bare, _ = parse_command_output(CommandResult(format="dlrun-result"), [line])
+    assert "world_size*batch_size_per_rank" not in bare.value_is and "slowest rank" not in bare.value_is
+    assert bare.value_is.startswith("the command's own throughput in samples/sec") and "no value_is" in bare.value_is
+    told, _ = parse_command_output(CommandResult(format="dlrun-result", description="our samples/s"),
+                                   [line.replace('"world_size"', '"formula": "samples/elapsed", "world_size"')])
+    assert told.value_is == "our samples/s: computed by it as samples/elapsed"
+    own, _ = parse_command_output(CommandResult(format="dlrun-result"),
+                                  [line.replace('"world_size"', '"value_is": "mine", "world_size"')])
+    assert own.value_is == "mine"
+
+
+def test_the_header_of_a_latency_command_names_no_batch_or_steps(dlrun_home, tmp_path):
+    """A ping-pong trains nothing: its run's header says what it runs and reads, not "batch 16/rank, 5+20
+    steps"; a site's training script keeps its batch and steps (its command sees them)."""
+    env = {"DLRUN_PATH": str(_site(tmp_path))}
+    ping = run_cli("run", "my_pingpong", env=env, check=True).stdout.splitlines()[0]
+    assert "batch" not in ping and "steps" not in ping, ping
+    assert "its command once per node, read as latency in us" in ping
+    train = run_cli("run", "my_train", "--batch-size", "3", "--steps", "2", env=env, check=True).stdout.splitlines()[0]
+    assert "batch 3/rank" in train and "+2 steps" in train, train

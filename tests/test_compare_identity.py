@@ -69,8 +69,10 @@ def test_along_site_or_host_they_are_compared(store, axis):
 
 def test_along_host_the_sites_must_still_match_and_along_system_both_may_differ(store):
     _two_sites(store)
-    with pytest.raises(MismatchError, match=r"site: a.example.org \(6 runs\) ≠ b.example.org \(6 runs\)"):
+    with pytest.raises(MismatchError, match=r"site: a.example.org \(6 runs\) ≠ b.example.org \(6 runs\)") as refused:
         compare(store, Filters(), by="host")
+    assert "several sites; --by site compares the sites" in str(refused.value)  # the axis that does
+    assert compare(store, Filters(), by="site").like_for_like
     add(store, [140.0, 141.0, 142.0], devices=1, site="b.example.org", machine=H100_NODE, system="h100-box",
         verdict_inputs=CALM)
     both = compare(store, Filters(), by="system", baseline="dgx2", allow_mismatch=True)

@@ -14,7 +14,8 @@ def test_the_docs_build_with_warnings_as_errors(tmp_path):
                            str(tmp_path / "site")], cwd=REPO, capture_output=True, text=True,
                           env={**os.environ, "NO_MKDOCS_2_WARNING": "1"}, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    for page in ("index", "concepts", "running", "workloads", "results", "layout"):
+    for page in ("index", "concepts", "running", "workloads", "results", "layout", "reference/cli",
+                 "reference/schemas", "reference/experiments"):
         built = tmp_path / "site" / ("index.html" if page == "index" else f"{page}/index.html")
         assert built.is_file(), page
     assert "Secrets" in (tmp_path / "site" / "running" / "index.html").read_text()
@@ -27,3 +28,67 @@ def test_the_readme_is_a_first_screen_and_points_at_every_page():
     assert readme.splitlines()[8].startswith("make demo") and readme.splitlines()[9].startswith("make test")
     for page in ("concepts", "running", "workloads", "results", "layout"):
         assert f"(docs/{page}.md)" in readme, page
+
+
+def test_own_workloads_go_where_the_docs_say(tmp_path):
+    """The catalog folder docs/workloads.md names for a site's own workloads is one dlrun reads: its YAML
+    example, put there, is a workload `dlrun workloads show` finds."""
+    import re
+
+    text = (REPO / "docs" / "workloads.md").read_text()
+    section = text[text.index("## Bring your own workload"):]
+    [folder] = set(re.findall(r"`~/\.config/dlrun/([\w-]+)/\*\.yaml`", section))
+    example = section[section.index("```yaml\n") + len("```yaml\n"):]
+    example = example[:example.index("```")]
+    config = tmp_path / "config"
+    (config / "dlrun" / folder).mkdir(parents=True)
+    (config / "dlrun" / folder / "mine.yaml").write_text(example)
+    env = {key: value for key, value in os.environ.items() if key != "DLRUN_PATH"}
+    proc = subprocess.run([sys.executable, "-m", "dlrun.cli", "workloads", "show", "osu_latency_8b"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120,
+                          env={**env, "XDG_CONFIG_HOME": str(config), "DLRUN_HOME": str(tmp_path / "home")})
+    assert proc.returncode == 0, f"~/.config/dlrun/{folder}/: {proc.stderr}"
+    assert "once per node" in proc.stdout
+
+
+def test_the_reference_pages_are_the_code_s_own_words():
+    """docs/reference/ is what scripts/gen-reference.py makes of the code now (typer's commands through click's
+    help records, the catalogs' pydantic JSON Schemas, the built-in experiments): a changed option, field or
+    experiment that was not regenerated fails here."""
+    env = {key: value for key, value in os.environ.items() if key != "DLRUN_PATH"}
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "gen-reference.py"), "--check"], cwd=REPO,
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_the_reference_pages_hold_every_command_option_field_and_experiment():
+    import typer
+
+    from dlrun.catalog import load_catalog
+    from dlrun.catalog.models import WorkloadSpec
+    from dlrun.cli.app import app
+    from dlrun.cli.reference import pages, usage
+
+    made = pages()
+    cli, schemas, experiments = (made[f"reference/{name}.md"] for name in ("cli", "schemas", "experiments"))
+    root = typer.main.get_command(app)
+
+    def walk(command, context):
+        if hasattr(command, "commands"):  # a group
+            for name, sub in command.commands.items():
+                yield from walk(sub, sub.context_class(sub, info_name=name, parent=context))
+        else:
+            yield context.command_path, command, context
+
+    found = list(walk(root, root.context_class(root, info_name="dlrun")))
+    assert {"dlrun run", "dlrun results show", "dlrun experiments list"} <= {path for path, _, _ in found}
+    for path, command, context in found:
+        assert f"`{path}`" in cli and f"\n{usage(command, context)}\n" in cli, path
+        assert " ".join(command.get_usage(context).split()) == usage(command, context)  # click's own line
+        for param in command.get_params(context):
+            record = param.get_help_record(context)
+            assert record is None or f"- `{record[0]}`: " in cli, (path, record)
+    for field in WorkloadSpec.model_fields:
+        assert f"| `{field}` |" in schemas, field
+    for experiment in load_catalog().experiments:
+        assert f"| `{experiment}` |" in experiments, experiment

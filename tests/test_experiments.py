@@ -404,3 +404,25 @@ def test_guide_systems_render(dlrun_home, system, nodes):
 
 def test_metrics_dlrun_measures():
     assert MEASURED_METRICS == {"throughput", "busbw", "params", "forward_macs", "read_bandwidth", "file_read_rate"}
+
+
+def test_experiments_list_is_readable_in_a_terminal_of_80_or_100_columns(tmp_path):
+    """Below 160 columns each experiment is its whole id beside its status, its whole title and its source;
+    no line is wider than the terminal (COLUMNS, as a terminal sets it), and a pipe still gets the wide table."""
+    import json
+
+    from conftest import run_cli
+
+    env = {"DLRUN_HOME": str(tmp_path / "home"), "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    rows = json.loads(run_cli("experiments", "list", "--json", env=env, check=True).stdout)
+    for width in (80, 100):
+        out = run_cli("experiments", "list", env={**env, "COLUMNS": str(width)}, check=True).stdout
+        assert max(len(line) for line in out.splitlines()) <= width
+        cells = [[cell.strip() for cell in line.split("│")[1:-1]] for line in out.splitlines() if line.startswith("│")]
+        ids = [cell[0] for cell in cells if cell[0]]
+        assert ids == [row["id"] for row in rows]  # each id whole, on one line
+        text = " ".join(" ".join(cell[1:]) for cell in cells)
+        for row in rows:
+            assert " ".join(row["title"].split()) in text and f"{row['status']}; references" in text
+    wide = run_cli("experiments", "list", env=env, check=True).stdout
+    assert "┃ document " in wide and "┃ measure " in wide  # the eight columns

@@ -737,7 +737,7 @@ def test_single_process_run():
                      "Done warm up", "Step\tImg/sec\ttotal_loss"):
         assert expected in out, expected
     rows = [ln.split("\t")[0] for ln in out.splitlines() if "\timages/sec: " in ln]
-    assert rows == ["1", "5", "10"]
+    assert rows == ["1", "5", "10", "12"]  # the last step's row too: the rate over all 12
     (res,) = _results(out)
     assert out.splitlines()[-1].startswith("DLRUN_RESULT ")
     assert ("total images/sec: %.2f" % res["value"]) in out

@@ -283,3 +283,33 @@ def test_sharded_verdict_checks_coverage_and_sums():
     assert wrong_sum[0].startswith("sharded parameters: the shards add up to")
     unsharded = fsdp._sharded_verdict([10.0, 20.0, 100.0], whole, [10.0, 20.0, 100.0, 1.0, 0.5], 2)
     assert unsharded[0].startswith("replicas diverged: the gathered parameters")
+
+
+def test_the_run_summary_shows_the_mfu_the_run_stores(ceiling):
+    """The summary table of an LLM run says its MFU against the measured matmul ceiling (the figure stored as
+    the run's mfu_matmul row), and without a ceiling why there is none."""
+    from dlrun.cli.progress import summary_rows
+    from dlrun.execute.record import RunRecord, secondary_rows
+
+    # ten times the measured rate: this test reads the summary, not the machine (a loaded node's ceiling may
+    # come out below what one rank then achieves, which the harness refuses)
+    for given in (["--matmul-gflops", "%.3f" % (10 * ceiling)], []):
+        proc = _run(TINY + ["--steps", "2", "--warmup-steps", "1", *given])
+        assert proc.returncode == 0, proc.stderr
+        parsed = parse_text(proc.stdout)
+        result = parsed.to_dict()
+        rows = dict(summary_rows(RunRecord(id="r1", path=Path("/tmp/r1"), status="ok", exit_code=0, result=result)))
+        stored = {row["metric"]: row["value"] for row in secondary_rows(result)}
+        if given:
+            assert rows["MFU (matmul)"].startswith(f"{100 * stored['mfu_matmul']:.1f} % of this system's measured")
+        else:
+            assert "mfu_matmul" not in stored and rows["MFU"].startswith("not computed: a CPU's peak")
+
+
+def test_the_last_step_row_covers_every_timed_step():
+    """With fewer steps than --display-every, the rows printed are not just step 1's: the last row is the
+    last step's, the rate over every timed step (as the total line's), not one that disagrees with it."""
+    proc = _run(TINY + ["--steps", "3", "--warmup-steps", "1"])  # TINY displays every 5 steps
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split("\t")[0] for line in proc.stdout.splitlines() if "\ttokens/sec: " in line]
+    assert rows == ["1", "3"], proc.stdout

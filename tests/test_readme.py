@@ -34,7 +34,9 @@ def documents() -> list[tuple[Path, str]]:
     import yaml
 
     nav = yaml.safe_load((REPO / "mkdocs.yml").read_text())["nav"]
-    pages = [page for entry in nav for page in entry.values()]
+    pages = [page for entry in nav for value in entry.values()  # a section (Reference) holds its pages
+             for page in (value if isinstance(value, list) else [value])
+             for page in (page.values() if isinstance(page, dict) else [page])]
     return [(README, "README")] + [(REPO / "docs" / page, f"docs/{page}") for page in pages]
 #: Real logs the README's import-log lines read (tests/data/logs/SOURCES.md says where each was published): an
 #: nccl-tests all_reduce_perf run, and tf_cnn_benchmarks' ResNet-101 on 2 GPUs of one node (TF 1.14, Horovod).

@@ -321,3 +321,34 @@ def test_a_report_that_would_pool_two_sites_machines_is_refused(dlrun_home, tmp_
     _report("--out", str(out), "--allow-mismatch", env=env)
     page = read(out)
     assert "not-like-for-like" in page.ids and "sites a.example.org, b.example.org" in page.text
+
+
+_CALM = {"window_s": 30.0, "steps": 100, "step_rate_spread": 0.01,  # timed steps nothing disturbed
+         "hosts": {"n1": {"others_share": 0.01, "node_cpus": 48, "threads_per_rank": 6, "cpus_per_rank": 6}}}
+
+
+def test_an_implausible_point_is_drawn_apart_and_the_headings_say_what_the_plots_hold(dlrun_home, tmp_path):
+    """A 921 % scaling efficiency (compare's verdict: implausible) is a red cross off the solid line, not a
+    point on it; bars.png says its bars are per device count (a colour per system); a localhost report's
+    heading names no document it does not reproduce."""
+    from PIL import Image
+
+    store = Store(dlrun_home / "results.sqlite")
+    add(store, [98.0, 100.0, 102.0], system="localhost", devices=1, fabric="n/a", verdict_inputs=_CALM)
+    add(store, [1822.0, 1842.0, 1862.0], system="localhost", devices=2, fabric="n/a", verdict_inputs=_CALM)
+    report = gather(store, Filters(), title="forged", selection="every stored run")
+    one, two = sorted(report.points, key=lambda p: p.devices)
+    assert (one.row["quality"], two.row["quality"]) == ("ok", "implausible")
+    scaling = scaling_plot(report, tmp_path)
+    [area] = [a for a in scaling.areas if a.href == f"#{two.anchor}"]
+    x, y, _ = area.coords
+    with Image.open(tmp_path / "scaling.png") as image:
+        red, green, blue = image.convert("RGB").getpixel((x, y))[:3]
+    assert red > 150 and green < 60 and blue < 60, (red, green, blue)  # the red cross, not the line's blue point
+    bars = bars_plot(report, tmp_path)
+    assert bars.alt == "Geometric mean throughput per device count and system, with the repeats"
+    out = tmp_path / "report"
+    _report("--out", str(out), env=no_model_counts(tmp_path / "cache"))
+    headings = re.findall(r"<h2[^>]*>(.*?)</h2>", read(out).text)
+    assert "Scaling: throughput, speedup and efficiency over each system's fewest devices" in headings
+    assert not [h for h in headings if "PRACE" in h]

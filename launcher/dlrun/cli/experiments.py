@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from dlrun.cli.options import JsonOpt, _names, load_catalog
-from dlrun.cli.output import fields_table, handle_errors, print_json, table
+from dlrun.cli.output import console, fields_table, handle_errors, print_json, table
 
 experiments_app = typer.Typer(help="Experiments: the published matrices dlrun reproduces, with their numbers.",
                               no_args_is_help=True)
@@ -29,7 +29,32 @@ def experiments_list(as_json: JsonOpt = False) -> None:
     if as_json:
         print_json(rows)
         return
+    if console().width < WIDE_LIST:
+        narrow_list(rows)
+        return
     table("experiments", LIST_COLUMNS, list_table(rows))
+
+
+#: Below this many columns the experiments' eight columns wrap into unreadable slivers: each is then listed as
+#: its id beside three lines (status and references; title; document, where, measure and systems).
+WIDE_LIST = 160
+
+
+def narrow_list(rows: list[dict]) -> None:
+    from rich.table import Table
+
+    from dlrun.text import for_rich
+
+    out = Table(title="experiments", show_header=True, show_lines=True)
+    out.add_column("id", no_wrap=True)
+    out.add_column("status; title; document, where: measure on systems")
+    for row in rows:
+        refs = row["references"]
+        out.add_row(for_rich(row["id"]), for_rich(
+            f"{row['status']}; references {refs['quantitative']} quantitative, {refs['qualitative']} qualitative\n"
+            f"{row['title']}\n"
+            f"{row['document']}, {row['where']}: {row['measure']} on {', '.join(row['systems']) or '-'}"))
+    console().print(out)
 
 
 @experiments_app.command("show")

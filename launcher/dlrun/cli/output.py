@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 from typing import Any
 
@@ -21,7 +22,8 @@ def console(stderr: bool = False):
     from rich.console import Console
 
     out = Console(stderr=stderr, highlight=False, emoji=False)
-    if not out.is_terminal:  # pipes and logs: do not squeeze tables into 80 columns
+    # pipes and logs: do not squeeze tables into 80 columns (unless COLUMNS says how wide, as a terminal does)
+    if not out.is_terminal and not os.environ.get("COLUMNS", "").isdigit():
         out = Console(stderr=stderr, highlight=False, emoji=False, width=160)
     return out
 

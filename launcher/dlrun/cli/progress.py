@@ -81,6 +81,7 @@ def summary_rows(record: Any) -> list[list[str]]:
             if rates:
                 rows.append(["per rank", ", ".join(f"{r:.2f}" for r in rates)])
             rows.append(["model / batch", f"{res.get('model')} / {res.get('batch_size')} per rank"])
+            rows += mfu_rows(extra)
             rows += precision_rows(extra.get("precision"), extra) + knob_rows(extra.get("knobs"))
         rows.append(["world size", str(res.get("num_devices"))])
         rows += arch_rows(extra)
@@ -89,6 +90,25 @@ def summary_rows(record: Any) -> list[list[str]]:
     if record.reason:
         rows.append(["reason", record.reason])
     rows.append(["run directory", str(record.path)])
+    return rows
+
+
+def mfu_rows(extra: dict) -> list[list[str]]:
+    """An LLM's model FLOPs utilisation as stored (secondary results mfu_matmul and mfu_peak), each against
+    what it is quoted against; where neither was computed, why not and how to get one."""
+    if not isinstance(extra.get("flops_per_token"), (int, float)):
+        return []
+    rows = []
+    matmul, peak = extra.get("mfu_matmul"), extra.get("mfu_peak")
+    if isinstance(matmul, (int, float)):
+        rows.append(["MFU (matmul)", f"{100 * matmul:.1f} % of this system's measured matmul ceiling "
+                                     f"({extra.get('matmul_gflops'):.4g} GFLOP/s, dlrun measure matmul): {extra.get('mfu_formula')}"])
+    if isinstance(peak, (int, float)):
+        rows.append(["MFU (peak)", f"{100 * peak:.1f} % of the device's dense peak "
+                                   f"({extra.get('peak_tflops_per_device')} TFLOP/s; {extra.get('peak_source')})"])
+    if not rows:
+        rows.append(["MFU", f"not computed: {extra.get('peak_source') or 'no peak or ceiling known'}; "
+                            "`dlrun measure matmul` stores this system's ceiling for the next runs"])
     return rows
 
 

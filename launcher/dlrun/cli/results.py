@@ -64,6 +64,7 @@ def results_show(run_id: Annotated[str, typer.Argument(help="Run id (a unique pr
                                         "system", "site", "origin", "experiment", "point", "nodes",
                                         "ranks_per_node", "world_size", "batch_size", "precision", "run_dir",
                                         "key_hash")]
+    rows[rows.index(["origin", run["origin"]]) + 1:1] = bundle_rows(run["provenance"].get("bundle"))
     for res in run["results"]:
         rows.append([res["metric"], f"{res['value']:.2f} {res['unit']}"])
         if res.get("value_is"):  # which printed figure it is (results stored before dlrun said so have none)
@@ -84,6 +85,20 @@ def results_show(run_id: Annotated[str, typer.Argument(help="Run id (a unique pr
     for name in KEY_FIELDS if run["key"] else ():  # what decides the value: compared by `dlrun compare`
         rows.append([f"key: {name}", run["key"].get(name)])
     fields_table(f"run {run['id']}", rows)
+
+
+def bundle_rows(bundle) -> list[list[str]]:
+    """Where an imported run came from: the bundle's site, who signed it and whether that was verified."""
+    if not isinstance(bundle, dict):
+        return []
+    if bundle.get("verified") and bundle.get("signer"):
+        signed = f"signed by {bundle['signer']}, verified against the allowed signers"
+    elif bundle.get("signed"):
+        signed = "signed, but not verified (no allowed-signers file was given): nobody vouched for it"
+    else:
+        signed = "unsigned: nobody vouched for it"
+    return [["imported from", f"a bundle of site {bundle.get('site')} (sha256 {str(bundle.get('sha256'))[:12]}...), "
+                              f"{signed}; imported {bundle.get('imported_at')}"]]
 
 
 @results_app.command("delete")

@@ -83,6 +83,23 @@ def run(skip_checks: SkipChecksOpt = False, dry_run: DryRunOpt = False, verbose:
     execute_plan(plan, rendered, cleared, verbose=verbose, store=store)
 
 
+#: The result formats of a site's command that report training (a batch, steps and precision mean something).
+TRAINING_FORMATS = frozenset({"dlrun-result", "tf_cnn_benchmarks", "horovod", "dllogger", "mlperf", "torchtitan"})
+
+
+def run_shape(plan) -> str:
+    """What the run's header says it does: a storage run's passes, a site's command that measures no training
+    (a latency, a bandwidth) once per rank or node, else the batch, the steps and the precision."""
+    work = plan.workload
+    if work.kind == "storage" and plan.data:
+        return f"{plan.warmup_steps}+{plan.steps} passes over {plan.data.path}"
+    if work.kind == "command" and work.result is not None and not (
+            work.result.format in TRAINING_FORMATS or work.result.metric == "throughput"):
+        what = f"{work.result.metric} in {work.result.unit}" if work.result.metric else f"its {work.result.format} result"
+        return f"its command once per {work.run_per}, read as {what}"
+    return f"batch {plan.batch_size}/rank, {plan.warmup_steps}+{plan.steps} steps, {plan.precision}"
+
+
 def execute_plan(plan, rendered, cleared=None, *, verbose: bool = False, store=None) -> None:
     import signal
 
@@ -95,8 +112,7 @@ def execute_plan(plan, rendered, cleared=None, *, verbose: bool = False, store=N
     from dlrun.text import for_rich
 
     store = store or open_store(before_jobs=True)
-    shape = (f"{plan.warmup_steps}+{plan.steps} passes over {plan.data.path}" if plan.workload.kind == "storage"
-             and plan.data else f"batch {plan.batch_size}/rank, {plan.warmup_steps}+{plan.steps} steps, {plan.precision}")
+    shape = run_shape(plan)
     title = (f"{plan.workload.name} ({plan.workload.label}) on {plan.system.name}: {plan.world_size} rank(s), "
              f"{shape}, image {plan.image.name}")
     console().print(Text.assemble(("dlrun", "bold"), " ", for_rich(title)))

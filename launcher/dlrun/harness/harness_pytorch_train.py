@@ -321,8 +321,8 @@ def _timed_steps(args, step, device, comm, task, global_per_step, ckpt,
                  raw_model, optimizer, window):
     """The timed loop: step times (display and checkpoints excluded; on CUDA
     from events, waited for only where a row is printed, so the GPU is never
-    serialised), the data-stall seconds, the wall time without checkpoints,
-    the losses."""
+    serialised; the last step prints a row, the rate over every step), the
+    data-stall seconds, the wall time without checkpoints, the losses."""
     stall = 0.0
     loss = first_loss = None
     paused = 0.0
@@ -335,7 +335,7 @@ def _timed_steps(args, step, device, comm, task, global_per_step, ckpt,
         clock.step_done()
         stall += waited
         n = i + 1
-        if n == 1 or n % args.display_every == 0:
+        if n == 1 or n % args.display_every == 0 or n == args.steps:
             step_times = clock.settle()
             value = float(loss)
             first_loss = value if first_loss is None else first_loss

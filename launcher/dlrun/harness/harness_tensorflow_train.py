@@ -286,7 +286,8 @@ def _timed_steps(args, run_step, rank, world_size, per_step):
         now = time.perf_counter()
         step_times.append(now - last)
         n = i + 1
-        if n == 1 or n % args.display_every == 0:
+        # the last step's row too: it covers every timed step, as the total
+        if n == 1 or n % args.display_every == 0 or n == args.steps:
             if rank == 0:
                 rate, err, jitter = perf_stats(world_size * per_step,
                                                step_times)

@@ -17,8 +17,9 @@ from dlrun.text import for_html
 STYLE = """
 body { font-family: "DejaVu Sans", sans-serif; margin: 1.5em; color: #222; max-width: %dpx; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 1.6em; border-bottom: 1px solid #ccc; }
-table { border-collapse: collapse; margin: 0.6em 0; font-size: 0.85em; }
+table { border-collapse: collapse; margin: 0.6em 0; font-size: 0.85em; max-width: 100%%; }
 th, td { border: 1px solid #ccc; padding: 0.2em 0.5em; text-align: left; vertical-align: top; }
+td.long { overflow-wrap: anywhere; }
 th { background: #eee; } caption { text-align: left; font-style: italic; padding: 0.3em 0; }
 tr:target { background: #fff3b0; } tr:hover { background: #f3f7ff; }
 .mismatch { border: 2px solid #b00; background: #fff0f0; padding: 0.6em 1em; margin: 1em 0; }
@@ -129,6 +130,17 @@ def _telemetry(figures: list[Plot]) -> list[str]:
             *(_plot(plot) for plot in figures)]
 
 
+def points_heading(report: Report) -> str:
+    """The measured points' heading: what the table holds, not a document it reproduces (an experiment's own
+    published numbers have their section; the table's caption says whose layout it follows)."""
+    lines = {}
+    for point in report.points:
+        lines.setdefault((point.series, point.line), set()).add(point.devices)
+    if any(len(devices) > 1 for devices in lines.values()):
+        return "Scaling: throughput, speedup and efficiency over each system's fewest devices"
+    return "Measured points: throughput per configuration"
+
+
 def render(report: Report, plots: list[Plot], store: str, tables: dict[str, str]) -> str:
     """The page around `plots` and `tables` (render_tables)."""
     stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
@@ -146,7 +158,7 @@ def render(report: Report, plots: list[Plot], store: str, tables: dict[str, str]
         sections += ['<h2 id="plots">Plots</h2>', *(_plot(plot) for plot in plots)]
         if not plots:
             sections.append("<p>Nothing to plot: no point has a device count.</p>")
-        sections += ['<h2 id="points">Scaling (PRACE guide Tables 8 and 9)</h2>', tables["scaling"]]
+        sections += [f'<h2 id="points">{points_heading(report)}</h2>', tables["scaling"]]
     if report.relative is not None:
         sections += ['<h2 id="relative-systems">Systems relative to the baseline (Ren et al. Table III)</h2>',
                      tables["relative"]]

@@ -4,9 +4,11 @@ areas of its points so that the page can link every point to its provenance row 
 scaling.png   throughput against devices on log-log axes, a line per system (per system and fabric where a
               system has several) through the geometric means, their 95 % intervals as error bars, each
               repeat as a small dot beside its mean, the ideal-scaling line from each line's fewest devices,
-              and the published numbers as open diamonds labelled with their source (Ren et al., Fig. 4)
-bars.png      the geometric mean per configuration as a bar with its 95 % interval and the repeats as dots,
-              a colour per fabric when the runs used several fabrics, else per system (Samsi et al., Fig. 4)
+              and the published numbers as open diamonds labelled with their source (Ren et al., Fig. 4); an
+              implausible point (compare's verdict) is a red cross off its line, with its efficiency
+bars.png      the geometric mean per configuration (device count; and system, with several fabrics) as a bar
+              with its 95 % interval and the repeats as dots, a colour per fabric when the runs used several
+              fabrics, else per system (Samsi et al., Fig. 4); an implausible point's bar hatched in red
 
 Intervals are those of the logs (dlrun.results.compare.stats), so no bar or whisker reaches below zero; a point of
 fewer than three repeats has no whisker. Both plots are as wide as the page's content (PAGE_WIDTH_PX), drawn
@@ -32,6 +34,9 @@ MAX_BARS = 48
 #: Repeats drawn per point: all up to this many, else this many evenly spaced in value order (min and max
 #: included); the tables count them all.
 MAX_DOTS = 60
+#: A point's quality verdict that keeps it off its line (dlrun.results.quality), and how it is drawn instead.
+IMPLAUSIBLE = "implausible"
+IMPLAUSIBLE_COLOUR = (0.8, 0.0, 0.0)
 
 
 @dataclass
@@ -161,19 +166,12 @@ def _scaling_axes(ax, points: list[Point], published: list[Published], colours: 
     from matplotlib.ticker import FuncFormatter, LogLocator
 
     devices = sorted({p.devices for p in points} | {r.devices for r in published})
+    _implausible(ax, [p for p in points if p.row.get("quality") == IMPLAUSIBLE])
     for line in sorted({p.line for p in points}):
-        mine = sorted((p for p in points if p.line == line), key=lambda p: p.devices)
-        xs, ys = [p.devices for p in mine], [p.row["geomean"] for p in mine]
-        whiskers = [_whisker(p.row) for p in mine]
-        ax.errorbar(xs, ys, yerr=[[w[0] for w in whiskers], [w[1] for w in whiskers]], marker="o", capsize=3,
-                    color=colours[line], label=line, zorder=3)
-        for p in mine:  # the repeats, just right of their mean (a factor on the log2 axis)
-            dots = _dots(p.values)
-            ax.scatter([p.devices * 2 ** x for x in _spread(len(dots), 0.12, 0.1)], dots, s=9,
-                       color=colours[line], alpha=0.6, linewidths=0, zorder=2)
-        if len(xs) > 1:
-            ideal = [ys[0] * x / xs[0] for x in xs]
-            ax.plot(xs, ideal, linestyle="--", linewidth=1, color=colours[line], alpha=0.7)
+        mine = sorted((p for p in points if p.line == line and p.row.get("quality") != IMPLAUSIBLE),
+                      key=lambda p: p.devices)
+        if mine:
+            _scaling_line(ax, mine, colours[line], line)
     labels = _published(ax, published)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
@@ -189,6 +187,35 @@ def _scaling_axes(ax, points: list[Point], published: list[Published], colours: 
     ax.grid(True, which="major", linestyle=":", linewidth=0.6)
     ax.legend(fontsize=8)
     return labels
+
+
+def _scaling_line(ax, mine: list[Point], colour: Any, line: str) -> None:
+    """One line's points in device order: means with whiskers, the repeats beside them, ideal scaling."""
+    xs, ys = [p.devices for p in mine], [p.row["geomean"] for p in mine]
+    whiskers = [_whisker(p.row) for p in mine]
+    ax.errorbar(xs, ys, yerr=[[w[0] for w in whiskers], [w[1] for w in whiskers]], marker="o", capsize=3,
+                color=colour, label=line, zorder=3)
+    for p in mine:  # the repeats, just right of their mean (a factor on the log2 axis)
+        dots = _dots(p.values)
+        ax.scatter([p.devices * 2 ** x for x in _spread(len(dots), 0.12, 0.1)], dots, s=9,
+                   color=colour, alpha=0.6, linewidths=0, zorder=2)
+    if len(xs) > 1:
+        ideal = [ys[0] * x / xs[0] for x in xs]
+        ax.plot(xs, ideal, linestyle="--", linewidth=1, color=colour, alpha=0.7)
+
+
+def _implausible(ax, points: list[Point]) -> None:
+    """Implausible points (dlrun.results.compare.verdicts: a scaling efficiency no hardware reaches) apart from
+    the lines and their ideal scaling: a red cross each with its efficiency beside it (its repeats are in the tables)."""
+    if not points:
+        return
+    ax.plot([p.devices for p in points], [p.row["geomean"] for p in points], linestyle="none", marker="X",
+            markersize=11, color=IMPLAUSIBLE_COLOUR, label="implausible (off the line)", zorder=5)
+    for p in points:
+        efficiency = p.row.get("scaling_efficiency")
+        said = f"implausible: {100 * efficiency:.0f} %" if isinstance(efficiency, (int, float)) else "implausible"
+        ax.annotate(said, (p.devices, p.row["geomean"]), xytext=(-9, -3), textcoords="offset points", ha="right",
+                    va="top", fontsize=7, color=IMPLAUSIBLE_COLOUR, parse_math=False)
 
 
 def _published(ax, published: list[Published]) -> list[str]:
@@ -233,12 +260,14 @@ def bars_plot(report: Report, folder: Path) -> Plot | None:
     ax.set_ylabel(report.unit or "throughput")
     ax.legend(title="fabric" if by_fabric else "system", fontsize=8)
     ax.grid(True, axis="y", linestyle=":", linewidth=0.6)
-    ax.set_title(f"geometric mean throughput per {'fabric' if by_fabric else 'system'} with its 95 % interval; "
-                 "dots: the repeats", fontsize=11)
-    fig.subplots_adjust(left=0.85 / width, right=1 - 0.2 / width, top=0.92, bottom=0.25 if rotated else 0.12)
+    hue = "fabric" if by_fabric else "system"
+    ax.set_xlabel(f"{'system / ' if by_fabric else ''}devices")
+    ax.set_title(f"geometric mean throughput per device count{', system' if by_fabric else ''} and {hue} (a colour "
+                 f"per {hue}) with its 95 % interval; dots: the repeats", fontsize=11)
+    fig.subplots_adjust(left=0.85 / width, right=1 - 0.2 / width, top=0.92, bottom=0.3 if rotated else 0.16)
     y_range = ax.get_ylim()
     plot = _save(fig, folder, "bars.png", "scaling",
-                 f"Geometric mean throughput per {'fabric' if by_fabric else 'system'}, with the repeats")
+                 f"Geometric mean throughput per device count and {hue}, with the repeats")
     plot.y_range = y_range
     plot.areas = [_bar_area(patch, point, plot.height) for patch, point in placed]
     left = len(bars) - len(categories)
@@ -262,9 +291,13 @@ def _bars(ax, at: list[tuple[float, Point]], step: float, colour: Any, label: st
     whiskers = [_whisker(point.row) for _, point in at]
     drawn = ax.bar([x for x, _ in at], [point.row["geomean"] for _, point in at], width=step * 0.95, color=colour,
                    label=label, alpha=0.75, yerr=[[w[0] for w in whiskers], [w[1] for w in whiskers]], capsize=2)
-    for x, point in at:
+    for patch, (x, point) in zip(drawn.patches, at):
         dots = _dots(point.values)
         ax.scatter(_spread(len(dots), x, step * 0.5), dots, s=7, color="black", alpha=0.55, linewidths=0, zorder=3)
+        if point.row.get("quality") == IMPLAUSIBLE:  # hatched in red and said so: no result to read off
+            patch.set(hatch="xx", edgecolor=IMPLAUSIBLE_COLOUR, facecolor="none")
+            ax.annotate("implausible", (x, point.row["geomean"]), xytext=(0, 4), textcoords="offset points",
+                        ha="center", fontsize=7, color=IMPLAUSIBLE_COLOUR, parse_math=False)
     return list(zip(drawn.patches, [point for _, point in at]))
 
 

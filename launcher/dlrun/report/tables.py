@@ -39,14 +39,26 @@ def html_table(frame, *, ids: Iterable[str] | None = None, titles: Iterable[str]
     out = [f'<table id="{for_html(table_id)}">' if table_id else "<table>"]
     if caption:
         out.append(f"<caption>{for_html(caption)}</caption>")
-    out.append("<thead><tr>" + "".join(f"<th>{for_html(str(c))}</th>" for c in frame.columns) + "</tr></thead><tbody>")
+    # a field name may break after its underscores (image_<wbr>digest), so that a table of many fits the page
+    out.append("<thead><tr>" + "".join(f"<th>{for_html(str(c)).replace('_', '_<wbr>')}</th>" for c in frame.columns)
+               + "</tr></thead><tbody>")
     for anchor, title, values in zip(ids, titles, frame.itertuples(index=False, name=None)):
         attrs = (f' id="{for_html(anchor)}"' if anchor else "") + (f' title="{for_html(title)}"' if title else "")
-        cells = "".join(f"<td>{value if column in raw else for_html('' if value is None else str(value))}</td>"
+        cells = "".join(f"<td>{value}</td>" if column in raw else _cell('' if value is None else str(value))
                         for column, value in zip(frame.columns, values))
         out.append(f"<tr{attrs}>{cells}</tr>")
     out.append("</tbody></table>")
     return "\n".join(out)
+
+
+#: A word longer than this (a digest, a path) may break anywhere, so that its table fits the page; shorter
+#: words break only between words.
+LONG_WORD = 24
+
+
+def _cell(text: str) -> str:
+    long = any(len(word) > LONG_WORD for word in text.split())
+    return f'<td class="long">{for_html(text)}</td>' if long else f"<td>{for_html(text)}</td>"
 
 
 def quality_mark(row: dict[str, Any]) -> str:
@@ -93,7 +105,8 @@ def scaling_table(report: Report) -> str:
                       raw=["runs", "quality"], table_id="scaling",
                       caption=f"Throughput{unit} as the geometric mean of n repeats, speedup (the ratio of geometric "
                               "means) and scaling efficiency over the fewest devices of each system, with 95 % "
-                              "intervals (t on the logs; Welch's t on the logs for the ratios)" + _ENERGY_CAPTION
+                              "intervals (t on the logs; Welch's t on the logs for the ratios); the columns of the "
+                              "PRACE best-practice guide's Tables 8 and 9, its method only" + _ENERGY_CAPTION
                               * report.telemetry.any)
 
 

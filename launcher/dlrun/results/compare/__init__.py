@@ -97,11 +97,19 @@ def compare(store: Store, filters: Filters, *, mode: str | None = None, by: str 
     units = {g.unit for g in selected}
     result.unit = units.pop() if len(units) == 1 else None
     if result.differences and not allow_mismatch:
-        raise MismatchError(result.differences)
+        raise MismatchError(result.differences, _other_axis(axis, result.differences))
     if not result.rows:
         result.notes.append("no row could be compared: every row lacks runs at the baseline")
     result.notes += dropped_note(selected) + measured.unmeasured_note(selected) + measured.metric_note(metric)
     return result
+
+
+def _other_axis(axis: Axis | None, differences: list[str]) -> str | None:
+    """Where runs of several sites differ along --by host (each site's machines): the axis that compares sites."""
+    if axis is not None and axis.name == "host" and any(line.startswith("site: ") for line in differences):
+        return ("the runs come from several sites; --by site compares the sites (each site's runs, whatever "
+                "its machines), --site SITE keeps one site's machines")
+    return None
 
 
 def _nothing_to_compare(store: Store, filters: Filters) -> DlrunError | None:

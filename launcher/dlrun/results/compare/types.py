@@ -105,12 +105,13 @@ class MismatchError(DlrunError):
 
     exit_code = 1
 
-    def __init__(self, differences: list[str]):
+    def __init__(self, differences: list[str], hint: str | None = None):
         self.differences = differences
         lines = "\n".join(f"  {line}" for line in differences)
         super().__init__(f"the runs are not like-for-like ({len(differences)} "
                          f"difference{'s' if len(differences) != 1 else ''}):\n{lines}\n"
-                         "compare them anyway with --allow-mismatch (the output is then marked "
+                         + (f"{hint}\n" if hint else "")
+                         + "compare them anyway with --allow-mismatch (the output is then marked "
                          "'not like-for-like')")
 
 

@@ -9,6 +9,7 @@ progress prints its final figure last.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 from dlrun.results.parsers import parse_all
@@ -65,5 +66,18 @@ def parse_command_output(result: Any, texts: list[str]) -> tuple[ParsedResult | 
         if len(found) > 1:
             return None, (f"the command printed {len(found)} {result.format} results; its contract names one "
                           "(run one test per workload)")
-        return found[0], None
+        return _own_words(found[0], result), None
     return None, error or "the command printed nothing"
+
+
+def _own_words(found: ParsedResult, result: Any) -> ParsedResult:
+    """A command's DLRUN_RESULT line explained in its own words: its `value_is`, else the contract's
+    `description`, else its `formula`; never the harness's formula, which dlrun cannot know the command used."""
+    extra = found.extra if isinstance(found.extra, dict) else {}
+    if result.format != "dlrun-result" or isinstance(extra.get("value_is"), str):
+        return found
+    formula = extra.get("formula") if isinstance(extra.get("formula"), str) else None
+    said = result.description or f"the command's own {found.metric} in {found.unit}"
+    how = (f"computed by it as {formula[:200]}" if formula else
+           "how it was computed is the command's (its DLRUN_RESULT line gives no value_is or formula)")
+    return replace(found, value_is=f"{said}: {how}")
