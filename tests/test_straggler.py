@@ -90,7 +90,7 @@ def test_a_rank_slowed_by_a_pinned_cpu_hog_is_named_a_straggler(dlrun_home, tmp_
         (slowest, run["quality"], calm)
     assert slowest["rank"] == 1 and slowest["ratio"] > calm["ratio"]
     shown = run_cli("results", "show", run["id"], check=True).stdout
-    assert "straggler: rank 1" in " ".join(shown.split())
+    assert "straggler: rank 1" in " ".join(shown.split()) and "slowest rank" in shown
     compared = run_cli("compare", check=True).stdout
     assert "straggler: rank 1" in " ".join(compared.split())
     run_cli("report", "--out", str(tmp_path / "report"), check=True)
@@ -108,6 +108,7 @@ def test_the_slowest_rank_is_judged_against_the_median_of_the_others():
 
     ranktime = load_harness("pytorch", "ranktime")
     assert ranktime.percentile([4.0, 1.0, 3.0, 2.0], 50) == 2.5 and ranktime.percentile([1.0, 2.0], 95) == 1.95
+    assert ranktime.cpu_ranges([0, 1, 2, 3, 8, 10, 11]) == "0-3,8,10-11"  # a rank's CPUs, short enough to pack
     hosts, devices = ["a", "a", "b", "b"], ["cuda:0 X", "cuda:1 X", "cuda:0 X", "cuda:1 X"]
     slowest = ranktime._slowest([0.10, 0.11, 0.30, 0.09], hosts, devices, "ready")
     # the median of the others (0.09, 0.10, 0.11): 0.10, not pulled up by the slow rank itself
@@ -121,4 +122,7 @@ def test_the_slowest_rank_is_judged_against_the_median_of_the_others():
     assert judged(STRAGGLER_RATIO) == {"verdict": "ok", "reasons": []}
     above = judged(3.0)
     assert above["verdict"] == "straggler"
+    short = run_quality("ok", [{"extra": {"quality": {"window_s": 10.0, "steps": 3, "hosts": {}},
+                                          "slowest_rank": {**slowest, "ratio": 3.0}}}])
+    assert not [r for r in short["reasons"] if r.startswith("straggler")]  # 3 steps: short, their medians noise
     assert above["reasons"][0].startswith("straggler: rank 2 on b (cuda:0 X) at 3.00× the median step")

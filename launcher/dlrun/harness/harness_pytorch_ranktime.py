@@ -64,11 +64,12 @@ class RankClock(object):
         return time.perf_counter()
 
     def install(self, model):
-        """Register the timing hook where ``model`` is (or compiles) a
-        DistributedDataParallel model; this clock."""
-        register = getattr(model, "register_comm_hook", None)
-        if register is not None and _hookable():
-            register(None, self.hook)
+        """Register the timing hook where ``model`` is a
+        DistributedDataParallel model (not FSDP's, whose hooks see no
+        buckets); this clock."""
+        ddp = getattr(torch.nn.parallel, "DistributedDataParallel", None)
+        if ddp is not None and isinstance(model, ddp) and _hookable():
+            model.register_comm_hook(None, self.hook)
             self.hooked = True
         return self
 
@@ -136,7 +137,19 @@ def device_label(device):
         return "cuda:%d %s" % (index, torch.cuda.get_device_name(index))
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(
         os, "sched_getaffinity") else []
-    return "cpu, CPUs %s" % (",".join(str(c) for c in cpus) or "unknown")
+    return "cpu, CPUs %s" % (cpu_ranges(cpus) or "unknown")
+
+
+def cpu_ranges(cpus):
+    """0,1,2,3,8 as "0-3,8" (a label within the packed text's 66 bytes)."""
+    spans = []
+    for cpu in cpus:
+        if spans and cpu == spans[-1][1] + 1:
+            spans[-1][1] = cpu
+        else:
+            spans.append([cpu, cpu])
+    return ",".join("%d" % a if a == b else "%d-%d" % (a, b)
+                    for a, b in spans)
 
 
 def _row(clock, device):
