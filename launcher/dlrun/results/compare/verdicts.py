@@ -21,6 +21,8 @@ from dlrun.results.compare.select import Group
 #: Key fields that follow from the device count: runs that differ only in them are one scaling series.
 _SCALING_FIELDS = frozenset({"devices", "nodes", "global_batch", "fabric", "fabric_rate"})
 COLUMNS = ["quality", "quality_reasons"]
+#: The runs' own reasons (`annotate`'s `named`) listed per point; the rest are counted.
+NAMED = 3
 
 
 def superlinear(groups: Iterable[Group]) -> dict[str, str]:
@@ -59,7 +61,8 @@ def _row_verdict(row: dict[str, Any], verdicts: dict[str, str], flagged: dict[st
     counts = summarize_verdicts(found)
     reasons = [f"{n} of {len(found)} run(s) {verdict}" for verdict, n in counts.items() if verdict != "ok"]
     reasons += sorted({flagged[run_id] for run_id in ids if run_id in flagged})
-    reasons += [f"{reason} (run {run_id})" for run_id in ids for reason in (named or {}).get(run_id, ())]
+    said = [f"{reason} (run {run_id})" for run_id in ids for reason in (named or {}).get(run_id, ())]
+    reasons += said[:NAMED] + [f"and {len(said) - NAMED} more such reason(s)"] * (len(said) > NAMED)
     scaling_said = any(r.startswith("implausible: scaling efficiency") for r in reasons)
     reasons += [r for r in point_reasons(row)
                 if not (scaling_said and r.startswith("implausible: scaling efficiency"))]
