@@ -60,7 +60,7 @@ def report(
     means with 95 % intervals, the repeats drawn beside them), published numbers beside the measured ones
     with their verdicts (an experiment of counted model facts: counted against published), the runs' energy
     (J, per sample, samples/J, mean power) and per point power and utilisation over time per device from
-    its telemetry, each point's runs and provenance a click away."""
+    its telemetry and its newest run's per-rank step times, each point's runs and provenance a click away."""
     from dlrun.cli.facts import efficiency_inputs
     from dlrun.cli.filters import build_filters
     from dlrun.cli.store import open_store

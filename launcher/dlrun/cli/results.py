@@ -50,6 +50,20 @@ def results_list(as_json: JsonOpt = False,
            for r in runs])
 
 
+def _rank_rows(extra: dict) -> list[list[str]]:
+    """The rank the others waited for, and each rank's median step, where the harness timed its ranks."""
+    slowest, steps = extra.get("slowest_rank"), extra.get("per_rank_step_p50_s")
+    if not isinstance(slowest, dict) or not isinstance(slowest.get("ratio"), (int, float)):
+        return []
+    what = "time until ready to communicate" if slowest.get("figure") == "ready" else "step time"
+    rows = [["slowest rank", f"rank {slowest.get('rank')} on {slowest.get('host')} ({slowest.get('device')}): "
+             f"{slowest['ratio']:.2f}× the other ranks' median {what}"]]
+    if isinstance(steps, list) and all(isinstance(v, (int, float)) for v in steps):
+        rows.append(["median step per rank", ", ".join(f"{v * 1000:.1f}" for v in steps[:16])
+                     + " ms" + (f" (and {len(steps) - 16} more ranks)" if len(steps) > 16 else "")])
+    return rows
+
+
 @results_app.command("show")
 @handle_errors
 def results_show(run_id: Annotated[str, typer.Argument(help="Run id (a unique prefix is enough).")],
@@ -72,6 +86,7 @@ def results_show(run_id: Annotated[str, typer.Argument(help="Run id (a unique pr
         per_device = (res.get("extra") or {}).get("tokens_per_sec_per_device")
         if res["metric"] == "throughput" and isinstance(per_device, (int, float)):
             rows.append(["throughput per device", f"{per_device:.2f} tokens/sec (all devices' rate / devices)"])
+        rows += _rank_rows(res.get("extra") or {})
     from dlrun.results.fingerprint import describe
     from dlrun.results.key import KEY_FIELDS
     from dlrun.telemetry.show import telemetry_rows

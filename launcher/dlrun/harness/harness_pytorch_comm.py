@@ -205,14 +205,17 @@ class StepClock(object):
     kernels queue behind this one's as they do in any training loop; on the
     CPU every step is timed as it returns, as always."""
 
-    def __init__(self, device):
+    def __init__(self, device, ranks=None):
         self.cuda = device.type == "cuda"
         self.times = []
         self.pending = []
+        self.ranks = ranks  # harness_pytorch_ranktime.RankClock (per rank)
         self.restart()
 
     def restart(self):
         """Start the next step's time now (after a printed row)."""
+        if self.ranks is not None:
+            self.ranks.restart()
         if self.cuda:
             self.last = torch.cuda.Event(enable_timing=True)
             self.last.record()
@@ -220,6 +223,8 @@ class StepClock(object):
             self.last = time.perf_counter()
 
     def step_done(self):
+        if self.ranks is not None:
+            self.ranks.step_done()
         if self.cuda:
             event = torch.cuda.Event(enable_timing=True)
             event.record()

@@ -1,10 +1,9 @@
 """dlrun PyTorch harness: the training benchmark - the timed training loop
-(gradient accumulation, data-stall time, checkpoints), the statistics of
-its step rows and the end-of-run checks.  Standard library + torch; runs on
-Python >= 3.6 with PyTorch >= 1.0.  What it measures is described in
-``harness_pytorch.py``'s notes; what a step consumes per kind of model is in
-``harness_pytorch_tasks.py``.
-"""
+(gradient accumulation, data-stall time, checkpoints), the statistics of its
+step rows and the end-of-run checks.  Standard library + torch; Python >= 3.6,
+PyTorch >= 1.0.  What it measures: ``harness_pytorch.py``'s notes (per-rank
+step times: ``harness_pytorch_ranktime.py``); what a step consumes per kind of
+model: ``harness_pytorch_tasks.py``."""
 
 import gc
 import math
@@ -33,6 +32,7 @@ from harness_pytorch_loader import loader_fields, measure_loader
 from harness_pytorch_mfu import mfu_fields
 from harness_pytorch_models import count_params
 from harness_pytorch_process import run_fields
+from harness_pytorch_ranktime import RankClock, rank_fields
 from harness_pytorch_tasks import make_task
 
 
@@ -122,8 +122,7 @@ def _result(args, task, comm, outcome, rank_source, device_type, device_name,
     result = {
         "metric": "throughput", "value": timing["total"], "unit": task.unit,
         "wall_time_reduction": "max_over_ranks",
-        "wall_time_excludes": "checkpoints" if args.checkpoint_every
-        else None,
+        "wall_time_excludes": "checkpoints" if args.checkpoint_every else None,
         "per_rank_wall_time_s": timing["per_rank_walls"],
         "wall_time_s": timing["wall"], "world_size": world_size,
         "timed_start_unix": timing["start_unix"],  # rank 0's clock
@@ -200,6 +199,7 @@ def _build(args, task, comm, device, needs_scaler, accum):
     raw_model = model
     if comm.wraps:  # FSDP shards raw_model in place; DDP wraps it
         model = comm.wrap_model(model, device)
+    comm.rank_clock = RankClock(device).install(model)  # DDP: a timing hook
     model, compiled = maybe_compile(model, args.compile == "on")
     optimizer, name, fused = task.optimizer(
         raw_model, args, comm.fused_mode(args.fused_optimizer,
@@ -298,6 +298,7 @@ def _train(args, task, comm, device, autocast, needs_scaler, accum):
     outcome["error"] = _checks(comm, raw_model, run["final_loss"], args.steps)
     if outcome["error"] is None:
         outcome.update(_timing(comm, per_step * args.steps, run))
+        outcome["extra"].update(rank_fields(comm, comm.rank_clock, device))
         outcome["quality"] = quality_fields(comm.all_gather(run["window"]))
     # Clean teardown: no rank may destroy the process group while a DDP
     # model is alive anywhere, so meet first, then drop every reference.
@@ -323,13 +324,12 @@ def _timed_steps(args, step, device, comm, task, global_per_step, ckpt,
     from events, waited for only where a row is printed, so the GPU is never
     serialised; the last step prints a row, the rate over every step), the
     data-stall seconds, the wall time without checkpoints, the losses."""
-    stall = 0.0
+    stall = paused = 0.0
     loss = first_loss = None
-    paused = 0.0
     window.start()
     start_unix = time.time()  # where the timed window lies (telemetry)
     start = time.perf_counter()
-    clock = StepClock(device)
+    clock = StepClock(device, comm.rank_clock)
     for i in range(args.steps):
         loss, waited = step()
         clock.step_done()

@@ -107,6 +107,17 @@ per_rank_images_per_sec    list    images/sec -   -   each rank's rate
 per_rank_sequences_per_sec list    sequences/sec -   -   each rank's rate
 per_rank_tokens_per_sec    list    tokens/sec -   -   each rank's rate
 warmup_time_s              number  s         -   -   the warm-up steps' time
+per_rank_step_p50_s        list    s         -   -   each rank's median step time
+per_rank_step_p95_s        list    s         -   -   each rank's 95th-percentile step time
+per_rank_ready_p50_s       list?   s         -   -   each rank's median time until ready to communicate (DDP)
+per_rank_ready_p95_s       list?   s         -   -   its 95th percentile
+per_rank_wait_p50_s        list?   s         -   -   each rank's median wait for the all-reduce after that
+per_rank_wait_p95_s        list?   s         -   -   its 95th percentile
+per_rank_host              list    -         -   -   each rank's host
+per_rank_device            list    -         -   -   each rank's device (a GPU, or the CPUs it may use)
+rank_spread                number? -         -   -   slowest rank's median over the fastest's
+rank_timing_is             str     -         -   -   how the per-rank times are measured
+slowest_rank               object? -         -   -   the rank the others waited for: rank, host, device, ratio
 timed_start_unix           number  s         -   -   when timing began (rank 0's clock)
 data                       str     -         -   -   what the TensorFlow 2 harness trained on
 data_source                str     -         -   key synthetic, jpeg, tfrecord (text: tokens)

@@ -24,11 +24,12 @@ from typing import Any
 
 from dlrun.errors import DlrunError, UsageError
 from dlrun.report.energy import Telemetry, gather_telemetry
+from dlrun.report.ranks import RankTimes, gather_ranks
 from dlrun.results.compare import EfficiencyInputs, FactsProvider
 from dlrun.results.compare import axes as modes
 from dlrun.results.compare.types import AXES, Comparison, sort_value
 from dlrun.results.compare.select import Group, dropped_note, load_groups
-from dlrun.results.compare.verdicts import annotate
+from dlrun.results.compare.verdicts import annotate, run_ids
 from dlrun.results.key import NOT_APPLICABLE, UNKNOWN
 from dlrun.results.quality import summarize_verdicts
 from dlrun.results.store.query import Filters
@@ -130,6 +131,7 @@ class Report:
     quality: dict[str, int] = field(default_factory=dict)           # verdict -> successful runs reported
     holds: list[str] = field(default_factory=list)                  # per table: its sites and machines
     telemetry: Telemetry = field(default_factory=Telemetry)         # energy cells and power/utilisation traces
+    ranks: list[RankTimes] = field(default_factory=list)           # per point: its newest run's per-rank times
 
     @property
     def like_for_like(self) -> bool:
@@ -158,12 +160,13 @@ def gather(store: Store, filters: Filters, *, title: str, selection: str, baseli
     inputs = facts([g.key for g in groups]) if facts else EfficiencyInputs()
     inputs.matmul = functools.lru_cache(maxsize=None)(store.latest_matmul)  # one query per system, as compare
     systems = sorted({str(g.key.get("system")) for g in groups})
-    points, scaling = _scaling(groups, systems, inputs)
+    named = store.run_reasons(run_ids(groups), "straggler")  # which rank, beside the verdict counts
+    points, scaling = _scaling(groups, systems, inputs, named)
     differences = [f"on {line}: {text}" for line, result in scaling for text in result.differences]
     notes = [note for _, result in scaling for note in result.notes]
     relative = None
     if len(systems) > 1:
-        relative = annotate(modes.relative(groups, AXES["system"], baseline), groups)
+        relative = annotate(modes.relative(groups, AXES["system"], baseline), groups, named)
         differences += [f"between systems: {line}" for line in relative.differences]
         notes += relative.notes
     elif baseline is not None:
@@ -179,7 +182,7 @@ def gather(store: Store, filters: Filters, *, title: str, selection: str, baseli
                   scaling=scaling, relative=relative, fabrics=fabrics,
                   differences=list(dict.fromkeys(differences)), notes=list(dict.fromkeys(notes)), runs=runs,
                   runs_total=total, holds=_holds(scaling, relative, fabrics), quality=_verdicts(groups),
-                  telemetry=gather_telemetry(store, points, runs))
+                  telemetry=gather_telemetry(store, points, runs), ranks=gather_ranks(store, points))
 
 
 def _verdicts(groups: list[Group]) -> dict[str, int]:
@@ -198,15 +201,15 @@ def _holds(scaling: list[tuple[str, Comparison]], relative: Comparison | None,
             for table, result in tables]
 
 
-def _scaling(groups: list[Group], systems: list[str],
-             inputs: EfficiencyInputs) -> tuple[list[Point], list[tuple[str, Comparison]]]:
+def _scaling(groups: list[Group], systems: list[str], inputs: EfficiencyInputs,
+             named: dict[str, list[str]]) -> tuple[list[Point], list[tuple[str, Comparison]]]:
     """compare's scaling table for each line of each system, and the points of their rows."""
     points: list[Point] = []
     scaling: list[tuple[str, Comparison]] = []
     for system in systems:
         mine = [g for g in groups if str(g.key.get("system")) == system]
         for line, members in _lines(system, mine):
-            result = annotate(modes.scaling(members, AXES["devices"], None, inputs), members)
+            result = annotate(modes.scaling(members, AXES["devices"], None, inputs), members, named)
             points += [_point(len(points) + i, system, line, row, members) for i, row in enumerate(result.rows)]
             scaling.append((line, result))
     return points, scaling

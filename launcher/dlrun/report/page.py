@@ -116,18 +116,23 @@ def render_tables(report: Report) -> dict[str, str]:
 
 
 def _split(plots: list[Plot]) -> tuple[list[Plot], list[Plot]]:
-    """(the scaling and bar plots, the telemetry figures)."""
-    telemetry = [plot for plot in plots if plot.file.startswith("telemetry-")]
-    return [plot for plot in plots if plot not in telemetry], telemetry
+    """(the scaling and bar plots, the telemetry and per-rank figures)."""
+    figures = [plot for plot in plots if plot.file.startswith(("telemetry-", "ranks-"))]
+    return [plot for plot in plots if plot not in figures], figures
 
 
 def _telemetry(figures: list[Plot]) -> list[str]:
-    if not figures:
-        return []
-    return ['<h2 id="telemetry">Telemetry: power and utilisation over time per device</h2>',
-            f'<p class="notes">Per point, its newest run whose series is on this machine (the first {MAX_TRACES} '
-            "points; the energy columns of the tables hold every run). Click a figure for its point's row.</p>",
-            *(_plot(plot) for plot in figures)]
+    ranks = [plot for plot in figures if plot.file.startswith("ranks-")]
+    telemetry = [plot for plot in figures if plot not in ranks]
+    out = ['<h2 id="telemetry">Telemetry: power and utilisation over time per device</h2>',
+           f'<p class="notes">Per point, its newest run whose series is on this machine (the first {MAX_TRACES} '
+           "points; the energy columns of the tables hold every run). Click a figure for its point's row.</p>",
+           *(_plot(plot) for plot in telemetry)] if telemetry else []
+    return out + (['<h2 id="ranks">Per-rank step times</h2>',
+                   '<p class="notes">Per point, its newest run of several ranks: each rank\'s median time until it '
+                   "was ready to communicate and its median wait for the all-reduce, its median and 95th-percentile "
+                   "step (a rank the others waited for, beyond the straggler threshold, in red). Click a figure for "
+                   "its point's row.</p>", *(_plot(plot) for plot in ranks)] if ranks else [])
 
 
 def points_heading(report: Report) -> str:

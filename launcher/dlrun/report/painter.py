@@ -23,14 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from dlrun.errors import DlrunError
-from dlrun.report import plots, telemetry_plot
+from dlrun.report import plots, ranks_plot, telemetry_plot
 from dlrun.report.gather import Report
 from dlrun.report.plots import Plot
 
 
 def draw(report: Report, folder: Path) -> list[Plot]:
-    """Every plot of the report: scaling and bars, then the telemetry figures."""
-    return plots.draw(report, folder) + telemetry_plot.draw(report, folder)
+    """Every plot of the report: scaling and bars, then the telemetry figures, then the per-rank figures."""
+    return plots.draw(report, folder) + telemetry_plot.draw(report, folder) + ranks_plot.draw(report, folder)
 
 
 def _child(conn: Any, parent_end: Any) -> None:

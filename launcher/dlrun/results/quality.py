@@ -16,6 +16,11 @@ Verdicts, worst first (a run or point gets the worst that applies, and every rea
   contended    other work on the node: other processes used more than CONTENDED_SHARE of a node's CPUs
                during the timed steps (from /proc/stat, less the CPU time of the ranks and their data-loader
                workers), or a rank ran more threads than the CPUs it may use
+  straggler    one rank held the others back: in data-parallel training every rank's step takes as long as the
+               slowest one's (the gradient all-reduce waits for it), and one rank's median time until it was
+               ready to communicate was more than STRAGGLER_RATIO x the median of the other ranks' (the
+               harness's `slowest_rank`, dlrun.harness.harness_pytorch_ranktime); the reason names the rank, its host
+               and device
   degraded     the hardware ran below its rating: a GPU slowed by its power or thermal limits (NVML clock
                event reasons, in the run's telemetry) for more than THROTTLED_SHARE of the window, or a
                collective's bus bandwidth below BUSBW_FLOOR of what its detected path allows
@@ -38,6 +43,13 @@ from typing import Any
 MIN_WINDOW_S = 5.0
 #: Fewer timed steps than this are `short`: their spread cannot be judged.
 MIN_STEPS = 5
+#: A rank whose median time until it was ready to communicate (else its median step) is more than this many
+#: times the median of the other ranks' makes the run a `straggler`. Measured on a 2-core machine under a load
+#: average of 7-15 (2 DDP ranks of the trivial model, one per core, 30 steps): without a cause 1.00-1.28 (the 1.28
+#: on 7 ms steps); with the slowed rank's core shared with 16 busy processes pinned to it 2.7-3.25 (8: 1.48; one
+#: busy loop is balanced away on a loaded machine: 1.0-1.1; tests/test_straggler.py). A rank twice as slow as
+#: the others, as one busy loop on its core makes it on a quiet machine, is beyond it.
+STRAGGLER_RATIO = 1.75
 #: Robust relative spread of the per-step rates above which a run is `noisy`.
 NOISY_SPREAD = 0.10
 #: Share of a node's CPUs that other processes may use during the timed steps before a run is `contended`.
@@ -65,7 +77,7 @@ STABLE_WITHIN = 0.02
 #: ... or when a point has this many runs (`--max-repeats`).
 MAX_REPEATS = 10
 
-VERDICTS = ("implausible", "emulated", "contended", "degraded", "short", "noisy", "unknown", "ok")
+VERDICTS = ("implausible", "emulated", "contended", "straggler", "degraded", "short", "noisy", "unknown", "ok")
 
 
 def worst(verdicts: Iterable[str]) -> str:
@@ -138,6 +150,21 @@ def hardware_reasons(extra: Mapping[str, Any]) -> list[str]:
     return reasons
 
 
+def straggler_reasons(extra: Mapping[str, Any]) -> list[str]:
+    """`straggler` where the harness's slowest rank (`extra.slowest_rank`) was more than STRAGGLER_RATIO x the
+    median of the other ranks', over at least MIN_STEPS timed steps (the medians of fewer are noise)."""
+    slowest = extra.get("slowest_rank") if isinstance(extra.get("slowest_rank"), Mapping) else {}
+    ratio, steps = slowest.get("ratio"), (extra.get("quality") or {}).get("steps")
+    if not (_number(ratio) and ratio > STRAGGLER_RATIO and _number(slowest.get("rank"))):
+        return []
+    if not (_number(steps) and steps >= MIN_STEPS):
+        return []
+    figure = "time until ready to communicate" if slowest.get("figure") == "ready" else "step time"
+    return [f"straggler: rank {slowest['rank']:g} on {str(slowest.get('host') or 'an unknown host')[:80]} "
+            f"({str(slowest.get('device') or 'unknown device')[:80]}) at {ratio:.2f}× the median step (its "
+            f"median {figure} over the other ranks' median; above {STRAGGLER_RATIO:g}×)"]
+
+
 def emulation_reasons(extra: Mapping[str, Any]) -> list[str]:
     """`emulated` where the harness found its code running for another architecture than the node's."""
     node = extra.get("node") if isinstance(extra.get("node"), Mapping) else {}
@@ -157,7 +184,8 @@ def run_quality(status: str | None, results: Iterable[Mapping[str, Any]]) -> dic
     extra = rows[0].get("extra") if isinstance(rows[0].get("extra"), Mapping) else {}
     quality = extra.get("quality")
     if isinstance(quality, Mapping):
-        reasons = emulation_reasons(extra) + judge_inputs(quality) + hardware_reasons(extra)
+        reasons = emulation_reasons(extra) + judge_inputs(quality) + straggler_reasons(extra) + \
+            hardware_reasons(extra)
     else:
         reasons = ["unknown: the run recorded no load, window or step spread (a log of another tool, or a run "
                    "stored before dlrun recorded them)"] + hardware_reasons(extra)

@@ -93,7 +93,7 @@ def compare(store: Store, filters: Filters, *, mode: str | None = None, by: str 
         result = axes.fabrics(selected, axis, baseline)
     else:
         result = axes.regression(selected, axis, baseline)
-    verdicts.annotate(result, selected)
+    verdicts.annotate(result, selected, store.run_reasons(verdicts.run_ids(selected), "straggler"))
     units = {g.unit for g in selected}
     result.unit = units.pop() if len(units) == 1 else None
     if result.differences and not allow_mismatch:

@@ -9,7 +9,7 @@ published number (reference mode) an implausible point is left out of the verdic
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from dlrun.results.key import UNKNOWN, machine_label
@@ -21,6 +21,8 @@ from dlrun.results.compare.select import Group
 #: Key fields that follow from the device count: runs that differ only in them are one scaling series.
 _SCALING_FIELDS = frozenset({"devices", "nodes", "global_batch", "fabric", "fabric_rate"})
 COLUMNS = ["quality", "quality_reasons"]
+#: The runs' own reasons (`annotate`'s `named`) listed per point; the rest are counted.
+NAMED = 3
 
 
 def superlinear(groups: Iterable[Group]) -> dict[str, str]:
@@ -47,12 +49,20 @@ def superlinear(groups: Iterable[Group]) -> dict[str, str]:
     return out
 
 
-def _row_verdict(row: dict[str, Any], verdicts: dict[str, str], flagged: dict[str, str]) -> tuple[str, list[str]]:
+def run_ids(groups: Iterable[Group]) -> list[str]:
+    """Every run of `groups`."""
+    return [run_id for group in groups for run_id in group.run_ids]
+
+
+def _row_verdict(row: dict[str, Any], verdicts: dict[str, str], flagged: dict[str, str],
+                 named: Mapping[str, list[str]] | None) -> tuple[str, list[str]]:
     ids = [*(row.get("runs") or []), *(row.get("baseline_runs") or [])]
     found = [verdicts.get(run_id, "unknown") for run_id in ids]
     counts = summarize_verdicts(found)
     reasons = [f"{n} of {len(found)} run(s) {verdict}" for verdict, n in counts.items() if verdict != "ok"]
     reasons += sorted({flagged[run_id] for run_id in ids if run_id in flagged})
+    said = [f"{reason} (run {run_id})" for run_id in ids for reason in (named or {}).get(run_id, ())]
+    reasons += said[:NAMED] + [f"and {len(said) - NAMED} more such reason(s)"] * (len(said) > NAMED)
     scaling_said = any(r.startswith("implausible: scaling efficiency") for r in reasons)
     reasons += [r for r in point_reasons(row)
                 if not (scaling_said and r.startswith("implausible: scaling efficiency"))]
@@ -60,13 +70,14 @@ def _row_verdict(row: dict[str, Any], verdicts: dict[str, str], flagged: dict[st
     return verdict, reasons
 
 
-def annotate(comparison: Comparison, groups: list[Group]) -> Comparison:
-    """Give every row of `comparison` its point's verdict and reasons, and the comparison its sites, machines and
-    run verdicts; in reference mode, leave implausible points out of the verdict against the published value."""
+def annotate(comparison: Comparison, groups: list[Group], named: Mapping[str, list[str]] | None = None) -> Comparison:
+    """Give every row of `comparison` its point's verdict and reasons (with the runs' own reasons `named`: run id
+    -> reasons, such as which rank was a straggler), and the comparison its sites, machines and run verdicts; in
+    reference mode, leave implausible points out of the verdict against the published value."""
     verdicts = {run_id: verdict for g in groups for run_id, verdict in zip(g.run_ids, g.verdicts)}
     flagged = superlinear(groups)
     for row in comparison.rows:
-        row["quality"], row["quality_reasons"] = _row_verdict(row, verdicts, flagged)
+        row["quality"], row["quality_reasons"] = _row_verdict(row, verdicts, flagged, named)
         if comparison.mode == "reference" and row["quality"] in ("implausible", "emulated"):
             for name, left_out in (("within", None), ("verdict", f"left out: {row['quality']}")):
                 if name in row:

@@ -325,6 +325,21 @@ class Store:
                 results.setdefault(run_id, []).append(data)
         return [_full_run(row, results.get(row[0], [])) for row in rows]
 
+    def run_reasons(self, run_ids: Iterable[str], verdict: str, chunk: int = 500) -> dict[str, list[str]]:
+        """run id -> its stored quality reasons of `verdict` (e.g. `straggler`), for those of `run_ids` that
+        have one (compare and report name them beside a point's verdict counts)."""
+        ids = list(dict.fromkeys(run_ids))
+        found: dict[str, list[str]] = {}
+        with self.reading() as conn:
+            for start in range(0, len(ids), chunk):
+                part = ids[start:start + chunk]
+                for run_id, quality in conn.execute(
+                        f"SELECT id, quality FROM runs WHERE id IN ({', '.join('?' * len(part))}) AND quality LIKE ?",
+                        [*part, f'%"{verdict}: %']):
+                    said = [r for r in json.loads(quality).get("reasons") or [] if r.startswith(f"{verdict}: ")]
+                    found.update({run_id: said} if said else {})
+        return found
+
     def grouped_values(self, filters: Filters, by_site: bool = False, compared: str = "rate") -> list[dict[str, Any]]:
         """The primary values (or another of COMPARED_VALUES) of successful runs, grouped in SQL by key (and
         site): one row per group with its key, metric, unit, run ids and values (in matching order), and the
