@@ -105,10 +105,13 @@ def test_the_filtered_list_and_the_per_group_reads_use_indexes(tmp_path):
     listed = _plan(conn, f"SELECT r.{', r.'.join(RUN_COLUMNS)}, res.value FROM runs r LEFT JOIN results res "
                          f"ON res.run_id = r.id AND res.metric = 'throughput' {clause} "
                          "ORDER BY r.created_at DESC, r.id DESC LIMIT 50", params)
-    assert "SCAN r" not in listed and "USING INDEX runs_" in listed, listed
+    assert "SCAN r" not in listed and "USING INDEX runs_" in listed and "B-TREE FOR ORDER BY" not in listed, listed
     clause, params = where(Filters(workload=("resnet50",), image=("pt-a",)))
     counted = _plan(conn, f"SELECT count(*) FROM runs r {clause}", params)  # a report's first query
     assert "COVERING INDEX runs_filters" in counted, counted
+    listed = _plan(conn, f"SELECT r.{', r.'.join(RUN_COLUMNS)} FROM runs r {clause} "
+                         "ORDER BY r.created_at DESC, r.id DESC LIMIT 500", params)  # its newest runs: no sort of all
+    assert "B-TREE FOR ORDER BY" not in listed and "SCAN r" not in listed, listed
     median = _plan(conn, "SELECT value FROM sample_runs WHERE sample IN (1) ORDER BY value LIMIT 2 OFFSET 3")
     newest = _plan(conn, "SELECT created_at, run_id FROM sample_runs WHERE sample = ? "
                          "ORDER BY created_at DESC, run_id DESC LIMIT ?", (1, 100))
