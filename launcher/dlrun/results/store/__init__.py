@@ -2,7 +2,8 @@
 
 The schema and its versions are in `dlrun.results.store.schema`. Version 2 adds where a run came from (`site`,
 `origin`), what experiment point it belongs to (`experiment`, `point`) and its comparability key (`key`, `key_hash`; see
-`dlrun.results.key`), with the indexes that the `results list` filters and `compare` grouping use.
+`dlrun.results.key`), with the indexes that the `results list` filters and `compare` grouping use. Version 6 adds
+the aggregates compare and report read (`dlrun.results.store.samples`), kept by `add_runs` and `delete_runs`.
 
 The store is created private to its user (0600), in WAL mode, by whichever writer comes first; concurrent
 first writers wait for each other instead of failing (`PRAGMA journal_mode = WAL` and the schema answer
