@@ -28,6 +28,26 @@ def scaled(value: float) -> tuple[int, int]:
     return num << (SHIFT - k), (num * num) << (SHIFT2 - 2 * k)
 
 
+def _exact_sums(values: Iterable[float]) -> tuple[int, int]:
+    """(Σ v, Σ v²) exactly, as `scaled` gives each: the numerators of one power-of-two denominator are summed as
+    they are (small integers), and scaled once per denominator."""
+    by_den: dict[int, list[int]] = {}
+    for value in values:
+        num, den = value.as_integer_ratio()
+        acc = by_den.get(den)
+        if acc is None:
+            by_den[den] = [num, num * num]
+        else:
+            acc[0] += num
+            acc[1] += num * num
+    s1 = s2 = 0
+    for den, (a, b) in by_den.items():
+        k = den.bit_length() - 1
+        s1 += a << (SHIFT - k)
+        s2 += b << (SHIFT2 - 2 * k)
+    return s1, s2
+
+
 def is_rate(value: float) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
 
@@ -45,17 +65,16 @@ class Moments:
     @classmethod
     def of(cls, values: Iterable[float]) -> Moments:
         """The moments of positive finite rates (anything else is a ValueError: no log can be taken)."""
-        n = s1 = s2 = t1 = t2 = 0
-        low, high = math.inf, -math.inf
+        rates = []
         for value in values:
             if not is_rate(value):
                 raise ValueError(f"{value!r} is not a positive finite rate; statistics on logs need one")
-            value = float(value)
-            a, b = scaled(math.log(value))
-            c, d = scaled(value)
-            n, s1, s2, t1, t2 = n + 1, s1 + a, s2 + b, t1 + c, t2 + d
-            low, high = min(low, value), max(high, value)
-        return cls(n, s1, s2, t1, t2, low, high)
+            rates.append(float(value))
+        if not rates:
+            return cls()
+        s1, s2 = _exact_sums(map(math.log, rates))
+        t1, t2 = _exact_sums(rates)
+        return cls(len(rates), s1, s2, t1, t2, min(rates), max(rates))
 
     def __add__(self, other: Moments) -> Moments:
         return Moments(self.n + other.n, self.s1 + other.s1, self.s2 + other.s2, self.t1 + other.t1,
