@@ -1,10 +1,11 @@
 """Benchmark 7: `dlrun compare`, `dlrun report` and `dlrun results list` with filters over a store of 100,000
-results.
+results (or of DLRUN_BENCH_STORE_RUNS: the issue's million).
 
 The store is filled through the store's own schema with rows shaped as `dlrun run` stores them: 5 workloads
 x 5 systems x 4 device counts x 2 images = 200 configurations of 500 repeats, each run with its
 comparability key (computed by `dlrun.results.key` once per configuration), its system's machine (one
-fingerprint per system) and an `ok` quality verdict. Each command runs as a user
+fingerprint per system) and an `ok` quality verdict, written in chunks (memory bounded whatever the count);
+the store's aggregates are then made from the stored rows, as an upgrade of an older store makes them. Each command runs as a user
 runs it (a fresh `dlrun` process); the first call, which also counts the models' multiply-adds for the
 efficiency columns (PyTorch import, cached afterwards), is reported on its own and not in the median.
 `dlrun report` writes its page and two PNG plots into a folder of the temporary directory (`{out}`), replaced
@@ -12,42 +13,51 @@ by each call.
 """
 from __future__ import annotations
 
+import itertools
 import json
+import os
 import resource
 import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from common import DLRUN, REPO_ROOT, Row, bench_env, median, spread, write_result
 
 GOAL = 2.0
-STORE_RUNS = 100_000
+#: Runs in the store: 100,000, or DLRUN_BENCH_STORE_RUNS (benchmark 7 at a million: 1000000).
+STORE_RUNS = int(os.environ.get("DLRUN_BENCH_STORE_RUNS", "100000"))
+_PER = STORE_RUNS // 200  # runs per configuration
 WORKLOADS = {"resnet50": "resnet50_v1.5", "resnet18": "resnet18", "alexnet": "alexnet", "vgg16": "vgg16",
              "inception3": "inception3"}
 SYSTEMS = ["dgx2", "dgx1v", "rtx-ts4", "ac922", "aws-p3dn"]
 DEVICES = [1, 2, 4, 8]
 IMAGES = {"pytorch-a": ("sha256:" + "a" * 64, "2.12.0"), "pytorch-b": ("sha256:" + "b" * 64, "2.13.0")}
 #: Each system's machine (its hardware fingerprint), and timed steps nothing disturbed (an `ok` verdict).
-MACHINES = {system: {"cpu": f"CPU of {system}", "sockets": 2, "cores_per_socket": 20 + i, "memory_gib": 512,
+MACHINES = {system: {"cpu": f"CPU of {system}", "cpu_id": f"GenuineIntel family 6 model {80 + i} stepping 4",
+                     "isa": "x86-64-v4", "sockets": 2, "cores_per_socket": 20 + i, "memory_gib": 512,
                      "gpu": f"GPU of {system}", "gpu_count": 8, "gpu_memory_gib": 32, "driver": "535.104.05",
                      "device": "cuda", "cuda": "12.2", "cudnn": "8902", "nccl": "2.18.5", "nodes": 1,
                      "node_from": "job"} for i, system in enumerate(SYSTEMS)}
 CALM = {"window_s": 30.0, "steps": 100, "step_rate_spread": 0.01,
         "hosts": {"n1": {"others_share": 0.01, "node_cpus": 40, "threads_per_rank": 5, "cpus_per_rank": 5}}}
+#: The harness's speed knobs as a run on PyTorch's own ops records them (the key's code path `reference`).
+KNOBS = {name: {"value": "off", "source": "default"}
+         for name in ("fused_optimizer", "fused_bn_relu", "channels_last", "compile")}
 COMMANDS = {
-    "compare --by system (10,000 runs, Table III shape)":
+    f"compare --by system ({_PER * 20:,} runs, Table III shape)":
         ["compare", "--workload", "resnet50", "--image", "pytorch-b", "--by", "system", "--baseline", "dgx2"],
-    "compare --by devices (2,000 runs, efficiency columns)":
+    f"compare --by devices ({_PER * 4:,} runs, efficiency columns)":
         ["compare", "--workload", "resnet50", "--system", "dgx2", "--image", "pytorch-b", "--by", "devices"],
-    "compare --by image (4,000 runs, Welch per row)":
+    f"compare --by image ({_PER * 8:,} runs, Welch per row)":
         ["compare", "--workload", "resnet50", "--system", "dgx2", "--by", "image", "--baseline", "pytorch-a"],
-    "compare, all 100,000 runs (statistics per configuration)": ["compare", "--json"],
-    "report --workload --image (10,000 runs: 5 systems x 4 device counts, page + 2 PNGs)":
+    f"compare, all {STORE_RUNS:,} runs (statistics per configuration)": ["compare", "--json"],
+    f"report --workload --image ({_PER * 20:,} runs: 5 systems x 4 device counts, page + 2 PNGs)":
         ["report", "--workload", "resnet50", "--image", "pytorch-b", "--out", "{out}"],
-    "report --workload (20,000 runs, two images: not like-for-like)":
+    f"report --workload ({_PER * 40:,} runs, two images: not like-for-like)":
         ["report", "--workload", "resnet50", "--out", "{out}"],
     "results list --workload --system --since (newest 50)":
         ["results", "list", "--workload", "resnet50", "--system", "dgx2", "--since", "2026-01-02"],
@@ -66,29 +76,24 @@ def _record(i: int, workload: str, system: str, devices: int, image: str) -> tup
            "plan": {"workload": {"name": workload, "kind": "cnn-training", "framework": "pytorch",
                                  "dataset": "synthetic", "model": model},
                     "image": {"name": image, "kind": "container", "framework": "pytorch", "framework_version": version},
-                    "global_batch_size": 64 * devices, "note": "synthetic benchmark row"},
+                    "global_batch_size": 64 * devices, "env": {}, "note": "synthetic benchmark row"},
            "provenance": {"hostname": "bench"}, "fingerprint": MACHINES[system]}
     row = {"metric": "throughput", "unit": "images/sec", "model": model,
            "extra": {"framework": "pytorch", "framework_version": version, "global_batch_size": 64 * devices,
-                     "quality": CALM}}
+                     "quality": CALM, "knobs": KNOBS}}
     return run, row
 
 
-def fill_store(path: Path, runs: int) -> float:
-    sys.path.insert(0, str(REPO_ROOT / "launcher"))
+def _rows(runs: int, keys: dict) -> Iterator[tuple[list, tuple]]:
+    """(runs row, results row) for each of `runs` runs, made one at a time."""
     import random
 
     from dlrun.results.key import key_from_run, key_hash, key_json
     from dlrun.results.quality import run_quality
-    from dlrun.results.store import RUN_COLUMNS, Store
+    from dlrun.results.store import RUN_COLUMNS
 
-    start = time.perf_counter()
-    with Store(path).connect():
-        pass  # the schema (and its indexes) exactly as dlrun creates it
     configs = [(w, s, d, im) for w in WORKLOADS for s in SYSTEMS for d in DEVICES for im in IMAGES]
-    keys = {}
     rng = random.Random(11)
-    run_rows, result_rows = [], []
     for i in range(runs):
         config = configs[i % len(configs)]
         run, row = _record(i, *config)
@@ -99,19 +104,43 @@ def fill_store(path: Path, runs: int) -> float:
         run["key"], run["key_hash"], run["quality"], run["verdict"] = keys[config]
         base = 100.0 * (1 + SYSTEMS.index(config[1])) * config[2] ** 0.9 * (0.97 if config[3] == "pytorch-a" else 1)
         value = rng.gauss(base, base * 0.02)
-        run_rows.append([run[c] for c in RUN_COLUMNS] + [run["key"], json.dumps(run["plan"]),
-                                                          json.dumps(run["provenance"]),
-                                                          json.dumps(run["fingerprint"]), run["quality"]])
-        result_rows.append((run["id"], "throughput", value, "images/sec", json.dumps({**row, "value": value})))
+        yield ([run[c] for c in RUN_COLUMNS] + [run["key"], json.dumps(run["plan"]), json.dumps(run["provenance"]),
+                                                json.dumps(run["fingerprint"]), run["quality"]],
+               (run["id"], "throughput", value, "images/sec", json.dumps({**row, "value": value})))
+
+
+def fill_store(path: Path, runs: int, chunk: int = 20_000) -> dict[str, float]:
+    """Fill the store, streamed (`chunk` runs at a time: memory stays bounded whatever `runs`), then make its
+    aggregates from the stored rows as a store upgrade does (dlrun.results.store.samples.rebuild); the seconds
+    of each step."""
+    sys.path.insert(0, str(REPO_ROOT / "launcher"))
+    from dlrun.results.store import PRIMARY_METRICS, RUN_COLUMNS, Store
+    from dlrun.results.store import samples
+
+    start = time.perf_counter()
+    with Store(path).connect():
+        pass  # the schema (and its indexes) exactly as dlrun creates it
+    keys: dict = {}
     conn = sqlite3.connect(path)
     cols = ", ".join((*RUN_COLUMNS, "key", "plan", "provenance", "fingerprint", "quality"))
+    made = _rows(runs, keys)
+    while True:
+        part = list(itertools.islice(made, chunk))
+        if not part:
+            break
+        with conn:
+            conn.executemany(f"INSERT INTO runs ({cols}) VALUES ({', '.join('?' * (len(RUN_COLUMNS) + 5))})",
+                             [run for run, _ in part])
+            conn.executemany("INSERT INTO results (run_id, metric, value, unit, data) VALUES (?, ?, ?, ?, ?)",
+                             [result for _, result in part])
+    rows_s = time.perf_counter() - start
     with conn:
-        conn.executemany(f"INSERT INTO runs ({cols}) VALUES ({', '.join('?' * (len(RUN_COLUMNS) + 5))})", run_rows)
-        conn.executemany("INSERT INTO results (run_id, metric, value, unit, data) VALUES (?, ?, ?, ?, ?)",
-                         result_rows)
+        samples.rebuild(conn, PRIMARY_METRICS)
+    aggregates_s = time.perf_counter() - start - rows_s
     conn.execute("ANALYZE")
     conn.close()
-    return time.perf_counter() - start
+    return {"rows_s": rows_s, "aggregates_s": aggregates_s, "total_s": time.perf_counter() - start,
+            "max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
 def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
@@ -134,7 +163,9 @@ def measure(threads: int, repeats: int, log, quick: bool = False) -> list[Row]:
         home = Path(tmp) / "home"
         home.mkdir()
         log(f"[7] fill a store with {STORE_RUNS:,} results (keys included)")
-        record["fill_s"] = fill_store(home / "results.sqlite", STORE_RUNS)
+        record["fill"] = fill_store(home / "results.sqlite", STORE_RUNS)
+        log(f"[7] filled in {record['fill']['total_s']:.1f} s (rows {record['fill']['rows_s']:.1f} s, aggregates "
+            f"{record['fill']['aggregates_s']:.1f} s, peak RSS {record['fill']['max_rss_mib']:.0f} MiB)")
         env = bench_env(threads, DLRUN_HOME=str(home), XDG_CACHE_HOME=str(Path(tmp) / "cache"), DLRUN_SITE="bench")
         for name, args in COMMANDS.items():
             argv = [DLRUN, *(arg.replace("{out}", str(Path(tmp) / "report")) for arg in args)]

@@ -90,7 +90,10 @@ def test_an_old_store_is_upgraded_in_place(tmp_path, monkeypatch):
     assert old["quality"]["verdict"] == runs["old-1"]["verdict"] == "unknown"  # no figures of its timed steps
     imported = store.get_run("old-2")  # a log: nobody said which machine, so no machine can be shown to match
     assert imported["fingerprint"] is None and imported["key"]["cpu"] == imported["key"]["cuda"] == "unknown"
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+    # version 6: the old run's aggregates, made from its stored row (the second run has no primary result)
+    assert conn.execute("SELECT n, min, max, newest FROM samples").fetchall() == [(1, 7.3, 7.3, "2026-01-01T00:00:00Z")]
+    assert conn.execute("SELECT run_id, value FROM sample_runs").fetchall() == [("old-1", 7.3)]
     indexes = {row[1] for row in conn.execute("PRAGMA index_list(runs)")}
     assert {"runs_created", "runs_workload", "runs_system", "runs_image", "runs_status", "runs_site",
             "runs_experiment", "runs_key"} <= indexes
@@ -122,7 +125,7 @@ def test_a_store_from_a_newer_dlrun_is_refused(tmp_path):
     conn = sqlite3.connect(path)
     conn.execute("PRAGMA user_version = 9")
     conn.close()
-    with pytest.raises(DlrunError, match="schema version 9; this dlrun reads up to 5: upgrade dlrun"):
+    with pytest.raises(DlrunError, match="schema version 9; this dlrun reads up to 6: upgrade dlrun"):
         Store(path).list_runs()
 
 

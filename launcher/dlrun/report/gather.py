@@ -28,7 +28,8 @@ from dlrun.report.ranks import RankTimes, gather_ranks
 from dlrun.results.compare import EfficiencyInputs, FactsProvider
 from dlrun.results.compare import axes as modes
 from dlrun.results.compare.types import AXES, Comparison, sort_value
-from dlrun.results.compare.select import Group, dropped_note, load_groups
+from dlrun.results.compare.select import Group, dropped_note, listed_note, load_groups
+from dlrun.results.moments import Sample, pooled
 from dlrun.results.compare.verdicts import annotate, run_ids
 from dlrun.results.key import NOT_APPLICABLE, UNKNOWN
 from dlrun.results.quality import summarize_verdicts
@@ -150,7 +151,7 @@ def gather(store: Store, filters: Filters, *, title: str, selection: str, baseli
         raise UsageError(f"no stored run matches {selection or 'the selection'}; see dlrun results list")
     runs = store.list_runs(RUN_ROWS, filters)
     try:
-        groups = load_groups(store, filters, by_site=True)
+        groups = load_groups(store, filters, by_site=True, summed=True)
     except DlrunError:  # nothing successful with a result
         if measured_only:
             raise UsageError(f"{total} stored run(s) match {selection or 'the selection'}, but none succeeded "
@@ -176,7 +177,7 @@ def gather(store: Store, filters: Filters, *, title: str, selection: str, baseli
     for system, result in fabrics:
         differences += [f"between fabrics on {system}: {line}" for line in result.differences]
         notes += result.notes
-    notes += dropped_note(groups)
+    notes += dropped_note(groups) + listed_note(groups) + _sampled_note(points)
     units = {g.unit for g in groups}
     return Report(title=title, selection=selection, unit=units.pop() if len(units) == 1 else None, points=points,
                   scaling=scaling, relative=relative, fabrics=fabrics,
@@ -187,7 +188,7 @@ def gather(store: Store, filters: Filters, *, title: str, selection: str, baseli
 
 def _verdicts(groups: list[Group]) -> dict[str, int]:
     """verdict -> the reported runs that have it."""
-    return summarize_verdicts(v for g in groups for v in (g.verdicts or ["unknown"] * len(g.run_ids)))
+    return summarize_verdicts(v for g in groups for v, n in g.counts.items() for _ in range(n))
 
 
 def _holds(scaling: list[tuple[str, Comparison]], relative: Comparison | None,
@@ -243,7 +244,24 @@ def _point(index: int, system: str, line: str, row: dict[str, Any], groups: list
                  devices=row["devices"], fabric="/".join(sorted({str(g.key.get("fabric")) for g in mine})), row=row,
                  sites=sorted({g.site for g in mine if g.site}), images=sorted({i for g in mine for i in g.images}),
                  digests=sorted({str(g.key.get("image_digest")) for g in mine}),
-                 values=sorted(v for g in mine for v in g.values))
+                 values=_dots(mine))
+
+
+#: How many of a point's values its plot shows as dots (those of its newest runs) where it has more.
+DOTS = 200
+
+
+def _sampled_note(points: list[Point]) -> list[str]:
+    if not any(len(p.values) < p.row.get("n", 0) for p in points):
+        return []
+    return [f"a point's dots show the values of its newest {DOTS} runs where it has more (its statistics are of "
+            "all of them)"]
+
+
+def _dots(groups: list[Group]) -> list[float]:
+    """A point's values for its dots: all of them, or those of its newest DOTS runs (store aggregates)."""
+    values = pooled(g.values for g in groups)
+    return sorted(values.some(DOTS) if isinstance(values, Sample) else values)
 
 
 def series_of(report: Report) -> list[tuple]:

@@ -149,7 +149,8 @@ def points_heading(report: Report) -> str:
 def render(report: Report, plots: list[Plot], store: str, tables: dict[str, str]) -> str:
     """The page around `plots` and `tables` (render_tables)."""
     stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-    measured = (f"{len({r for p in report.points for r in p.run_ids})} successful result(s) in "
+    # every reported run is counted in `quality` (a point lists only its newest runs where it has many)
+    measured = (f"{sum(report.quality.values())} successful result(s) in "
                 f"{len(report.points)} point(s) on {len(report.scaling)} line(s)" if report.points
                 else "no measured point: counted facts only")
     sections = [f"<h1>{for_html(report.title)}</h1>",

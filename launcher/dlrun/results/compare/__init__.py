@@ -26,7 +26,7 @@ from dlrun.results.compare.history import DEFAULT_LAST, history
 from dlrun.results.compare.efficiency import EfficiencyInputs
 from dlrun.results.compare.types import (AXES, AXIS_MODES, MODE_OF_AXIS, MODES, Axis, Comparison, MismatchError,
                                          Reference, Source)
-from dlrun.results.compare.select import Group, dropped_note, load_groups
+from dlrun.results.compare.select import Group, dropped_note, listed_note, load_groups
 
 __all__ = ["AXES", "MODES", "Comparison", "EfficiencyInputs", "MismatchError", "Reference", "Source", "compare",
            "resolve_mode"]
@@ -78,7 +78,8 @@ def compare(store: Store, filters: Filters, *, mode: str | None = None, by: str 
     if baseline is not None and axis is None:
         raise UsageError(f"--baseline needs an axis to pick from; --mode {mode} has none")
     try:
-        selected = load_groups(store, filters, by_site=axis is not None and axis.name == "site", compared=metric)
+        selected = load_groups(store, filters, by_site=axis is not None and axis.name == "site", compared=metric,
+                               summed=True)
     except DlrunError as exc:
         raise _nothing_to_compare(store, filters) or exc from None
     if mode == "summary":
@@ -100,7 +101,8 @@ def compare(store: Store, filters: Filters, *, mode: str | None = None, by: str 
         raise MismatchError(result.differences, _other_axis(axis, result.differences))
     if not result.rows:
         result.notes.append("no row could be compared: every row lacks runs at the baseline")
-    result.notes += dropped_note(selected) + measured.unmeasured_note(selected) + measured.metric_note(metric)
+    result.notes += (dropped_note(selected) + listed_note(selected) + measured.unmeasured_note(selected)
+                     + measured.metric_note(metric))
     return result
 
 

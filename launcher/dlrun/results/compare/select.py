@@ -2,6 +2,7 @@
 and the like-for-like guard over them."""
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,6 +12,8 @@ from dlrun.results.key import KEY_FIELDS, MACHINE_FIELDS, UNKNOWN, machine_label
 from dlrun.results.compare.key_diff import spread
 from dlrun.results.store.query import Filters
 from dlrun.results.store import Store
+from dlrun.results.store.samples import LISTED
+from dlrun.results.moments import Sample, pooled
 
 from dlrun.results.compare import measured
 from dlrun.results.compare.types import Axis, sort_value
@@ -25,14 +28,21 @@ class Group:
     site: str | None
     metric: str
     unit: str
-    run_ids: list[str]
-    values: list[float]
+    run_ids: list[str]        # every run's id, or (from the store's aggregates) the newest samples.LISTED
+    values: list[float] | Sample
     images: list[str] = field(default_factory=list)
     #: runs left out because their value is no rate (zero, negative or not finite)
     dropped: list[str] = field(default_factory=list)
     verdicts: list[str] = field(default_factory=list)  # each run's quality verdict, in run_ids' order
     #: runs left out because they lack the compared value (measured.UNMEASURED): why -> run ids
     unmeasured: dict[str, list[str]] = field(default_factory=dict)
+    #: verdict -> runs (all of them, listed or not)
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.counts:
+            for verdict in self.verdicts or ["unknown"] * len(self.values):
+                self.counts[verdict] = self.counts.get(verdict, 0) + 1
 
     def axis_value(self, axis: Axis | None) -> Any:
         if axis is None:
@@ -51,8 +61,8 @@ class Cell:
     groups: list[Group] = field(default_factory=list)
 
     @property
-    def values(self) -> list[float]:
-        return [v for g in self.groups for v in g.values]
+    def values(self) -> list[float] | Sample:
+        return pooled(g.values for g in self.groups)
 
     @property
     def run_ids(self) -> list[str]:
@@ -71,13 +81,23 @@ class Cell:
         return sorted({g.key.get(name) for g in self.groups}, key=str)
 
 
-def load_groups(store: Store, filters: Filters, by_site: bool = False, compared: str = "rate") -> list[Group]:
+def load_groups(store: Store, filters: Filters, by_site: bool = False, compared: str = "rate",
+                summed: bool = False) -> list[Group]:
     """The selected successful runs grouped by key (and site), with positive finite values only; a run that
-    lacks the compared value (`--metric`) is set aside with the reason."""
+    lacks the compared value (`--metric`) is set aside with the reason. With `summed`, from the store's
+    aggregates where they can answer (Store.summed_groups): each group's values are then a Sample and its
+    run ids the newest samples.LISTED; the statistics are the same to the last bit."""
+    rows = store.summed_groups(filters, by_site=by_site, compared=compared) if summed else None
+    if rows is not None:
+        return _summed_groups(store, rows)
+    return _row_groups(store.grouped_values(filters, by_site=by_site, compared=compared), compared)
+
+
+def _row_groups(rows: list[dict[str, Any]], compared: str) -> list[Group]:
     groups = []
     dropped_only: list[str] = []
     unmeasured_only: dict[str, list[str]] = {}
-    for row in store.grouped_values(filters, by_site=by_site, compared=compared):
+    for row in rows:
         if row["key"] is None:  # written around the store (no key): it can only be unknown
             row["key"] = {name: UNKNOWN for name in KEY_FIELDS}
             row["key_hash"] = "unknown"
@@ -101,6 +121,32 @@ def load_groups(store: Store, filters: Filters, by_site: bool = False, compared:
                             if dropped_only else "")
                          + "".join(f"; {text}" for text in measured.unmeasured_text(unmeasured_only)))
     return groups
+
+
+def _summed_groups(store: Store, rows: list[dict[str, Any]]) -> list[Group]:
+    groups = []
+    dropped_only: list[str] = []
+    for row in rows:
+        key, key_hash = (json.loads(row["key"]), row["key_hash"]) if row["key"] else (
+            {name: UNKNOWN for name in KEY_FIELDS}, "unknown")
+        if not row["parts"]:
+            dropped_only.extend(row["dropped"])
+            continue
+        values = Sample(row["moments"], tuple(row["parts"]), store, row["median"])
+        groups.append(Group(key, key_hash, row["site"], row["metric"], row["unit"], row["run_ids"], values,
+                            row["images"], row["dropped"], counts=dict(row["counts"])))
+    if not groups:
+        raise DlrunError("nothing to compare: no successful run with a result matches the selection"
+                         + (f" ({len(dropped_only)} with a value that is no rate: zero, negative or not finite)"
+                            if dropped_only else ""))
+    return groups
+
+
+def listed_note(groups: list[Group]) -> list[str]:
+    """Where a point's runs are more than are listed (the store's aggregates list the newest ones)."""
+    if not any(len(g.run_ids) < len(g.values) for g in groups):
+        return []
+    return [f"runs lists the newest {LISTED} run ids of each configuration that has more (n counts them all)"]
 
 
 def dropped_note(groups: list[Group]) -> list[str]:

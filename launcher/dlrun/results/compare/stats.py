@@ -24,6 +24,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from dlrun.results.moments import Sample, moments_of
+
 CONFIDENCE = 0.95
 #: The fewest repeats (a side) an interval, a test or a within/outside verdict is given for.
 MIN_REPEATS = 3
@@ -83,8 +85,15 @@ def logs(values: Sequence[float]) -> list[float]:
     return out
 
 
-def geometric_mean(values: Sequence[float]) -> float:
+def geometric_mean(values: Sequence[float] | Sample) -> float:
+    if isinstance(values, Sample):
+        return math.exp(values.moments.mean_log())
     return math.exp(mean(logs(values)))
+
+
+def mean_rate(values: Sequence[float] | Sample) -> float:
+    """The arithmetic mean of rates (from their exact moments)."""
+    return moments_of(values).mean()
 
 
 def too_few(*sizes: int) -> str:
@@ -146,11 +155,13 @@ class Summary:
                 "max": self.max}
 
 
-def summarize(values: Sequence[float], confidence: float = CONFIDENCE) -> Summary:
+def summarize(values: Sequence[float] | Sample, confidence: float = CONFIDENCE) -> Summary:
+    """From the exact moments of the values (dlrun.results.moments): a list and the store's aggregates of the
+    same runs give the same summary, to the last bit."""
     if not values:
         raise ValueError("no values to summarize")
-    ys = logs(values)
-    n, centre, sd = len(ys), mean(ys), stdev(ys)
+    moments = moments_of(values)
+    n, centre, sd = moments.n, moments.mean_log(), moments.sd_log()
     if n < MIN_REPEATS:
         estimate = LogEstimate(centre, None, None, ((sd, n),), confidence)
         how = too_few(n)
@@ -159,8 +170,8 @@ def summarize(values: Sequence[float], confidence: float = CONFIDENCE) -> Summar
         how = f"{confidence * 100:g} % t interval on logs"
     bounds = estimate.bounds()
     low, high = (math.exp(bounds[0]), math.exp(bounds[1])) if bounds else (None, None)
-    return Summary(n, math.exp(centre), low, high, how, stdev(values), median(values), min(values), max(values),
-                   estimate)
+    middle = values.median() if isinstance(values, Sample) else median(values)
+    return Summary(n, math.exp(centre), low, high, how, moments.sd(), middle, moments.low, moments.high, estimate)
 
 
 @dataclass(frozen=True)
@@ -185,12 +196,13 @@ class Ratio:
                 "dof": self.dof, "significant": self.significant, "interval": self.interval}
 
 
-def ratio(base: Sequence[float], other: Sequence[float], confidence: float = CONFIDENCE) -> Ratio:
-    """The ratio of geometric means other / base: Welch's t on the logs gives its interval and test."""
-    yb, yo = logs(base), logs(other)
-    nb, no = len(yb), len(yo)
-    centre = mean(yo) - mean(yb)
-    sb, so = stdev(yb), stdev(yo)
+def ratio(base: Sequence[float] | Sample, other: Sequence[float] | Sample, confidence: float = CONFIDENCE) -> Ratio:
+    """The ratio of geometric means other / base: Welch's t on the logs gives its interval and test (from the
+    exact moments of each side, as summarize)."""
+    mb, mo = moments_of(base), moments_of(other)
+    nb, no = mb.n, mo.n
+    centre = mo.mean_log() - mb.mean_log()
+    sb, so = mb.sd_log(), mo.sd_log()
     sides = ((sb, nb), (so, no))
     if nb < MIN_REPEATS or no < MIN_REPEATS:
         estimate = LogEstimate(centre, None, None, sides, confidence)

@@ -13,7 +13,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from dlrun.results.key import UNKNOWN, machine_label
-from dlrun.results.quality import SUPERLINEAR, point_reasons, summarize_verdicts, worst
+from dlrun.results.quality import SUPERLINEAR, VERDICTS, point_reasons, worst
+from dlrun.results.compare.stats import mean_rate
 
 from dlrun.results.compare.types import Comparison
 from dlrun.results.compare.select import Group
@@ -25,8 +26,8 @@ COLUMNS = ["quality", "quality_reasons"]
 NAMED = 3
 
 
-def superlinear(groups: Iterable[Group]) -> dict[str, str]:
-    """run id -> why its point is implausible, for every group whose throughput per device is well above that
+def superlinear(groups: Iterable[Group]) -> dict[int, str]:
+    """id() of a group -> why its point is implausible, for every group whose throughput per device is well above that
     of the comparable group on the fewest devices (scaling efficiency above SUPERLINEAR)."""
     series: dict[str, list[Group]] = {}
     for group in groups:
@@ -34,33 +35,38 @@ def superlinear(groups: Iterable[Group]) -> dict[str, str]:
             continue
         rest = {k: v for k, v in group.key.items() if k not in _SCALING_FIELDS}
         series.setdefault(repr(sorted(rest.items(), key=str)) + f"|{group.site}|{group.metric}", []).append(group)
-    out: dict[str, str] = {}
+    out: dict[int, str] = {}
     for members in series.values():
         base = min(members, key=lambda g: g.key["devices"])
-        base_rate = sum(base.values) / len(base.values) / base.key["devices"]
+        base_rate = mean_rate(base.values) / base.key["devices"]
         for group in members:
             if group.key["devices"] == base.key["devices"] or base_rate <= 0:
                 continue
-            eff = sum(group.values) / len(group.values) / group.key["devices"] / base_rate
+            eff = mean_rate(group.values) / group.key["devices"] / base_rate
             if eff > SUPERLINEAR:
                 reason = (f"implausible: scaling efficiency {eff * 100:.0f} % over {base.key['devices']} device(s) "
                           f"(above {SUPERLINEAR * 100:.0f} %)")
-                out.update(dict.fromkeys(group.run_ids, reason))
+                out[id(group)] = reason
     return out
 
 
 def run_ids(groups: Iterable[Group]) -> list[str]:
-    """Every run of `groups`."""
+    """Every run the groups list (a group lists its newest runs: `Group.run_ids`)."""
     return [run_id for group in groups for run_id in group.run_ids]
 
 
-def _row_verdict(row: dict[str, Any], verdicts: dict[str, str], flagged: dict[str, str],
+def _row_verdict(row: dict[str, Any], owners: dict[str, Group], flagged: dict[int, str],
                  named: Mapping[str, list[str]] | None) -> tuple[str, list[str]]:
+    """The verdict of a row from its runs' groups (the row lists at least one run of each: their verdicts are
+    counted whole, listed or not), with the listed runs' own reasons `named` (the first NAMED of them)."""
     ids = [*(row.get("runs") or []), *(row.get("baseline_runs") or [])]
-    found = [verdicts.get(run_id, "unknown") for run_id in ids]
-    counts = summarize_verdicts(found)
-    reasons = [f"{n} of {len(found)} run(s) {verdict}" for verdict, n in counts.items() if verdict != "ok"]
-    reasons += sorted({flagged[run_id] for run_id in ids if run_id in flagged})
+    mine = list({id(g): g for g in (owners.get(run_id) for run_id in ids) if g is not None}.values())
+    unowned = sum(1 for run_id in ids if run_id not in owners)
+    counts = _counted(mine, unowned)
+    found = [verdict for verdict in counts]
+    total = sum(counts.values())
+    reasons = [f"{n} of {total} run(s) {verdict}" for verdict, n in counts.items() if verdict != "ok"]
+    reasons += sorted({flagged[id(g)] for g in mine if id(g) in flagged})
     said = [f"{reason} (run {run_id})" for run_id in ids for reason in (named or {}).get(run_id, ())]
     reasons += said[:NAMED] + [f"and {len(said) - NAMED} more such reason(s)"] * (len(said) > NAMED)
     scaling_said = any(r.startswith("implausible: scaling efficiency") for r in reasons)
@@ -74,10 +80,10 @@ def annotate(comparison: Comparison, groups: list[Group], named: Mapping[str, li
     """Give every row of `comparison` its point's verdict and reasons (with the runs' own reasons `named`: run id
     -> reasons, such as which rank was a straggler), and the comparison its sites, machines and run verdicts; in
     reference mode, leave implausible points out of the verdict against the published value."""
-    verdicts = {run_id: verdict for g in groups for run_id, verdict in zip(g.run_ids, g.verdicts)}
+    owners = {run_id: g for g in groups for run_id in g.run_ids}
     flagged = superlinear(groups)
     for row in comparison.rows:
-        row["quality"], row["quality_reasons"] = _row_verdict(row, verdicts, flagged, named)
+        row["quality"], row["quality_reasons"] = _row_verdict(row, owners, flagged, named)
         if comparison.mode == "reference" and row["quality"] in ("implausible", "emulated"):
             for name, left_out in (("within", None), ("verdict", f"left out: {row['quality']}")):
                 if name in row:
@@ -88,5 +94,14 @@ def annotate(comparison: Comparison, groups: list[Group], named: Mapping[str, li
         [c for c in comparison.columns if c == "runs"]
     comparison.sites = sorted({str(g.key.get("site", g.site) or UNKNOWN) for g in groups})
     comparison.machines = sorted({machine_label(g.key) for g in groups})
-    comparison.quality = summarize_verdicts(v for g in groups for v in (g.verdicts or ["unknown"] * len(g.run_ids)))
+    comparison.quality = _counted(groups)
     return comparison
+
+
+def _counted(groups: Iterable[Group], unknown: int = 0) -> dict[str, int]:
+    """verdict -> runs of these groups (and `unknown` more), worst first."""
+    total: dict[str, int] = {"unknown": unknown} if unknown else {}
+    for group in groups:
+        for verdict, n in group.counts.items():
+            total[verdict] = total.get(verdict, 0) + n
+    return {v: total[v] for v in VERDICTS if v in total}

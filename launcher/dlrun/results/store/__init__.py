@@ -2,7 +2,8 @@
 
 The schema and its versions are in `dlrun.results.store.schema`. Version 2 adds where a run came from (`site`,
 `origin`), what experiment point it belongs to (`experiment`, `point`) and its comparability key (`key`, `key_hash`; see
-`dlrun.results.key`), with the indexes that the `results list` filters and `compare` grouping use.
+`dlrun.results.key`), with the indexes that the `results list` filters and `compare` grouping use. Version 6 adds
+the aggregates compare and report read (`dlrun.results.store.samples`), kept by `add_runs` and `delete_runs`.
 
 The store is created private to its user (0600), in WAL mode, by whichever writer comes first; concurrent
 first writers wait for each other instead of failing (`PRAGMA journal_mode = WAL` and the schema answer
@@ -32,6 +33,7 @@ from dlrun.results.site import local_site
 from dlrun.results.store.check import StoreError, check_path, check_tables, damaged, is_damage
 from dlrun.results.store.fields import checked_fields
 from dlrun.results.store.connection import BUSY_TIMEOUT_S, retry_busy, set_up, uri, wal_bytes
+from dlrun.results.store import grouped, samples
 
 Pair = tuple[dict[str, Any], list[dict[str, Any]]]
 Pairs = list[Pair]
@@ -195,6 +197,7 @@ class Store:
         def write() -> list[str]:
             added: list[str] = []
             with self.transaction() as conn:
+                pending = samples.Pending(conn)
                 for row, results in pairs():
                     if skip_existing and conn.execute("SELECT 1 FROM runs WHERE id = ?", (row["id"],)).fetchone():
                         continue
@@ -207,7 +210,12 @@ class Store:
                         "INSERT INTO results (run_id, metric, value, unit, data) VALUES (?, ?, ?, ?, ?)",
                         [(row["id"], r["metric"], r["value"], r["unit"], json.dumps(r, sort_keys=True))
                          for r in results])
+                    if row["status"] == "ok":
+                        for r in results:
+                            if r["metric"] in PRIMARY_METRICS:
+                                pending.add(row, r["metric"], r["unit"], r["value"])
                     added.append(row["id"])
+                pending.flush()
             return added
 
         return retry_busy(write, self.path)
@@ -223,6 +231,7 @@ class Store:
                     part = ids[start:start + chunk]
                     marks = ", ".join("?" * len(part))
                     found += [row[0] for row in conn.execute(f"SELECT id FROM runs WHERE id IN ({marks})", part)]
+                    samples.remove(conn, part)
                     conn.execute(f"DELETE FROM results WHERE run_id IN ({marks})", part)
                     conn.execute(f"DELETE FROM runs WHERE id IN ({marks})", part)
             return found
@@ -341,27 +350,33 @@ class Store:
         return found
 
     def grouped_values(self, filters: Filters, by_site: bool = False, compared: str = "rate") -> list[dict[str, Any]]:
-        """The primary values (or another of COMPARED_VALUES) of successful runs, grouped in SQL by key (and
-        site): one row per group with its key, metric, unit, run ids and values (in matching order), and the
-        image names seen."""
-        clause, params = where(filters)
-        # The unary + keeps SQLite from walking the status or key index over the whole table (a random
-        # read per run, 3x slower than one pass over 100,000 runs); the filters' own indexes still apply.
-        clause = (clause + " AND " if clause else "WHERE ") + "+r.status = 'ok'"
-        site = "r.site" if by_site else "NULL"
-        value, read_from = COMPARED_VALUES[compared]
-        metrics = ", ".join(f"'{m}'" for m in read_from)
-        query = (f"SELECT r.key_hash, r.key, {site}, res.metric, res.unit, count(*), "
-                 f"group_concat(r.id, ' '), group_concat({value}, ' '), "
-                 "group_concat(coalesce(r.verdict, 'unknown'), ' '), group_concat(DISTINCT r.image) "
-                 f"FROM runs r JOIN results res ON res.run_id = r.id AND res.metric IN ({metrics}) "
-                 f"{clause} GROUP BY +r.key_hash, {site}, res.metric, res.unit")
+        """The primary values (or another of COMPARED_VALUES) of successful runs, read run by run and grouped by
+        key (and site): one row per group with its key, metric, unit, run ids and values (in matching order),
+        their verdicts and the image names seen (dlrun.results.store.grouped)."""
         with self.reading() as conn:
-            rows = conn.execute(query, params).fetchall()
-        return [{"key_hash": kh, "key": json.loads(key) if key else None, "site": st, "metric": metric,
-                 "unit": unit, "n": n, "run_ids": ids.split(" "), "values": [float(v) for v in values.split(" ")],
-                 "verdicts": verdicts.split(" "), "images": sorted(images.split(",")) if images else []}
-                for kh, key, st, metric, unit, n, ids, values, verdicts, images in rows]
+            return grouped.by_key(conn, filters, by_site, compared)
+
+    def summed_groups(self, filters: Filters, by_site: bool = False,
+                      compared: str = "rate") -> list[dict[str, Any]] | None:
+        """What grouped_values gives, from the aggregates kept per group (dlrun.results.store.samples): the
+        exact moments of each group's values instead of the values, its median, its newest run ids (all of
+        them up to samples.LISTED) and the ids of its runs whose value is no rate. None where the aggregates
+        cannot answer: a selection by run id, time or status, or a value other than the primary rate."""
+        if compared != "rate" or filters.run_ids or filters.since or filters.status:
+            return None
+        clause, params = where(filters, alias="s")
+        with self.reading() as conn:
+            return samples.grouped(conn, clause, params, by_site)
+
+    def sample_median(self, parts: list[int], n: int) -> float:
+        """The median of the values of these aggregate groups (n of them)."""
+        with self.reading() as conn:
+            return samples.median(conn, parts, n)
+
+    def sample_values(self, parts: list[int], limit: int) -> list[float]:
+        """Up to `limit` values of these aggregate groups, of their newest runs."""
+        with self.reading() as conn:
+            return samples.values(conn, parts, limit)
 
     def latest_matmul(self, system: str, precision: str) -> dict[str, Any] | None:
         """The newest stored matrix-multiply rate of `system` at `precision` (run id, time, GFLOP/s, data)."""

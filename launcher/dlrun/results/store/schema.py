@@ -15,6 +15,7 @@ from dlrun.results.fingerprint import fingerprint_of
 from dlrun.results.key import key_from_run, key_hash, key_json
 from dlrun.results.quality import run_quality
 from dlrun.results.site import local_site
+from dlrun.results.store import samples
 
 SCHEMA_V1 = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -66,6 +67,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     ),
     4: (),  # no new column: every key computed again (it holds the env, the code path, the CPU's identity)
     5: (),  # no new column: the architecture each run's code ran as, its quality and key judged again
+    6: samples.SCHEMA,  # the aggregates compare and report read (dlrun.results.store.samples)
 }
 SCHEMA_VERSION = max(MIGRATIONS)
 
@@ -81,10 +83,10 @@ ORIGINS = ("local", "import-log", "bundle")
 PRIMARY_METRICS = ("throughput", "busbw", "bandwidth", "latency", "read_bandwidth", "file_read_rate")
 _SPJ = "json_extract(res.data, '$.extra.telemetry.samples_per_joule')"
 #: What `compare --metric` compares: (SQL text of one result row's value, the result metrics it is read from).
-#: A run without the value gives a word Python's float() reads: 'nan' where the run's telemetry could read no
+#: The rate is read as stored; another value as text. A run without the value gives a word Python's float() reads: 'nan' where the run's telemetry could read no
 #: energy, '-inf' where it had none; never a number (printf would turn NULL into 0).
 COMPARED_VALUES = {
-    "rate": ("printf('%.17g', res.value)", PRIMARY_METRICS),
+    "rate": ("res.value", PRIMARY_METRICS),  # the stored double itself (printf's %.17g can be an ulp off)
     "samples-per-joule": (f"CASE WHEN json_extract(res.data, '$.extra.telemetry') IS NULL THEN '-inf' "
                           f"WHEN {_SPJ} IS NULL THEN 'nan' ELSE printf('%.17g', {_SPJ}) END", ("throughput",)),
 }
@@ -231,4 +233,9 @@ def _fill_v5(conn: sqlite3.Connection) -> None:
                       json.dumps(quality, sort_keys=True), quality["verdict"], key_json(key), key_hash(key), run["id"]))
 
 
-_FILL = {2: _fill_v2, 3: _fill_v3, 4: _fill_v4, 5: _fill_v5}
+def _fill_v6(conn: sqlite3.Connection) -> None:
+    """The aggregates of every stored run (a later migration that changes keys or verdicts calls it again)."""
+    samples.rebuild(conn, PRIMARY_METRICS)
+
+
+_FILL = {2: _fill_v2, 3: _fill_v3, 4: _fill_v4, 5: _fill_v5, 6: _fill_v6}
