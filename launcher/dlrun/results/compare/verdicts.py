@@ -67,13 +67,18 @@ def _row_verdict(row: dict[str, Any], owners: dict[str, Group], flagged: dict[in
     total = sum(counts.values())
     reasons = [f"{n} of {total} run(s) {verdict}" for verdict, n in counts.items() if verdict != "ok"]
     reasons += sorted({flagged[id(g)] for g in mine if id(g) in flagged})
-    said = [f"{reason} (run {run_id})" for run_id in ids for reason in (named or {}).get(run_id, ())]
-    reasons += said[:NAMED] + [f"and {len(said) - NAMED} more such reason(s)"] * (len(said) > NAMED)
+    reasons += _named(ids, named or {})
     scaling_said = any(r.startswith("implausible: scaling efficiency") for r in reasons)
     reasons += [r for r in point_reasons(row)
                 if not (scaling_said and r.startswith("implausible: scaling efficiency"))]
     verdict = worst([*found, *(r.split(":", 1)[0] for r in reasons if ":" in r)])
     return verdict, reasons
+
+
+def _named(ids: list[str], named: Mapping[str, list[str]]) -> list[str]:
+    """The first NAMED of the runs' own reasons, each with its run, and how many more there are."""
+    said = [f"{reason} (run {run_id})" for run_id in ids for reason in named.get(run_id, ())]
+    return said[:NAMED] + [f"and {len(said) - NAMED} more such reason(s)"] * (len(said) > NAMED)
 
 
 def annotate(comparison: Comparison, groups: list[Group], named: Mapping[str, list[str]] | None = None) -> Comparison:

@@ -337,17 +337,8 @@ class Store:
     def run_reasons(self, run_ids: Iterable[str], verdict: str, chunk: int = 500) -> dict[str, list[str]]:
         """run id -> its stored quality reasons of `verdict` (e.g. `straggler`), for those of `run_ids` that
         have one (compare and report name them beside a point's verdict counts)."""
-        ids = list(dict.fromkeys(run_ids))
-        found: dict[str, list[str]] = {}
         with self.reading() as conn:
-            for start in range(0, len(ids), chunk):
-                part = ids[start:start + chunk]
-                for run_id, quality in conn.execute(
-                        f"SELECT id, quality FROM runs WHERE id IN ({', '.join('?' * len(part))}) AND quality LIKE ?",
-                        [*part, f'%"{verdict}: %']):
-                    said = [r for r in json.loads(quality).get("reasons") or [] if r.startswith(f"{verdict}: ")]
-                    found.update({run_id: said} if said else {})
-        return found
+            return grouped.reasons(conn, run_ids, verdict, chunk)
 
     def grouped_values(self, filters: Filters, by_site: bool = False, compared: str = "rate") -> list[dict[str, Any]]:
         """The primary values (or another of COMPARED_VALUES) of successful runs, read run by run and grouped by

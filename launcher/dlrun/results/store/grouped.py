@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import sqlite3
+from collections.abc import Iterable
 from typing import Any
 
 from dlrun.results.store.query import Filters, where
@@ -33,3 +34,18 @@ def by_key(conn: sqlite3.Connection, filters: Filters, by_site: bool, compared: 
                     "values": [float(m[6]) for m in members], "verdicts": [m[7] for m in members],
                     "images": sorted({m[8] for m in members if m[8] is not None})})
     return out
+
+
+def reasons(conn: sqlite3.Connection, run_ids: Iterable[str], verdict: str, chunk: int) -> dict[str, list[str]]:
+    """run id -> its stored quality reasons of `verdict`, for those of `run_ids` that have one (read `chunk`
+    ids per query)."""
+    ids = list(dict.fromkeys(run_ids))
+    found: dict[str, list[str]] = {}
+    for start in range(0, len(ids), chunk):
+        part = ids[start:start + chunk]
+        for run_id, quality in conn.execute(
+                f"SELECT id, quality FROM runs WHERE id IN ({', '.join('?' * len(part))}) AND quality LIKE ?",
+                [*part, f'%"{verdict}: %']):
+            said = [r for r in json.loads(quality).get("reasons") or [] if r.startswith(f"{verdict}: ")]
+            found.update({run_id: said} if said else {})
+    return found
