@@ -17,6 +17,7 @@ import torch.nn as nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launcher"))
 from dlrun.harness import load_harness  # noqa: E402
+from dlrun.harness.harness_node import process_started_unix  # noqa: E402
 
 
 def main() -> None:
@@ -58,6 +59,7 @@ def main() -> None:
         optimizer.step()
         return loss
 
+    first_step_unix = time.time()
     start = time.perf_counter()
     for _ in range(args.warmup_steps):
         step()
@@ -69,7 +71,8 @@ def main() -> None:
     print(json.dumps({"images_per_sec": args.batch_size * args.steps / wall, "wall_time_s": wall,
                       "warmup_s": warm, "final_loss": float(loss.detach()), "threads": torch.get_num_threads(),
                       "channels_last": channels_last, "precision": args.precision, "model": args.model,
-                      "batch_size": args.batch_size, "steps": args.steps, "compiled": args.compile}))
+                      "batch_size": args.batch_size, "steps": args.steps, "compiled": args.compile,
+                      "time_to_first_step_s": first_step_unix - process_started_unix()}))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ Standard library only; imports no other harness file; Python >= 3.6.
 import os
 import platform
 import re
+import time
 
 CPUINFO = "/proc/cpuinfo"
 #: x86-64 micro-architecture levels (the psABI's), each by the flags it
@@ -152,6 +153,21 @@ def cpu_identity(text):
         return None
     return " ".join(value if label == "vendor" else "%s %s" % (label, value)
                     for label, value in words)
+
+
+def processor_kind(text=None):
+    """(vendor, CPU family, model) of this node's CPU (or of cpuinfo
+    ``text``), what decides which knobs' defaults were measured to win
+    (harness_contract.MEASURED_WINS); None where /proc/cpuinfo does not say
+    (Arm and POWER report no x86 family)."""
+    words = (cpu_identity(
+        _read(os.environ.get("DLRUN_HARNESS_TEST_CPUINFO") or CPUINFO)
+        if text is None else text) or "").split()
+    try:
+        return (words[0], int(words[words.index("family") + 1]),
+                int(words[words.index("model") + 1]))
+    except (IndexError, ValueError):
+        return None
 
 
 def isa_level(text):

@@ -20,7 +20,7 @@ from harness_pytorch_allocator import ALLOCATOR
 from harness_pytorch_bnrelu import fuse
 from harness_common import (EXIT_NONFINITE, RULE, HarnessError, NullContext,
                             TimedWindow, cpu_has_native_bf16, error_line, out,
-                            perf_stats, print_result, quality_fields)
+                            perf_stats, print_result, quality_fields, first_step_fields)
 from harness_contract import LLM_KIND, PRECISION_OF_DTYPE
 from harness_pytorch_checkpoint import Checkpointer
 from harness_pytorch_comm import (StepClock, in_process_group,  # noqa
@@ -270,7 +270,7 @@ def _train(args, task, comm, device, autocast, needs_scaler, accum):
     if rank == 0:
         _header(args, task, comm, devices, optimizer_name, accum)
     first_loss = loss = None
-    warmup_start = time.perf_counter()  # compiling happens here, untimed
+    warmup_start, first_step_unix = time.perf_counter(), time.time()  # compiling happens here, untimed
     for _ in range(args.warmup_steps):
         loss, _ = step()
         if first_loss is None:
@@ -293,7 +293,7 @@ def _train(args, task, comm, device, autocast, needs_scaler, accum):
                "extra": ckpt.fields() if ckpt is not None else {},
                "flops_per_token": task.flops_per_token() if task.llm
                else None}
-    outcome["extra"].update(loader_fields(comm, loader, task))
+    outcome["extra"].update(loader_fields(comm, loader, task), **first_step_fields(first_step_unix))
     source.close()
     outcome["error"] = _checks(comm, raw_model, run["final_loss"], args.steps)
     if outcome["error"] is None:

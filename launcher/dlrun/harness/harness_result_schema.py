@@ -108,6 +108,8 @@ per_rank_sequences_per_sec list    sequences/sec -   -   each rank's rate
 per_rank_tokens_per_sec    list    tokens/sec -   -   each rank's rate
 warmup_time_s              number  s         -   -   the warm-up steps' time
 timed_start_unix           number  s         -   -   when timing began (rank 0's clock)
+first_step_unix            number  s         -   -   when the first step (warm-up's) began, rank 0's clock
+time_to_first_step_s       number? s         -   -   rank 0's process start (its launcher's fork) to its first step
 data                       str     -         -   -   what the TensorFlow 2 harness trained on
 data_source                str     -         -   key synthetic, jpeg, tfrecord (text: tokens)
 data_path                  str     -         -   -   the dataset's path as the ranks saw it
