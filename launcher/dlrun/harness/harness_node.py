@@ -130,6 +130,26 @@ def node_cpu_ticks(text=None):
     return None
 
 
+def process_started_unix(pid=None):
+    """When process ``pid`` (this one by default) started, in Unix seconds
+    (10 ms ticks), or None where /proc does not say.  exec keeps a
+    process's start, so for a rank that a shell script exec'd, and that
+    re-executed itself for its allocator, it is when its launcher forked
+    it.  Read against /proc/uptime: both count from boot, so no clock step
+    since boot moves it."""
+    text = _read("/proc/%d/stat" % (os.getpid() if pid is None else pid))
+    uptime = _read("/proc/uptime")
+    if not text or ")" not in text or not uptime:
+        return None
+    try:
+        ticks = int(text[text.rfind(")") + 2:].split()[19])
+        since_boot = float(uptime.split()[0])
+        hz = float(os.sysconf("SC_CLK_TCK"))
+    except (ValueError, IndexError, OSError):
+        return None
+    return time.time() - (since_boot - ticks / hz)
+
+
 def cpu_name(text=None):
     """The CPU's model name as /proc/cpuinfo gives it (else what platform
     knows)."""
