@@ -6,7 +6,6 @@ Python >= 3.6 with PyTorch >= 1.0.  What it measures is described in
 ``harness_pytorch_tasks.py``.
 """
 
-import gc
 import math
 import os
 import socket
@@ -24,7 +23,8 @@ from harness_common import (EXIT_NONFINITE, RULE, HarnessError, NullContext,
 from harness_contract import LLM_KIND, PRECISION_OF_DTYPE
 from harness_pytorch_checkpoint import Checkpointer
 from harness_pytorch_comm import (StepClock, in_process_group,  # noqa
-                                  param_checksum, replicas_agree, sync)
+                                  param_checksum, replicas_agree, sync,
+                                  collect_garbage)
 from harness_pytorch_features import (make_grad_scaler, maybe_compile,
                                       mkldnn_available, resolve_precision)
 from harness_pytorch_horovod import setup_dist
@@ -303,7 +303,7 @@ def _train(args, task, comm, device, autocast, needs_scaler, accum):
     # model is alive anywhere, so meet first, then drop every reference.
     comm.barrier()
     del model, raw_model, optimizer, scaler, step, source, loss
-    gc.collect()
+    collect_garbage(comm)
     return outcome
 
 
