@@ -80,11 +80,15 @@ def _losses(out):
     return [float(ln.split("\t")[-1]) for ln in out.splitlines() if "/sec: " in ln and "\t" in ln]
 
 
-@pytest.mark.parametrize("model, extra", [("trivial", []),
-                                          ("bert_squad", ["--num-layers", "1", "--seq-length", "16",
-                                                          "--lr", "1e-3"])])
-def test_default_options_still_train(capsys, model, extra):
-    """With the harness's defaults (fused optimizer, NHWC for the CNN) the loss on the fixed batch falls."""
+BERT_SMALL = ["--num-layers", "1", "--seq-length", "16", "--lr", "1e-3"]
+
+
+@pytest.mark.parametrize("model, extra, fused", [("trivial", [], False), ("bert_squad", BERT_SMALL, False),
+                                                 ("trivial", ["--fused-optimizer", "on"], True),
+                                                 ("bert_squad", [*BERT_SMALL, "--fused-optimizer", "on"], True)])
+def test_default_options_still_train(capsys, model, extra, fused):
+    """With the harness's defaults (on a CPU PyTorch's own optimizer step: the fused one was measured to win on no
+    processor kind), and with the fused step asked for, the loss on the fixed batch falls."""
     code = entry.main(["--model", model, "--batch-size", "4", "--steps", "8", "--warmup-steps", "0",
                        "--display-every", "1", "--threads", "1", *extra])
     out, err = capsys.readouterr()
@@ -92,7 +96,7 @@ def test_default_options_still_train(capsys, model, extra):
     losses = _losses(out)
     assert len(losses) == 8 and losses[-1] < losses[0] and sum(losses[-3:]) < sum(losses[:3]) - 0.05, losses
     (line,) = [ln for ln in out.splitlines() if ln.startswith("DLRUN_RESULT ")]
-    assert json.loads(line[len("DLRUN_RESULT "):])["fused_optimizer"] is True
+    assert json.loads(line[len("DLRUN_RESULT "):])["fused_optimizer"] is fused
 
 
 def test_the_step_clock_times_cpu_steps_as_they_return_and_the_timed_window_is_recorded(capsys, monkeypatch):
