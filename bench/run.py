@@ -1,6 +1,8 @@
 """`make bench`: measure dlrun against what it measures, side by side, as ratios next to their goals.
 
-1 harness overhead   dlrun run vs a bare PyTorch loop (ResNet-50, ResNet-18)
+1 harness overhead   dlrun run vs a bare PyTorch loop of the same ops (ResNet-50, ResNet-18): the reference path
+                     (PyTorch's own ops) and the tuned path, each judged by its ratio's interval
+1 startup            where a one-rank local dlrun run's own time outside the harness's process goes
 2 efficiency         training FLOP rate vs the best fp32 matrix product; bf16 amp vs fp32 (ResNet-50)
 2b efficiency_bert   the same for BERT-base SQuAD (384 tokens, 12 layers)
 3 launcher cost      --help, --dry-run, a 512-node render, a 100,000-run results list
@@ -41,6 +43,7 @@ import efficiency_bert
 import launcher_cost
 import llm
 import overhead
+import startup
 import realdata
 import storage
 import telemetry_cost
@@ -48,7 +51,7 @@ import tf_overhead
 import tuned
 from common import Row, cpu_count, processor, processor_label, write_result
 
-BENCHMARKS = {"overhead": overhead, "efficiency": efficiency, "efficiency_bert": efficiency_bert,
+BENCHMARKS = {"overhead": overhead, "startup": startup, "efficiency": efficiency, "efficiency_bert": efficiency_bert,
               "launcher": launcher_cost, "containers": containers, "comm": comm, "compare": compare_store,
               "collectives": collectives, "tf": tf_overhead,
               "realdata": realdata, "telemetry": telemetry_cost, "llm": llm, "tune": tuned, "storage": storage}

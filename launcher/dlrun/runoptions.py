@@ -223,14 +223,16 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
          resolver="framework", harness_flag="--allocator"),
     # knobs: how fast the PyTorch harness's step runs, never what it computes (dlrun.tune measures them)
     _opt("fused_optimizer", "The optimizer's fused step (one pass per tensor; same arithmetic) on, or PyTorch's "
-         "default step off; " + _TUNED.format("fused where this PyTorch has it"), default="auto",
+         "default step off; " + _TUNED.format("on CUDA fused where this PyTorch has it; on a CPU PyTorch's step unless the fused "
+                                   "one was measured to win on its processor kind"), default="auto",
          choices=_KNOB, field="fused_optimizer", resolver="framework", harness_flag="--fused-optimizer"),
     _opt("fused_bn_relu", "ResNets' batch norm + ReLU (+ residual) in fp32 channels-last CPU training through one "
          "fused kernel, compiled once per CPU with the machine's C compiler (fewer passes over memory; same "
-         "arithmetic up to rounding) on, or PyTorch's ops off; " + _TUNED.format("on where it builds"),
+         "arithmetic up to rounding) on, or PyTorch's ops off; " + _TUNED.format("on where it builds and was measured to win on the processor kind"),
          default="auto", choices=_KNOB, field="fused_bn_relu", resolver="framework", harness_flag="--fused-bn-relu"),
     _opt("channels_last", "Image models in channels-last (NHWC) memory format on, or NCHW off; "
-         + _TUNED.format("on for CUDA, amp and oneDNN CPUs"), default="auto", choices=_KNOB, field="channels_last",
+         + _TUNED.format("on for CUDA, and on oneDNN CPUs where NHWC was measured to win on "
+                                                         "the processor kind"), default="auto", choices=_KNOB, field="channels_last",
          resolver="framework", harness_flag="--channels-last"),
     _opt("compile", "torch.compile (inductor) the model, in the untimed warm-up steps; " + _TUNED.format("off"),
          default="auto", choices=_KNOB, field="compile", resolver="framework",

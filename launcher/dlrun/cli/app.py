@@ -83,6 +83,7 @@ def main() -> None:
     ClickUsageError = typer.BadParameter.__mro__[1]
     argv = normalise_argv(sys.argv[1:])
     painter = report.early_painter(argv)
+    run.begin_early_look(argv)  # `dlrun run`: the node's inventory beside typer's parsing of its options
     try:
         code = app(args=argv, prog_name="dlrun", standalone_mode=False, obj={"painter": painter})
     except ClickUsageError as exc:

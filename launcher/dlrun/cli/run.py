@@ -35,21 +35,62 @@ def checked(findings, skip_checks: bool) -> None:
             warn(line)
 
 
-def say_if_busy(plans, out) -> None:
+def say_if_busy(plans, out, watch=None) -> None:
     """Before a job of `plans` starts on this node (a local job): a line on `out` (the run's own output) when
-    other processes keep the node busy, so that its numbers would be contended (dlrun.results.quality)."""
+    other processes keep the node busy, so that its numbers would be contended (dlrun.results.quality).
+    `watch`: a look at the node begun earlier (dlrun.probe.load.NodeWatch), read now."""
     from dlrun.registry import SCHEDULERS
 
     if not any(SCHEDULERS.get(plan.scheduler).runs_here for plan in plans):
         return
-    from dlrun.probe.load import node_load
+    from dlrun.probe.load import NodeWatch
     from dlrun.results.quality import BUSY_SAMPLE_S, busy_warning
 
-    load = node_load(BUSY_SAMPLE_S)
+    load = (watch or NodeWatch()).load(BUSY_SAMPLE_S)
     said = busy_warning(load.others_cpus, load.cpus, load.load1)
     if said:
         out.print(f"[yellow]warning: {said}; wait for the other work to end, or run where nothing else runs[/]",
                   highlight=False)
+
+
+def early_look():
+    """What `dlrun run` begins before it loads its catalog, so that neither adds to its time: the look at how
+    busy this node is (read just before the job starts) and this node's inventory, whose tools (`--version`,
+    `ompi_info`) run in a thread meanwhile. (the watch, a function returning the inventory once it is done)"""
+    import threading
+
+    from dlrun.preflight import node_inventory
+    from dlrun.probe.load import NodeWatch
+
+    box: dict[str, Any] = {}
+
+    def probe() -> None:
+        try:
+            box["inventory"] = node_inventory()
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=probe, name="dlrun-inventory", daemon=True)
+    watch = NodeWatch()
+    thread.start()
+
+    def inventory() -> dict[str, Any]:
+        thread.join()
+        if "error" in box:
+            raise box["error"]
+        return box["inventory"]
+    return watch, inventory
+
+
+#: The early look `main` began for this process's `dlrun run`, before typer parsed its options (which takes
+#: 0.3-0.5 s of its own): taken by `run`.
+_EARLY: list = []
+
+
+def begin_early_look(argv: list[str]) -> None:
+    """Begin `early_look` for a `dlrun run` that will run a job (not --dry-run, not --help)."""
+    if argv[:1] == ["run"] and not any(arg in ("--dry-run", "--help", "-h") for arg in argv[1:]):
+        _EARLY.append(early_look())
 
 
 @handle_errors
@@ -57,9 +98,10 @@ def say_if_busy(plans, out) -> None:
 def run(skip_checks: SkipChecksOpt = False, dry_run: DryRunOpt = False, verbose: VerboseOpt = False,
         **options: Any) -> None:
     """Run a workload: resolve a plan, render it, check it, execute it, store the result."""
+    watch, inventory = (_EARLY.pop() if _EARLY else early_look()) if not dry_run else (None, None)
     catalog = load_catalog()
     plan = resolve(options, catalog=catalog)
-    from dlrun.preflight import node_inventory, preflight
+    from dlrun.preflight import preflight
     from dlrun.render import render_job
 
     rendered = render_job(plan)
@@ -72,7 +114,7 @@ def run(skip_checks: SkipChecksOpt = False, dry_run: DryRunOpt = False, verbose:
 
     store = open_store(before_jobs=True)  # a damaged store is refused before any job (a tuning trial too) runs
     # the node's checks, then the image's digest (refused, exit 1, when its copy differs from the site's lock)
-    cleared = clear(plan, node_inventory(), lambda findings: checked(findings, skip_checks), skip_checks=skip_checks)
+    cleared = clear(plan, inventory(), lambda findings: checked(findings, skip_checks), skip_checks=skip_checks)
     from dlrun.tune import knob_decision
 
     # resolved again with this machine's decision on the knobs left at auto (measured first where there is none)
@@ -80,7 +122,7 @@ def run(skip_checks: SkipChecksOpt = False, dry_run: DryRunOpt = False, verbose:
              if plan.knob_sources else plan)
     if tuned != plan:
         plan, rendered = tuned, render_job(tuned)
-    execute_plan(plan, rendered, cleared, verbose=verbose, store=store)
+    execute_plan(plan, rendered, cleared, verbose=verbose, store=store, watch=watch)
 
 
 #: The result formats of a site's command that report training (a batch, steps and precision mean something).
@@ -100,7 +142,7 @@ def run_shape(plan) -> str:
     return f"batch {plan.batch_size}/rank, {plan.warmup_steps}+{plan.steps} steps, {plan.precision}"
 
 
-def execute_plan(plan, rendered, cleared=None, *, verbose: bool = False, store=None) -> None:
+def execute_plan(plan, rendered, cleared=None, *, verbose: bool = False, store=None, watch=None) -> None:
     import signal
 
     from rich.text import Text
@@ -116,7 +158,7 @@ def execute_plan(plan, rendered, cleared=None, *, verbose: bool = False, store=N
     title = (f"{plan.workload.name} ({plan.workload.label}) on {plan.system.name}: {plan.world_size} rank(s), "
              f"{shape}, image {plan.image.name}")
     console().print(Text.assemble(("dlrun", "bold"), " ", for_rich(title)))
-    say_if_busy([plan], console())
+    say_if_busy([plan], console(), watch)
     with RunDisplay(plan, verbose=verbose) as display:
         record = execute(plan, rendered, runs_root=runs_dir(), store=store, sink=display.sink, cleared=cleared)
     print_summary(record)

@@ -14,7 +14,8 @@ KnobsOpt = Annotated[Optional[str], typer.Option(
     "--knobs", help="Comma-separated knobs to measure: allocator, fused_optimizer, fused_bn_relu, channels_last, "
                     "threads, pin_threads, cudnn_benchmark, compile.",
     show_default="all but compile (compiling takes minutes)")]
-RoundsOpt = Annotated[int, typer.Option("--rounds", help="Rounds of alternated steps per trial (at least 2).")]
+RoundsOpt = Annotated[int, typer.Option("--rounds", help="Rounds of alternated steps per trial (at least 2; "
+                                         "a knob leaves its reference only on an interval, which takes 3 or more).")]
 BudgetOpt = Annotated[Optional[float], typer.Option(
     "--budget", help="Seconds of rounds after which a trial stops (after 2 rounds) and the per-process knobs are "
                      "left out.", show_default="no limit")]

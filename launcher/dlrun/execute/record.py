@@ -21,6 +21,7 @@ from dlrun.execute.hardware import record_hardware
 from dlrun.execute.rundir import LOCK_NAME, RunDir
 from dlrun.execute.storage import storage_result
 from dlrun.fabrics import check_nccl_transport
+from dlrun.harness.harness_node import process_started_unix
 from dlrun.catalog.models import TRAINING_KINDS
 from dlrun.paths import harness_hashes, source_root
 from dlrun.plan import Plan
@@ -316,6 +317,21 @@ def redact_run_directory(path: Path, redactor: Redactor) -> None:
             redactor.file(file)
 
 
+#: When this process finished its last run: the next run's own start-up counts from there (reproduce's repeats).
+_LAST_FINISHED: dict[str, float] = {}
+
+
+def start_up(result: dict[str, Any] | None, job_started: float, dlrun_started: float | None) -> dict[str, Any] | None:
+    """Where a run's time to its first step went: dlrun's own (from its start to the job's), then the job's
+    (its first rank's process, framework, model and data, to its first step); None without a first step."""
+    first = ((result or {}).get("extra") or {}).get("first_step_unix")
+    if not isinstance(first, (int, float)) or dlrun_started is None:
+        return None
+    return {"dlrun_s": round(job_started - dlrun_started, 3), "job_s": round(first - job_started, 3),
+            "time_to_first_step_s": round(first - dlrun_started, 3),
+            "is": "seconds from dlrun's start to the job's (dlrun_s), then to rank 0's first step (job_s)"}
+
+
 def finish(plan: Plan, run: RunDir, store: Store, *, status: str, reason: str | None, exit_code: int | None,
            started: float, base_provenance: dict[str, Any], result_texts: list[str], tail: list[str],
            failure: Any, extra: dict[str, Any] | None = None, signal: str | None = None) -> RunRecord:
@@ -343,6 +359,9 @@ def finish(plan: Plan, run: RunDir, store: Store, *, status: str, reason: str | 
             result.setdefault("extra", {})["data_stage"] = {k: v for k, v in extra["data_stage"].items()
                                                             if k != "per_node"}
     record_hardware(plan, run, result, extra)  # telemetry summary, the nodes' topology, a collective's bound
+    began = start_up(result, started, _LAST_FINISHED.get("unix") or process_started_unix())
+    if began is not None:
+        result["extra"]["start_up"] = began
     if result is not None:
         run.write_json("result.json", result)
     run.write_json("status.json", {"state": status, "exit_code": exit_code, "reason": reason,
@@ -353,5 +372,6 @@ def finish(plan: Plan, run: RunDir, store: Store, *, status: str, reason: str | 
                                                     **({"nccl": nccl} if nccl else {}), **extra})
     final = store_and_publish(run, store, record, [result, *secondary_rows(result)] if result and status == "ok"
                               else [])
+    _LAST_FINISHED["unix"] = time.time()
     return RunRecord(id=run.run_id, path=final, status=status, exit_code=exit_code, result=result,
                      reason=reason, tail=tail[-10:], signal=signal)

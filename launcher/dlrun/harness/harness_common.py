@@ -20,7 +20,7 @@ import time
 import traceback
 
 from harness_node import (_listdir, _read, cpu_has_native_bf16, cpu_name,  # noqa: F401
-                          node_cpu_ticks, node_facts)
+                          node_cpu_ticks, node_facts, process_started_unix)
 from harness_result_schema import RESULT_PREFIX, result_problems
 
 HARNESS_VERSION = "1"
@@ -166,6 +166,15 @@ def _process_ticks(pid):
         return sum(int(x) for x in fields[11:15])
     except (ValueError, IndexError):
         return None
+
+
+def first_step_fields(first_step_unix):
+    """The result's fields on a rank's first step (the warm-up's, else the
+    timed loop's): when it began, and the seconds to it from the process's
+    start (its launcher's fork; exec and the allocator's re-exec keep it)."""
+    started = process_started_unix()
+    return {"first_step_unix": first_step_unix, "time_to_first_step_s":
+            None if started is None else round(first_step_unix - started, 3)}
 
 
 def descendants(pid):

@@ -179,6 +179,43 @@ CODE_PATH_KNOBS = (("fused_optimizer", "off"), ("fused_bn_relu", "off"),
                    ("channels_last", "off"), ("compile", "off"))
 
 
+#: Where a code-path knob's value other than its reference was measured to
+#: win, so that ``auto`` (the tuner off, or a knob it leaves alone) means that
+#: value there and the reference value on every other processor kind: a
+#: default never loses where it was measured, and is not guessed where it was
+#: not (bench/RESULTS.md holds each measurement).  Each entry: (knob, value,
+#: device, precisions, processor kinds: (vendor, CPU family, model), model
+#: None for every model of the family).  CPUs only: on CUDA the defaults
+#: are as before (channels-last, the fused step, cuDNN's search).
+MEASURED_WINS = (
+    # ResNet-50 fp32 NHWC/NCHW: Zen 5 1.18-1.33x (2026-11-21); Zen 4 7.30
+    # vs 5.91 img/s, benchmark 13's screening (2026-11-27)
+    ("channels_last", "on", "cpu", ("fp32",),
+     (("AuthenticAMD", 26, None), ("AuthenticAMD", 25, 17))),
+    # the fused batch norm + ReLU: Zen 5 1.018-1.026x in one process, 1.025
+    # over ten processes (2026-11-27); Zen 4 1.006 and 1.000, no win
+    ("fused_bn_relu", "on", "cpu", ("fp32",), (("AuthenticAMD", 26, None),)),
+    # (the fused SGD step lost wherever it was measured: Zen 5 0.935-1.001,
+    # Zen 4 0.983-0.995, Intel Xeon 0.866-1.009; fused AdamW's whole-step
+    # gain was not decided: 0.95-1.05x in CPU seconds)
+)
+
+
+def measured_default(knob, reference, device, precision, kind):
+    """What ``auto`` means for code-path knob ``knob`` on this device,
+    precision and processor kind ((vendor, family, model), as
+    harness_node.processor_kind reads it, or None): the value MEASURED_WINS
+    holds for them, else ``reference``."""
+    for name, value, on, precisions, kinds in MEASURED_WINS:
+        if (name, on) != (knob, device) or precision not in precisions:
+            continue
+        if kind is not None and any(
+                (vendor, family) == kind[:2] and model in (None, kind[2])
+                for vendor, family, model in kinds):
+            return value
+    return reference
+
+
 def knob_sources_text(sources):
     """The KNOB_SOURCES_ENV value of {knob: source}."""
     return ",".join("%s=%s" % (name, "asked" if source == "asked for"

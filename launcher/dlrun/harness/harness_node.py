@@ -11,6 +11,7 @@ Standard library only; imports no other harness file; Python >= 3.6.
 import os
 import platform
 import re
+import time
 
 CPUINFO = "/proc/cpuinfo"
 #: x86-64 micro-architecture levels (the psABI's), each by the flags it
@@ -129,6 +130,26 @@ def node_cpu_ticks(text=None):
     return None
 
 
+def process_started_unix(pid=None):
+    """When process ``pid`` (this one by default) started, in Unix seconds
+    (10 ms ticks), or None where /proc does not say.  exec keeps a
+    process's start, so for a rank that a shell script exec'd, and that
+    re-executed itself for its allocator, it is when its launcher forked
+    it.  Read against /proc/uptime: both count from boot, so no clock step
+    since boot moves it."""
+    text = _read("/proc/%d/stat" % (os.getpid() if pid is None else pid))
+    uptime = _read("/proc/uptime")
+    if not text or ")" not in text or not uptime:
+        return None
+    try:
+        ticks = int(text[text.rfind(")") + 2:].split()[19])
+        since_boot = float(uptime.split()[0])
+        hz = float(os.sysconf("SC_CLK_TCK"))
+    except (ValueError, IndexError, OSError):
+        return None
+    return time.time() - (since_boot - ticks / hz)
+
+
 def cpu_name(text=None):
     """The CPU's model name as /proc/cpuinfo gives it (else what platform
     knows)."""
@@ -152,6 +173,21 @@ def cpu_identity(text):
         return None
     return " ".join(value if label == "vendor" else "%s %s" % (label, value)
                     for label, value in words)
+
+
+def processor_kind(text=None):
+    """(vendor, CPU family, model) of this node's CPU (or of cpuinfo
+    ``text``), what decides which knobs' defaults were measured to win
+    (harness_contract.MEASURED_WINS); None where /proc/cpuinfo does not say
+    (Arm and POWER report no x86 family)."""
+    words = (cpu_identity(
+        _read(os.environ.get("DLRUN_HARNESS_TEST_CPUINFO") or CPUINFO)
+        if text is None else text) or "").split()
+    try:
+        return (words[0], int(words[words.index("family") + 1]),
+                int(words[words.index("model") + 1]))
+    except (IndexError, ValueError):
+        return None
 
 
 def isa_level(text):

@@ -130,10 +130,9 @@ al.'s batch sizes do) or SQuAD windows; rates count sequences.
 * ``--precision``: fp32 (TF32 off), tf32 and fp16 (CUDA), bf16, amp (bf16
   on CPU, fp16 + scaler on CUDA); resolve_precision in
   harness_pytorch_features.py; the result records what ran.
-* ``--channels-last auto``: on for CUDA, for amp on CPU and for fp32 on
-  CPU with oneDNN (its NHWC kernels train ResNet-50 1.1-1.4x faster than
-  NCHW on a 2-core AVX-512 CPU), else off; ``on`` fails (exit 2) where
-  channels-last is unsupported.
+* ``--channels-last auto``: on for CUDA; on a CPU (oneDNN) where NHWC was
+  measured to win on this processor kind and precision (MEASURED_WINS in
+  harness_contract.py), else off; ``on`` fails (exit 2) where unsupported.
 * ``--compile`` (on) uses torch.compile where it exists, else warns and
   runs eagerly (result: ``compiled``; the untimed warm-up's seconds, where
   compiling happens, ``warmup_time_s``).  ``--pin-threads on`` binds each
@@ -145,14 +144,14 @@ al.'s batch sizes do) or SQuAD windows; rates count sequences.
   compile, cudnn_benchmark) and why: asked for, tuned or default
   (``harness_pytorch_knobs.py``).
 * ``--fused-optimizer auto`` (default) gives SGD and AdamW ``fused=True``
-  where this PyTorch has a fused step for the device (CPU since 2.4): one
-  pass over each parameter, 4-7x cheaper for AdamW on CPU (measured), the
-  same arithmetic; ``on`` fails (exit 2) where there is none, ``off``
-  keeps the default step.
+  on CUDA where this PyTorch has a fused step; on a CPU only where it was
+  measured to win on this processor kind (nowhere yet: the fused SGD step
+  lost on every CPU measured), else PyTorch's default step; ``on`` fails
+  (exit 2) where there is none, ``off`` keeps the default step.
 * ``--fused-bn-relu auto`` (default): ResNets' batch norm + ReLU in fp32
   channels-last CPU training through one kernel (harness_pytorch_bnrelu.py
-  says why), where it builds; ``on`` fails (exit 2) where it cannot run,
-  ``off`` keeps PyTorch's ops.
+  says why), where it builds and was measured to win on this processor
+  kind; ``on`` fails (exit 2) where it cannot run, ``off``: PyTorch's ops.
 
 Memory allocator (``--allocator``, default auto; harness_pytorch_allocator.py
 says why): run as a program, the harness re-executes itself once, before

@@ -29,6 +29,8 @@ model runs PyTorch's ops.
 import torch
 
 from harness_common import HarnessError
+from harness_contract import measured_default
+from harness_node import processor_kind
 from harness_pytorch_kernel import KERNEL, fused_kernel
 from harness_pytorch_knobs import knob_record
 
@@ -150,8 +152,9 @@ def _unfit_run(args, channels_last):
 
 def fuse(model, args, channels_last, device_type):
     """Switch ``model``'s blocks to the fused kernel as ``--fused-bn-relu``
-    asks: auto (where it can run), on (or exit 2, where the user asked for
-    it; a tuned on is an auto) or off.  Returns (the knob's value: on, off
+    asks: auto (where it can run and was measured to win on this processor
+    kind: harness_contract.MEASURED_WINS), on (or exit 2, where the user
+    asked for it; a tuned on, or "available", is where it can run) or off.  Returns (the knob's value: on, off
     or n/a, why it is off where it could have been on)."""
     if device_type != "cpu" or not has_bn_relu(model):
         return "n/a", None
@@ -160,8 +163,14 @@ def fuse(model, args, channels_last, device_type):
         return "off", None
     if wanted == "on" and knob_record({"fused_bn_relu": wanted}, getattr(
             args, "raw_argv", []))["fused_bn_relu"]["source"] != "asked for":
-        wanted = "auto"
+        wanted = "available"  # a tuned on: where it can run
     why_not = _unfit_run(args, channels_last)
+    if why_not is None and wanted == "auto" and measured_default(
+            "fused_bn_relu", "off", device_type, args.precision,
+            processor_kind()) != "on":
+        why_not = ("not measured to win on this processor kind (%s)"
+                   % (" ".join(str(x) for x in processor_kind() or ())
+                      or "unknown"))
     if why_not is None:
         why_not = fused_kernel()[1]
     if why_not is not None:

@@ -11,6 +11,8 @@ import torch
 
 from harness_common import HarnessError
 from harness_contract import amp_dtype as contract_amp_dtype, ran_dtype
+from harness_contract import measured_default
+from harness_node import processor_kind
 
 
 
@@ -110,9 +112,13 @@ def resolve_channels_last(mode, precision, device_type, torch_mod=torch):
             raise HarnessError("--channels-last on: this PyTorch has no "
                                "torch.channels_last")
         return True
-    wanted = (device_type == "cuda" or precision in ("amp", "fp16", "bf16")
-              or mkldnn_available(torch_mod))
-    return bool(wanted and supported)
+    if device_type == "cuda":
+        return supported
+    # a CPU: NHWC where it was measured to win on this processor kind
+    # (harness_contract.MEASURED_WINS; oneDNN's NHWC kernels), else NCHW
+    wanted = measured_default("channels_last", "off", device_type, precision,
+                              processor_kind()) == "on"
+    return bool(wanted and supported and mkldnn_available(torch_mod))
 
 
 def maybe_compile(model, requested, torch_mod=torch):
@@ -156,20 +162,28 @@ def make_adamw(params, lr, weight_decay, fused="off", torch_mod=torch):
 
 def make_optimizer(cls, params, mode, **kwargs):
     """(optimizer, fused): ``cls(params, **kwargs)`` with ``fused=True``
-    where ``mode`` is auto or on and this PyTorch has a fused kernel for
-    the parameters' device.  A fused step updates each tensor in one pass
-    instead of one pass per arithmetic operation: on CPU AdamW's step is
-    4-7x and SGD-with-momentum's 2x cheaper (measured, 1 thread), which
-    matters for BERT's 110 M parameters.  auto falls back to PyTorch's
-    default step where the constructor has no ``fused`` (PyTorch < 2.0) or
-    refuses it (before 2.4 only CUDA tensors could be fused); on is then an
-    error (exit 2); off keeps PyTorch's default."""
+    where ``mode`` asks for it and this PyTorch has a fused kernel for the
+    parameters' device.  A fused step updates each tensor in one pass
+    instead of one pass per arithmetic operation: on CPU AdamW's step alone
+    is 4-7x and SGD-with-momentum's 2x cheaper (measured, 1 thread), yet
+    the whole training step with the fused SGD lost on every CPU measured,
+    so on a CPU auto is PyTorch's default step unless
+    harness_contract.MEASURED_WINS says otherwise (on CUDA: fused where it
+    exists).  "available" (a tuning trial's, or a tuned on) and auto fall
+    back to the default step where the constructor has no ``fused``
+    (PyTorch < 2.0) or refuses it (before 2.4 only CUDA tensors could be
+    fused); on is then an error (exit 2); off keeps PyTorch's default."""
     params = list(params)
+    device = params[0].device.type if params and hasattr(
+        params[0], "device") else "cpu"
+    if mode == "auto" and device != "cuda":  # a CPU: measured to win, or not
+        mode = measured_default("fused_optimizer", "off", device, "fp32",
+                                processor_kind())
     if mode != "off":
         try:
             return cls(params, fused=True, **kwargs), True
         except (TypeError, RuntimeError, ValueError) as exc:
-            if mode == "on":
+            if mode == "on":  # ("available": fused where it exists)
                 raise HarnessError("--fused-optimizer on: this PyTorch has "
                                    "no fused %s for these parameters (%s)"
                                    % (cls.__name__, exc))

@@ -42,13 +42,15 @@ SWITCHES = (
     ("--cudnn-benchmark", "CUDA: let cuDNN time its algorithms for each shape "
                           "(auto and on; off: its heuristics); no effect on a "
                           "CPU"),
-    ("--fused-optimizer", "auto (default): the optimizer's fused step where "
-                          "this PyTorch has one for the device, else its "
-                          "default; on: fused or exit 2; off: PyTorch's "
-                          "default step"),
+    ("--fused-optimizer", "auto (default): on a CPU PyTorch's default step "
+                          "unless the fused one was measured to win on this "
+                          "processor kind (harness_contract.MEASURED_WINS), "
+                          "on CUDA the fused step where there is one; on: "
+                          "fused or exit 2; off: PyTorch's default step"),
     ("--fused-bn-relu", "auto (default): ResNets' batch norm + ReLU through "
                         "one fused kernel in fp32 channels-last CPU training "
-                        "where it builds (harness_pytorch_bnrelu.py); on: "
+                        "where it builds and was measured to win on this "
+                        "processor kind (harness_pytorch_bnrelu.py); on: "
                         "that or exit 2; off: PyTorch's ops"),
 )
 

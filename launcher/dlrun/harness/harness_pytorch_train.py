@@ -5,7 +5,6 @@ PyTorch >= 1.0.  What it measures: ``harness_pytorch.py``'s notes (per-rank
 step times: ``harness_pytorch_ranktime.py``); what a step consumes per kind of
 model: ``harness_pytorch_tasks.py``."""
 
-import gc
 import math
 import os
 import socket
@@ -19,11 +18,12 @@ from harness_pytorch_allocator import ALLOCATOR
 from harness_pytorch_bnrelu import fuse
 from harness_common import (EXIT_NONFINITE, RULE, HarnessError, NullContext,
                             TimedWindow, cpu_has_native_bf16, error_line, out,
-                            perf_stats, print_result, quality_fields)
+                            perf_stats, print_result, quality_fields, first_step_fields)
 from harness_contract import LLM_KIND, PRECISION_OF_DTYPE
 from harness_pytorch_checkpoint import Checkpointer
 from harness_pytorch_comm import (StepClock, in_process_group,  # noqa
-                                  param_checksum, replicas_agree, sync)
+                                  param_checksum, replicas_agree, sync,
+                                  collect_garbage)
 from harness_pytorch_features import (make_grad_scaler, maybe_compile,
                                       mkldnn_available, resolve_precision)
 from harness_pytorch_horovod import setup_dist
@@ -270,7 +270,7 @@ def _train(args, task, comm, device, autocast, needs_scaler, accum):
     if rank == 0:
         _header(args, task, comm, devices, optimizer_name, accum)
     first_loss = loss = None
-    warmup_start = time.perf_counter()  # compiling happens here, untimed
+    warmup_start, first_step_unix = time.perf_counter(), time.time()  # compiling happens here, untimed
     for _ in range(args.warmup_steps):
         loss, _ = step()
         if first_loss is None:
@@ -293,7 +293,7 @@ def _train(args, task, comm, device, autocast, needs_scaler, accum):
                "extra": ckpt.fields() if ckpt is not None else {},
                "flops_per_token": task.flops_per_token() if task.llm
                else None}
-    outcome["extra"].update(loader_fields(comm, loader, task))
+    outcome["extra"].update(loader_fields(comm, loader, task), **first_step_fields(first_step_unix))
     source.close()
     outcome["error"] = _checks(comm, raw_model, run["final_loss"], args.steps)
     if outcome["error"] is None:
@@ -304,7 +304,7 @@ def _train(args, task, comm, device, autocast, needs_scaler, accum):
     # model is alive anywhere, so meet first, then drop every reference.
     comm.barrier()
     del model, raw_model, optimizer, scaler, step, source, loss
-    gc.collect()
+    collect_garbage(comm)
     return outcome
 
 

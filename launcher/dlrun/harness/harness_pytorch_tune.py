@@ -63,8 +63,8 @@ class _Variant(object):
         vargs = copy.copy(args)
         vargs.fused_optimizer = knobs.get("fused_optimizer",
                                           args.fused_optimizer)
-        if vargs.fused_optimizer == "on":
-            vargs.fused_optimizer = "auto"  # fused where it exists; recorded
+        if vargs.fused_optimizer == "on":  # fused where it exists; recorded
+            vargs.fused_optimizer = "available"
         self.optimizer, _, self.fused = layout.task.optimizer(
             layout.raw, vargs, vargs.fused_optimizer)
         self.threads = int(knobs.get("threads") or torch.get_num_threads())
@@ -93,7 +93,7 @@ class _Layout(object):
             model = model.to(memory_format=torch.channels_last)
         self.raw = model
         auto = copy.copy(largs)
-        auto.fused_bn_relu = "auto"
+        auto.fused_bn_relu = "available"  # where it runs, measured or not
         auto.compile = knobs.get("compile", args.compile)
         self.bn_relu = fuse(model, auto, self.task.channels_last,
                             device_type)[0] == "on"

@@ -119,6 +119,8 @@ rank_spread                number? -         -   -   slowest rank's median over 
 rank_timing_is             str     -         -   -   how the per-rank times are measured
 slowest_rank               object? -         -   -   the rank the others waited for: rank, host, device, ratio
 timed_start_unix           number  s         -   -   when timing began (rank 0's clock)
+first_step_unix            number  s         -   -   when the first step (warm-up's) began, rank 0's clock
+time_to_first_step_s       number? s         -   -   rank 0's process start (its launcher's fork) to its first step
 data                       str     -         -   -   what the TensorFlow 2 harness trained on
 data_source                str     -         -   key synthetic, jpeg, tfrecord (text: tokens)
 data_path                  str     -         -   -   the dataset's path as the ranks saw it

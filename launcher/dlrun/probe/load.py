@@ -30,18 +30,34 @@ def _own_seconds() -> float:
     return times.user + times.system + times.children_user + times.children_system
 
 
+class NodeWatch:
+    """A look at the node begun now and read later (`load`): what this process does meanwhile (its threads'
+    CPU time and its waited-for children's) is left out as its own, so a look begun when `dlrun run` starts
+    costs no wall time of its own once the pre-run steps have lasted the look's length."""
+
+    def __init__(self, root: Path = Path("/")) -> None:
+        self.root, self.began = root, time.monotonic()
+        self.before, self.own = _stat(root), _own_seconds()
+
+    def load(self, seconds: float) -> NodeLoad:
+        """The node's load over at least `seconds` since the watch began (sleeping for what is left)."""
+        left = seconds - (time.monotonic() - self.began)
+        if left > 0:
+            time.sleep(left)
+        after, own = _stat(self.root), _own_seconds() - self.own
+        try:
+            load1 = os.getloadavg()[0]
+        except OSError:
+            load1 = None
+        before = self.before
+        if before is None or after is None or after[1] <= before[1]:
+            return NodeLoad(None, after[2] if after else None, load1)
+        hz = os.sysconf("SC_CLK_TCK")
+        busy, total = (after[0] - before[0]) / hz, (after[1] - before[1]) / hz
+        others = max(0.0, busy - own) / total * after[2]  # the busy share of the node, in CPUs
+        return NodeLoad(round(others, 2), after[2], load1)
+
+
 def node_load(seconds: float, root: Path = Path("/")) -> NodeLoad:
     """Watch the node for `seconds` (sleeping, so dlrun itself uses next to nothing of it)."""
-    before, own = _stat(root), _own_seconds()
-    time.sleep(seconds)
-    after, own = _stat(root), _own_seconds() - own
-    try:
-        load1 = os.getloadavg()[0]
-    except OSError:
-        load1 = None
-    if before is None or after is None or after[1] <= before[1]:
-        return NodeLoad(None, after[2] if after else None, load1)
-    hz = os.sysconf("SC_CLK_TCK")
-    busy, total = (after[0] - before[0]) / hz, (after[1] - before[1]) / hz
-    others = max(0.0, busy - own) / total * after[2]  # the busy share of the node, in CPUs
-    return NodeLoad(round(others, 2), after[2], load1)
+    return NodeWatch(root).load(seconds)

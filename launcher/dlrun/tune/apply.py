@@ -20,7 +20,7 @@ BUDGET_ENV = "DLRUN_TUNE_BUDGET_S"
 #: The 1-minute load average from which the machine counts as busy (default: its usable CPUs).
 BUSY_ENV = "DLRUN_TUNE_BUSY_LOAD"
 AUTO_BUDGET_S = 20.0
-AUTO_ROUNDS = 4
+AUTO_ROUNDS = 8  # at least three, then as many as the budget allows: an interval to decide on
 #: The batch the automatic tune times its CPU steps at, where the run's is larger: the knobs it measures
 #: (fused step, channels-last, threads) change the cost of each kernel, not how it grows with the batch, and a
 #: ResNet-50 step at batch 64 takes about 5 s on a 2-core node (5 variants x 3 steps at the run's batch: over a

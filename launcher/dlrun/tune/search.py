@@ -8,25 +8,33 @@
 2. With the winner of step 1 fixed, one process per allocator and per thread pinning (both are settled before
    torch loads), against the same configuration with the defaults in a process before and one after them.
 
-A knob moves off its default only where that is faster by more than MARGIN; the decision records every
-speed-up measured, the time it took and the machine's load average, because a decision measured on a busy
-machine is a weaker one.
+An in-process knob keeps a value other than its reference (a code-path knob's: PyTorch's own ops, eagerly, in
+its default layout; the others': the run's default) only where the 95 % interval of the per-round ratios of the
+two variants that differ in it lies wholly above 1 (at least three alternated rounds; a trial that does not
+decide keeps the reference). A per-process knob (one process per value, so no interval) moves only where that
+process beats both reference processes by more than MARGIN. The decision records every speed-up measured, the
+time it took and the machine's load average, because a decision measured on a busy machine is a weaker one.
 """
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from dlrun.harness.harness_contract import KNOBS
+from dlrun.harness.harness_contract import CODE_PATH_KNOBS, KNOBS
 from dlrun.plan import Plan, variant
 from dlrun.tune.trial import TrialFailed, run_trial
 
 #: A knob leaves its default only for a speed-up above this (measured step times on a quiet machine differ by
 #: about 1 % between identical variants).
 MARGIN = 1.02
+#: The interval an in-process knob's trial must show wholly above 1 for a value other than its reference.
+LEVEL = 0.95
+#: The reference value of each code-path knob: PyTorch's own ops, eagerly, in its default layout.
+REFERENCE = dict(CODE_PATH_KNOBS)
 IN_PROCESS = ("fused_optimizer", "fused_bn_relu", "channels_last", "threads", "cudnn_benchmark", "compile")
 PER_PROCESS = ("allocator", "pin_threads")
 #: What `dlrun tune` measures unless told otherwise; torch.compile only on request (minutes of compiling).
@@ -69,10 +77,19 @@ def _spec(knobs: list[str], plan: Plan, rounds: int, budget_s: float, base: Mapp
     grid = {} if singles else {name: ["on", "off"] for name in both}
     extras: list[dict[str, Any]] = [{name: value} for name in both for value in ("on", "off")] if singles else []
     extras += [{"threads": n} for n in thread_choices(plan)] if "threads" in knobs else []
-    extras += [{name: "off" if name in ("cudnn_benchmark", "fused_bn_relu") else "on"}
-               for name in ("fused_bn_relu", "cudnn_benchmark", "compile") if name in knobs]
+    # the fused batch norm + ReLU both ways: the one equal to the reference variant is dropped by the harness
+    extras += [{"fused_bn_relu": value} for value in ("on", "off")] if "fused_bn_relu" in knobs else []
+    extras += [{name: "off" if name == "cudnn_benchmark" else "on"}
+               for name in ("cudnn_benchmark", "compile") if name in knobs]
     return {"grid": grid, "extras": extras, "base": dict(base or {}), "rounds": rounds,
-            "min_rounds": min(2, rounds), "warmup": 1, "budget_s": budget_s}
+            "min_rounds": min(3, rounds), "warmup": 1, "budget_s": budget_s}
+
+
+def _ran_as_asked(v: Mapping[str, Any]) -> bool:
+    # (fused_bn_relu "on" is "where it can run": a channels-last=off variant runs PyTorch's ops, as a run with
+    # that decision would)
+    return bool((v["knobs"].get("fused_optimizer") != "on" or v.get("fused"))
+                and (v["knobs"].get("compile") != "on" or v.get("compiled")))
 
 
 def speedups(record: Mapping[str, Any]) -> list[float]:
@@ -83,38 +100,90 @@ def speedups(record: Mapping[str, Any]) -> list[float]:
     ref = variants[0]["step_s"]
     out = []
     for v in variants:
-        # (fused_bn_relu "on" is "where it can run": a channels-last=off variant runs PyTorch's ops, as a run
-        # with that decision would)
-        ran_as_asked = (v["knobs"].get("fused_optimizer") != "on" or v.get("fused")) and \
-            (v["knobs"].get("compile") != "on" or v.get("compiled"))
         pairs = [r / s for r, s in zip(ref, v["step_s"]) if s > 0]
-        out.append(statistics.median(pairs) if pairs and ran_as_asked else float("nan"))
+        out.append(statistics.median(pairs) if pairs and _ran_as_asked(v) else float("nan"))
     return out
+
+
+def win_interval(slower: list[float], faster: list[float], level: float = LEVEL) -> dict[str, Any]:
+    """How much faster `faster`'s steps are than `slower`'s, from their per-round pairs (each round ran both
+    back to back): the geometric mean of slower / faster with its `level` Student's t interval (none below
+    three rounds). `wins`: the whole interval above 1."""
+    from dlrun.results.compare.stats import t_quantile
+
+    logs = [math.log(a / b) for a, b in zip(slower, faster) if a > 0 and b > 0]
+    n = len(logs)
+    if n == 0:
+        return {"n": 0, "speedup": float("nan"), "low": None, "high": None, "wins": False}
+    centre = statistics.fmean(logs)
+    if n < 3:
+        return {"n": n, "speedup": math.exp(centre), "low": None, "high": None, "wins": False}
+    half = t_quantile(0.5 + level / 2, n - 1) * statistics.stdev(logs) / math.sqrt(n)
+    low, high = math.exp(centre - half), math.exp(centre + half)
+    return {"n": n, "speedup": math.exp(centre), "low": low, "high": high, "wins": low > 1.0}
+
+
+def _wins(faster: Mapping[str, Any], slower: Mapping[str, Any]) -> dict[str, Any]:
+    """`faster` over `slower` (variants of one trial); never a win for a variant that did not run as asked."""
+    interval = win_interval(slower["step_s"], faster["step_s"])
+    return interval if _ran_as_asked(faster) and _ran_as_asked(slower) else {**interval, "wins": False}
 
 
 def _changed(knobs: Mapping[str, Any], ref: Mapping[str, Any]) -> list[str]:
     return [name for name in knobs if knobs[name] != ref.get(name)]
 
 
+def _find(variants: list[Mapping[str, Any]], knobs: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    return next((v for v in variants if v["knobs"] == knobs), None)
+
+
+def _grid_choice(variants: list[Mapping[str, Any]], names: list[str]) -> tuple[dict[str, Any], float]:
+    """The fused step and channels-last: the grid point with the largest decided win over the point with both at
+    their reference values, then each of its knobs kept off its reference only where moving that knob alone
+    back to it is a decided loss. (the knobs' values, the chosen point's speed-up over the reference point)"""
+    base = variants[0]["knobs"]
+    reference = _find(variants, {**base, **{n: REFERENCE[n] for n in names}})
+    if reference is None:
+        return {n: REFERENCE[n] for n in names}, 1.0
+    grid = [v for v in variants if set(_changed(v["knobs"], reference["knobs"])) <= set(names)]
+    won = [(v, _wins(v, reference)) for v in grid if v is not reference]
+    won = [(v, w) for v, w in won if w["wins"]]
+    if not won:
+        return {n: REFERENCE[n] for n in names}, 1.0
+    best = max(won, key=lambda item: item[1]["speedup"])[0]
+    chosen = {n: best["knobs"][n] for n in names}
+    for name in _changed(best["knobs"], reference["knobs"]):
+        back = _find(variants, {**best["knobs"], name: REFERENCE[name]})
+        if back is not None and back is not best and not _wins(best, back)["wins"]:
+            chosen[name] = REFERENCE[name]
+    final = _find(variants, {**best["knobs"], **chosen}) or reference
+    return chosen, _wins(final, reference)["speedup"] if final is not reference else 1.0
+
+
 def choose(record: Mapping[str, Any], knobs: list[str]) -> tuple[dict[str, Any], dict[str, float]]:
     """(the chosen value of every measured in-process knob, the speed-up each choice is worth over the
-    default). The best grid point wins if it beats the reference by MARGIN; each extra that does is added
-    on top (fewer threads, no cuDNN search, compiling)."""
-    variants, gains = record["variants"], speedups(record)
-    ref = variants[0]["knobs"]
-    grid_names = [n for n in ("fused_optimizer", "channels_last") if n in knobs and ref.get(n) != "n/a"]
-    chosen = {name: ref[name] for name in knobs if name in ref and ref[name] != "n/a"}
+    value it replaces). A knob keeps a value other than its reference (a code-path knob's, REFERENCE; else the
+    run's default: its threads, cuDNN's search) only where the 95 % interval of the per-round ratios of the
+    variants that differ in it lies wholly above 1 (`win_interval`); an undecided trial keeps the reference."""
+    variants = record["variants"]
+    base = variants[0]["knobs"]
+    grid_names = [n for n in ("fused_optimizer", "channels_last") if n in knobs and base.get(n) != "n/a"]
+    chosen = {name: REFERENCE.get(name, base[name]) for name in knobs if name in base and base[name] != "n/a"}
     gain = {name: 1.0 for name in chosen}
-    scored = list(zip(variants[1:], gains[1:]))
-    grid = [(v, g) for v, g in scored if _changed(v["knobs"], ref) and set(_changed(v["knobs"], ref)) <= set(grid_names)]
-    best = max(grid, key=lambda item: item[1], default=(None, 0.0))
-    if best[1] > MARGIN:  # nan never is
-        for name in _changed(best[0]["knobs"], ref):
-            chosen[name], gain[name] = best[0]["knobs"][name], best[1]
-    for v, g in scored:
-        changed = _changed(v["knobs"], ref)
-        if len(changed) == 1 and changed[0] not in grid_names and g > MARGIN and g > gain.get(changed[0], 0):
-            chosen[changed[0]], gain[changed[0]] = v["knobs"][changed[0]], g
+    if grid_names:
+        grid, speedup = _grid_choice(variants, grid_names)
+        chosen.update(grid)
+        gain.update({n: speedup for n in grid_names if grid[n] != REFERENCE[n]})
+    for v in variants[1:]:
+        changed = _changed(v["knobs"], base)
+        if len(changed) != 1 or changed[0] in grid_names or changed[0] not in chosen:
+            continue
+        name = changed[0]
+        reference = REFERENCE.get(name, base[name])
+        other, ref_variant = (v, variants[0]) if v["knobs"][name] != reference else (variants[0], v)
+        interval = _wins(other, ref_variant)
+        if interval["wins"] and interval["speedup"] > gain.get(name, 1.0):
+            chosen[name], gain[name] = other["knobs"][name], interval["speedup"]
     return chosen, gain
 
 
