@@ -13,6 +13,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 # A run tunes its knobs the first time it meets a machine (dlrun.tune); only the tests of that tune.
 os.environ["DLRUN_TUNE"] = "off"
+# dlrun's tables take a terminal's width from COLUMNS where one is set (dlrun.cli.output); pytest-xdist's workers
+# inherit COLUMNS=80 from their start, the plain pytest process none: a test that wants a width sets it itself.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
 pytest_plugins: list[str] = ["fixtures_slurm", "fixtures_images", "fixtures_apptainer", "fixtures_docker",
                             "fixtures_registry"]
 # The Ctrl-C tests signal dlrun processes the suite starts, as a terminal would. A shell that started the suite

@@ -32,6 +32,7 @@ ReLU, ``harness_pytorch_kernel.py``, its C kernel's build),
 ``harness_pytorch_dataset.py`` and ``harness_pytorch_tfrecord.py``,
 ``harness_pytorch_process.py`` (ranks, device, backend, versions),
 ``harness_pytorch_comm.py`` (process group, collectives),
+``harness_pytorch_ranktime.py`` (each rank's step: ready, then waiting),
 ``harness_pytorch_collectives.py`` (the collective benchmarks),
 ``harness_pytorch_sendrecv.py`` (point-to-point bandwidth), the storage
 reader ``harness_pytorch_storage.py`` (run as its own script),
