@@ -64,6 +64,27 @@ def run_tool(argv: list[str], *, cwd: Path | None = None, env: dict[str, str] | 
         raise SchedulerError(f"{' '.join(argv)} did not answer within {timeout:.0f} s") from None
 
 
+def installed_tool(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess | None:
+    """`run_tool`'s answer, or None where the command is not installed (a cluster view of another scheduler)."""
+    try:
+        return run_tool(argv, timeout=timeout)
+    except SchedulerError as exc:
+        if "not found on PATH" in str(exc):
+            return None
+        raise
+
+
+def tool_output(argv: list[str]) -> str | None:
+    """What a scheduler's command prints; None where it is not installed; a failure raises with what it said."""
+    proc = installed_tool(argv)
+    if proc is None:
+        return None
+    if proc.returncode != 0:
+        raise SchedulerError(f"{' '.join(argv)} failed ({proc.returncode}): "
+                             f"{(proc.stderr or proc.stdout).strip()[:300]}")
+    return proc.stdout
+
+
 @dataclass(frozen=True)
 class NodeFacts:
     """One node as a scheduler describes it (None: the scheduler did not say)."""

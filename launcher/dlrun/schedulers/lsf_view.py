@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from dlrun.schedulers.base import ClusterView, NodeFacts, SchedulerError, run_tool
+from dlrun.schedulers.base import ClusterView, NodeFacts, tool_output
 
 #: The words of LSF's tables that the draft names as each value's source.
 LABELS = {"cpus": "ncpus", "memory": "maxmem", "arch": "type"}
@@ -70,23 +70,10 @@ def batch_hosts(hosts: list[NodeFacts], batch: dict[str, tuple[str, int | None]]
     return [host for host in hosts if (slots(host) or 0) > 0]
 
 
-def _ask(argv: list[str]) -> str | None:
-    try:
-        proc = run_tool(argv, timeout=60)
-    except SchedulerError as exc:
-        if "not found on PATH" in str(exc):
-            return None
-        raise
-    if proc.returncode != 0:
-        said = (proc.stderr or proc.stdout).strip()[:300]
-        raise SchedulerError(f"{' '.join(argv)} failed ({proc.returncode}): {said}")
-    return proc.stdout
-
-
 def cluster_view() -> ClusterView | None:
     """This cluster as LSF's tools describe it; None without LSF's client tools."""
-    hosts_text = _ask(["lshosts", "-w"])
+    hosts_text = tool_output(["lshosts", "-w"])
     if hosts_text is None:
         return None
-    hosts = batch_hosts(parse_lshosts(hosts_text), parse_bhosts(_ask(["bhosts", "-w"]) or ""))
+    hosts = batch_hosts(parse_lshosts(hosts_text), parse_bhosts(tool_output(["bhosts", "-w"]) or ""))
     return ClusterView("lshosts -w, bhosts -w", tuple(hosts), (), labels=LABELS)

@@ -12,7 +12,7 @@ import json
 import re
 from typing import Any
 
-from dlrun.schedulers.base import ClusterView, NodeFacts, SchedulerError, run_tool
+from dlrun.schedulers.base import ClusterView, NodeFacts, SchedulerError, installed_tool
 
 #: The attributes of pbsnodes that the draft names as each value's source.
 LABELS = {"cpus": "resources_available.ncpus", "memory": "resources_available.mem", "gpus": "resources_available.ngpus"}
@@ -64,23 +64,14 @@ def parse_pbsnodes_json(text: str) -> list[NodeFacts]:
             if isinstance(attrs, dict)]
 
 
-def _run(argv: list[str]):
-    try:
-        return run_tool(argv, timeout=60)
-    except SchedulerError as exc:
-        if "not found on PATH" in str(exc):
-            return None
-        raise
-
-
 def cluster_view() -> ClusterView | None:
     """This cluster as `pbsnodes` describes it; None without PBS's client tools."""
-    proc = _run(["pbsnodes", "-a", "-F", "json"])
+    proc = installed_tool(["pbsnodes", "-a", "-F", "json"])
     if proc is None:
         return None
     if proc.returncode == 0 and proc.stdout.lstrip().startswith("{"):
         return ClusterView("pbsnodes -a -F json", tuple(parse_pbsnodes_json(proc.stdout)), (), labels=LABELS)
-    text = _run(["pbsnodes", "-a"])  # Torque and PBS before 18 know no -F
+    text = installed_tool(["pbsnodes", "-a"])  # Torque and PBS before 18 know no -F
     if text is None or text.returncode != 0:
         said = (text.stderr or text.stdout).strip()[:300] if text is not None else ""
         raise SchedulerError(f"pbsnodes -a failed: {said}")

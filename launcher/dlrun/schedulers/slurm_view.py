@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from dlrun.schedulers.base import ClusterView, NodeFacts, PartitionFacts, SchedulerError, run_tool
+from dlrun.schedulers.base import ClusterView, NodeFacts, PartitionFacts, tool_output
 
 _KEY = re.compile(r"(?:^|(?<=\s))([A-Za-z_][A-Za-z0-9_]*)=")
 #: One GRES entry: name, optional type, count, optional socket binding: gpu:a100:4(S:0-1)
@@ -84,26 +84,12 @@ def parse_sinfo(text: str) -> list[PartitionFacts]:
     return list(found.values())
 
 
-def _ask(argv: list[str]) -> str | None:
-    """What a Slurm command prints; None where it is not installed."""
-    try:
-        proc = run_tool(argv, timeout=60)
-    except SchedulerError as exc:
-        if "not found on PATH" in str(exc):
-            return None
-        raise
-    if proc.returncode != 0:
-        raise SchedulerError(f"{' '.join(argv)} failed ({proc.returncode}): "
-                             f"{(proc.stderr or proc.stdout).strip()[:300]}")
-    return proc.stdout
-
-
 def cluster_view() -> ClusterView | None:
     """This cluster as its Slurm controller describes it; None without Slurm's client tools."""
-    nodes_text = _ask(["scontrol", "show", "node"])
+    nodes_text = tool_output(["scontrol", "show", "node"])
     if nodes_text is None:
         return None
-    partitions_text = _ask(["sinfo", "--format=%P %a %l %D %t %N"]) or ""
-    version = re.search(r"slurm[- ]([\d.]+)", _ask(["sinfo", "--version"]) or "")
+    partitions_text = tool_output(["sinfo", "--format=%P %a %l %D %t %N"]) or ""
+    version = re.search(r"slurm[- ]([\d.]+)", tool_output(["sinfo", "--version"]) or "")
     return ClusterView("scontrol show node, sinfo", tuple(parse_nodes(nodes_text)),
                        tuple(parse_sinfo(partitions_text)), version.group(1) if version else None)
