@@ -141,13 +141,18 @@ def test_a_disk_full_before_the_run_is_one_line_and_nothing_is_left(tmp_path, tm
 
 def test_a_store_damaged_past_its_header_is_refused_before_the_job_starts(dlrun_home, site):
     store = Store(dlrun_home / "results.sqlite")
-    store.add_runs([({"id": f"20260101-000000-{index:06x}", "created_at": "2026-01-01T00:00:00Z", "status": "ok",
+    store.add_runs([({"id": f"20260101-000000-{index:06x}", "created_at": f"2026-01-01T00:{index // 60:02d}:{index % 60:02d}Z",
+                      "status": "ok",
                       "site": "site-a", "nodes": 1, "ranks_per_node": 1, "world_size": 1, "batch_size": 8,
                       "plan": {"padding": "p" * 2000}, "provenance": {}},
                      [{"metric": "throughput", "value": 1.0 + index, "unit": "images/sec"}]) for index in range(300)])
-    pages = store.path.stat().st_size // 4096
-    with open(store.path, "r+b") as handle:  # a page in the middle overwritten: header and schema intact
-        handle.seek(pages // 2 * 4096)
+    data = store.path.read_bytes()
+    # The page that holds a run from the middle (its plan's padding beside its id) overwritten: the header, the
+    # schema and the pages the newest runs are read from stay intact.
+    page = next(n for n in range(len(data) // 4096) if b"20260101-000000-000096" in data[n * 4096:(n + 1) * 4096]
+                and b"p" * 1000 in data[n * 4096:(n + 1) * 4096])
+    with open(store.path, "r+b") as handle:
+        handle.seek(page * 4096)
         handle.write(b"\xa5" * 4096)
     env = {**site, "DLRUN_HOME": str(dlrun_home)}
     assert len(json.loads(_ok(run_cli("results", "list", "--json", "--limit", "3", env=env)))) == 3
