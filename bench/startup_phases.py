@@ -56,8 +56,10 @@ import dlrun.cli.run  # noqa: E402,F401
 import dlrun.execute.local  # noqa: E402,F401
 
 IMPORTED = time.time()
-for entry in WRAPPED:
-    _wrap(*entry)
-atexit.register(_report)
-sys.argv = ["dlrun", *sys.argv[1:]]
-app.main()
+
+if __name__ == "__main__":  # imported (tests/test_bench_paths.py reads its paths), it runs nothing
+    for entry in WRAPPED:
+        _wrap(*entry)
+    atexit.register(_report)
+    sys.argv = ["dlrun", *sys.argv[1:]]
+    app.main()
