@@ -128,6 +128,19 @@ def test_many_repeats_are_drawn_evenly_spaced(dlrun_home, tmp_path):
     assert scaling_plot(report, tmp_path).areas and (tmp_path / "scaling.png").is_file()
 
 
+@pytest.mark.parametrize("value", [3.0, 10.0, 1e-3, 7.25e6])
+def test_one_run_on_one_device_count_is_drawn_inside_its_axes(dlrun_home, tmp_path, value):
+    """A report of one run (a 2-rank local run, a first day's report): one point, so autoscaling would get equal
+    limits on both log axes; the limits are the data's with a margin, and the point's link is on the image."""
+    store = Store(dlrun_home / "results.sqlite")
+    add(store, [value], system="localhost", devices=2, fabric="n/a")
+    plot = scaling_plot(gather(store, Filters(), title="one", selection="every stored run"), tmp_path)
+    low, high = plot.y_range
+    assert low < value < high and high / low > 1.5
+    ((x, y, _radius),) = [area.coords for area in plot.areas]
+    assert 0 < x < plot.width and 0 < y < plot.height
+
+
 def _one_line_error(proc, *needles: str) -> None:
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = proc.stderr.strip().splitlines()

@@ -86,9 +86,19 @@ def _figure(width_in: float, height_in: float):
     return fig
 
 
-def _pixel(ax, x: float, y: float, height: float) -> tuple[int, int]:
+def _pixel(ax, x: float, y: float, height: float) -> tuple[int, int] | None:
+    """Where (x, y) is drawn, in the image's pixels from its top left; None where it has no place (a value
+    the axes cannot show: that point keeps its row in the tables, without a link on the image)."""
     px, py = ax.transData.transform((x, y))
+    if not (math.isfinite(px) and math.isfinite(py)):
+        return None
     return int(round(px)), int(round(height - py))
+
+
+def _areas(placed: list[tuple[Any, float, float, str, str]], height: float) -> list[Area]:
+    """The image map's circles of the points placed (axes, x, y, anchor, title), those the axes can show."""
+    pixels = [(_pixel(ax, x, y, height), anchor, title) for ax, x, y, anchor, title in placed]
+    return [Area("circle", [*at, 7], f"#{anchor}", title) for at, anchor, title in pixels if at]
 
 
 def _label(series: tuple) -> str:
@@ -153,8 +163,7 @@ def scaling_plot(report: Report, folder: Path) -> Plot | None:
     plot = _save(fig, folder, "scaling.png", "scaling", "Throughput against devices, log-log, with ideal scaling")
     plot.y_range = (low, max(ax.get_ylim()[1] for ax in fig.axes))
     plot.sources = list(dict.fromkeys(sources))
-    plot.areas = [Area("circle", [*_pixel(ax, x, y, plot.height), 7], f"#{anchor}", title)
-                  for ax, x, y, anchor, title in placed]
+    plot.areas = _areas(placed, plot.height)
     if len(series) > len(shown):
         plot.notes.append(f"{len(series) - len(shown)} more series are in the tables only")
     return plot
@@ -175,6 +184,7 @@ def _scaling_axes(ax, points: list[Point], published: list[Published], colours: 
     labels = _published(ax, published)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    _log_limits(ax)
     # plain tick labels at 1-2-5 steps: matplotlib's log labels are mathtext ($10^{3}$), whose parser alone
     # costs 0.2 s to build, a tenth of the report's time
     ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
@@ -187,6 +197,17 @@ def _scaling_axes(ax, points: list[Point], published: list[Published], colours: 
     ax.grid(True, which="major", linestyle=":", linewidth=0.6)
     ax.legend(fontsize=8)
     return labels
+
+
+def _log_limits(ax) -> None:
+    """Limits set from the data drawn, a margin each side on the log axes, never left to autoscaling: one point
+    alone (one run on one device count) gave autoscaling equal limits, which on log axes it did not always
+    widen (a singular transform: every point's pixel position NaN)."""
+    (x0, y0), (x1, y1) = ax.dataLim.get_points()
+    if all(math.isfinite(v) and v > 0 for v in (x0, x1)):
+        ax.set_xlim(x0 / 2 ** 0.35, x1 * 2 ** 0.35)
+    if all(math.isfinite(v) and v > 0 for v in (y0, y1)):
+        ax.set_ylim(y0 / 1.3, y1 * 1.3)
 
 
 def _scaling_line(ax, mine: list[Point], colour: Any, line: str) -> None:
