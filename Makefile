@@ -75,9 +75,10 @@ sample-data: setup
 # Two workers (pytest-xdist): the tests that build images, start container engines or the Slurm cluster run in
 # one worker each (their session fixtures are made once: tests/conftest.py), everything else is spread over both.
 # DLRUN_PREBUILD_FOREIGN starts the emulated ppc64le image build with the session (tests/fixtures_images.py).
+# The 40 slowest tests are listed at the end: the suite's time is kept under CI's bound (bench/RESULTS.md).
 TEST_WORKERS ?= 2
 test: setup sysdeps horovod
-	DLRUN_PREBUILD_FOREIGN=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests
+	DLRUN_PREBUILD_FOREIGN=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=40 tests
 
 # The fast tier for development: every test that starts no real ranks, cluster, container, browser or
 # TensorFlow run (the markers in pyproject.toml). `make test` and CI run everything.
