@@ -3,13 +3,23 @@ PMIx components and Slurm's MPI plugins."""
 from __future__ import annotations
 
 import functools
+import json
+import os
 import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dlrun import paths
+from dlrun.files import FileSystemError, write_atomic
 from dlrun.probe.tools import tool_output
+
+#: `ompi_info --parsable` kept between processes (it takes about 0.3 s, most of a run's node inventory):
+#: valid while the binary and the folder of its components are the ones it was read from.
+OMPI_INFO_CACHE = "ompi-info.json"
+#: What the cache keeps at most (Open MPI 4's output is about 18 kB; anything far larger is not cached).
+OMPI_INFO_BUDGET = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -77,9 +87,46 @@ def mpi_inventory() -> dict[str, Any]:
     info = parse_mpi_version(text)
     pmix_components: list[str] = []
     if info and info.family == "openmpi":
-        ompi = tool_output(["ompi_info", "--parsable"], timeout=20) or ""
+        ompi = ompi_info_text()
         pmix_components = sorted({m.group(1) for m in re.finditer(r"mca:pmix:(\w+):version", ompi)})
     slurm_plugins = sorted({p.name[4:].split(".")[0] for d in SLURM_PLUGIN_DIRS for p in Path(d).glob("mpi_*.so")})
     return {"mpirun": shutil.which("mpirun"), "version_text": text.splitlines()[0] if text else None,
             "flavour": info.flavour if info else None, "version": info.version if info else None,
             "openmpi_pmix_components": pmix_components, "slurm_mpi_plugins": slurm_plugins}
+
+
+def _stamp(path: str | None) -> list[Any] | None:
+    """What identifies a file's or folder's contents for the cache: path, inode, size, modification time."""
+    try:
+        st = os.stat(path) if path else None
+    except OSError:
+        return None
+    return [path, st.st_ino, st.st_size, st.st_mtime_ns] if st else None
+
+
+def ompi_info_text() -> str:
+    """`ompi_info --parsable` of the ompi_info on PATH, from the cache when its binary and its components' folder
+    (`--path pkglibdir`: a component installed or removed changes the folder) are unchanged since it was read."""
+    binary = shutil.which("ompi_info")
+    if binary is None:
+        return ""
+    binary = os.path.realpath(binary)
+    cache = paths.cache_home() / OMPI_INFO_CACHE
+    try:
+        kept = json.loads(cache.read_text()) if cache.stat().st_size <= 2 * OMPI_INFO_BUDGET else {}
+    except (OSError, ValueError):
+        kept = {}
+    if isinstance(kept, dict) and kept.get("binary") == _stamp(binary) and kept.get("pkglibdir") \
+            and kept["pkglibdir"] == _stamp(kept["pkglibdir"][0]) and isinstance(kept.get("text"), str):
+        return kept["text"]
+    text = tool_output([binary, "--parsable"], timeout=20) or ""
+    where = tool_output([binary, "--parsable", "--path", "pkglibdir"], timeout=20) or ""
+    match = re.search(r"^path:pkglibdir:(.+)$", where, re.MULTILINE)
+    folder = _stamp(match.group(1).strip()) if match else None
+    if text and folder and len(text) <= OMPI_INFO_BUDGET:
+        try:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(cache, json.dumps({"binary": _stamp(binary), "pkglibdir": folder, "text": text}))
+        except (OSError, FileSystemError):
+            pass  # a read-only cache: read again next time
+    return text
