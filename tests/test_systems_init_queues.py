@@ -1,8 +1,10 @@
-"""`dlrun systems init` on LSF's queues, read from outputs its users published (tests/data/logs/lsf, sources in
-tests/data/logs/SOURCES.md): CERN's LSF 7 batch cluster as its `bqueues -l`, `bmgroup -r`, `lshosts -w` and
-`bhosts` printed it (sixty queues over host groups), and IBM's `bqueues -l` example. LSF does not run here: the
-commands dlrun asks are checked exactly, answered with the published outputs. Hostile output is the published
-output with a name, a description or its size made hostile."""
+"""`dlrun systems init` on LSF's queues and PBS's queues and GPUs, read from outputs their users published
+(tests/data/logs/lsf and pbs, sources in tests/data/logs/SOURCES.md): CERN's LSF 7 batch cluster as its
+`bqueues -l`, `bmgroup -r`, `lshosts -w` and `bhosts` printed it (sixty queues over host groups), IBM's `bqueues -l`
+example, ALCF Polaris' `pbsnodes` record of a four-GPU node, KISTI GSDC's Torque `pbsnodes -a` (GPU nodes with
+their GPUs' names) and `qstat -Qf`, and a PBS Professional site's `pbsnodes -a`, `qstat -Qf` and `qstat -Bf`.
+Neither scheduler runs here: the commands dlrun asks are checked exactly, answered with the published outputs.
+Hostile output is the published output with a name, a description or its size made hostile."""
 from __future__ import annotations
 
 import subprocess
@@ -14,16 +16,18 @@ from conftest import REPO
 from dlrun.catalog.partitions import select
 from dlrun.probe.host import HostFacts
 from dlrun.registry import SCHEDULERS
-from dlrun.schedulers import base, lsf_view
+from dlrun.schedulers import base, lsf_view, pbs_view
 from dlrun.schedulers.base import ClusterView
 from dlrun.schedulers.lsf_view import (batch_hosts, parse_bhosts, parse_bmgroup, parse_bqueues, parse_lshosts,
                                        resolve_hosts, with_queues)
+from dlrun.schedulers.pbs_view import (default_queue, labels_of, parse_pbsnodes, parse_qstat_queues)
 from dlrun.systeminit import NOT_KNOWN, Probed
 from dlrun.systeminit.draft import common_tail, from_view
 from dlrun.systeminit.run import draft
 from dlrun.systeminit.text import render, validate
 
 LSF = REPO / "tests" / "data" / "logs" / "lsf"
+PBS = REPO / "tests" / "data" / "logs" / "pbs"
 
 
 def _probed() -> Probed:
@@ -179,3 +183,91 @@ def test_hostile_lsf_output_is_bounded_never_markup_and_a_bad_queue_name_is_left
     assert len(parse_bqueues(text.replace("HOSTS:  SHARE/", "HOSTS:  " + "x" * 5000 + "/", 1))[0].hosts[0]) == 200
     monkeypatch.setattr(lsf_view, "MAX_OUTPUT_CHARS", text.index("QUEUE: cmscaf"))
     assert [q.name for q in parse_bqueues(text)] == ["grid_ops", "cmsinter", "atlasinter"]
+
+
+# ------------------------------------------------------------------------------------------------ PBS GPUs and queues
+def test_published_pbsnodes_records_give_gpus_and_their_type():
+    text = (PBS / "polaris_pbsnodes_x3002c0s7b1n0.txt").read_text()
+    [polaris] = parse_pbsnodes(text)
+    assert (polaris.name, polaris.cpus, polaris.memory_mib, polaris.gpus, polaris.gpu_type) == (
+        "x3002c0s7b1n0", 64, 527672492 // 1024, 4, "A100")
+    assert labels_of(text)["gpu_type"] == "resources_available.gputype"
+    torque = (PBS / "kisti_torque_pbsnodes_a.txt").read_text()
+    nodes = {node.name: node for node in parse_pbsnodes(torque)}
+    assert len(nodes) == 22 and sum(node.gpus for node in nodes.values()) == 26
+    gpu01, gpu10 = nodes["tem-gpu01-el7.sdfarm.kr"], nodes["tem-gpu10-el7.sdfarm.kr"]
+    assert (gpu01.cpus, gpu01.memory_mib, gpu01.gpus, gpu01.gpu_type, gpu01.features) == (
+        28, 395990144 // 1024, 2, "Tesla P100-PCIE-16GB", ("gpuQ",))
+    assert (gpu10.gpus, gpu10.gpu_type) == (4, "Tesla V100-PCIE-32GB")
+    assert nodes["tem-wn1001-el7.sdfarm.kr"].gpus == 0 and nodes["tem-wn1001-el7.sdfarm.kr"].gpu_type is None
+    assert labels_of(torque) == pbs_view.TORQUE_LABELS
+
+
+def test_a_profile_of_the_polaris_node_names_its_gpu_sources(tmp_path):
+    text_in = (PBS / "polaris_pbsnodes_x3002c0s7b1n0.txt").read_text()
+    view = ClusterView("pbsnodes -a", tuple(parse_pbsnodes(text_in)), (), labels=labels_of(text_in))
+    text, spec = _drafted(tmp_path, view, "pbs", None)
+    assert (spec.gpus.count_per_node, spec.gpus.model, spec.memory_gb) == (4, "A100", 503.2)
+    assert "  count_per_node: 4  # pbsnodes -a (x3002c0s7b1n0): resources_available.ngpus" in text
+    assert (f'  model: "A100"  # pbsnodes -a (x3002c0s7b1n0): resources_available.gputype; {NOT_KNOWN} to the '
+            "GPU's name") in text
+
+
+def test_torque_queues_hold_the_nodes_of_their_neednodes_property(tmp_path):
+    nodes = parse_pbsnodes((PBS / "kisti_torque_pbsnodes_a.txt").read_text())
+    queues = parse_qstat_queues((PBS / "kisti_torque_qstat_Qf.txt").read_text())
+    assert [(q.name, q.neednodes, q.enabled, q.started) for q in queues] == [
+        ("cpuQ", "cpuQ", True, True), ("gpuQ", "gpuQ", True, True)]
+    placed, partitions = pbs_view.with_queues(nodes, queues, None)
+    assert [(p.name, p.nodes, p.default, p.notes) for p in partitions] == [
+        ("cpuQ", 12, None, ()), ("gpuQ", 10, None, ())]
+    view = ClusterView("pbsnodes -a, qstat -Qf", tuple(placed), tuple(partitions), labels=pbs_view.TORQUE_LABELS)
+    text, spec = _drafted(tmp_path, view, "pbs", "gpuQ")
+    assert (spec.nodes, spec.gpus.count_per_node, spec.gpus.model, spec.memory_gb) == (
+        2, 2, "Tesla P100-PCIE-16GB", 377.6)
+    assert ('  model: "Tesla P100-PCIE-16GB"  # pbsnodes -a (tem-gpu01-el7.sdfarm.kr): gpu_status gpu_product_name'
+            in text)
+    assert "memory_gb: 377.6  # pbsnodes -a (tem-gpu01-el7.sdfarm.kr): status physmem 386709 MiB / 1024" in text
+    assert spec.partitions["cpuQ"].gpus is None and spec.partitions["cpuQ"].nodes == 10
+    assert '  partition: "gpuQ"  # pbsnodes -a, qstat -Qf; a job selects it with `qsub -q gpuQ`' in text
+
+
+def test_pbs_queues_the_default_one_and_nodes_tied_by_their_queue_attribute(tmp_path):
+    nodes = parse_pbsnodes((PBS / "unl_red_pbsnodes_a.txt").read_text())
+    queues = parse_qstat_queues((PBS / "unl_red_qstat_Q_f.txt").read_text())
+    assert len(queues) == 11 and default_queue((PBS / "unl_red_qstat_B_f.txt").read_text()) == "workq"
+    placed, partitions = pbs_view.with_queues(nodes, queues, "workq")
+    parts = {p.name: p for p in partitions}
+    assert (parts["pushpa"].nodes, parts["lcgadmin"].nodes, parts["workq"].nodes) == (5, 1, 107)
+    assert parts["workq"].default and not parts["pushpa"].default and parts["pushpa"].notes == ()
+    assert parts["workq"].notes[0].startswith("no node is tied to it") and parts["workq"].limits == (
+        ("resources_max.nodect", "444"), ("max_user_run", "444"))
+    assert parts["pushpa"].time_limit == "resources_max.walltime 72:00:00"
+    view = ClusterView("pbsnodes -a, qstat -Qf, qstat -Bf", tuple(placed), tuple(partitions), labels=pbs_view.LABELS)
+    text, spec = _drafted(tmp_path, view, "pbs", None)
+    assert spec.scheduler_options.partition == "workq" and spec.partitions["pushpa"].nodes == 5
+    assert ('  partition: "workq"  # pbsnodes -a, qstat -Qf, qstat -Bf (the default); a job selects it with '
+            "`qsub -q workq`") in text
+    assert ("  time: \"00:30:00\"  # dlrun's default job time; the partition's longest job: resources_max.walltime "
+            "24:00:00 (qstat -Qf)") in text
+
+
+def test_systems_init_on_torque_asks_pbsnodes_then_qstat(monkeypatch, tmp_path):
+    asked = _tools(monkeypatch, {"pbsnodes -a -F json": (2, None),  # Torque knows no -F
+                                 "pbsnodes -a": (0, PBS / "kisti_torque_pbsnodes_a.txt"),
+                                 "qstat -Qf": (0, PBS / "kisti_torque_qstat_Qf.txt")})
+    drafted = draft("tem", tmp_path / "tem.yaml", scheduler="pbs", partition="cpuQ", probed=_probed())
+    assert asked == ["pbsnodes -a -F json", "pbsnodes -a", "qstat -Qf", "qstat -Bf"]
+    assert (drafted.spec.nodes, drafted.spec.scheduler_options.partition) == (10, "cpuQ")
+    assert drafted.spec.partitions["gpuQ"].gpus["model"] == "Tesla P100-PCIE-16GB"
+
+
+def test_hostile_pbs_output_is_bounded_never_markup_and_a_bad_queue_name_is_left_out(monkeypatch):
+    queues = (PBS / "kisti_torque_qstat_Qf.txt").read_text()
+    assert [q.name for q in parse_qstat_queues(queues.replace("Queue: cpuQ", "Queue: cpuQ`id`"))] == ["gpuQ"]
+    nodes = (PBS / "kisti_torque_pbsnodes_a.txt").read_text()
+    hostile = nodes.replace("gpu_product_name=Tesla P100-PCIE-16GB", "gpu_product_name=\x1b]8;;x\x07P100\u202e", 1)
+    gpu01 = next(node for node in parse_pbsnodes(hostile) if node.name == "tem-gpu01-el7.sdfarm.kr")
+    assert gpu01.gpu_type == "P100"
+    monkeypatch.setattr(pbs_view, "MAX_OUTPUT_CHARS", nodes.index("tem-wn1003"))
+    assert [node.name for node in parse_pbsnodes(nodes)] == ["tem-wn1001-el7.sdfarm.kr", "tem-wn1002-el7.sdfarm.kr"]
