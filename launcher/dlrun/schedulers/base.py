@@ -105,13 +105,20 @@ class NodeFacts:
 
 @dataclass(frozen=True)
 class PartitionFacts:
-    """A partition (queue): whether jobs go there by default, its state and its longest job."""
+    """A partition (queue): whether jobs go there by default (None: the scheduler's tools here do not say), its
+    state, its longest job (with the scheduler's word for it where that is not sinfo's: `RUNLIMIT 60.0 min`),
+    its node count, and what the scheduler says of it: its description, its other limits (word, value), and
+    what could not be read or resolved (a host group no tool here lists). `source`: the command that said."""
 
     name: str
-    default: bool = False
+    default: bool | None = False
     available: str | None = None
     time_limit: str | None = None
     nodes: int | None = None
+    description: str | None = None
+    limits: tuple[tuple[str, str], ...] = ()
+    notes: tuple[str, ...] = ()
+    source: str = "sinfo"
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,8 @@ def _configuration(node: NodeFacts) -> tuple:
 
 def choose_partition(view: ClusterView, partition: str | None) -> str | None:
     """The partition asked for, else the default one (else the only one); None where the view names no partition
-    at all (LSF's hosts): its nodes are then the cluster's."""
+    at all, or where its scheduler's tools do not say which is the default (LSF's `bqueues -l`): its nodes are
+    then the cluster's, and every partition an entry of `partitions`."""
     names = [p.name for p in view.partitions] or sorted({p for n in view.nodes for p in n.partitions})
     if not names:
         if partition is not None:
@@ -75,6 +76,8 @@ def choose_partition(view: ClusterView, partition: str | None) -> str | None:
         return default[0]
     if len(names) == 1:
         return names[0]
+    if any(p.default is None for p in view.partitions):
+        return None
     raise UsageError(f"no default partition: name one with --partition; valid: {', '.join(names) or 'none'}")
 
 

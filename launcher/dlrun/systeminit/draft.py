@@ -5,15 +5,25 @@ from __future__ import annotations
 from typing import Any
 
 from dlrun.registry import SCHEDULERS
-from dlrun.schedulers.base import ClusterView, NodeFacts
+from dlrun.schedulers.base import ClusterView, NodeFacts, PartitionFacts
 
 from dlrun.systeminit import NOT_KNOWN, NULL, Entry, Probed, choose_partition, partition_nodes
 
 
+def gpu_type_source(view: ClusterView, said: str) -> str:
+    """Where a node's GPU type comes from: Slurm's GRES type, a PBS site's own resource (`gputype`), or the GPU's
+    name itself (Torque's `gpu_status`: `gpu_product_name`)."""
+    if "gpu_name" in view.labels:
+        return f"{said}: {view.labels['gpu_name']}"
+    if "gpu_type" in view.labels:
+        return f"{said}: {view.labels['gpu_type']}; {NOT_KNOWN} to the GPU's name"
+    return f"{said}: {view.label('gpus')}: the GRES type; {NOT_KNOWN} to the GPU's name"
+
+
 def _gpu_entries(probed: Probed, count: int, gres_type: str | None, from_scheduler: str | None,
-                 on_node: bool) -> list[Entry]:
+                 on_node: bool, type_source: str | None = None) -> list[Entry]:
     """gpus.*: the count from the scheduler (or nvidia-smi), model and memory from nvidia-smi where this
-    node has the same GPUs, else the GRES type as the model."""
+    node has the same GPUs, else the scheduler's GPU type as the model."""
     local = probed.facts.gpus
     if not count:
         return []
@@ -28,8 +38,8 @@ def _gpu_entries(probed: Probed, count: int, gres_type: str | None, from_schedul
         out.append(Entry("gpus.compute_capability", capability, probed_here if capability else NOT_KNOWN))
     else:
         out.append(Entry("gpus.model", gres_type or "gpu",
-                         f"{from_scheduler}: the GRES type; {NOT_KNOWN} to the GPU's name" if gres_type
-                         else f"{NOT_KNOWN}: the GPU's name (the scheduler names no GPU type)"))
+                         (type_source or f"{from_scheduler}: the GRES type; {NOT_KNOWN} to the GPU's name")
+                         if gres_type else f"{NOT_KNOWN}: the GPU's name (the scheduler names no GPU type)"))
         out.append(Entry("gpus.memory_gb", None, NOT_KNOWN))
     out.append(Entry("gpus.interconnect", None, f"{NOT_KNOWN} (NVLink, PCIe)"))
     return out
@@ -103,26 +113,58 @@ def _node_entries(probed: Probed, view: ClusterView, node: NodeFacts, said: str,
     return out
 
 
+def _facts(view: ClusterView, name: str | None) -> PartitionFacts | None:
+    return next((p for p in view.partitions if p.name == name), None)
+
+
+def _described(count: int, group: str, node: NodeFacts, facts: PartitionFacts | None) -> str:
+    """A description of `count` nodes like `node`, with what the scheduler says of their partition."""
+    text = f"{count} node(s) of {group}: {node.cpus} CPUs" + (
+        f", {node.gpus} GPUs ({node.gpu_type or 'gpu'})" if node.gpus else ", no GPU")
+    return text + (f" ({facts.description})" if facts and facts.description else "")
+
+
+def _selected(view: ClusterView, name: str | None) -> str:
+    """How a job of this scheduler selects partition `name` (`bsub -q NAME`), where the view says."""
+    select = view.labels.get("select")
+    return f"; a job selects it with `{select} {name}`" if select and name else ""
+
+
+def _facts_said(facts: PartitionFacts | None) -> tuple[str, str]:
+    """What a partition's own facts add to the sources of the description (its description and limits) and of
+    the node count (what of its hosts no tool here resolved)."""
+    if facts is None:
+        return "", ""
+    about = f"; {facts.source}: the queue's description" if facts.description else ""
+    if facts.limits:
+        about += f"; its limits ({facts.source}): " + ", ".join(f"{word} {value}" for word, value in facts.limits)
+    return about, "".join(f"; {note}" for note in facts.notes)
+
+
+def _longest(facts: PartitionFacts | None) -> str:
+    return f"the partition's longest job: {facts.time_limit} ({facts.source})" if facts and facts.time_limit else ""
+
+
 def from_view(name: str, probed: Probed, view: ClusterView, scheduler: str, launchers: tuple[str, ...],
               partition: str | None) -> list[Entry]:
     """One partition's nodes (its most common configuration; every node where the view names no partition) as
     the scheduler describes them, and the other partitions it shows nodes of."""
     chosen = choose_partition(view, partition)
     nodes, configurations = partition_nodes(view, chosen)
-    node = nodes[0]
+    node, facts = nodes[0], _facts(view, chosen)
     said = f"{view.source.split(',')[0]} ({node.name})"
     on_node = _on_node(probed, nodes)
     group = f"partition {chosen}" if chosen else "the cluster"
     others = "" if len(configurations) == 1 else \
         f"; {sum(n for _, n in configurations[1:])} other node(s) of {group} differ and are left out"
+    about, of_nodes = _facts_said(facts)
     entries = [
         Entry("name", name, "the name given"),
-        Entry("description", f"{len(nodes)} node(s) of {group}: {node.cpus} CPUs"
-              + (f", {node.gpus} GPUs ({node.gpu_type or 'gpu'})" if node.gpus else ", no GPU"),
-              f"{view.source}; say what it is"),
-        Entry("nodes", len(nodes), f"{view.source}: the nodes of {group} like {node.name}{others}"),
+        Entry("description", _described(len(nodes), group, node, facts), f"{view.source}; say what it is{about}"),
+        Entry("nodes", len(nodes), f"{view.source}: the nodes of {group} like {node.name}{others}{of_nodes}"),
         *_node_entries(probed, view, node, said, on_node),
-        *_gpu_entries(probed, node.gpus, node.gpu_type, f"{said}: {view.label('gpus')}", on_node),
+        *_gpu_entries(probed, node.gpus, node.gpu_type, f"{said}: {view.label('gpus')}", on_node,
+                      gpu_type_source(view, said)),
         *_fabric_entries(probed, on_node),
         Entry("scheduler", scheduler, f"{view.source} answered" + (f" (Slurm {view.version})" if view.version else "")),
     ]
@@ -133,11 +175,14 @@ def from_view(name: str, probed: Probed, view: ClusterView, scheduler: str, laun
 
 def _scheduler_entries(view: ClusterView, chosen: str | None, node: NodeFacts, said: str,
                        scheduler: str) -> list[Entry]:
-    facts = next((p for p in view.partitions if p.name == chosen), None)
-    limit = f"; the partition's longest job: {facts.time_limit} (sinfo)" if facts and facts.time_limit else ""
+    facts = _facts(view, chosen)
+    limit = f"; {_longest(facts)}" if _longest(facts) else ""
     default = " (the default)" if facts and facts.default else ""
-    entries = [Entry("scheduler_options.partition", chosen, f"{view.source}{default}" if chosen else
-                     f"{NOT_KNOWN}: the queue jobs go to, if not the scheduler's default ({view.source} names none)"),
+    listed = f"; its {len(view.partitions)} queue(s) are under `partitions`" if view.partitions else ""
+    entries = [Entry("scheduler_options.partition", chosen,
+                     f"{view.source}{default}{_selected(view, chosen)}" if chosen else
+                     f"{NOT_KNOWN}: the queue jobs go to, if not the scheduler's default ({view.source} names none"
+                     f"{listed})"),
                Entry("scheduler_options.time", "00:30:00", f"dlrun's default job time{limit}"),
                Entry("scheduler_options.account", None, NOT_KNOWN)]
     if node.features and "constraint" in SCHEDULERS.get_class(scheduler).options.model_fields:
@@ -155,15 +200,17 @@ def _partition_names(view: ClusterView) -> list[str]:
 def _one_partition(view: ClusterView, name: str, system_node: NodeFacts) -> list[Entry]:
     """partitions.NAME: its nodes (its most common configuration) where they differ from the system's."""
     nodes, configurations = partition_nodes(view, name)
-    node = nodes[0]
+    node, facts = nodes[0], _facts(view, name)
     said = f"{view.source.split(',')[0]} ({node.name})"
     others = "" if len(configurations) == 1 else \
         f"; {sum(n for _, n in configurations[1:])} other node(s) of the partition differ and are left out"
+    about, of_nodes = _facts_said(facts)
     at = ("partitions", name)
-    out = [Entry((*at, "description"), f"{len(nodes)} node(s) of partition {name}: {node.cpus} CPUs"
-                 + (f", {node.gpus} GPUs ({node.gpu_type or 'gpu'})" if node.gpus else ", no GPU"),
-                 f"{view.source}; say what it is"),
-           Entry((*at, "nodes"), len(nodes), f"{view.source}: the nodes of partition {name} like {node.name}{others}")]
+    out = [Entry((*at, "description"), _described(len(nodes), f"partition {name}", node, facts),
+                 f"{view.source}; say what it is{about}"),
+           Entry((*at, "nodes"), len(nodes),
+                 f"{view.source}: the nodes of partition {name} like {node.name}{others}{_selected(view, name)}"
+                 f"{of_nodes}")]
     if node.arch and node.arch != system_node.arch:
         out.append(Entry((*at, "arch"), node.arch, f"{said}: {view.label('arch')}"))
     cpu = (node.sockets, node.cores_per_socket, node.threads_per_core, node.cpus)
@@ -174,36 +221,38 @@ def _one_partition(view: ClusterView, name: str, system_node: NodeFacts) -> list
         out.append(Entry((*at, "memory_gb"), round(node.memory_mib / 1024, 1),
                          f"{said}: {view.label('memory')} {node.memory_mib} MiB / 1024"))
     if (node.gpus, node.gpu_type) != (system_node.gpus, system_node.gpu_type):
-        out += _partition_gpus(at, node, f"{said}: {view.label('gpus')}")
-    facts = next((p for p in view.partitions if p.name == name), None)
-    if facts and facts.time_limit:
+        out += _partition_gpus(at, node, f"{said}: {view.label('gpus')}", gpu_type_source(view, said))
+    if _longest(facts):
         out.append(Entry((*at, "scheduler_options", "time"), None,
-                         f"{NOT_KNOWN} if not the system's; the partition's longest job: {facts.time_limit} (sinfo)"))
+                         f"{NOT_KNOWN} if not the system's; {_longest(facts)}"))
     return out
 
 
-def _partition_gpus(at: tuple[str, ...], node: NodeFacts, said: str) -> list[Entry]:
+def _partition_gpus(at: tuple[str, ...], node: NodeFacts, said: str, type_source: str) -> list[Entry]:
     if not node.gpus:
         return [Entry((*at, "gpus"), NULL, f"{said}: none")]
     return [Entry((*at, "gpus", "count_per_node"), node.gpus, said),
             Entry((*at, "gpus", "model"), node.gpu_type or "gpu",
-                  f"{said}: the GRES type; {NOT_KNOWN} to the GPU's name" if node.gpu_type
-                  else f"{NOT_KNOWN}: the GPU's name"),
+                  type_source if node.gpu_type else f"{NOT_KNOWN}: the GPU's name"),
             Entry((*at, "gpus", "memory_gb"), None, NOT_KNOWN)]
 
 
 def partition_entries(view: ClusterView, chosen: str | None, system_node: NodeFacts) -> list[Entry]:
     """Every other partition the scheduler shows nodes of, as `partitions` entries; those without a node shown
-    are named in a comment."""
+    are named in a comment (one each where the scheduler named nodes that no tool here resolved, saying which)."""
     out: list[Entry] = []
+    unresolved: list[Entry] = []
     empty = []
     for name in _partition_names(view):
         if name == chosen:
             continue
         if any(name in node.partitions for node in view.nodes):
             out += _one_partition(view, name, system_node)
+        elif (facts := _facts(view, name)) and facts.notes:
+            unresolved.append(Entry(("partitions", name), None, f"not listed: {'; '.join(facts.notes)}"))
         else:
             empty.append(name)
+    out += unresolved
     if empty:
         out.append(Entry("partitions", None, f"not listed: {', '.join(empty)} ({view.source.split(',')[0]} showed none "
                          "of their nodes)"))
