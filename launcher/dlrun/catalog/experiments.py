@@ -83,6 +83,8 @@ class Axis(Strict):
                 continue
             if self.name in COUNT_AXES and not (isinstance(value.dlrun, int) and value.dlrun > 0):
                 raise ValueError(f"{self.name}: dlrun value {value.dlrun!r} must be a positive integer")
+            if self.name == "partition" and not isinstance(value.dlrun, str):
+                raise ValueError(f"partition: dlrun value {value.dlrun!r} must be a partition's name")
             if self.name == "fabric" and value.dlrun not in ("ib", "opa", "roce", "tcp"):
                 raise ValueError(f"fabric: dlrun value {value.dlrun!r} is not a fabric; valid: ib, opa, roce, tcp")
             if self.name == "precision" and value.dlrun not in PRECISIONS:
@@ -193,7 +195,8 @@ class ExperimentSpec(Strict):
         "What its points measure: training or collective runs; model-facts: parameters and multiply-adds counted "
         "from the harness's models, on no system; other."))
     device: Literal["gpu", "cpu"] = Field(default="gpu", description=(
-        "What a point runs on: gpu (a point needs GPUs; counts are of GPUs) or cpu."))
+        "What a point runs on: gpu (a point needs GPUs; counts are of GPUs; a `partition` axis's partition without "
+        "GPUs runs on its CPUs) or cpu."))
     systems: list[str] = Field(default=[], description="The dlrun systems it ran on.")
     image: str | None = Field(default=None, pattern=NAME_PATTERN, description=(
         "The image its points run; none: each system's default image."))

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer
 
-from dlrun.errors import UsageError, unknown_name
+from dlrun.errors import UsageError, closest, unknown_name
 
 #: The sections a partition may state, replacing the system's; scheduler_options and sources are merged.
 REPLACED = ("description", "arch", "nodes", "cpu", "memory_gb", "gpus", "fabrics", "default_fabric")
@@ -91,6 +91,18 @@ def select(system: Any, partition: str | None) -> Any:
         refusal = str(unknown_name("partition", chosen, names(system)))
         raise UsageError(refusal.replace(f"{chosen!r}", f"{chosen!r} of system {system.name!r}", 1))
     return merged(system, chosen)
+
+
+def axis_problem(system: Any, partition: str) -> str | None:
+    """Why an experiment's `partition` axis value cannot run on `system`, or None: a point names one of the
+    partitions the system models (`names`), never one left to the scheduler, whose nodes dlrun would not know."""
+    valid = names(system)
+    if partition in valid:
+        return None
+    hint = closest(partition, valid)
+    return (f"partition {partition!r} is not a partition of system {system.name!r}"
+            + (f"; did you mean {hint!r}?" if hint else ";") + " valid: "
+            + (", ".join(valid) or "none (it lists no partitions and names no scheduler_options.partition)"))
 
 
 def check_all(system: Any) -> None:
