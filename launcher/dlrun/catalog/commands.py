@@ -63,7 +63,7 @@ class CommandResult(BaseModel):
 
     format: ResultFormat = Field(description=(
         "dlrun-result: one `DLRUN_RESULT {json}` line, the harness's own; regex: `regex` over the output; else "
-        "the dlrun parser of that name reads the output."))
+        "the output is that tool's, read by dlrun's parser for it."))
     regex: str | None = Field(default=None, max_length=MAX_REGEX, description=(
         "format regex: a regular expression with one group, around the number; the last matching line is the "
         "value."))

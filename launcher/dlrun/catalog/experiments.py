@@ -143,12 +143,12 @@ class Deviation(Strict):
     capabilities whose absence the deviation stands on; `renders`: text dlrun's job for the experiment's
     points contains where the deviation describes it (both checked against the code by the tests)."""
 
-    setting: str = Field(description="The setting, e.g. `data loader` or `batch size`.")
+    setting: str = Field(description="The setting, e.g. `batch per GPU` or `warm-up iterations`.")
     paper: str = Field(default="not stated", description="What the paper says of it.")
     dlrun: str = Field(description="What dlrun uses.")
     reason: str = Field(min_length=10, description="Why.")
     lacks: list[str] = Field(default=[], description=(
-        "The capabilities dlrun lacks that the deviation stands on (a test fails once dlrun has them all)."))
+        "The capabilities dlrun lacks that the deviation stands on (a check fails once dlrun has one of them)."))
     renders: list[str] = Field(default=[], description=(
         "Text the job dlrun renders for the experiment's points contains where the deviation describes it."))
 
