@@ -166,7 +166,7 @@ def test_txgaia_fabric_matrix(catalog):
         "image": "tf1.14-nccl", "system": "txgaia", "nodes": 1, "ranks_per_node": 2, "batch_size": 64, "steps": 100,
         "warmup_steps": 10, "precision": "fp32", "fabric": "roce", "data_workers": None, "data": None,
         "variable_update": None, "all_reduce_spec": None, "ps": None, "dist": None,
-        "dataparallel_gpus": None}  # every option an axis may set (None: the plan's default)
+        "dataparallel_gpus": None, "partition": None}  # every option an axis may set (None: the plan's default)
 
 
 def test_points_a_system_cannot_run_say_why(catalog):

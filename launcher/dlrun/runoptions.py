@@ -203,7 +203,7 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
     # scheduler: what the batch job asks for
     _opt("partition", "Batch partition/queue; on a system that lists partitions, one of them (or the system's "
          "own), whose nodes the plan models.", default_from="the system's", field="scheduler_options",
-         key=("partition",), resolver="scheduler"),
+         key=("partition",), axis="partition", resolver="scheduler"),
     _opt("account", "Batch account/project.", default_from="the system's", field="scheduler_options",
          resolver="scheduler"),
     _opt("time", "Job time limit: MINUTES, HH:MM:SS or D-HH:MM:SS, at most a year (also holds local runs; "

@@ -61,13 +61,18 @@ class CommandResult(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    format: ResultFormat
-    regex: str | None = Field(default=None, max_length=MAX_REGEX)
-    metric: FigureMetric | None = None
-    unit: FigureUnit | None = None
-    direction: Literal["higher", "lower"] | None = None
-    #: What the figure is, in words (the stored result's `value_is`).
-    description: str | None = Field(default=None, max_length=200)
+    format: ResultFormat = Field(description=(
+        "dlrun-result: one `DLRUN_RESULT {json}` line, the harness's own; regex: `regex` over the output; else "
+        "the output is that tool's, read by dlrun's parser for it."))
+    regex: str | None = Field(default=None, max_length=MAX_REGEX, description=(
+        "format regex: a regular expression with one group, around the number; the last matching line is the "
+        "value."))
+    metric: FigureMetric | None = Field(default=None, description="format regex: what the number is.")
+    unit: FigureUnit | None = Field(default=None, description="format regex: its unit (one the metric is measured in).")
+    direction: Literal["higher", "lower"] | None = Field(default=None, description=(
+        "format regex: which way is better (latency lower, every rate higher)."))
+    description: str | None = Field(default=None, max_length=200, description=(
+        "What the figure is, in words (the stored result's `value_is`)."))
 
     @model_validator(mode="after")
     def _contract(self) -> "CommandResult":

@@ -10,6 +10,7 @@ from typing import Any
 
 from dlrun.catalog.experiment_vocabulary import WORKLOAD_AXES
 from dlrun.catalog.experiments import Conditions, ExperimentSpec
+from dlrun.catalog.partitions import axis_problem
 from dlrun.errors import closest
 
 Location = tuple[Any, ...]
@@ -30,6 +31,7 @@ def experiment_problems(experiment: ExperimentSpec, systems: Mapping[str, Any], 
         if rule.image and rule.image not in images:
             yield ("settings", index, "image"), _unknown("image", rule.image, images)
     yield from _workload_problems(experiment, workloads)
+    yield from _partition_problems(experiment, systems)
     for loc, conditions, others in _all_conditions(experiment, experiments):
         yield from _condition_problems(loc, conditions, [experiment, *others], systems)
 
@@ -56,6 +58,17 @@ def _workload_problems(experiment: ExperimentSpec, workloads: Mapping[str, Any])
     for index, name in enumerate(experiment.status.workloads):
         if name not in used:
             yield ("status", "workloads", index), f"{name!r} is no model's, collective's or application's dlrun value"
+
+
+def _partition_problems(experiment: ExperimentSpec, systems: Mapping[str, Any]) -> Iterator[tuple[Location, str]]:
+    """Every value of a `partition` axis is a partition of each system of the experiment the catalog holds."""
+    for a, axis in enumerate(experiment.axes):
+        if axis.name != "partition":
+            continue
+        for v, value in enumerate(axis.values):
+            held = [systems[name] for name in experiment.systems if name in systems and value.dlrun is not None]
+            for problem in filter(None, (axis_problem(system, str(value.dlrun)) for system in held)):
+                yield ("axes", a, "values", v, "dlrun"), problem
 
 
 def _all_conditions(experiment: ExperimentSpec, experiments: Mapping[str, ExperimentSpec]

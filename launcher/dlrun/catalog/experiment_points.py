@@ -3,7 +3,9 @@
 Pure: catalog data in, points out. A point is skipped, with the reason, when catalog data alone says it
 cannot run there: the experiment's status, an axis value dlrun has no setting for, a workload that does not
 exist yet, an image not built for the system's architecture (or one that runs tf_cnn_benchmarks for a model
-it lacks), too few GPUs or nodes, a missing fabric, or a precision the GPU has no fast units for.
+it lacks), too few GPUs or nodes, a missing fabric, or a precision the GPU has no fast units for. A point of a
+`partition` axis is placed on that partition's nodes (`dlrun.catalog.partitions.select`, as `--partition` plans
+them); a partition the system does not model is refused, naming the valid ones.
 """
 from __future__ import annotations
 
@@ -16,11 +18,13 @@ from typing import Any
 from dlrun.catalog.experiment_vocabulary import COUNT_AXES, WORKLOAD_AXES
 from dlrun.catalog.experiments import AxisValue, Conditions, ExperimentSpec, Reference, Scalar, Status
 from dlrun.catalog.models import ImageSpec, SystemSpec, WorkloadSpec, peak_for
+from dlrun.catalog.partitions import axis_problem, select as select_partition
+from dlrun.errors import UsageError
 from dlrun.runoptions import RUN_OPTIONS
 
 #: Axes whose dlrun value becomes one of the point's own fields; the others go to `extra` (benchmark flags).
 FIELD_AXES = set(WORKLOAD_AXES) | set(COUNT_AXES) | {"fabric", "precision", "allreduce_strategy", "storage",
-                                                       "parallelism"}
+                                                       "parallelism", "partition"}
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,7 @@ class Point:
     dist: str | None = None                # --dist from the parallelism axis or a settings rule (None: default)
     grad_accum: int | None = None
     storage: str | None = None  # --data: the directory on the file system the `storage` axis names
+    partition: str | None = None  # --partition: the partition the `partition` axis names (None: the system's)
     extra: dict[str, Scalar] = field(default_factory=dict)
     references: tuple[str, ...] = ()
     skip: str | None = None
@@ -89,7 +94,8 @@ class Point:
                 "batch_from": self.batch_from, "steps": self.steps, "warmup_steps": self.warmup_steps,
                 "repeats": self.repeats, "data_workers": self.data_workers,
                 "parameter_servers": self.parameter_servers, "allreduce_strategy": self.allreduce_strategy,
-                "dist": self.dist, "grad_accum": self.grad_accum, "storage": self.storage, "extra": dict(self.extra),
+                "dist": self.dist, "grad_accum": self.grad_accum, "storage": self.storage, "partition": self.partition,
+                "extra": dict(self.extra),
                 "references": list(self.references), "skip": self.skip}
 
 
@@ -136,6 +142,8 @@ def expand(experiment: ExperimentSpec, system: SystemSpec | None, workloads: Map
     if experiment.measure != "model-facts" and system is None:
         raise ValueError(f"experiment {experiment.id} runs on a system; name one")
     system_name = system.name if system is not None else None
+    if system is not None:
+        check_partitions(experiment, system)
     status = effective_status(experiment, workloads)
     points: list[Point] = []
     for combo in itertools.product(*[[(axis.name, value) for value in axis.values] for axis in experiment.axes]):
@@ -144,6 +152,16 @@ def expand(experiment: ExperimentSpec, system: SystemSpec | None, workloads: Map
             continue
         points.append(_point(experiment, status, system, values, workloads, images, len(points)))
     return points
+
+
+def check_partitions(experiment: ExperimentSpec, system: SystemSpec) -> None:
+    """Every value of the experiment's `partition` axis is a partition `system` models (UsageError, one line
+    naming the value and the valid ones)."""
+    axis = experiment.axis("partition")
+    for value in axis.values if axis is not None else []:
+        problem = axis_problem(system, str(value.dlrun)) if value.dlrun is not None else None
+        if problem:
+            raise UsageError(f"experiment {experiment.id}: axis partition {value.paper!r}: {problem}")
 
 
 def _chosen(experiment: ExperimentSpec, values: dict[str, AxisValue], system_name: str | None
@@ -183,17 +201,22 @@ def _point(experiment: ExperimentSpec, status: Status, system: SystemSpec | None
 def _placed(experiment: ExperimentSpec, system: SystemSpec, dlrun: Mapping[str, Scalar | None],
             chosen: dict[str, Any], batch_from: str, base: dict[str, Any], skip: str | None,
             workload: WorkloadSpec | None, images: Mapping[str, ImageSpec]) -> Point:
-    """A point on a system: its image, layout, batch, fabric and precision, or why the system cannot run it."""
+    """A point on a system (on its partition's nodes, for a `partition` axis): its image, layout, batch, fabric
+    and precision, or why the system cannot run it. A GPU experiment's point on a partition without GPUs runs on
+    its CPUs: the axis asked for that partition."""
+    partition = str(dlrun["partition"]) if dlrun.get("partition") is not None else None
+    system = select_partition(system, partition) if partition is not None else system
+    device = "cpu" if partition is not None and not system.gpus_per_node else experiment.device
     image_name = chosen["image"] or system.default_image
     dist = str(dlrun["parallelism"]) if dlrun.get("parallelism") else chosen["dist"]
-    layout = _layout(experiment, system, dlrun, chosen["ranks_per_node"], dist == "dataparallel")
+    layout = _layout(device, system, dlrun, chosen["ranks_per_node"], dist == "dataparallel")
     nodes, ranks_per_node, gpus = layout if isinstance(layout, tuple) else (None, None, 0)
     batch, batch_from = _batch(dlrun, chosen["batch_per_device"], batch_from, ranks_per_node, system, workload)
     precision = str(dlrun.get("precision") or "fp32")
     fabric = str(dlrun["fabric"]) if dlrun.get("fabric") else None
     storage = _storage_path(dlrun.get("storage"), system)
     problems = (skip, _image_problem(image_name, system, workload, images), layout, batch,
-                _fabric_problem(fabric, system), _precision_problem(precision, experiment.device, system),
+                _fabric_problem(fabric, system), _precision_problem(precision, device, system),
                 storage if storage and not storage.startswith("/") else None)
     skip = next((problem for problem in problems if isinstance(problem, str)), None)
     strategy = dlrun.get("allreduce_strategy")
@@ -203,7 +226,7 @@ def _placed(experiment: ExperimentSpec, system: SystemSpec, dlrun: Mapping[str, 
                  data_workers=_int_or_none(dlrun.get("data_workers", chosen["data_workers"])),
                  parameter_servers=_int_or_none(dlrun.get("parameter_servers") or None),
                  allreduce_strategy=str(strategy) if strategy else None, dist=dist,
-                 grad_accum=chosen["grad_accum"], skip=skip,
+                 grad_accum=chosen["grad_accum"], skip=skip, partition=partition,
                  storage=storage if storage and storage.startswith("/") else None)
 
 
@@ -235,13 +258,13 @@ def _unrunnable(status: Status, values: Mapping[str, AxisValue], workload: str |
     return None
 
 
-def _layout(experiment: ExperimentSpec, system: SystemSpec, dlrun: Mapping[str, Scalar | None],
+def _layout(device: str, system: SystemSpec, dlrun: Mapping[str, Scalar | None],
             rule_ranks: int | None, one_process: bool = False) -> tuple[int, int, int] | str:
-    """(nodes, ranks per node, GPUs) of a point, or why the system cannot hold it. `one_process`: a
-    DataParallel point, one process on one node over its GPU count."""
+    """(nodes, ranks per node, GPUs) of a point on `device` (gpu, cpu), or why the system cannot hold it.
+    `one_process`: a DataParallel point, one process on one node over its GPU count."""
     per_node_gpus = system.gpus_per_node
     ranks = dlrun.get("ranks_per_node") or rule_ranks
-    on_gpus = experiment.device == "gpu"
+    on_gpus = device == "gpu"
     if on_gpus and per_node_gpus == 0:
         return f"system {system.name!r} has no GPUs"
     if dlrun.get("gpus") is not None:

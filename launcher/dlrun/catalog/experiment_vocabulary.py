@@ -11,6 +11,9 @@ AXES: dict[str, str] = {
     "ranks_per_node": "ranks (workers) per node",
     "cpu_cores": "CPU cores in the run, one rank per core",
     "fabric": "dlrun fabric: ib, opa, roce or tcp",
+    "partition": "a partition of the system (one of its `partitions`, or its own scheduler_options.partition): "
+                 "the point runs on that partition's nodes, as `dlrun run --partition` does; a GPU experiment's "
+                 "point on a partition without GPUs runs on its CPUs",
     "precision": "dlrun precision: fp32, or amp (fp16 autocast on GPUs, bf16 on CPUs)",
     "batch_per_device": "samples per rank per step",
     "batch_per_node": "samples per node per step (divided over the node's ranks)",

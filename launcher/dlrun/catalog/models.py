@@ -2,33 +2,20 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from dlrun.catalog.commands import CommandResult, check_command_fields
 from dlrun.catalog.partitions import PartitionSpec, check_all
+from dlrun.catalog.scheduler_options import (  # noqa: F401 (DIRECTIVE_WORD, OwnSchedulerOptions: read from here too)
+    DIRECTIVE_WORD, OwnSchedulerOptions, SchedulerOptions, all_match, own_scheduler_options)
 from dlrun.catalog.storage import FileSystem, check_storage_fields
-from dlrun.catalog.time_limits import time_limit_seconds
-from dlrun.errors import DlrunError
-from dlrun.registry import SCHEDULERS
 
 Arch = Literal["x86_64", "ppc64le", "aarch64"]
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]*$"
 FabricName = Literal["ib", "opa", "roce", "tcp"]
-# Words that land in scheduler directives (#SBATCH, #BSUB, #PBS), which no shell quoting protects. A leading
-# `-` would make the value the next option (`#BSUB -q -x` asks for exclusive nodes, not queue "-x").
-DIRECTIVE_WORD = r"^[A-Za-z0-9_.,:+=@%/][A-Za-z0-9_.,:+=@%/-]*$"
 DEVICE_WORD = r"[A-Za-z0-9_.:-]+"
-
-
-def all_match(values, pattern: str, what: str):
-    """`values` (or a mapping's keys) when each matches `pattern` whole; else ValueError naming the first
-    that does not, as `what` says a valid one looks."""
-    for item in values:
-        if not re.fullmatch(pattern, item):
-            raise ValueError(f"{item!r} is not {what}")
-    return values
 
 
 class Strict(BaseModel):
@@ -38,16 +25,19 @@ class Strict(BaseModel):
 class Source(Strict):
     """Where a fact or number comes from: document and table/figure/section."""
 
-    doc: str
-    where: str
-    note: str | None = None
-    about: str | None = None  # which values of the entry this source backs, e.g. "gpus, cpu"
+    doc: str = Field(description="The document: a paper, datasheet, manual or web page, by title or short name.")
+    where: str = Field(description="Where in it: table, figure, section or page.")
+    note: str | None = Field(default=None, description="What the source says, or how a value was read from it.")
+    about: str | None = Field(default=None, description="Which values of the entry this source backs, "
+                              "e.g. `gpus, cpu`.")
 
 
 class PublishedValue(Strict):
-    value: float
-    unit: str
-    source: Source
+    """A number a document published about a model, with its source."""
+
+    value: float = Field(description="The number as published.")
+    unit: str = Field(description="Its unit, e.g. `parameters`.")
+    source: Source = Field(description="Where it is published.")
 
 
 TRAINING_KINDS = ("cnn-training", "bert-finetuning", "llm-pretraining")
@@ -60,34 +50,57 @@ WorkloadKind = Literal["cnn-training", "bert-finetuning", "llm-pretraining", "al
 
 
 class WorkloadSpec(Strict):
-    name: str = Field(pattern=NAME_PATTERN)
-    description: str
-    # cnn-training, bert-finetuning: the harness trains `model` (a BERT model name carries its task and sequence
-    # length, e.g. bert_swag); allreduce, broadcast, allgather, reducescatter, alltoall: the harness measures that
-    # collective's bus bandwidth over the run's process group (message sizes min_bytes, x size_factor, ...,
-    # max_bytes); sendrecv: every pair of ranks, both directions; nccl-tests: the image's own binary `nccl_test`, one
-    # process per GPU; command: the site's own `command` and `result` contract (dlrun.catalog.commands); storage:
-    # the read rate of --data's files, `storage_test` sequential (GB/s) or small-files (files/s): catalog.storage.
-    kind: WorkloadKind = "cnn-training"
-    storage_test: Literal["sequential", "small-files"] | None = None
-    nccl_test: str | None = Field(default=None, pattern=r"^[a-z_]+_perf$")
-    framework: Literal["pytorch", "tensorflow"] = "pytorch"
-    # Model name in the in-container harness (tf_cnn_benchmarks naming: resnet50 is v1, resnet50_v1.5 is v1.5).
-    model: str | None = None
-    min_bytes: int = Field(default=8, ge=4)
-    max_bytes: int = Field(default=64 * 1024 * 1024, ge=4)
-    size_factor: int = Field(default=2, ge=2)
-    tf_cnn_model: str | None = None
-    dataset: Literal["synthetic", "imagenet"] = "synthetic"
-    default_batch_size: int = Field(default=32, gt=0)
-    default_steps: int = Field(default=20, gt=0)
-    default_warmup_steps: int = Field(default=5, ge=0)
-    published_params: PublishedValue | None = None
-    published_ops_per_image: PublishedValue | None = None
-    command: str | None = None
-    run_per: Literal["rank", "node"] = "rank"
-    result: CommandResult | None = None
-    sources: list[Source] = []
+    """A workload: what a run does (a model to train, a collective or storage read to measure, a site's own
+    command), as `dlrun run NAME` names it."""
+
+    name: str = Field(pattern=NAME_PATTERN, description="The workload's name, as `dlrun run NAME` takes it.")
+    description: str = Field(description="What the workload is, in words (`dlrun workloads list`).")
+    kind: WorkloadKind = Field(default="cnn-training", description=(
+        "What a run does. cnn-training, bert-finetuning, llm-pretraining: the harness trains `model` (a BERT "
+        "model name carries its task and sequence length, e.g. bert_swag); allreduce, broadcast, allgather, "
+        "reducescatter, alltoall: the harness measures that collective's bus bandwidth over the run's process "
+        "group, at message sizes `min_bytes`, x `size_factor`, ..., `max_bytes`; sendrecv: every pair of ranks, "
+        "both directions; nccl-tests: the image's own binary `nccl_test`, one process per GPU; command: the "
+        "site's own `command`, read by its `result`; storage: the read rate of --data's files (`storage_test`)."))
+    storage_test: Literal["sequential", "small-files"] | None = Field(default=None, description=(
+        "kind storage: what the reader measures, sequential reads of large files (GB/s) or small files opened, "
+        "read whole and closed (files/s)."))
+    nccl_test: str | None = Field(default=None, pattern=r"^[a-z_]+_perf$", description=(
+        "kind nccl-tests: the image's nccl-tests binary to run, e.g. all_reduce_perf."))
+    framework: Literal["pytorch", "tensorflow"] = Field(default="pytorch", description=(
+        "The framework the workload is written for; a run takes the harness of its image's framework, and this "
+        "one's where the image runs tf_cnn_benchmarks."))
+    model: str | None = Field(default=None, description=(
+        "Training kinds: the model's name in the in-container harness (tf_cnn_benchmarks naming: resnet50 is "
+        "v1, resnet50_v1.5 is v1.5)."))
+    min_bytes: int = Field(default=8, ge=4, description="Collectives and nccl-tests: the smallest message, bytes.")
+    max_bytes: int = Field(default=64 * 1024 * 1024, ge=4, description=(
+        "Collectives and nccl-tests: the largest message, bytes."))
+    size_factor: int = Field(default=2, ge=2, description=(
+        "Collectives and nccl-tests: each message size is the previous one times this."))
+    tf_cnn_model: str | None = Field(default=None, description=(
+        "The model's name in tf_cnn_benchmarks (`--model`), for images that run it; none: such images cannot "
+        "run this workload."))
+    dataset: Literal["synthetic", "imagenet"] = Field(default="synthetic", description=(
+        "A tensorflow workload's data as its comparability key records it (imagenet: real data, TFRecord "
+        "files); other runs read --data's directory, synthetic data without one."))
+    default_batch_size: int = Field(default=32, gt=0, description=(
+        "Batch per rank when neither --batch-size nor the system (`batch_sizes`, `default_batch_size`) sets one."))
+    default_steps: int = Field(default=20, gt=0, description=(
+        "Timed steps (training steps, or iterations per message size) unless --steps or the system sets them."))
+    default_warmup_steps: int = Field(default=5, ge=0, description=(
+        "Untimed warm-up steps before timing unless --warmup-steps or the system sets them."))
+    published_params: PublishedValue | None = Field(default=None, description=(
+        "The model's parameter count as a document published it (`dlrun workloads show`)."))
+    published_ops_per_image: PublishedValue | None = Field(default=None, description=(
+        "The model's operations per image as a document published it; compare's efficiency takes it where "
+        "dlrun cannot count the model's multiply-adds itself."))
+    command: str | None = Field(default=None, description=(
+        "kind command: the site's shell text, run by bash inside the image (dlrun.catalog.commands)."))
+    run_per: Literal["rank", "node"] = Field(default="rank", description=(
+        "kind command: run the command once per rank, or once per node (only each node's first rank)."))
+    result: CommandResult | None = Field(default=None, description="kind command: how its result is read.")
+    sources: list[Source] = Field(default=[], description="Where the workload's settings come from.")
 
     @property
     def trains(self) -> bool:
@@ -129,9 +142,9 @@ RUN_PRECISION_PEAKS: dict[str, tuple[str, ...]] = {
 class PeakRate(Strict):
     """Nominal peak arithmetic rate of one device (one GPU, or one CPU socket): dense, no sparsity."""
 
-    precision: PeakPrecision
-    tflops: float = Field(gt=0)
-    source: Source
+    precision: PeakPrecision = Field(description="The arithmetic the rate is for (`-tensor`: on tensor cores).")
+    tflops: float = Field(gt=0, description="The rate, TFLOP/s.")
+    source: Source = Field(description="Where the rate is published.")
 
 
 def peak_for(peaks: list[PeakRate], run_precision: str) -> PeakRate | None:
@@ -141,12 +154,15 @@ def peak_for(peaks: list[PeakRate], run_precision: str) -> PeakRate | None:
 
 
 class CpuSpec(Strict):
-    model: str | None = None
-    sockets: int = Field(default=1, gt=0)
-    cores_per_socket: int = Field(gt=0)
-    threads_per_core: int = Field(default=1, gt=0)
-    numa_nodes: int = Field(default=1, gt=0)
-    peak: list[PeakRate] = []  # per socket
+    """The CPUs of one node."""
+
+    model: str | None = Field(default=None, description="The processor's model name.")
+    sockets: int = Field(default=1, gt=0, description="CPU sockets per node.")
+    cores_per_socket: int = Field(gt=0, description="Physical cores per socket.")
+    threads_per_core: int = Field(default=1, gt=0, description="Hardware threads per core (SMT).")
+    numa_nodes: int = Field(default=1, gt=0, description="NUMA nodes per node (what ranks are bound to).")
+    peak: list[PeakRate] = Field(default=[], description=(
+        "Nominal peak rates of one socket, by precision: the ceiling a CPU run's efficiency is computed against."))
 
     @property
     def cores(self) -> int:
@@ -154,30 +170,49 @@ class CpuSpec(Strict):
 
 
 class GpuSpec(Strict):
-    model: str
-    count_per_node: int = Field(gt=0)
-    memory_gb: float | None = None
-    memory_bandwidth_gbs: float | None = Field(default=None, gt=0)  # the GPU's own memory (HBM), GB/s
-    interconnect: str | None = None
-    # NUMA node of each GPU (index = GPU id), for CPU binding; None when unknown.
-    numa_affinity: list[int] | None = None
-    compute_capability: str | None = Field(default=None, pattern=r"^\d+\.\d+$")  # e.g. 7.0: dlrun.nodemodel.cuda
-    driver: str | None = Field(default=None, pattern=r"^\d+(\.\d+){1,2}$")  # the nodes' NVIDIA driver, when stated
-    peak: list[PeakRate] = []  # per GPU
+    """The GPUs of one node."""
+
+    model: str = Field(description="The GPU's model name.")
+    count_per_node: int = Field(gt=0, description="GPUs per node.")
+    memory_gb: float | None = Field(default=None, description="Memory of one GPU, GB (for people).")
+    memory_bandwidth_gbs: float | None = Field(default=None, gt=0, description=(
+        "Bandwidth of one GPU's own memory (HBM), GB/s (for people)."))
+    interconnect: str | None = Field(default=None, description=(
+        "How the node's GPUs are linked, in words, e.g. NVLink hybrid cube-mesh (for people)."))
+    numa_affinity: list[int] | None = Field(default=None, description=(
+        "NUMA node of each GPU (index: GPU id), for binding ranks to their GPU's socket; none: not known."))
+    compute_capability: str | None = Field(default=None, pattern=r"^\d+\.\d+$", description=(
+        "The GPU's CUDA compute capability, e.g. 7.0: which images' CUDA can target it (dlrun.nodemodel.cuda)."))
+    driver: str | None = Field(default=None, pattern=r"^\d+(\.\d+){1,2}$", description=(
+        "The nodes' NVIDIA driver version, when stated: which images' CUDA it can run."))
+    peak: list[PeakRate] = Field(default=[], description=(
+        "Nominal peak rates of one GPU, by precision: the ceiling a GPU run's efficiency and MFU are computed "
+        "against."))
 
 
 class FabricConfig(Strict):
     """What a site knows about one fabric; anything left out is detected or left to NCCL/UCX defaults."""
 
-    description: str | None = None
-    speed_gbps: float | None = Field(default=None, gt=0)  # line rate of one link (one port)
-    links: int = Field(default=1, gt=0)                   # links (ports, rails) per node on this fabric
-    hca: list[str] = []         # RDMA devices with port, e.g. mlx5_0:1 or hfi1_0:1 (NCCL_IB_HCA, UCX_NET_DEVICES)
-    interfaces: list[str] = []  # IP interfaces for sockets and out-of-band traffic, e.g. ib0, eth2
-    gid_index: int | Literal["auto"] = "auto"  # RoCE: "auto" picks the RoCE v2 GID on the node at job start
-    ucx_tls: list[str] = []
-    numa_affinity: list[int] | None = None  # NUMA node of each link's NIC (index = link), for GPU<->NIC paths
-    gpudirect: bool | None = None  # GPUDirect RDMA works on this fabric (peer-memory driver loaded); None: unknown
+    description: str | None = Field(default=None, description="The fabric in words, e.g. its adapters and switch.")
+    speed_gbps: float | None = Field(default=None, gt=0, description=(
+        "Line rate of one link (one port), Gbit/s: with `links`, what compare sets a run's bus bandwidth "
+        "against, and the run's fabric rate where the node reports none."))
+    links: int = Field(default=1, gt=0, description="Links (ports, rails) per node on this fabric.")
+    hca: list[str] = Field(default=[], description=(
+        "RDMA devices with port, e.g. mlx5_0:1 or hfi1_0:1 (NCCL_IB_HCA, UCX_NET_DEVICES); none: NCCL's and "
+        "UCX's own choice."))
+    interfaces: list[str] = Field(default=[], description=(
+        "IP interfaces for sockets and out-of-band traffic, e.g. ib0, eth2 (NCCL_SOCKET_IFNAME, "
+        "GLOO_SOCKET_IFNAME, Open MPI's btl_tcp_if_include)."))
+    gid_index: int | Literal["auto"] = Field(default="auto", description=(
+        "RoCE: the GID index (NCCL_IB_GID_INDEX, UCX_IB_GID_INDEX); auto: the node's RoCE v2 GID, picked at "
+        "job start."))
+    ucx_tls: list[str] = Field(default=[], description=(
+        "ib, roce: UCX's transports (UCX_TLS); none: rc, sm, self, and cuda_copy, cuda_ipc on GPUs."))
+    numa_affinity: list[int] | None = Field(default=None, description=(
+        "NUMA node of each link's NIC (index: link), for the GPU<->NIC path; none: not known."))
+    gpudirect: bool | None = Field(default=None, description=(
+        "Whether GPUDirect RDMA works on this fabric (peer-memory driver loaded); none: not known."))
 
     @field_validator("hca", "interfaces", "ucx_tls")
     @classmethod
@@ -188,112 +223,64 @@ class FabricConfig(Strict):
         return value
 
 
-class SchedulerOptions(BaseModel):
-    """Batch job settings every scheduler takes. Values go into scheduler directives, so they are restricted
-    to plain words. A scheduler's own settings (Slurm's qos and srun_mpi, LSF's alloc flags, a Kubernetes
-    namespace) are declared by the scheduler (`Scheduler.options`, a subclass) and ride here as extra fields:
-    a system's are checked against its scheduler when the system is loaded (`own_scheduler_options`)."""
-
-    model_config = ConfigDict(extra="allow", frozen=True)
-
-    partition: str | None = Field(default=None, pattern=DIRECTIVE_WORD)  # Slurm partition, LSF/PBS queue
-    account: str | None = Field(default=None, pattern=DIRECTIVE_WORD)    # Slurm account, LSF -P, PBS -A
-    # Wall-clock limit: MINUTES, HH:MM, HH:MM:SS or D-HH:MM:SS. A dead rank can never hold nodes longer.
-    time: str | None = Field(default="00:30:00", pattern=r"^(\d+-)?\d+(:\d{2}){0,2}$")
-    exclusive: bool = False
-    extra: list[str] = []  # further directives, e.g. --mem=0
-
-    @field_validator("time")
-    @classmethod
-    def _a_limit(cls, value: str | None) -> str | None:
-        if value is not None:
-            time_limit_seconds(value)  # every field within its range, the whole within MAX_TIME_LIMIT_S
-        return value
-
-    @field_validator("extra")
-    @classmethod
-    def _directive_flags(cls, value: list[str]) -> list[str]:
-        return all_match(value, r"-{1,2}[A-Za-z][A-Za-z0-9_-]*(=[A-Za-z0-9_.,:+=@%/-]+)?",
-                         "a plain scheduler flag (like --mem=0)")
-
-    def time_seconds(self) -> int | None:
-        """The limit in seconds (`time_limit_seconds`)."""
-        return None if self.time is None else time_limit_seconds(self.time)
-
-    def time_minutes(self) -> int | None:
-        """The limit in whole minutes, rounded up: a batch limit is never shorter than the one asked for."""
-        seconds = self.time_seconds()
-        return None if seconds is None else -(-seconds // 60)
-
-    def hhmmss(self) -> str | None:
-        minutes = self.time_minutes()
-        return None if minutes is None else f"{minutes // 60:02d}:{minutes % 60:02d}:00"
-
-
-class OwnSchedulerOptions(SchedulerOptions):
-    """The base of a scheduler's own options model: its fields and the common ones, nothing else."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-def own_scheduler_options(scheduler: str, options: SchedulerOptions) -> SchedulerOptions:
-    """`options` checked against the options `scheduler` declares, its defaults filled in. A name that is
-    no scheduler (or one that cannot load here) is left to the plan, which refuses it when it is chosen."""
-    try:
-        model = SCHEDULERS.get_class(scheduler).options
-    except DlrunError:
-        return options
-    try:
-        own = model.model_validate(options.model_dump())
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(part) for part in err["loc"])
-        takes = ", ".join(sorted(model.model_fields))
-        raise ValueError(f"{field}: {err['msg']} (scheduler {scheduler} takes {takes})") from None
-    return SchedulerOptions(**own.model_dump())
-
-
 class SystemSpec(Strict):
-    name: str = Field(pattern=NAME_PATTERN)
-    description: str
-    site: str | None = None
-    # Host names of this system's login and compute nodes, as regular expressions matched against the whole
-    # name: a run on such a host uses this system unless --system, $DLRUN_SYSTEM or config.yaml names one.
-    hostnames: list[str] = []
-    arch: Arch = "x86_64"
-    nodes: int = Field(gt=0)
-    cpu: CpuSpec
-    memory_gb: float = Field(gt=0)
-    gpus: GpuSpec | None = None
-    fabrics: list[FabricName] = ["tcp"]
-    default_fabric: Literal["ib", "opa", "roce", "tcp", "auto"] = "auto"
-    fabric_config: dict[FabricName, FabricConfig] = {}
-    storage: dict[str, FileSystem] = {}  # file systems by name (nvme, lustre): dlrun.catalog.storage
-    scheduler: str = "local"
-    launcher: str = "mpirun"
-    runtime: str = "host"
-    default_image: str = "host"
-    # How the PyTorch harness distributes training unless --dist says: DistributedDataParallel or Horovod.
-    dist: Literal["ddp", "horovod"] = "ddp"
-    # Per-rank (per-GPU) batch sizes by workload name, as the source used them.
-    batch_sizes: dict[str, int] = {}
-    # Per-rank batch for workloads not in batch_sizes; None falls back to the workload's default.
-    default_batch_size: int | None = Field(default=None, gt=0)
-    # Timed and warm-up steps unless given on the command line; None: the workload's defaults.
-    default_steps: int | None = Field(default=None, gt=0)
-    default_warmup_steps: int | None = Field(default=None, ge=0)
-    # Checked against `scheduler`'s own options, whose defaults fill in what a system leaves out.
-    scheduler_options: SchedulerOptions = Field(default=SchedulerOptions(), validate_default=True)
-    # Data-loader worker processes per GPU (Ren et al.'s j); passed to the harness, recorded with the result.
-    data_loader_workers: int = Field(default=0, ge=0)
-    # The site's host MPI and PMI, for the hybrid-model compatibility check, e.g. "openmpi 4.0.1".
-    mpi: str | None = None
-    sources: list[Source] = []
-    detected: bool = False
-    # Partitions whose nodes differ from the system's (dlrun.catalog.partitions); `partition`: which one this is
-    # (set when a run names one: partitions.select; None: the system's own nodes).
-    partitions: dict[str, PartitionSpec] = {}
-    partition: str | None = None
+    """A system profile: the nodes of one cluster or machine (its default partition), how jobs reach them, and
+    where each value comes from."""
+
+    name: str = Field(pattern=NAME_PATTERN, description="The system's name, as `--system NAME` takes it.")
+    description: str = Field(description="What the system is, in words (`dlrun systems list`).")
+    site: str | None = Field(default=None, description=(
+        "Where the system is, or the document that describes it, in words (for people; the site runs are "
+        "stored under is config.yaml's `site`)."))
+    hostnames: list[str] = Field(default=[], description=(
+        "Host names of the system's login and compute nodes, as regular expressions matched against the whole "
+        "name: a run on such a host uses this system unless --system, $DLRUN_SYSTEM or config.yaml names one."))
+    arch: Arch = Field(default="x86_64", description="The nodes' CPU architecture.")
+    nodes: int = Field(gt=0, description="Nodes of the system: the most a run may use.")
+    cpu: CpuSpec = Field(description="The CPUs of one node.")
+    memory_gb: float = Field(gt=0, description="Memory of one node, GB.")
+    gpus: GpuSpec | None = Field(default=None, description="The GPUs of one node; none: runs are on CPUs.")
+    fabrics: list[FabricName] = Field(default=["tcp"], description="The interconnects a run may use (--fabric).")
+    default_fabric: Literal["ib", "opa", "roce", "tcp", "auto"] = Field(default="auto", description=(
+        "The fabric a run uses unless --fabric names one; auto: the first of `fabrics`."))
+    fabric_config: dict[FabricName, FabricConfig] = Field(default={}, description=(
+        "What the site knows about each fabric, by name."))
+    storage: dict[str, FileSystem] = Field(default={}, description=(
+        "The nodes' file systems by name (nvme, lustre): an experiment's `storage` axis reads from them "
+        "(dlrun.catalog.storage)."))
+    scheduler: str = Field(default="local", description="How jobs are started: local, or a batch scheduler (slurm, "
+                           "lsf, pbs, kubernetes, ...), unless --scheduler names one.")
+    launcher: str = Field(default="mpirun", description="The process launcher (mpirun, srun, torchrun, ...) unless "
+                          "--launcher names one.")
+    runtime: str = Field(default="host", description="The container runtime (host: none) unless --runtime names one.")
+    default_image: str = Field(default="host", description="The image a run uses unless --image names one.")
+    dist: Literal["ddp", "horovod"] = Field(default="ddp", description=(
+        "How the PyTorch harness distributes training unless --dist says: DistributedDataParallel or Horovod."))
+    batch_sizes: dict[str, int] = Field(default={}, description=(
+        "Batch per rank (per GPU) by workload name, as the source used them, unless --batch-size says."))
+    default_batch_size: int | None = Field(default=None, gt=0, description=(
+        "Batch per rank for workloads not in `batch_sizes`; none: the workload's default."))
+    default_steps: int | None = Field(default=None, gt=0, description=(
+        "Timed steps unless --steps says; none: the workload's default."))
+    default_warmup_steps: int | None = Field(default=None, ge=0, description=(
+        "Untimed warm-up steps unless --warmup-steps says; none: the workload's default."))
+    scheduler_options: SchedulerOptions = Field(default=SchedulerOptions(), validate_default=True, description=(
+        "Batch job settings, checked against `scheduler`'s own options, whose defaults fill in what is left out."))
+    data_loader_workers: int = Field(default=0, ge=0, description=(
+        "Data-loader worker processes per rank (Ren et al.'s j) unless --data-workers says; 0: the harness's "
+        "default. Passed to the harness, recorded with the result."))
+    mpi: str | None = Field(default=None, description=(
+        "The site's host MPI, e.g. `openmpi 4.0.1`: checked against the image's MPI (the hybrid model) where no "
+        "node is probed; `dlrun doctor` warns when a node's differs."))
+    sources: list[Source] = Field(default=[], description="Where the profile's values come from.")
+    detected: bool = Field(default=False, description=(
+        "Made from this host's probes (the `localhost` system), not written by a site."))
+    partitions: dict[str, PartitionSpec] = Field(default={}, description=(
+        "Other partitions whose nodes differ from the system's, by the scheduler's name for them "
+        "(dlrun.catalog.partitions); --partition NAME selects one."))
+    partition: str | None = Field(default=None, description=(
+        "Set by dlrun, not written: which listed partition's nodes this is (a run that names one); none: the "
+        "system's own."))
 
     @model_validator(mode="after")
     def _partitions_merge(self) -> "SystemSpec":
@@ -338,30 +325,37 @@ class ImageSpec(Strict):
     """What the launcher needs of an image. The full pinned stack lives in containers/<tag>/image.yaml
     (dlrun.catalog.stack.PinnedImageSpec, a subclass)."""
 
-    name: str = Field(pattern=NAME_PATTERN)
-    description: str
-    kind: Literal["host", "container"] = "container"
-    arch: list[Arch] = ["x86_64"]
-    framework: str = "pytorch"
-    framework_version: str | None = None
-    # The benchmark code its training workloads run: dlrun's harness for the framework, or tf_cnn_benchmarks.
-    # Default: dlrun's harness for pytorch, tf_cnn_benchmarks for tensorflow (the TF 1.x images).
-    runs: Literal["dlrun-harness", "tf_cnn_benchmarks"] | None = None
-    # Interpreter and harness location inside the image; for `host` they are resolved on this machine.
-    python: str = "python3"
-    harness_dir: str = "/opt/dlrun"
-    uri: str | None = None  # repository without tag; the image for one architecture is `<uri>:<arch>`
-    # Content digest: the image ID (sha256 of the image config, which lists every layer's content digest).
-    # Identical in Docker and Podman and across save/load/push/pull. Filled from the site's image lock.
-    digest: str | None = None
-    # Filled per plan from the site's image lock and image store (never written in YAML):
-    repo_digest: str | None = None  # `<registry>/<repo>@sha256:...` (manifest digest) after a push or pull
-    rootfs: str | None = None       # unpacked root filesystem (charliecloud)
-    sif: str | None = None          # Singularity/Apptainer image file
-    squashfs: str | None = None     # enroot's squashfs file, when the lock records one (pyxis runs it)
-    # Horovod for PyTorch in the image (`--dist horovod`); pinned images say it in their `horovod:` entry.
-    horovod_version: str | None = None
-    sources: list[Source] = []
+    name: str = Field(pattern=NAME_PATTERN, description="The image's tag, as `--image TAG` takes it.")
+    description: str = Field(description="What the image is, in words (`dlrun images list`).")
+    kind: Literal["host", "container"] = Field(default="container", description=(
+        "container: an image a container runtime starts; host: this machine's own software, no container."))
+    arch: list[Arch] = Field(default=["x86_64"], description="The architectures the image is built for.")
+    framework: str = Field(default="pytorch", description="The deep-learning framework it holds (pytorch, tensorflow).")
+    framework_version: str | None = Field(default=None, description="That framework's version.")
+    runs: Literal["dlrun-harness", "tf_cnn_benchmarks"] | None = Field(default=None, description=(
+        "The benchmark code its training workloads run: dlrun's harness for the framework, or "
+        "tf_cnn_benchmarks; none: the harness for pytorch, tf_cnn_benchmarks for tensorflow (the TF 1.x images)."))
+    python: str = Field(default="python3", description=(
+        "The interpreter inside the image (for `host`: on this machine)."))
+    harness_dir: str = Field(default="/opt/dlrun", description=(
+        "Where dlrun's harness files are inside the image (for `host`: on this machine)."))
+    uri: str | None = Field(default=None, description=(
+        "The repository, without tag; the image for one architecture is `<uri>:<arch>`."))
+    digest: str | None = Field(default=None, description=(
+        "The image ID (sha256 of the image config, which lists every layer's content digest), the same in Docker "
+        "and Podman and across save, load, push and pull; filled from the site's image lock."))
+    repo_digest: str | None = Field(default=None, description=(
+        "Filled per plan from the image lock, never written: `<registry>/<repo>@sha256:...` (the manifest "
+        "digest) after a push or pull."))
+    rootfs: str | None = Field(default=None, description=(
+        "Filled per plan from the image store, never written: the unpacked root file system (charliecloud)."))
+    sif: str | None = Field(default=None, description=(
+        "Filled per plan from the image store, never written: the Singularity/Apptainer image file."))
+    squashfs: str | None = Field(default=None, description=(
+        "Filled per plan, never written: enroot's squashfs file, when the lock records one (pyxis runs it)."))
+    horovod_version: str | None = Field(default=None, description=(
+        "Horovod for PyTorch in the image (`--dist horovod`); pinned images say it in their `horovod:` entry."))
+    sources: list[Source] = Field(default=[], description="Where the image's facts come from.")
 
     @property
     def harness_framework(self) -> str | None:

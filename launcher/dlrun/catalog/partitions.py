@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer
 
-from dlrun.errors import UsageError, unknown_name
+from dlrun.errors import UsageError, closest, unknown_name
 
 #: The sections a partition may state, replacing the system's; scheduler_options and sources are merged.
 REPLACED = ("description", "arch", "nodes", "cpu", "memory_gb", "gpus", "fabrics", "default_fabric")
@@ -28,17 +28,24 @@ class PartitionSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    description: str | None = None
-    arch: str | None = None
-    nodes: int | None = Field(default=None, gt=0)
-    cpu: dict[str, Any] | None = None
-    memory_gb: float | None = Field(default=None, gt=0)
-    gpus: dict[str, Any] | None = None  # `gpus: null`: this partition's nodes have none
-    fabrics: list[str] | None = None
-    default_fabric: str | None = None
-    fabric_config: dict[str, dict[str, Any]] = {}
-    scheduler_options: dict[str, Any] = {}
-    sources: list[dict[str, Any]] = []
+    description: str | None = Field(default=None, description="The partition in words; replaces the system's.")
+    arch: str | None = Field(default=None, description="Its nodes' CPU architecture; replaces the system's.")
+    nodes: int | None = Field(default=None, gt=0, description="Its nodes; replaces the system's count.")
+    cpu: dict[str, Any] | None = Field(default=None, description=(
+        "The CPUs of one of its nodes (as the system's `cpu`); replaces the system's whole."))
+    memory_gb: float | None = Field(default=None, gt=0, description="Memory of one of its nodes, GB.")
+    gpus: dict[str, Any] | None = Field(default=None, description=(
+        "The GPUs of one of its nodes (as the system's `gpus`), replacing the system's whole; `gpus: null`: "
+        "its nodes have none."))
+    fabrics: list[str] | None = Field(default=None, description="Its interconnects; replace the system's.")
+    default_fabric: str | None = Field(default=None, description="Its default fabric; replaces the system's.")
+    fabric_config: dict[str, dict[str, Any]] = Field(default={}, description=(
+        "Fabric settings (as the system's `fabric_config`), replacing the system's fabric by fabric."))
+    scheduler_options: dict[str, Any] = Field(default={}, description=(
+        "Batch job settings merged key by key over the system's (the account carries over); its name is its "
+        "key in `partitions`, never `partition` here."))
+    sources: list[dict[str, Any]] = Field(default=[], description=(
+        "Where its values come from (as the system's `sources`), added to the system's."))
 
     @model_serializer(mode="wrap")
     def _as_stated(self, handler):
@@ -84,6 +91,18 @@ def select(system: Any, partition: str | None) -> Any:
         refusal = str(unknown_name("partition", chosen, names(system)))
         raise UsageError(refusal.replace(f"{chosen!r}", f"{chosen!r} of system {system.name!r}", 1))
     return merged(system, chosen)
+
+
+def axis_problem(system: Any, partition: str) -> str | None:
+    """Why an experiment's `partition` axis value cannot run on `system`, or None: a point names one of the
+    partitions the system models (`names`), never one left to the scheduler, whose nodes dlrun would not know."""
+    valid = names(system)
+    if partition in valid:
+        return None
+    hint = closest(partition, valid)
+    return (f"partition {partition!r} is not a partition of system {system.name!r}"
+            + (f"; did you mean {hint!r}?" if hint else ";") + " valid: "
+            + (", ".join(valid) or "none (it lists no partitions and names no scheduler_options.partition)"))
 
 
 def check_all(system: Any) -> None:

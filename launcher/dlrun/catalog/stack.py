@@ -33,8 +33,8 @@ def check_version(value: str) -> str:
 class Provenance(Strict):
     """Exactly one of: the source states the value, or we chose it (and why)."""
 
-    stated_in: str | None = None
-    chosen: str | None = None
+    stated_in: str | None = Field(default=None, description="The source that names this value, and where in it.")
+    chosen: str | None = Field(default=None, description="Not stated in the source: what was chosen, and why.")
 
     @model_validator(mode="after")
     def _one_reason(self):
@@ -53,7 +53,9 @@ class Provenance(Strict):
 
 
 class Pin(Provenance):
-    version: str
+    """One component at one exact version."""
+
+    version: str = Field(description="The exact version (no range, no `latest`).")
 
     @field_validator("version")
     @classmethod
@@ -64,13 +66,17 @@ class Pin(Provenance):
 class NotUsed(Strict):
     """The stack has no such component, and why (e.g. `native distributed TensorFlow over gRPC`)."""
 
-    not_used: str = Field(min_length=3)
+    not_used: str = Field(min_length=3, description="Why the stack has no such component.")
 
 
 class BaseImage(Provenance):
-    image: str = Field(pattern=r"^[a-z0-9][a-z0-9._/-]*(:[0-9]+)?[a-z0-9._/-]*$")
-    tag: str = Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-    digest: str | None = Field(default=None, pattern=SHA256)
+    """The image one architecture's build starts from."""
+
+    image: str = Field(pattern=r"^[a-z0-9][a-z0-9._/-]*(:[0-9]+)?[a-z0-9._/-]*$", description=(
+        "The base image's repository, e.g. nvcr.io/nvidia/pytorch."))
+    tag: str = Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$", description="Its release tag (never latest).")
+    digest: str | None = Field(default=None, pattern=SHA256, description=(
+        "Its sha256 digest where known: the build then starts from exactly that image."))
 
     @field_validator("tag")
     @classmethod
@@ -86,8 +92,10 @@ class BaseImage(Provenance):
 
 
 class OsSpec(Provenance):
-    distro: Literal["ubuntu", "debian"]
-    version: str
+    """The image's operating system."""
+
+    distro: Literal["ubuntu", "debian"] = Field(description="The distribution.")
+    version: str = Field(description="Its release, e.g. 22.04 or 12.")
 
     @field_validator("version")
     @classmethod
@@ -102,19 +110,28 @@ class ForwardCompat(Strict):
     """The CUDA forward-compatibility package the image carries: the older data-center driver branches its CUDA
     runs on (each branch's minimum release, e.g. 535.86 for R535), as the image's release notes list them."""
 
-    drivers: list[str] = Field(min_length=1)
-    stated_in: str
+    drivers: list[str] = Field(min_length=1, description=(
+        "Each driver branch's minimum release the image's CUDA runs on, e.g. 535.86."))
+    stated_in: str = Field(description="The release notes that list them, and where.")
 
 
 class CudaSpec(Pin):
-    provided_by: Literal["base", "conda"] = "base"
-    forward_compat: ForwardCompat | None = None  # None: the image's CUDA needs its own minimum driver
+    """The CUDA toolkit in the image."""
+
+    provided_by: Literal["base", "conda"] = Field(default="base", description=(
+        "base: the base image has it (the build checks its CUDA_VERSION); conda: the framework's conda packages."))
+    forward_compat: ForwardCompat | None = Field(default=None, description=(
+        "The forward-compatibility package it carries; none: the image's CUDA needs its own minimum driver."))
 
 
 class CudnnSpec(Pin):
-    # apt: NVIDIA's libcudnnN packages at exactly this version; pip: bundled in the framework's wheel
-    provided_by: Literal["base", "apt", "conda", "pip"] = "base"
-    apt_version: str | None = None  # the Debian package version, e.g. 7.4.2.24-1+cuda10.0 (provided_by apt)
+    """cuDNN in the image."""
+
+    provided_by: Literal["base", "apt", "conda", "pip"] = Field(default="base", description=(
+        "base: the base image has it (the build checks its CUDNN_VERSION); apt: NVIDIA's libcudnnN packages at "
+        "exactly `apt_version`; conda: the framework's conda packages; pip: bundled in the framework's wheel."))
+    apt_version: str | None = Field(default=None, description=(
+        "provided_by apt: the Debian package version, e.g. 7.4.2.24-1+cuda10.0."))
 
     @model_validator(mode="after")
     def _apt_version(self):
@@ -124,25 +141,39 @@ class CudnnSpec(Pin):
 
 
 class NcclSpec(Pin):
-    provided_by: Literal["base", "apt", "conda", "pip"] = "base"
+    """NCCL in the image."""
+
+    provided_by: Literal["base", "apt", "conda", "pip"] = Field(default="base", description=(
+        "base: the base image has it (the build checks its NCCL_VERSION); apt: NVIDIA's packages; conda: the "
+        "framework's conda packages; pip: bundled in the framework's wheel."))
 
 
 class UcxSpec(Pin):
-    provided_by: Literal["base", "source", "apt"] = "source"
+    """UCX, the communication library the image's MPI uses."""
+
+    provided_by: Literal["base", "source", "apt"] = Field(default="source", description=(
+        "base: the base image has it; source: built by the recipe (with CUDA where the MPI is CUDA-aware); apt: "
+        "the distribution's packages."))
 
 
 class MpiSpec(Pin):
-    flavour: Literal["openmpi", "hpcx"]
-    provided_by: Literal["base", "source", "apt"] = "source"
-    prefix: str = "/usr/local/openmpi"
-    cuda_aware: bool
-    pmi: list[Literal["pmix", "pmi2"]] = Field(min_length=1)
-    ucx: UcxSpec | NotUsed
-    verbs: bool
-    psm2: bool
-    psm2_cuda: bool = False  # the PSM2 library is built with CUDA (PSM2_CUDA / PSM2_GPUDIRECT take GPU buffers)
-    # PSM2 (Omni-Path) exists for x86_64 only; per-architecture overrides of `psm2`.
-    psm2_by_arch: dict[Arch, bool] = {}
+    """The MPI in the image: what the host's launcher must agree with (the hybrid model)."""
+
+    flavour: Literal["openmpi", "hpcx"] = Field(description="Which MPI: Open MPI, or NVIDIA HPC-X (Open MPI-based).")
+    provided_by: Literal["base", "source", "apt"] = Field(default="source", description=(
+        "base: the base image has it (the build runs its ompi_info); source: built by the recipe; apt: the "
+        "distribution's packages."))
+    prefix: str = Field(default="/usr/local/openmpi", description="Where it is installed in the image.")
+    cuda_aware: bool = Field(description="Built with CUDA: MPI calls take GPU buffers.")
+    pmi: list[Literal["pmix", "pmi2"]] = Field(min_length=1, description=(
+        "The process-management interfaces it is built with: what the launcher (srun --mpi, ...) must offer."))
+    ucx: UcxSpec | NotUsed = Field(description="The UCX it is built with.")
+    verbs: bool = Field(description=(
+        "Built with InfiniBand verbs (a source build adds OFED); fabrics ib and roce need verbs or UCX."))
+    psm2: bool = Field(description="Built with PSM2 (Omni-Path), which fabric opa needs.")
+    psm2_cuda: bool = Field(default=False, description=(
+        "The PSM2 library is built with CUDA (PSM2_CUDA / PSM2_GPUDIRECT take GPU buffers)."))
+    psm2_by_arch: dict[Arch, bool] = Field(default={}, description="Per-architecture `psm2` (PSM2: x86_64 only).")
 
     def psm2_for(self, arch: str) -> bool:
         return self.psm2_by_arch.get(arch, self.psm2)  # type: ignore[call-overload]
@@ -171,9 +202,10 @@ class GitRef(Provenance):
     A release tag alone is accepted where the commit could not be looked up (tags are not moved in the
     projects we use); a branch always needs its commit."""
 
-    repo: str = Field(pattern=r"^https://[A-Za-z0-9./_-]+$")
-    ref: str | None = None  # branch or tag the commit was taken from
-    commit: str | None = Field(default=None, pattern=COMMIT)
+    repo: str = Field(pattern=r"^https://[A-Za-z0-9./_-]+$", description="The repository's https URL.")
+    ref: str | None = Field(default=None, description="The branch or tag the commit was taken from.")
+    commit: str | None = Field(default=None, pattern=COMMIT, description=(
+        "The commit built (40 hex digits); may be left out only for a release tag."))
 
     @model_validator(mode="after")
     def _commit_or_tag(self):
@@ -189,23 +221,31 @@ class GitRef(Provenance):
 class SourceBuild(Strict):
     """Build the framework from source (Han et al. built TensorFlow 1.8 for POWER themselves)."""
 
-    git: GitRef
-    bazel: Pin
-    # Environment for TensorFlow's ./configure (TF_NEED_CUDA, TF_CUDA_COMPUTE_CAPABILITIES, ...)
-    configure_env: dict[str, str]
-    configure_env_by_arch: dict[Arch, dict[str, str]] = {}  # e.g. CC_OPT_FLAGS=-mcpu=power8
-    # Extra OS packages the build needs, per architecture (e.g. a JDK to bootstrap Bazel on ppc64le).
-    packages_by_arch: dict[Arch, list[str]] = {}
+    git: GitRef = Field(description="The framework's repository at the commit built.")
+    bazel: Pin = Field(description="The Bazel release it is built with.")
+    configure_env: dict[str, str] = Field(description=(
+        "Environment for TensorFlow's ./configure (TF_NEED_CUDA, TF_CUDA_COMPUTE_CAPABILITIES, ...)."))
+    configure_env_by_arch: dict[Arch, dict[str, str]] = Field(default={}, description=(
+        "More of it per architecture, e.g. CC_OPT_FLAGS=-mcpu=power8."))
+    packages_by_arch: dict[Arch, list[str]] = Field(default={}, description=(
+        "Extra OS packages the build needs, per architecture (e.g. a JDK to bootstrap Bazel on ppc64le)."))
 
 
 class FrameworkInstall(Provenance):
-    method: Literal["base", "pip", "conda", "apt", "source"]
-    packages: list[str] = []
-    channels: list[str] = []       # conda channels, in priority order
-    index_url: str | None = None   # pip --extra-index-url / find-links (e.g. PyTorch's CUDA wheels)
-    conda: Pin | None = None       # the Miniconda installer version (method conda)
-    env: dict[str, str] = {}       # environment the installer needs (e.g. license acceptance)
-    source: SourceBuild | None = None
+    """How the framework gets into the image."""
+
+    method: Literal["base", "pip", "conda", "apt", "source"] = Field(description=(
+        "base: the base image has it (the build checks its version); pip, conda, apt: installed from `packages`; "
+        "source: built from `source`."))
+    packages: list[str] = Field(default=[], description=(
+        "The packages installed, each pinned (pip NAME==VERSION, conda NAME=VERSION, apt NAME=VERSION)."))
+    channels: list[str] = Field(default=[], description="method conda: the channels, in priority order.")
+    index_url: str | None = Field(default=None, description=(
+        "method pip: where pip also finds wheels (--find-links), e.g. PyTorch's CUDA wheels."))
+    conda: Pin | None = Field(default=None, description="method conda: the Miniconda installer's version.")
+    env: dict[str, str] = Field(default={}, description=(
+        "methods pip and conda: environment the installer needs (e.g. license acceptance)."))
+    source: SourceBuild | None = Field(default=None, description="method source: what is built, and how.")
 
     @model_validator(mode="after")
     def _pinned_packages(self):
@@ -226,8 +266,10 @@ class FrameworkInstall(Provenance):
 
 
 class HorovodSpec(Pin):
-    # Build flags, e.g. HOROVOD_GPU_ALLREDUCE=NCCL, HOROVOD_WITH_TENSORFLOW=1; the build runs with exactly these.
-    build_env: dict[str, str]
+    """Horovod in the image, built against its MPI and NCCL."""
+
+    build_env: dict[str, str] = Field(description=(
+        "Build flags, e.g. HOROVOD_GPU_ALLREDUCE=NCCL, HOROVOD_WITH_TENSORFLOW=1; the build runs with exactly these."))
 
     @field_validator("build_env")
     @classmethod
@@ -236,14 +278,18 @@ class HorovodSpec(Pin):
 
 
 class Benchmark(GitRef):
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
-    path: str = Field(pattern=r"^/[A-Za-z0-9_./-]+$")  # where it lives in the image
+    """Benchmark code cloned into the image at its pinned revision (e.g. tf_cnn_benchmarks)."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="Its name (the image's label dlrun.benchmark.NAME).")
+    path: str = Field(pattern=r"^/[A-Za-z0-9_./-]+$", description="Where it is in the image.")
 
 
 class NcclTests(GitRef):
-    version: str  # release tag, e.g. v2.0.0
-    mpi: Literal[True] = True  # built with MPI=1 so that one test spans nodes
-    path: str = "/usr/local/nccl-tests"
+    """NVIDIA's nccl-tests, built in the image against its MPI and NCCL (workloads of kind nccl-tests run them)."""
+
+    version: str = Field(description="The release tag, e.g. v2.0.0.")
+    mpi: Literal[True] = Field(default=True, description="Built with MPI=1, so that one test spans nodes.")
+    path: str = Field(default="/usr/local/nccl-tests", description="Where the binaries are in the image.")
 
     @field_validator("version")
     @classmethod
@@ -254,7 +300,8 @@ class NcclTests(GitRef):
 class Harness(Strict):
     """dlrun's own in-container harness scripts, copied from launcher/dlrun/harness at build time."""
 
-    files: list[str] = []
+    files: list[str] = Field(default=[], description=(
+        "The harness scripts (harness_*.py) copied into `harness_dir`; the build runs each with --help."))
 
     @field_validator("files")
     @classmethod
@@ -265,8 +312,8 @@ class Harness(Strict):
 class DebianPackage(Strict):
     """A Debian package at one version (binNMU suffixes `+bN` of other architectures are accepted)."""
 
-    name: str = Field(pattern=r"^[a-z0-9][a-z0-9.+-]+$")
-    version: str
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9.+-]+$", description="The package's name.")
+    version: str = Field(description="Its exact version.")
 
     @field_validator("version")
     @classmethod
@@ -280,36 +327,40 @@ class DebianPackage(Strict):
 class Debootstrap(Provenance):
     """How the image is built without any registry: debootstrap from a Debian mirror (cpu-reference)."""
 
-    suite: str
-    variant: Literal["minbase"] = "minbase"
-    mirror: str = Field(pattern=r"^https?://[A-Za-z0-9./_-]+$")
-    packages: list[DebianPackage] = Field(min_length=1)
+    suite: str = Field(description="The Debian release bootstrapped, e.g. bookworm.")
+    variant: Literal["minbase"] = Field(default="minbase", description="debootstrap's --variant.")
+    mirror: str = Field(pattern=r"^https?://[A-Za-z0-9./_-]+$", description=(
+        "The Debian mirror, e.g. a snapshot that holds the pinned versions."))
+    packages: list[DebianPackage] = Field(min_length=1, description=(
+        "The packages installed, each at its pinned version (debootstrap --include)."))
 
 
 class PinnedImageSpec(ImageSpec):
     """`containers/<tag>/image.yaml`: the single source of truth for an image's Dockerfile and Singularity
     definition per architecture. Every component key must be present; versions are exact."""
 
-    kind: Literal["container"] = "container"
-    uri: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*(:[0-9]+)?(/[a-z0-9][a-z0-9._-]*)+$")  # repository, no tag
-    framework_version: str
-    base: dict[Arch, BaseImage]
-    os: OsSpec
-    python_version: Pin
-    cuda: CudaSpec | NotUsed
-    cudnn: CudnnSpec | NotUsed
-    nccl: NcclSpec | NotUsed
-    mpi: MpiSpec | NotUsed
-    framework_install: FrameworkInstall
-    horovod: HorovodSpec | NotUsed
-    benchmarks: list[Benchmark]
-    nccl_tests: NcclTests | NotUsed
-    harness: Harness
-    packages: list[str] = []                       # further OS packages, all architectures
-    packages_by_arch: dict[Arch, list[str]] = {}   # OS packages that exist on one architecture only
-    env: dict[str, str] = {}
-    labels: dict[str, str] = {}
-    debootstrap: Debootstrap | None = None
+    kind: Literal["container"] = Field(default="container", description="Always container.")
+    uri: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*(:[0-9]+)?(/[a-z0-9][a-z0-9._-]*)+$", description=(
+        "The repository, without tag; the image for one architecture is `<uri>:<arch>`."))
+    framework_version: str = Field(description="The framework's exact version.")
+    base: dict[Arch, BaseImage] = Field(description="The base image of each architecture in `arch`.")
+    os: OsSpec = Field(description="The operating system.")
+    python_version: Pin = Field(description="The Python version in the image.")
+    cuda: CudaSpec | NotUsed = Field(description="The CUDA toolkit.")
+    cudnn: CudnnSpec | NotUsed = Field(description="cuDNN.")
+    nccl: NcclSpec | NotUsed = Field(description="NCCL.")
+    mpi: MpiSpec | NotUsed = Field(description="The MPI.")
+    framework_install: FrameworkInstall = Field(description="How the framework is installed.")
+    horovod: HorovodSpec | NotUsed = Field(description="Horovod.")
+    benchmarks: list[Benchmark] = Field(description="Benchmark code cloned into the image.")
+    nccl_tests: NcclTests | NotUsed = Field(description="NVIDIA's nccl-tests.")
+    harness: Harness = Field(description="dlrun's harness scripts copied in.")
+    packages: list[str] = Field(default=[], description="Further OS packages, all architectures.")
+    packages_by_arch: dict[Arch, list[str]] = Field(default={}, description="OS packages of one architecture only.")
+    env: dict[str, str] = Field(default={}, description="Environment variables set in the image.")
+    labels: dict[str, str] = Field(default={}, description=(
+        "Labels added to those dlrun writes (which record the whole stack)."))
+    debootstrap: Debootstrap | None = Field(default=None, description="Build with no registry: debootstrap.")
 
     @field_validator("framework_version")
     @classmethod

@@ -10,13 +10,13 @@ class FileSystem(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    #: A directory on the file system (absolute), the `--data` of a run that reads from it.
-    path: str = Field(pattern=r"^/[A-Za-z0-9_.,:+=@%/-]*$")
-    #: The file system's type as /proc/self/mountinfo names it (xfs, lustre, gpfs, ext4, ...).
-    fs_type: str = Field(pattern=r"^[a-z0-9_.]+$")
-    description: str = ""
-    #: Where the mount and its type come from (document, section), or "site" for a site's own.
-    source: str
+    path: str = Field(pattern=r"^/[A-Za-z0-9_.,:+=@%/-]*$", description=(
+        "A directory on the file system (absolute): the `--data` of a run that reads from it."))
+    fs_type: str = Field(pattern=r"^[a-z0-9_.]+$", description=(
+        "The file system's type as /proc/self/mountinfo names it (xfs, lustre, gpfs, ext4, ...)."))
+    description: str = Field(default="", description="The file system in words.")
+    source: str = Field(description=(
+        "Where the mount and its type come from (document, section), or `site` for a site's own."))
 
 
 def check_storage_fields(work) -> None:

@@ -5,6 +5,7 @@ option's help record), the catalog entries' schemas from the pydantic models (`m
 --json` lists them). `scripts/gen-reference.py` writes them; tests/test_docs.py regenerates and compares."""
 from __future__ import annotations
 
+import html
 import json
 import re
 from typing import Any
@@ -19,11 +20,30 @@ def pages() -> dict[str, str]:
     return dict(zip(PAGES, (cli_page(), schemas_page(), experiments_page())))
 
 
+#: Outside code spans: what Markdown would read as markup (a backslash, emphasis, a link, a table's cell edge).
+_MARKUP = re.compile(r"[\\*\[\]|`]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
+#: At the start of a paragraph: what would make it a heading or a list item.
+_BLOCK_START = re.compile(r"^(?:[#+-]|\d+(?=[.)]\s))")
+
+
 def _text(text: str) -> str:
-    """Help text as Markdown: paragraphs joined, `<` and `>` outside code spans escaped, `|` escaped."""
-    parts = re.split(r"(`[^`]*`)", " ".join((text or "").split()))
-    return "".join(part if part.startswith("`") else part.replace("<", "&lt;").replace(">", "&gt;")
-                   for part in parts).replace("|", "\\|")
+    """Text of the code (help, descriptions) as one line of Markdown that shows it as written, in a paragraph or a
+    table cell: whitespace joined; outside code spans `&`, `<` and `>` as entities and every other markup
+    character escaped; a code span with a `|` (a cell edge to GitHub's tables, not to MkDocs') as HTML."""
+    parts = re.split(r"(`[^`]+`)", " ".join((text or "").split()))
+    line = "".join(_code(part[1:-1]) if len(part) > 1 and part[0] == part[-1] == "`" else
+                   _MARKUP.sub(lambda m: "\\" + m.group(0), html.escape(part, quote=False)) for part in parts)
+    start = _BLOCK_START.match(line)
+    if start is None:
+        return line
+    return line[:start.end()] + "\\" + line[start.end():] if start.group(0)[0].isdigit() else "\\" + line
+
+
+def _code(text: str) -> str:
+    """`text` as a code span; as HTML where a backtick or `|` in it would end the span or the table cell."""
+    if "`" not in text and "|" not in text:
+        return f"`{text}`"
+    return "<code>" + html.escape(text).replace("|", "&#124;").replace("`", "&#96;") + "</code>"
 
 
 # ----------------------------------------------------------------------------------------- the command line
@@ -86,13 +106,14 @@ def schemas_page() -> str:
            "definitions listed under its catalog.", ""]
     for kind, (files, schema) in _schemas().items():
         out += [f"## {kind}", "", f"Files: `{files}` in a catalog directory.", ""]
-        out += _model(schema.get("title", kind), schema)
-        for name, definition in sorted(schema.get("$defs", {}).items()):
-            out += _model(name, definition, level="####")
+        defs = schema.get("$defs", {})
+        out += _model(schema.get("title", kind), schema, defs)
+        for name, definition in sorted(defs.items()):
+            out += _model(name, definition, defs, level="####")
     return "\n".join(out).rstrip() + "\n"
 
 
-def _model(name: str, schema: dict[str, Any], level: str = "###") -> list[str]:
+def _model(name: str, schema: dict[str, Any], defs: dict[str, Any], level: str = "###") -> list[str]:
     out = [f"{level} {name}", ""]
     if schema.get("description"):
         out += [_text(schema["description"]), ""]
@@ -100,24 +121,28 @@ def _model(name: str, schema: dict[str, Any], level: str = "###") -> list[str]:
     if not properties:
         return out + ([f"One of: {_type(schema)}.", ""] if "enum" in schema or "anyOf" in schema else [])
     required = set(schema.get("required") or ())
-    described = any(spec.get("description") for spec in properties.values())
-    out += ["| field | type | default |" + (" description |" if described else ""),
-            "|---|---|---|" + ("---|" if described else "")]
+    out += ["| field | type | default | description |", "|---|---|---|---|"]
     for field, spec in properties.items():
-        default = "required" if field in required else (
-            f"`{json.dumps(spec['default'])}`" if "default" in spec else "")
-        out.append(f"| `{field}` | {_type(spec)} | {default.replace('|', chr(92) + '|')} |"
-                   + (f" {_text(spec.get('description', ''))} |" if described else ""))
+        default = "required" if field in required else _code(json.dumps(spec["default"])) if "default" in spec else ""
+        out.append(f"| `{field}` | {_type(spec)} | {default} | {_text(field_description(spec, defs))} |")
     return out + [""]
+
+
+def field_description(spec: dict[str, Any], defs: dict[str, Any]) -> str:
+    """A field's description; pydantic leaves it out of a field that is one model alone when it is that model's
+    own (its docstring), so that one is taken from the definition."""
+    if spec.get("description") or "$ref" not in spec:
+        return spec.get("description") or ""
+    return defs.get(spec["$ref"].rsplit("/", 1)[-1], {}).get("description") or ""
 
 
 def _type(spec: dict[str, Any]) -> str:
     if "$ref" in spec:
-        return f"`{spec['$ref'].rsplit('/', 1)[-1]}`"
+        return _code(spec["$ref"].rsplit("/", 1)[-1])
     if "const" in spec:
-        return f"`{json.dumps(spec['const'])}`"
+        return _code(json.dumps(spec["const"]))
     if "enum" in spec:
-        return " \\| ".join(f"`{json.dumps(value)}`" for value in spec["enum"])
+        return " \\| ".join(_code(json.dumps(value)) for value in spec["enum"])
     for key in ("anyOf", "oneOf", "allOf"):
         if key in spec:
             return " or ".join(_type(option) for option in spec[key])

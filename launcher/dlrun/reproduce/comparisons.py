@@ -3,7 +3,9 @@ confidence intervals where the points sweep a device count, statistics per confi
 
 The points are grouped by their axis values other than the device counts and the model (compare's scaling
 mode gives each model its own rows), so that a mixed-precision experiment gets one table per precision and
-batch size instead of a refusal for mixing them. Model-facts points are not runs compare reads.
+batch size instead of a refusal for mixing them, and one over a system's partitions a table per partition (its
+nodes are another machine; a derived reference sets one partition's points against another's). Model-facts
+points are not runs compare reads.
 """
 from __future__ import annotations
 
