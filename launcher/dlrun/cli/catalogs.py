@@ -145,7 +145,8 @@ def systems_init(
     show: Annotated[bool, typer.Option("--print", help="Print the profile; write nothing.")] = False,
 ) -> None:
     """Draft a system profile for this site from what can be seen here: the scheduler's nodes and partitions
-    (Slurm: scontrol show node, sinfo; LSF: lshosts, bhosts; PBS: pbsnodes), each other partition an entry of
+    (Slurm: scontrol show node, sinfo; LSF: lshosts, bhosts, bqueues, bmgroup; PBS: pbsnodes, qstat; queues as
+    partitions), each other partition an entry of
     the profile's `partitions`, and this node's probes (CPUs, memory, GPUs, fabrics). Every value says
     where it comes from; what no probe can tell is left as a commented line to set. An existing file is
     shown as a diff and replaced only with --force."""

@@ -33,7 +33,8 @@ def launcher_shell(plan: Plan, launch: Launch) -> str:
 class KubernetesOptions(OwnSchedulerOptions):
     """The Kubernetes scheduler's own settings in a system's `scheduler_options`."""
 
-    namespace: str | None = Field(default=None, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    namespace: str | None = Field(default=None, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+                                  description="The Kubernetes namespace the job is created in (its metadata).")
 
 
 def mpijob_manifest(plan: Plan, launch: Launch) -> dict[str, Any]:

@@ -22,7 +22,8 @@ LSF_STATES = {"PEND": "pending", "PSUSP": "pending", "WAIT": "pending", "RUN": "
 class LsfOptions(OwnSchedulerOptions):
     """LSF's own settings in a system's `scheduler_options`."""
 
-    lsf_alloc_flags: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_ ]+$")  # -alloc_flags, e.g. smt4
+    lsf_alloc_flags: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_ ]+$",
+                                        description="`#BSUB -alloc_flags` words, e.g. `smt4` on a POWER9 node.")
 
 
 def bsub_directives(plan: Plan, launch: Launch | None = None) -> list[str]:

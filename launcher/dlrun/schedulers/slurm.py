@@ -31,11 +31,17 @@ SLURM_STATES = {
 class SlurmOptions(OwnSchedulerOptions):
     """Slurm's own settings in a system's `scheduler_options`."""
 
-    qos: str | None = Field(default=None, pattern=DIRECTIVE_WORD)
-    constraint: str | None = Field(default=None, pattern=DIRECTIVE_WORD)
-    reservation: str | None = Field(default=None, pattern=DIRECTIVE_WORD)
-    gpu_request: Literal["gpus-per-node", "gres"] = "gpus-per-node"  # Slurm >= 19.05, or --gres=gpu:N
-    srun_mpi: str = Field(default="pmix", pattern=r"^[a-z0-9_]+$")   # srun --mpi= (dlrun.launchers.srun)
+    qos: str | None = Field(default=None, pattern=DIRECTIVE_WORD,
+                            description="The quality of service the job asks for (`#SBATCH --qos=`).")
+    constraint: str | None = Field(default=None, pattern=DIRECTIVE_WORD,
+                                   description="Node features the job's nodes must have (`#SBATCH --constraint=`).")
+    reservation: str | None = Field(default=None, pattern=DIRECTIVE_WORD,
+                                    description="The reservation the job runs in (`#SBATCH --reservation=`).")
+    gpu_request: Literal["gpus-per-node", "gres"] = Field(
+        default="gpus-per-node",
+        description="How the job asks for GPUs: `--gpus-per-node=N` (Slurm 19.05 and later) or `--gres=gpu:N`.")
+    srun_mpi: str = Field(default="pmix", pattern=r"^[a-z0-9_]+$",
+                          description="The MPI plugin `srun --mpi=` starts the ranks with (dlrun.launchers.srun).")
 
 
 def sbatch_directives(plan: Plan, launch: Launch | None = None) -> list[str]:
