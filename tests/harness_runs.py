@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 
@@ -26,9 +25,9 @@ def harness_env(**extra):
 
 
 def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    from dlrun.execute.stage import free_port as rendezvous_port  # below the ephemeral range, as dlrun's
+
+    return rendezvous_port()
 
 
 def run_harness(args, timeout=300):

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import random
 import socket
 import time
 from pathlib import Path
@@ -23,8 +24,39 @@ from dlrun.secrets.prints import key_path, write_prints
 from dlrun.telemetry.launch import sampler_files
 
 
-def free_port() -> int:
+#: Where the rendezvous port is drawn from when the kernel's ephemeral range starts above it (Linux: 32768).
+RENDEZVOUS_PORTS = (20000, 32767)
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _bindable(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("", port))  # every address, as the rendezvous server (TCPStore) listens
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    """A free port for the job's rendezvous (MASTER_PORT), below the kernel's ephemeral range: a port from that
+    range can be taken between this choice and rank 0's listen by any connection's source port, or by a rank's
+    own connect to it (a TCP self-connection: rank 0 then fails with EADDRINUSE while the rank that connected
+    to itself waits on its own request)."""
+    low, high = RENDEZVOUS_PORTS[0], min(RENDEZVOUS_PORTS[1], _ephemeral_low() - 1)
+    draw = random.Random()
+    for _ in range(64 if high > low else 0):
+        port = draw.randint(low, high)
+        if _bindable(port):
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:  # a kernel with no room below its range
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
 
