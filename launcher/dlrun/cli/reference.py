@@ -5,10 +5,11 @@ option's help record), the catalog entries' schemas from the pydantic models (`m
 --json` lists them). `scripts/gen-reference.py` writes them; tests/test_docs.py regenerates and compares."""
 from __future__ import annotations
 
-import html
 import json
 import re
 from typing import Any
+
+from dlrun.text import for_html
 
 #: The pages, by path under docs/.
 PAGES = ("reference/cli.md", "reference/schemas.md", "reference/experiments.md")
@@ -32,7 +33,7 @@ def _text(text: str) -> str:
     character escaped; a code span with a `|` (a cell edge to GitHub's tables, not to MkDocs') as HTML."""
     parts = re.split(r"(`[^`]+`)", " ".join((text or "").split()))
     line = "".join(_code(part[1:-1]) if len(part) > 1 and part[0] == part[-1] == "`" else
-                   _MARKUP.sub(lambda m: "\\" + m.group(0), html.escape(part, quote=False)) for part in parts)
+                   _MARKUP.sub(lambda m: "\\" + m.group(0), for_html(part)) for part in parts)
     start = _BLOCK_START.match(line)
     if start is None:
         return line
@@ -43,7 +44,7 @@ def _code(text: str) -> str:
     """`text` as a code span; as HTML where a backtick or `|` in it would end the span or the table cell."""
     if "`" not in text and "|" not in text:
         return f"`{text}`"
-    return "<code>" + html.escape(text).replace("|", "&#124;").replace("`", "&#96;") + "</code>"
+    return "<code>" + for_html(text).replace("|", "&#124;").replace("`", "&#96;") + "</code>"
 
 
 # ----------------------------------------------------------------------------------------- the command line
