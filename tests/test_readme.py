@@ -22,7 +22,7 @@ import pytest
 from compare_data import add
 from conftest import REPO
 from fixtures_apptainer import SHIMS
-from readme_commands import Line, Outcome, Part, blocks, prepare, run_part
+from readme_commands import Block, Line, Outcome, Part, blocks, prepare, run_part
 
 from dlrun.results.store import Store
 
@@ -86,15 +86,13 @@ def _site(root: Path, name: str, image_env: dict[str, str], dataset: Path) -> tu
     return {**_env(home), **image_env, "DATASET": str(dataset)}, cwd
 
 
-@pytest.fixture
-def sites(tmp_path, cpu_reference_sif, cpu_reference_ppc64le):  # the README's ppc64le lines find it built
+def _sites(tmp_path: Path, image_env: dict[str, str]):
+    """The two sites' environments and folders, a dataset, seeded stores, the real logs and a signing key."""
     dataset = tmp_path / "dataset"
     made = subprocess.run([sys.executable, "-m", "dlrun.cli", "data", "synth", "--format", "jpeg", "--images", "16",
                            "--classes", "2", "--size", "64", str(dataset)], capture_output=True, text=True,
                           env={**os.environ, "HOME": str(tmp_path)})
     assert made.returncode == 0, made.stderr
-    # the image store holds cpu-reference's tree and its SIF; the real Apptainer comes after the venv on PATH
-    image_env = {key: value for key, value in cpu_reference_sif["env"].items() if key != "PATH"}
     a_env, a_cwd = _site(tmp_path, "a", image_env, dataset)
     a_env["DLRUN_SITE"] = "hpc.example.org"  # a named site, as "Share results between sites" sets up
     b_env, b_cwd = _site(tmp_path, "b", image_env, dataset)
@@ -115,12 +113,44 @@ def sites(tmp_path, cpu_reference_sif, cpu_reference_ppc64le):  # the README's p
         shutil.rmtree(copy, ignore_errors=True)
 
 
-def _prepared() -> list:
-    found = [block for path, source in documents() for block in blocks(path, source)]
+@pytest.fixture
+def sites(tmp_path, cpu_reference_sif, cpu_reference_ppc64le):  # the README's ppc64le lines find it built
+    """The README's sites: the image store holds cpu-reference's tree and its SIF, both architectures; the real
+    Apptainer comes after the venv on PATH."""
+    yield from _sites(tmp_path, {key: value for key, value in cpu_reference_sif["env"].items() if key != "PATH"})
+
+
+@pytest.fixture
+def host_sites(tmp_path):
+    """The sites of the lines that need none of dlrun's images (runs on the host, dry runs, results): their tests
+    run in the other worker, beside the image tests rather than after them."""
+    yield from _sites(tmp_path, {})
+
+
+def _prepared(only: str | None = None, images: bool | None = None) -> list:
+    """The blocks of every document (or of the one whose source is `only`), their lines prepared; with `images`
+    True only the lines of each block from its first that names dlrun's image on (_needs_images), with False
+    only those before it."""
+    found = [block for path, source in documents() if only in (None, source) for block in blocks(path, source)]
+    if images is not None:
+        found = [cut for block in found if (cut := _cut(block, images)).parts]
     for block in found:
         for line in block.lines():
             prepare(line, _commands())
     return found
+
+
+def _needs_images(line: Line) -> bool:
+    """Whether a line builds, pushes, pulls or runs cpu-reference: the lines that need the session's images."""
+    return "cpu-reference" in line.text
+
+
+def _cut(block: Block, images: bool) -> Block:
+    lines = block.lines()
+    first = next((index for index, line in enumerate(lines) if _needs_images(line)), len(lines))
+    keep = {id(line) for line in (lines[first:] if images else lines[:first])}
+    parts = [Part(part.site, kept) for part in block.parts if (kept := [l for l in part.lines if id(l) in keep])]
+    return Block(block.number, parts)
 
 
 def _run(block, sites) -> list[Outcome]:
@@ -150,21 +180,64 @@ def test_the_readme_is_parsed_into_every_command_line():
     assert dry and all(re.search(r"--system (dgx2|txgaia)|images pull", line.text) for line in dry)
 
 
-@pytest.mark.mpi
-@pytest.mark.tensorflow
-@pytest.mark.slow
-@pytest.mark.slow
-def test_every_readme_command_works_as_printed(sites):
+def _problems(source: str, sites, images: bool | None = None) -> list[str]:
+    """What went wrong running every block of one document (or its lines that need the images, or the others),
+    in order, at its sites."""
     problems = []
-    for block in _prepared():
+    for block in _prepared(source, images):
         outcomes = _run(block, sites)
         problems += _verdicts(outcomes)
         unreached = [o.line.number for o in outcomes if o.code is None]
         if unreached and not problems:
             problems.append(f"block at {block.lines()[0].source} line {block.number}: lines {unreached} did not run")
+    return problems
+
+
+#: The docs pages with command lines, run one test each (none of their lines needs dlrun's images).
+DOCS_PAGES = [source for path, source in documents()[1:] if blocks(path, source)]
+
+
+@pytest.mark.mpi
+@pytest.mark.tensorflow
+@pytest.mark.slow
+def test_every_readme_command_on_the_host_works_as_printed(host_sites):
+    """The README's lines before its first that needs the images: host runs, dry runs, results, compare."""
+    problems = _problems("README", host_sites, images=False)
     assert problems == [], "\n\n".join(problems)
-    bundle = sites["b"][1] / "hpc.bundle"
-    assert bundle.is_file() and (Path(sites["b"][0]["HOME"]) / ".config" / "dlrun" / "allowed_signers").is_file()
+
+
+@pytest.mark.slow
+def test_every_readme_command_with_the_images_works_as_printed(sites):
+    """The README's lines from its first that builds, moves or runs cpu-reference on: in the images' worker."""
+    problems = _problems("README", sites, images=True)
+    assert problems == [], "\n\n".join(problems)
+
+
+def test_the_readme_is_split_between_its_two_tests_at_its_first_image_line():
+    host, images = _prepared("README", images=False), _prepared("README", images=True)
+    everything = _prepared("README")
+    assert [line.number for block in host + images for line in block.lines()] == sorted(
+        line.number for block in everything for line in block.lines())
+    assert images and all(not _needs_images(line) for block in host for line in block.lines())
+    assert images[0].lines()[0].text.startswith("dlrun images build cpu-reference")
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+@pytest.mark.parametrize("page", DOCS_PAGES)
+def test_every_docs_command_works_as_printed(host_sites, page):
+    problems = _problems(page, host_sites)
+    assert problems == [], "\n\n".join(problems)
+    if any(part.site == "importing" for block in _prepared(page) for part in block.parts):
+        bundle = host_sites["b"][1] / "hpc.bundle"
+        home_b = Path(host_sites["b"][0]["HOME"])
+        assert bundle.is_file() and (home_b / ".config" / "dlrun" / "allowed_signers").is_file()
+
+
+def test_every_document_with_commands_is_run_by_one_of_the_tests():
+    with_commands = [source for path, source in documents() if blocks(path, source)]
+    assert with_commands == ["README", *DOCS_PAGES] and {"docs/results.md", "docs/running.md"} <= set(DOCS_PAGES)
+    assert not any(_needs_images(line) for page in DOCS_PAGES for block in _prepared(page) for line in block.lines())
 
 
 def test_a_readme_command_that_fails_fails_the_readme_test(tmp_path):
