@@ -251,7 +251,8 @@ def test_dllogger_tensorflow_tuple_steps_and_launcher_tags():
 
 
 #: Logs of runs that failed before they measured anything: one line, no figure (tests/test_parse_2026.py).
-FAILED_RUNS = {"nccl-tests/nccl_tests_allreduce_rank_failure_8xh100_azure_stdout.log"}
+FAILED_RUNS = {"nccl-tests/nccl_tests_allreduce_rank_failure_8xh100_azure_stdout.log",
+               "megatron/megatron_lm_gpt2_774m_v100_oom_terminal.log"}
 
 
 @pytest.mark.parametrize("name", sorted(str(p.relative_to(LOGS)) for p in LOGS.rglob("*.log")
@@ -287,7 +288,7 @@ def test_naming_the_format():
 def test_list_formats():
     assert [name for name, _ in list_formats()] == list(FORMATS) == \
         ["dlrun-harness", "nccl-tests-json", "nccl-tests", "tf_cnn_benchmarks", "horovod", "dllogger", "mllog",
-         "torchtitan", "osu", "fio"]
+         "torchtitan", "megatron-lm", "nemo", "osu", "fio"]
 
 
 #: A training result with every field the contract's schema requires of one (harness_result_schema).
@@ -396,3 +397,78 @@ def test_parse_cli_bad_file_one_line_no_traceback(dlrun_home, tmp_path, content)
     assert proc.returncode == 1
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("dlrun: error: ")
     assert "Traceback" not in proc.stderr + proc.stdout
+
+
+# (file, kind, value, unit, what value_is must say). Each value by hand from the file: the global batch over the
+# median step time of the logged steps but the first (none of these logs states its sequence length).
+LLM_LOGS = [
+    # iterations 11 and 12: 10036.9 and 10198.4 ms, median 10117.65 ms; global batch size 128
+    ("megatron/megatron_lm_issue756_mixtral_16xh100_iter10-12.log", "megatron-lm", 128 / 10.11765, "samples/sec",
+     r"^derived: global batch size 128 samples / the median `elapsed time per iteration \(ms\)` over iterations "
+     r"11-12 \(the first logged, 10, left out"),
+    # iterations 44 and 45: 5533.8 and 5718.6 ms, median 5626.2 ms
+    ("megatron/megatron_lm_issue756_mixtral_16xh100_iter43-45.log", "megatron-lm", 128 / 5.6262, "samples/sec",
+     r"over iterations 44-45 .*5626\.2 ms \(the log states no seq_length, so no tokens/s\)$"),
+    # Megatron-Bridge's one iteration after a checkpoint load: 20289.1 ms, global batch size 128
+    ("megatron/megatron_bridge_llama31_8b_dgxc_resume_1iter.log", "megatron-lm", 128 / 20.2891, "samples/sec",
+     r"over iteration 1, the only one logged, 20289\.1 ms"),
+    # NeMo 2 steps 75 and 76: 8.748 and 8.756 s, median 8.752 s; global_batch_size 128
+    ("nemo/nemo2_llama3_70b_aws_perf_readme.log", "nemo", 128 / 8.752, "samples/sec",
+     r"^derived: global batch size 128 \(global_batch_size\) samples / the median `train_step_timing in s` over "
+     r"steps 75-76"),
+    # NeMo 1's bar, one redraw: 11.20 s; consumed_samples 12800 after global_step 99 is 100 steps of 128
+    ("nemo/nemo1_llama31_70b_dgxc_progress_bar.log", "nemo", 128 / 11.20, "samples/sec",
+     r"global batch size 128 \(derived from the bar as consumed_samples / \(global_step \+ 1\) = 12800 / 100\) "
+     r"samples / the median `train_step_timing in s` over step 99, the only one logged, 11\.2 s"),
+]
+
+
+@pytest.mark.parametrize("name,kind,value,unit,value_is", LLM_LOGS, ids=[row[0] for row in LLM_LOGS])
+def test_megatron_and_nemo_logs_give_the_figure_computed_by_hand(name, kind, value, unit, value_is):
+    from dlrun.results.parsers.common import LogFile
+
+    for source in (log(name), LogFile(LOGS / name, 10**8)):  # as text and read a line at a time
+        [res] = parse_all(source)
+        assert (res.kind, res.metric, res.unit) == (kind, "throughput", unit)
+        assert res.value == pytest.approx(value, rel=1e-12) and res.ok, res.problems
+        assert re.search(value_is, res.value_is), res.value_is
+
+
+def test_megatron_keeps_the_printed_tflops_and_what_the_figure_came_from():
+    res = parse_text(log("megatron/megatron_lm_issue756_mixtral_16xh100_iter43-45.log"))
+    assert res.extra["median_tflops_per_gpu_printed"] == pytest.approx((236.0 + 228.4) / 2)
+    assert (res.extra["logged_iterations"], res.extra["timed_iterations"]) == ([43, 44, 45], [44, 45])
+    assert (res.extra["global_batch_size"], res.extra["train_iters"], res.extra["final_lm_loss"]) == \
+        (128, 100, 1.834162)
+    # The same lines under torchrun's `[default7]:` tag, and with a sequence length stated: tokens/s
+    text = "  seq_length ...................................... 4096\n" + "".join(
+        f"[default7]:{line}\n" for line in log("megatron/megatron_lm_issue756_mixtral_16xh100_iter43-45.log")
+        .splitlines())
+    tokens = parse_text(text)
+    assert tokens.unit == "tokens/sec" and tokens.value == pytest.approx(128 * 4096 / 5.6262, rel=1e-12)
+    assert "x seq_length 4096 tokens (the arguments dump)" in tokens.value_is
+
+
+def test_nemo_keeps_the_printed_tflops():
+    res = parse_text(log("nemo/nemo2_llama3_70b_aws_perf_readme.log"))
+    assert res.extra["median_TFLOPS_per_GPU_printed"] == pytest.approx((867.7 + 866.9) / 2)
+    assert (res.extra["logger"], res.extra["step_lines"], res.extra["final_reduced_train_loss"]) == ("NeMo 2", 3, 11.87)
+    assert parse_text(log("nemo/nemo1_llama31_70b_dgxc_progress_bar.log")).extra["logger"] == "NeMo 1"
+
+
+def test_the_failed_megatron_run_gives_one_line_and_no_number(dlrun_home):
+    name = "megatron/megatron_lm_gpt2_774m_v100_oom_terminal.log"
+    with pytest.raises(ParseError) as err:
+        parse_all(log(name))
+    assert str(err.value).startswith("Megatron-LM stopped before its first iteration line; the log says: "
+                                     "'torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 786.00 MiB")
+    proc = run_cli("parse", str(LOGS / name))
+    assert proc.returncode == 1 and proc.stdout == "" and proc.stderr == f"dlrun: error: {err.value}\n"
+
+
+@pytest.mark.parametrize("name", [row[0] for row in LLM_LOGS])
+def test_megatron_and_nemo_logs_import_as_runs(name):
+    [(run, rows)] = import_log(LOGS / name, system="site-a")
+    assert run["status"] == "ok" and rows and rows[0]["unit"] == "samples/sec"
+    assert rows[0]["value"] == pytest.approx(dict((r[0], r[2]) for r in LLM_LOGS)[name], rel=1e-12)
+    assert run["workload"].startswith(rows[0]["kind"]) and json.dumps(rows[0]["extra"])

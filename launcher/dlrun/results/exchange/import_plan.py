@@ -31,7 +31,7 @@ from dlrun.tfcnn.knobs import PS_MODES
 
 #: The code behind logs dlrun does not produce itself, as the key's framework names it after the image's.
 FOREIGN_CODE = {"dllogger": "deeplearningexamples", "horovod": "horovod-synthetic-benchmark", "mllog": "mlperf",
-                "torchtitan": "torchtitan"}
+                "torchtitan": "torchtitan", "megatron-lm": "megatron-lm", "nemo": "nemo"}
 #: Plan fields the comparability key depends on; the provenance says where each came from.
 KEY_PLAN_FIELDS = ("workload", "image", "system", "nodes", "ranks_per_node", "batch_size", "precision", "fabric")
 

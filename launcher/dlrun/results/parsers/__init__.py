@@ -11,8 +11,8 @@ from collections.abc import Callable
 from types import ModuleType
 
 from dlrun.errors import unknown_name
-from dlrun.results.parsers import (dllogger, dlrun_harness, fio, horovod, mllog, nccl_tests, nccl_tests_json, osu,
-                                   tf_cnn_benchmarks, torchtitan)
+from dlrun.results.parsers import (dllogger, dlrun_harness, fio, horovod, megatron, mllog, nccl_tests, nccl_tests_json,
+                                   nemo, osu, tf_cnn_benchmarks, torchtitan)
 from dlrun.results.parsers.common import Log, LogFile
 from dlrun.results.parsers.result import UNITS, ParsedResult, ParseError, SizeRow
 
@@ -20,7 +20,7 @@ __all__ = ["FORMATS", "UNITS", "ParseError", "ParsedResult", "SizeRow", "list_fo
            "parse_text"]
 
 _MODULES: tuple[ModuleType, ...] = (dlrun_harness, nccl_tests_json, nccl_tests, tf_cnn_benchmarks, horovod, dllogger,
-                                    mllog, torchtitan, osu, fio)
+                                    mllog, torchtitan, megatron, nemo, osu, fio)
 #: Format name -> parser, in the order auto-detection tries them.
 FORMATS: dict[str, Callable[[str], list[ParsedResult]]] = {module.NAME: module.parse for module in _MODULES}
 
