@@ -172,10 +172,10 @@ def _verdicts(outcomes: list[Outcome]) -> list[str]:
 def test_the_readme_is_parsed_into_every_command_line():
     found = _prepared()
     lines = [line for block in found for line in block.lines()]
-    assert len(found) == 7 and len(lines) >= 53
+    assert len(found) == 23 and len(lines) >= 111
     assert {line.text.split()[0] for line in lines} >= {"make", "dlrun", ".", "export", "ssh-keygen", "echo"}
     assert [line.command for line in lines if line.skip] == ["make test"]
-    assert [part.site for block in found for part in block.parts if part.site] == ["exporting", "importing"]
+    assert [part.site for block in found for part in block.parts if part.site] == ["exporting", "importing"] * 2
     dry = [line for line in lines if "--dry-run" in line.command and "--dry-run" not in line.text]
     assert dry and all(re.search(r"--system (dgx2|txgaia)|images pull", line.text) for line in dry)
 
