@@ -15,16 +15,13 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from compare_data import add
 from conftest import REPO
 from fixtures_apptainer import SHIMS
 from readme_commands import Block, Line, Outcome, Part, blocks, prepare, run_part
 
-from dlrun.results.store import Store
 
 README = REPO / "README.md"
 
@@ -53,22 +50,6 @@ def _commands() -> set[str]:
     return commands()
 
 
-def _seed(home: Path, site: str, systems: dict[str, list[tuple[str, str, str]]]) -> None:
-    """ResNet-50 runs of 1 to 8 GPUs, three repeats each, stored yesterday at `site` as if run there."""
-    store = Store(home / ".local" / "share" / "dlrun" / "results.sqlite")
-    yesterday = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 86400))
-    for system, images in systems.items():
-        for image, digest, version in images:
-            for devices in (1, 2, 4, 8) if image == images[0][0] else (1,):
-                rate = 300.0 * devices ** 0.95 * (1.0 if system == "dgx2" else 0.85) * (1.1 if "2.6" in version else 1)
-                add(store, [rate * 0.99, rate, rate * 1.01], system=system, devices=devices, batch=256, image=image,
-                    digest=digest, version=version, site=site, created=yesterday)
-
-
-PYTORCH_1_0 = ("pytorch1.0-nvcr18.11", "sha256:" + "a" * 64, "1.0.0a0")
-PYTORCH_2_6 = ("pytorch2.6-ngc24.12", "sha256:" + "b" * 64, "2.6.0")
-
-
 def _env(home: Path) -> dict[str, str]:
     """This environment without the machine's dlrun settings, HOME `home`, and the checkout's Python first
     on PATH (as after the README's `. .venv/bin/activate`, which the blocks after the first one assume)."""
@@ -87,7 +68,7 @@ def _site(root: Path, name: str, image_env: dict[str, str], dataset: Path) -> tu
 
 
 def _sites(tmp_path: Path, image_env: dict[str, str]):
-    """The two sites' environments and folders, a dataset, seeded stores, the real logs and a signing key."""
+    """The two sites' environments and folders (empty stores), a dataset, the real logs and a signing key."""
     dataset = tmp_path / "dataset"
     made = subprocess.run([sys.executable, "-m", "dlrun.cli", "data", "synth", "--format", "jpeg", "--images", "16",
                            "--classes", "2", "--size", "64", str(dataset)], capture_output=True, text=True,
@@ -98,9 +79,7 @@ def _sites(tmp_path: Path, image_env: dict[str, str]):
     b_env, b_cwd = _site(tmp_path, "b", image_env, dataset)
     for env in (a_env, b_env):
         env["PATH"] = f"{env['PATH']}{os.pathsep}{SHIMS}"
-    home_a = Path(a_env["HOME"])
-    _seed(home_a, "local", {"dgx2": [PYTORCH_1_0], "dgx1v": [PYTORCH_1_0, PYTORCH_2_6]})
-    _seed(Path(b_env["HOME"]), "site-b.example.org", {"dgx2": [PYTORCH_1_0]})
+    home_a = Path(a_env["HOME"])  # no stored runs: what a fresh clone has (the README's make demo imports samples)
     for name, log in LOGS.items():
         shutil.copy(log, a_cwd / name)
     (home_a / ".ssh").mkdir(mode=0o700)
@@ -172,7 +151,7 @@ def _verdicts(outcomes: list[Outcome]) -> list[str]:
 def test_the_readme_is_parsed_into_every_command_line():
     found = _prepared()
     lines = [line for block in found for line in block.lines()]
-    assert len(found) == 23 and len(lines) >= 111
+    assert len(found) == 24 and len(lines) >= 113
     assert {line.text.split()[0] for line in lines} >= {"make", "dlrun", ".", "export", "ssh-keygen", "echo"}
     assert [line.command for line in lines if line.skip] == ["make test"]
     assert [part.site for block in found for part in block.parts if part.site] == ["exporting", "importing"] * 2
