@@ -17,8 +17,8 @@ os.environ["DLRUN_TUNE"] = "off"
 # inherit COLUMNS=80 from their start, the plain pytest process none: a test that wants a width sets it itself.
 for _name in ("COLUMNS", "LINES"):
     os.environ.pop(_name, None)
-pytest_plugins: list[str] = ["fixtures_slurm", "fixtures_images", "fixtures_apptainer", "fixtures_docker",
-                            "fixtures_registry"]
+pytest_plugins: list[str] = ["fixtures_slurm", "fixtures_netns", "fixtures_images", "fixtures_apptainer",
+                            "fixtures_docker", "fixtures_registry"]
 # The Ctrl-C tests signal dlrun processes the suite starts, as a terminal would. A shell that started the suite
 # in the background (a non-interactive `make test &`) hands it SIGINT and SIGQUIT ignored, and an ignored signal
 # stays ignored across exec in every child, where Python then installs no KeyboardInterrupt: those tests would
@@ -27,7 +27,7 @@ for _sig in (signal.SIGINT, signal.SIGQUIT):
     if signal.getsignal(_sig) is signal.SIG_IGN:
         signal.signal(_sig, signal.default_int_handler if _sig == signal.SIGINT else signal.SIG_DFL)
 #: Fixtures that start a resource, and the marker every test using them gets (pyproject.toml lists the markers).
-RESOURCE_FIXTURES = {"slurm_cluster": "slurm", "cpu_reference_ppc64le": "containers",
+RESOURCE_FIXTURES = {"slurm_cluster": "slurm", "netns_cluster": "slurm", "cpu_reference_ppc64le": "containers",
                      "cpu_reference": "containers", "podman_service": "containers",
                      "apptainer": "containers", "apptainer_registry": "containers", "docker_daemons": "containers",
                      "registry": "containers"}

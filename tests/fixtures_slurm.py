@@ -157,12 +157,8 @@ def _require_tools() -> None:
         pytest.fail("user 'munge' is missing; reinstall the munge package (apt-get install --reinstall munge)")
 
 
-@pytest.fixture(scope="session")
-def slurm_cluster(tmp_path_factory) -> SlurmCluster:
-    _require_tools()
-    root = Path(tmp_path_factory.mktemp("slurm"))
-    for sub in ("state", "log", "spool", "tmp/n1", "tmp/n2", "munge", "catalog/systems"):
-        (root / sub).mkdir(parents=True, exist_ok=True)
+def start_munged(started: list[Path], env: dict[str, str]) -> tuple[Path, Path]:
+    """munged on a private socket: (its directory, its socket); its pid file appended to `started`."""
     munge_user = pwd.getpwnam("munge")
     # munged requires every directory above its socket to be searchable by all, which pytest's private
     # temporary root is not: the munge directory lives directly under the system temporary directory.
@@ -174,17 +170,37 @@ def slurm_cluster(tmp_path_factory) -> SlurmCluster:
         key = munge_dir / "munge.key"
         subprocess.run(["runuser", "-u", "munge", "--", "mungekey", "--create", f"--keyfile={key}"], check=True)
     socket_path = munge_dir / "munge.socket"
+    _start(["runuser", "-u", "munge", "--", _which("munged"), f"--socket={socket_path}",
+            f"--pid-file={munge_dir / 'munged.pid'}", f"--log-file={munge_dir / 'munged.log'}",
+            f"--seed-file={munge_dir / 'munged.seed'}", f"--key-file={key}"], env, "munged")
+    started.append(munge_dir / "munged.pid")
+    _wait_for(lambda: subprocess.run(["munge", "-S", str(socket_path), "-n"], capture_output=True).returncode
+              == 0, 20, "munged", munge_dir / "munged.log")
+    return munge_dir, socket_path
+
+
+def stop_all(started: list[Path]) -> None:
+    """Stop the daemons whose pid files `started` lists, the last started first."""
+    for pid_file in reversed(started):
+        try:
+            pid = int(pid_file.read_text().strip())
+        except (OSError, ValueError):
+            continue
+        _stop_pid(pid)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory) -> SlurmCluster:
+    _require_tools()
+    root = Path(tmp_path_factory.mktemp("slurm"))
+    for sub in ("state", "log", "spool", "tmp/n1", "tmp/n2", "munge", "catalog/systems"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
     started: list[Path] = []
     env = {"SLURM_CONF": str(root / "slurm.conf"), "DLRUN_PATH": str(root / "catalog")}
     full_env = {**os.environ, **env}
+    munge_dir = None
     try:
-        _start(["runuser", "-u", "munge", "--", _which("munged"), f"--socket={socket_path}",
-                f"--pid-file={munge_dir / 'munged.pid'}", f"--log-file={munge_dir / 'munged.log'}",
-                f"--seed-file={munge_dir / 'munged.seed'}", f"--key-file={key}"], full_env, "munged")
-        started.append(munge_dir / "munged.pid")
-        _wait_for(lambda: subprocess.run(["munge", "-S", str(socket_path), "-n"], capture_output=True).returncode
-                  == 0, 20, "munged", munge_dir / "munged.log")
-
+        munge_dir, socket_path = start_munged(started, full_env)
         host = platform.node()
         (root / "slurm.conf").write_text(SLURM_CONF.format(host=host, root=root, munge_socket=socket_path,
                                                            ctld_port=_free_port(), n1_port=_free_port(),
@@ -209,10 +225,6 @@ def slurm_cluster(tmp_path_factory) -> SlurmCluster:
         if (root / "slurmctld.pid").exists():
             subprocess.run(["scancel", "--full", "--partition=debug"], env=full_env, capture_output=True)
             time.sleep(1)
-        for pid_file in reversed(started):
-            try:
-                pid = int(pid_file.read_text().strip())
-            except (OSError, ValueError):
-                continue
-            _stop_pid(pid)
-        shutil.rmtree(munge_dir, ignore_errors=True)
+        stop_all(started)
+        if munge_dir is not None:
+            shutil.rmtree(munge_dir, ignore_errors=True)

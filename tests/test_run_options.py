@@ -24,7 +24,7 @@ SAMPLES = {
     "stage_data": True, "data_workers": 3, "bind": ["/scratch/out:/out:rw"], "env": ["FOO=bar"],
     "secret_env": ["HF_TOKEN"], "scheduler": "pbs", "launcher": "mpirun", "runtime": "enroot",
     "dist": "horovod", "launcher_arg": ["--exclusive"], "fabric": "roce", "partition": "debug", "account": "proj",
-    "time": "01:00:00", "exclusive": False, "allocator": "jemalloc", "variable_update": "replicated",
+    "time": "01:00:00", "exclusive": False, "nodelist": "c1,c2", "allocator": "jemalloc", "variable_update": "replicated",
     "all_reduce_spec": "xring", "ps": 1, "data_format": "NHWC", "benchmark_arg": ["--optimizer=momentum"],
     "telemetry": "off", "fused_optimizer": "off", "fused_bn_relu": "off", "channels_last": "off", "compile": "on", "pin_threads": "on",
     "cudnn_benchmark": "off", "tune": "auto",  # tests run with DLRUN_TUNE=off (conftest)

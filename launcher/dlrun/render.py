@@ -160,6 +160,7 @@ def render_job(plan: Plan) -> RenderedJob:
     runtime = RUNTIMES.get(plan.runtime)
     launcher = LAUNCHERS.get(plan.launcher)
     scheduler = SCHEDULERS.get(plan.scheduler)
+    scheduler.check_nodelist(plan)
     scheduler.check(plan)
     if plan.secret_names and scheduler.runs_image:
         raise UsageError(f"scheduler {plan.scheduler} would carry the values of {', '.join(sorted(plan.secret_names))} "

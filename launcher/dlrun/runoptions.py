@@ -212,6 +212,9 @@ RUN_OPTIONS: tuple[RunOption, ...] = (
          harness_flag="--timeout-s", harness_value="collective_timeout_s"),
     _opt("exclusive", "Whole nodes (batch jobs).", type=bool, aliases=("--exclusive/--shared",),
          default_from="the system's", field="scheduler_options", resolver="scheduler"),
+    _opt("nodelist", "The job's nodes by host name, comma-separated, one per node (Slurm --nodelist, LSF -m, "
+         "PBS host=): to run on chosen nodes, as `dlrun diagnose` does.", default_from="the scheduler's choice",
+         field="scheduler_options", resolver="scheduler", metavar="HOST,HOST"),
     # telemetry: what the nodes did during the run
     _opt("telemetry", "Sample utilisation, clocks, power and energy on every node every PERIOD seconds "
          "(0.05 to 3600), or off.", default_from="1 second", field="telemetry_period", resolver="telemetry",

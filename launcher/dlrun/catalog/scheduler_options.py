@@ -13,6 +13,8 @@ from dlrun.registry import SCHEDULERS
 # Words that land in scheduler directives (#SBATCH, #BSUB, #PBS), which no shell quoting protects. A leading
 # `-` would make the value the next option (`#BSUB -q -x` asks for exclusive nodes, not queue "-x").
 DIRECTIVE_WORD = r"^[A-Za-z0-9_.,:+=@%/][A-Za-z0-9_.,:+=@%/-]*$"
+#: A node's host name as schedulers take it in a node list.
+HOST_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}"
 
 
 def all_match(values, pattern: str, what: str):
@@ -41,6 +43,9 @@ class SchedulerOptions(BaseModel):
         "nodes longer."))
     exclusive: bool = Field(default=False, description="Ask for whole nodes unless --exclusive/--shared says.")
     extra: list[str] = Field(default=[], description="Further scheduler flags, as given, e.g. --mem=0.")
+    nodelist: list[str] = Field(default=[], description=(
+        "The job's nodes by host name, as many as it has nodes (Slurm --nodelist, LSF -m, PBS host=), unless "
+        "--nodelist names them; empty: the scheduler picks them."))
 
     @field_validator("time")
     @classmethod
@@ -54,6 +59,14 @@ class SchedulerOptions(BaseModel):
     def _directive_flags(cls, value: list[str]) -> list[str]:
         return all_match(value, r"-{1,2}[A-Za-z][A-Za-z0-9_-]*(=[A-Za-z0-9_.,:+=@%/-]+)?",
                          "a plain scheduler flag (like --mem=0)")
+
+    @field_validator("nodelist")
+    @classmethod
+    def _host_names(cls, value: list[str]) -> list[str]:
+        all_match(value, HOST_NAME, "a host name (letters, digits, . _ -; one per node, no ranges)")
+        if len(set(value)) != len(value):
+            raise ValueError(f"{','.join(value)!r} names a node twice")
+        return value
 
     def time_seconds(self) -> int | None:
         """The limit in seconds (`time_limit_seconds`)."""

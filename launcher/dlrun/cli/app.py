@@ -14,7 +14,8 @@ from typing import Annotated
 import typer
 
 from dlrun import __version__
-from dlrun.cli import catalogs, check, compare, doctor, experiments, measure, report, reproduce, results, run, tune
+from dlrun.cli import (catalogs, check, compare, diagnose, doctor, experiments, measure, report, reproduce, results,
+                       run, tune)
 from dlrun.cli.data import data_app
 from dlrun.cli.images import images_app
 
@@ -44,6 +45,7 @@ app.add_typer(catalogs.systems_app, name="systems")
 app.add_typer(results.results_app, name="results")
 app.command("compare")(compare.compare)
 app.command("check")(check.check)
+app.command("diagnose")(diagnose.diagnose)
 app.command("report")(report.report)
 app.add_typer(measure.measure_app, name="measure")
 app.add_typer(experiments.experiments_app, name="experiments")

@@ -109,9 +109,12 @@ def fabric_devices(system: SystemSpec, fabric: str, device: str) -> list[str]:
 
 
 def scheduler_options(base: SchedulerOptions, *, partition: str | None, account: str | None,
-                      time_limit: str | None, exclusive: bool | None) -> SchedulerOptions:
+                      time_limit: str | None, exclusive: bool | None,
+                      nodelist: str | None = None) -> SchedulerOptions:
+    hosts = None if nodelist is None else [host.strip() for host in nodelist.split(",")]
     changes = {key: value for key, value in (("partition", partition), ("account", account),
-                                             ("time", time_limit), ("exclusive", exclusive)) if value is not None}
+                                             ("time", time_limit), ("exclusive", exclusive), ("nodelist", hosts))
+               if value is not None}
     if not changes:
         return base
     try:
@@ -120,6 +123,9 @@ def scheduler_options(base: SchedulerOptions, *, partition: str | None, account:
         err = exc.errors()[0]
         option = {"time": "--time"}.get(str(err["loc"][0]), f"--{err['loc'][0]}")
         value = changes.get(str(err["loc"][0]))
+        if option == "--nodelist":
+            raise UsageError(f"bad --nodelist {nodelist!r}: {str(err['msg']).removeprefix('Value error, ')}; "
+                             "valid: host names separated by commas, one per node") from None
         if option == "--time" and err["type"] == "value_error":  # the time-limit reader says what is wrong
             raise UsageError(f"bad --time {value!r}: {str(err['msg']).removeprefix('Value error, ')}") from None
         raise UsageError(f"bad {option} {value!r}; valid: "

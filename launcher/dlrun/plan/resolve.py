@@ -225,11 +225,11 @@ def resolve_fabric(res: Resolution) -> dict[str, Any]:
 
 
 def resolve_scheduler(res: Resolution) -> dict[str, Any]:
-    """--partition, --account, --time, --exclusive over the system's scheduler options."""
+    """--partition, --account, --time, --exclusive, --nodelist over the system's scheduler options."""
     req = res.request
     return {"scheduler_options": inputs.scheduler_options(
         res.system.scheduler_options, partition=req.partition, account=req.account, time_limit=req.time,
-        exclusive=req.exclusive)}
+        exclusive=req.exclusive, nodelist=req.nodelist)}
 
 
 def resolve_framework(res: Resolution) -> dict[str, Any]:

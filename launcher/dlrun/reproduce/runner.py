@@ -17,7 +17,7 @@ import threading
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from dlrun.execute import Cleared, LineSink, RunRecord, execute
 from dlrun.registry import SCHEDULERS
@@ -135,28 +135,54 @@ def run_batch(steps: list[Step], *, store_path: Path, runs_root: Path, progress:
               cleared: dict[str, Cleared] | None = None, poll_interval: float = 2.0) -> RunReport:
     """Submit every step to its batch scheduler at once, then collect each run as its job ends."""
     report = RunReport()
-    jobs: dict[int, tuple[str, str]] = {}   # step index -> (scheduler, job id)
+
+    def job(step: Step) -> BatchCall:
+        def call(note: LineSink) -> RunRecord:
+            work = step.work
+            assert work.plan is not None and work.rendered is not None
+            inner = progress.starting(step)
+
+            def sink(stream: str, line: str) -> None:
+                note(stream, line)
+                if inner:
+                    inner(stream, line)
+            return execute(work.plan, work.rendered, runs_root=runs_root,
+                           store=TaggedStore(store_path, work.experiment, work.id), sink=sink,
+                           cleared=(cleared or {}).get(work.id), poll_interval=poll_interval)
+        return call
+
+    def finished(index: int, future: Future) -> None:
+        outcome = _collected(steps[index], future)
+        report.outcomes.append(outcome)
+        progress.finished(outcome)
+
+    report.interrupted = run_concurrently([job(step) for step in steps], finished)
+    report.outcomes.sort(key=lambda outcome: outcome.step.index)
+    return report
+
+
+#: One batch job to run: given the sink its lines must also go to (where its job id is read), it executes the
+#: job and returns the run's record.
+BatchCall = Callable[[LineSink], RunRecord]
+
+
+def run_concurrently(calls: list[BatchCall], finished: Callable[[int, Future], None]) -> bool:
+    """Run every call in its own thread (each submits one batch job and follows it), `finished(index, future)`
+    as each ends. SIGINT cancels every job submitted so far at its scheduler, again each second so that a job
+    submitted after the first sweep is cancelled too; each is then collected and recorded cancelled by its
+    executor. Returns whether it was interrupted."""
+    jobs: dict[int, tuple[str, str]] = {}   # call index -> (scheduler, job id)
     cancelled: set[int] = set()
     lock = threading.Lock()
+    interrupted = False
 
-    def sink_for(step: Step) -> LineSink:
-        inner = progress.starting(step)
-
-        def sink(stream: str, line: str) -> None:
+    def note_for(index: int) -> LineSink:
+        def note(stream: str, line: str) -> None:
             submitted = SUBMITTED.match(line)
             if submitted:
                 with lock:
-                    jobs[step.index] = (submitted["scheduler"], submitted["job"])
-            if inner:
-                inner(stream, line)
-        return sink
-
-    def one(step: Step) -> RunRecord:
-        work = step.work
-        assert work.plan is not None and work.rendered is not None
-        return execute(work.plan, work.rendered, runs_root=runs_root,
-                       store=TaggedStore(store_path, work.experiment, work.id), sink=sink_for(step),
-                       cleared=(cleared or {}).get(work.id), poll_interval=poll_interval)
+                    jobs[index] = (submitted["scheduler"], submitted["job"])
+        return note
 
     def cancel_all() -> None:
         with lock:
@@ -168,23 +194,19 @@ def run_batch(steps: list[Step], *, store_path: Path, runs_root: Path, progress:
             except SchedulerError:
                 pass  # already gone: its executor records how it ended
 
-    with ThreadPoolExecutor(max_workers=max(len(steps), 1), thread_name_prefix="dlrun-batch") as pool:
-        pending: dict[Future, Step] = {pool.submit(one, step): step for step in steps}
+    with ThreadPoolExecutor(max_workers=max(len(calls), 1), thread_name_prefix="dlrun-batch") as pool:
+        pending = {pool.submit(call, note_for(index)): index for index, call in enumerate(calls)}
         while pending:
             try:
                 done, _ = wait(list(pending), timeout=1.0, return_when=FIRST_COMPLETED)
             except KeyboardInterrupt:
-                report.interrupted = True
+                interrupted = True
                 done = set()
-            if report.interrupted:
-                cancel_all()  # again each round: a job submitted after the first sweep is cancelled too
+            if interrupted:
+                cancel_all()
             for future in done:
-                step = pending.pop(future)
-                outcome = _collected(step, future)
-                report.outcomes.append(outcome)
-                progress.finished(outcome)
-    report.outcomes.sort(key=lambda outcome: outcome.step.index)
-    return report
+                finished(pending.pop(future), future)
+    return interrupted
 
 
 def _collected(step: Step, future: Future) -> StepOutcome:

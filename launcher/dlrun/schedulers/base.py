@@ -157,6 +157,8 @@ class Scheduler:
     mpirun_command = "mpirun"
     #: The options this scheduler takes in a system's `scheduler_options`: the common ones and its own.
     options: type[OwnSchedulerOptions] = OwnSchedulerOptions
+    #: True: its directives can name the job's nodes (`scheduler_options.nodelist`, --nodelist).
+    takes_nodelist = False
     run_dir_default = '$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)'
 
     def __init__(self, name: str):
@@ -179,6 +181,22 @@ class Scheduler:
 
     def check(self, plan: Plan) -> None:
         """Raise UsageError when the plan cannot run under this scheduler."""
+
+    def allocated_nodes(self, environ: Mapping[str, str]) -> list[str] | None:
+        """The nodes of the allocation this process runs in (inside a batch job or an interactive
+        allocation), by the names --nodelist takes; None outside one, or where the scheduler has none."""
+        return None
+
+    def check_nodelist(self, plan: Plan) -> None:
+        """Raise UsageError when the plan names its nodes and this scheduler cannot place a job on them, or
+        names more or fewer than the job has."""
+        hosts = plan.scheduler_options.nodelist
+        if hosts and not self.takes_nodelist:
+            raise UsageError(f"--nodelist {','.join(hosts)} with scheduler {self.name}, which places jobs "
+                             "itself; valid: a system whose scheduler is slurm, lsf or pbs")
+        if hosts and len(hosts) != plan.nodes:
+            raise UsageError(f"--nodelist {','.join(hosts)} names {len(hosts)} nodes for a job of {plan.nodes}; "
+                             f"valid: {plan.nodes} host names (or --nodes {len(hosts)})")
 
     def render(self, plan: Plan, launch: Launch) -> RenderedJob:
         raise NotImplementedError

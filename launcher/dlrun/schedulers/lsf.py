@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Mapping
 
 from pydantic import Field
 
@@ -44,6 +45,8 @@ def bsub_directives(plan: Plan, launch: Launch | None = None) -> list[str]:
         lines.append(f"-q {opts.partition}")
     if opts.exclusive:
         lines.append("-x")
+    if opts.nodelist:
+        lines.append(f'-m "{" ".join(opts.nodelist)}"')
     if opts.lsf_alloc_flags:
         lines.append(f'-alloc_flags "{opts.lsf_alloc_flags}"')
     lines += ["-o lsf-%J.out", "-e lsf-%J.out", *opts.extra]
@@ -62,6 +65,7 @@ def parse_bjobs(text: str) -> JobState:
 class LsfScheduler(Scheduler):
     tool = Tool("bsub", "the LSF client")
     batch = True
+    takes_nodelist = True
     step_launchers = ("jsrun",)
     options = LsfOptions
     run_dir_default = "${LS_SUBCWD}"
@@ -88,6 +92,10 @@ class LsfScheduler(Scheduler):
         argv = ["jsrun", "--nrs", str(plan.nodes), "--rs_per_host", "1", "--tasks_per_rs", "1",
                 "--cpu_per_rs", "ALL_CPUS", "--gpu_per_rs", "ALL_GPUS", "--smpiargs=off", *rank.argv]
         return Launch(argv=argv, env=rank.env, rank_log_pattern="output.log", tasks_per_node=1, whole_nodes=True)
+
+    def allocated_nodes(self, environ: Mapping[str, str]) -> list[str] | None:
+        words = environ.get("LSB_MCPU_HOSTS", "").split()  # "host slots host slots ...", in allocation order
+        return list(dict.fromkeys(words[::2])) or None
 
     def node_list_shell(self) -> str:
         # Hosts in allocation order, each once (the host file has one line per slot); `sort -u` would put

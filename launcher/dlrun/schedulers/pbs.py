@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Mapping
 
 from dlrun.job import JobState, Launch, RankCommand, RenderedJob
 from dlrun.launchers.mpirun import mpirun_argv, mpirun_hosts, root_ok
@@ -19,9 +20,12 @@ PBS_STATES = {"Q": "pending", "H": "pending", "W": "pending", "T": "pending", "S
 def pbs_directives(plan: Plan) -> list[str]:
     opts = plan.scheduler_options
     cores = plan.threads_per_rank * plan.ranks_per_node
-    select = f"select={plan.nodes}:ncpus={cores}:mpiprocs={plan.ranks_per_node}"
+    chunk = f"ncpus={cores}:mpiprocs={plan.ranks_per_node}"
     if plan.device == "cuda":
-        select += f":ngpus={plan.system.gpus_per_node}"
+        chunk += f":ngpus={plan.system.gpus_per_node}"
+    # Named nodes: one chunk per host (`select=1:host=a:...+1:host=b:...`), else N chunks anywhere.
+    select = ("select=" + "+".join(f"1:host={host}:{chunk}" for host in opts.nodelist) if opts.nodelist
+              else f"select={plan.nodes}:{chunk}")
     lines = [f"-N {plan.job_name}", f"-l {select}", "-l place=scatter" + (":excl" if opts.exclusive else "")]
     if opts.hhmmss():
         lines.append(f"-l walltime={opts.hhmmss()}")
@@ -52,6 +56,7 @@ def parse_qstat(text: str) -> JobState:
 class PbsScheduler(Scheduler):
     tool = Tool("qsub", "the PBS client")
     batch = True
+    takes_nodelist = True
     mpirun_command = "mpiexec"
     run_dir_default = "${PBS_O_WORKDIR}"
 
@@ -76,6 +81,15 @@ class PbsScheduler(Scheduler):
         if plan.nodes == 1:
             return super().per_node_background(plan, argv)
         return "pbsdsh -u " + join(["/usr/bin/env", *argv])  # pbsdsh passes no PATH; env searches the default
+
+    def allocated_nodes(self, environ: Mapping[str, str]) -> list[str] | None:
+        path = environ.get("PBS_NODEFILE")
+        if not path:
+            return None
+        try:
+            return list(dict.fromkeys(Path(path).read_text().split())) or None
+        except OSError as exc:
+            raise SchedulerError(f"PBS_NODEFILE {path}: {exc.strerror}") from None
 
     def node_list_shell(self) -> str:
         # One line per host in the node file's order: its first host (the mother superior, where the script

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Mapping
 
 from pydantic import Field
 
@@ -61,6 +61,8 @@ def sbatch_directives(plan: Plan, launch: Launch | None = None) -> list[str]:
         value = getattr(opts, key)
         if value:
             lines.append(f"--{key}={value}")
+    if opts.nodelist:
+        lines.append(f"--nodelist={','.join(opts.nodelist)}")
     lines += ["--output=slurm-%j.out", "--error=slurm-%j.out", *opts.extra]
     return [f"#SBATCH {line}" for line in lines]
 
@@ -83,6 +85,7 @@ def parse_scontrol_job(text: str) -> JobState:
 class SlurmScheduler(Scheduler):
     tool = Tool("sbatch", "the Slurm client (Debian: apt-get install slurm-client)")
     batch = True
+    takes_nodelist = True
     step_launchers = ("srun",)
     options = SlurmOptions
     run_dir_default = "${SLURM_SUBMIT_DIR}"
@@ -112,6 +115,15 @@ class SlurmScheduler(Scheduler):
 
     def node_list_shell(self) -> str:
         return 'scontrol show hostnames "${SLURM_JOB_NODELIST}"'
+
+    def allocated_nodes(self, environ: Mapping[str, str]) -> list[str] | None:
+        nodelist = environ.get("SLURM_JOB_NODELIST")
+        if not nodelist:
+            return None
+        proc = run_tool(["scontrol", "show", "hostnames", nodelist], env=dict(environ))
+        if proc.returncode != 0:
+            raise SchedulerError(f"scontrol show hostnames {nodelist}: {proc.stderr.strip() or proc.returncode}")
+        return proc.stdout.split()
 
     def master_addr_shell(self, plan: Plan, launch: Launch) -> str:
         # Slurm runs the batch script on the first node of the allocation, where srun and mpirun (whose -H is

@@ -87,15 +87,33 @@ def _row(store: Store, run: dict[str, Any], last: int, tolerance: float) -> dict
         return {**row, "verdict": "no baseline", "verdict_why": (
             f"its key has unknown fields ({', '.join(unknown[:6])}{', ...' if len(unknown) > 6 else ''}): no "
             "stored run can be told to be like it")}
+    return {**row, **judge(run["value"], [value for _, value in past], tolerance, metric)}
+
+
+def judge(value: float, past: list[float], tolerance: float, metric: str | None) -> dict[str, Any]:
+    """`value` against the baseline of `past` (the values of a key's earlier ok runs): its median, interval,
+    deviation and verdict, or `no baseline` below MIN_REPEATS values."""
     if len(past) < MIN_REPEATS:
-        return {**row, "verdict": "no baseline", "verdict_why": (
+        return {"verdict": "no baseline", "verdict_why": (
             f"{len(past)} ok run(s) of its key stored before it; a baseline needs at least {MIN_REPEATS}")}
-    values = [value for _, value in past]
-    low, high = _prediction_interval(values)
-    centre = median(values)
-    deviation = (run["value"] / centre - 1) * 100
-    row.update(history_median=centre, interval_low=low, interval_high=high, deviation_pct=deviation)
-    return {**row, **_verdict(run["value"], low, high, deviation, tolerance, direction(metric or "throughput"))}
+    low, high = _prediction_interval(past)
+    centre = median(past)
+    deviation = (value / centre - 1) * 100
+    return {"history_median": centre, "interval_low": low, "interval_high": high, "deviation_pct": deviation,
+            **_verdict(value, low, high, deviation, tolerance, direction(metric or "throughput"))}
+
+
+def key_history(store: Store, key_hash: str, unit: str, *, before: str, last: int = DEFAULT_LAST,
+                exclude: frozenset[str] = frozenset()) -> list[tuple[str, float]]:
+    """(run id, value) of the last `last` ok runs of a key stored before the time `before` (a store
+    timestamp), the runs `exclude` names left out, newest first: the machine's baseline at that time."""
+    metrics = ", ".join(f"'{m}'" for m in PRIMARY_METRICS)
+    with store.reading() as conn:
+        found = conn.execute(
+            "SELECT r.id, res.value FROM runs r JOIN results res ON res.run_id = r.id AND res.metric IN "
+            f"({metrics}) WHERE r.key_hash = ? AND r.status = 'ok' AND res.unit = ? AND r.created_at < ? "
+            "ORDER BY r.created_at DESC, r.id DESC LIMIT ?", (key_hash, unit, before, last + len(exclude))).fetchall()
+    return [(run_id, value) for run_id, value in found if run_id not in exclude][:last]
 
 
 def _prediction_interval(values: list[float]) -> tuple[float, float]:
