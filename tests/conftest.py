@@ -50,6 +50,18 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(groups[0]))
 
 
+def pytest_runtest_logreport(report):
+    """With DLRUN_TEST_TIMELINE set (`.ci/run` sets it), one JSON line per test phase: which xdist worker ran it,
+    when it ended, how long it took (scripts/test-timeline.py sums them per worker: what bounds the suite's time)."""
+    path = os.environ.get("DLRUN_TEST_TIMELINE")
+    if path and not hasattr(report, "node"):  # xdist's controller gets each worker's report again, with .node
+        line = json.dumps({"worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "test": report.nodeid,
+                           "phase": report.when, "seconds": round(report.duration, 3), "ended": report.stop,
+                           "outcome": report.outcome})
+        with open(path, "a") as out:  # one short write per line: the workers' lines do not interleave
+            out.write(line + "\n")
+
+
 @pytest.fixture(scope="module")
 def catalog(tmp_path_factory):
     """The built-in catalogs only (no user catalogs, no DLRUN_PATH) with this machine as `localhost`, loaded

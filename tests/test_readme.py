@@ -62,6 +62,7 @@ def _env(home: Path) -> dict[str, str]:
 def _site(root: Path, name: str, image_env: dict[str, str], dataset: Path) -> tuple[dict[str, str], Path]:
     """(environment, working folder) of one site: its own HOME, the checkout's Python as `.venv`."""
     home, cwd = root / f"home-{name}", root / f"site-{name}"
+    home.mkdir(parents=True)
     cwd.mkdir(parents=True)
     (cwd / ".venv").symlink_to(sys.prefix)
     return {**_env(home), **image_env, "DATASET": str(dataset)}, cwd

@@ -95,6 +95,9 @@ def _nodes(catalog, system: str, nodelist: str | None, partition: str | None) ->
         wanted = partition or spec.scheduler_options.partition
         nodes = [node.name for node in view.nodes if not wanted or wanted in node.partitions]
         source = f"{view.source}" + (f", partition {wanted}" if wanted else "")
+    if len(nodes) > spec.nodes:
+        raise UsageError(f"{len(nodes)} nodes from {source}, but system {system} has {spec.nodes}; valid: at most "
+                         f"{spec.nodes} of its nodes, or a system that describes them all")
     if not 2 <= len(set(nodes)) == len(nodes) <= MAX_NODES:
         raise UsageError(f"nodes {','.join(nodes) or '(none)'} from {source}; valid: 2 to {MAX_NODES} distinct "
                          "nodes (a pair is the smallest probe)")
