@@ -40,6 +40,11 @@ RESOURCE_MARKERS = ("mpi", "slurm", "horovod", "tensorflow", "browser", "contain
 XDIST_GROUPS = {"containers": "images", "slurm": "slurm"}
 
 
+# tryfirst: xdist's worker adds each test's group to its node id in its own pytest_collection_modifyitems, which
+# pluggy calls before a conftest's (the worker registers it later); the groups must be marked by then, or
+# `--dist loadgroup` spreads every resource's tests over both workers and each makes the session fixtures again
+# (as it did until 2026-12-03). pyproject.toml says why pytest is below 9.2.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     for item in items:
         for fixture, marker in RESOURCE_FIXTURES.items():

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from fixtures_slurm import (SlurmCluster, _free_port, _require_tools, _start, _wait_for, _which, start_munged,
-                            stop_all)
+from fixtures_slurm import (SLURM_COMMON, SlurmCluster, _free_port, _require_tools, _start, _wait_for, _which,
+                            start_munged, stop_all, system_yaml)
 
 NODES = ("d1", "d2", "d3")
 NETNS_SYSTEM = "dlrun-netcluster"
@@ -36,51 +36,10 @@ ClusterName=dlrunnet
 SlurmctldHost={host}({gateway})
 SlurmctldPort={ctld_port}
 SlurmdPort={slurmd_port}
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-AuthInfo=socket={munge_socket}
-CredType=cred/munge
-StateSaveLocation={root}/state
-SlurmdSpoolDir={root}/spool/%n
-SlurmctldPidFile={root}/slurmctld.pid
-SlurmdPidFile={root}/slurmd-%n.pid
-SlurmctldLogFile={root}/log/slurmctld.log
-SlurmdLogFile={root}/log/slurmd-%n.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-MpiDefault=none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-ReturnToService=2
-KillWait=5
-MinJobAge=600
-AccountingStorageType=accounting_storage/none
-JobAcctGatherType=jobacct_gather/none
-TmpFS={root}/tmp/%n
+""" + SLURM_COMMON + """\
 {nodes}
 PartitionName=all Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """
-
-NETNS_SYSTEM_YAML = """\
-name: {name}
-description: "Three slurmd in network namespaces (d1, d2, d3), each its own address on a bridge, started by the test suite"
-arch: {arch}
-nodes: 3
-cpu: {{sockets: 1, cores_per_socket: 1}}
-memory_gb: 4
-fabrics: [tcp]
-scheduler: slurm
-launcher: srun
-runtime: host
-default_image: host
-default_steps: 3
-default_warmup_steps: 1
-scheduler_options: {{time: "00:10:00", partition: all}}
-sources:
-  - {{doc: "dlrun test suite", where: "tests/fixtures_netns.py"}}
-"""
-
 
 def _ip(*argv: str) -> None:
     proc = subprocess.run(["ip", *argv], capture_output=True, text=True, timeout=30)
@@ -202,7 +161,8 @@ def netns_cluster(tmp_path_factory) -> NetnsCluster:
 
         _wait_for(idle, 60, "three idle slurmd", root / "log" / "slurmctld.log")
         (root / "catalog" / "systems" / "netcluster.yaml").write_text(
-            NETNS_SYSTEM_YAML.format(name=NETNS_SYSTEM, arch=platform.machine()))
+            system_yaml(NETNS_SYSTEM, "Three slurmd in network namespaces (d1, d2, d3), each its own address on a "
+                        "bridge, started by the test suite", 3, "all", "fixtures_netns.py"))
         yield NetnsCluster(root=root, conf=root / "slurm.conf", catalog=root / "catalog", env=env,
                            pid_files=started, tag=tag, subnet=subnet)
     finally:

@@ -85,10 +85,8 @@ class SlurmCluster:
                               timeout=60)
 
 
-SLURM_CONF = """\
-ClusterName=dlruntest
-SlurmctldHost={host}(127.0.0.1)
-SlurmctldPort={ctld_port}
+#: What both test clusters' slurm.conf say (this one's and tests/fixtures_netns.py's), after their names and hosts.
+SLURM_COMMON = """\
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -110,18 +108,25 @@ KillWait=5
 MinJobAge=600
 AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
+TmpFS={root}/tmp/%n
+"""
+
+SLURM_CONF = """\
+ClusterName=dlruntest
+SlurmctldHost={host}(127.0.0.1)
+SlurmctldPort={ctld_port}
+""" + SLURM_COMMON + """\
 NodeName=n1 NodeHostname={host} NodeAddr=127.0.0.1 Port={n1_port} CPUs=1 RealMemory=4000 State=UNKNOWN
 NodeName=n2 NodeHostname={host} NodeAddr=127.0.0.1 Port={n2_port} CPUs=1 RealMemory=4000 State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 PartitionName=single Nodes=n2 MaxTime=60 State=UP
-TmpFS={root}/tmp/%n
 """
 
 TEST_SYSTEM = """\
 name: {name}
-description: "Two slurmd (n1, n2) on this host, started by the test suite: 2 nodes x 1 CPU"
+description: "{description}"
 arch: {arch}
-nodes: 2
+nodes: {nodes}
 cpu: {{sockets: 1, cores_per_socket: 1}}
 memory_gb: 4
 fabrics: [tcp]
@@ -132,10 +137,16 @@ default_image: host
 batch_sizes: {{trivial: 8, resnet18: 2}}
 default_steps: 3
 default_warmup_steps: 1
-scheduler_options: {{time: "00:10:00", partition: debug}}
+scheduler_options: {{time: "00:10:00", partition: {partition}}}
 sources:
-  - {{doc: "dlrun test suite", where: "tests/fixtures_slurm.py"}}
+  - {{doc: "dlrun test suite", where: "tests/{where}"}}
 """
+
+
+def system_yaml(name: str, description: str, nodes: int, partition: str, where: str) -> str:
+    """A system profile of a test cluster (hosts of one CPU each, runtime host)."""
+    return TEST_SYSTEM.format(name=name, description=description, arch=platform.machine(), nodes=nodes,
+                              partition=partition, where=where)
 
 
 def _start(argv: list[str], env: dict[str, str], what: str) -> None:
@@ -218,7 +229,8 @@ def slurm_cluster(tmp_path_factory) -> SlurmCluster:
 
         _wait_for(idle, 60, "two idle slurmd", root / "log" / "slurmctld.log")
         (root / "catalog" / "systems" / "testcluster.yaml").write_text(
-            TEST_SYSTEM.format(name=CLUSTER_SYSTEM, arch=platform.machine()))
+            system_yaml(CLUSTER_SYSTEM, "Two slurmd (n1, n2) on this host, started by the test suite: 2 nodes x 1 CPU",
+                        2, "debug", "fixtures_slurm.py"))
         yield SlurmCluster(root=root, conf=root / "slurm.conf", catalog=root / "catalog", env=env,
                            pid_files=started)
     finally:
