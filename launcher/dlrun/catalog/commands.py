@@ -8,7 +8,7 @@ documented in COMMAND_VARIABLES, and names its result one of three ways (`result
 
   format: dlrun-result     one `DLRUN_RESULT {json}` line ({"metric", "value", "unit", ...}, the harness's own)
   format: PARSER           one of dlrun's parsers by name (nccl-tests, tf_cnn_benchmarks, horovod, dllogger,
-                           mlperf, torchtitan, osu, fio)
+                           mlperf, torchtitan, megatron-lm, nemo, osu, fio)
   format: regex            `regex` with one group, the figure of merit; its `metric`, `unit` and `direction`
                            (higher or lower is better) are declared, the last matching line is the value
 """
@@ -25,9 +25,9 @@ from dlrun.harness.harness_contract import rank_variables
 #: or the names users know them by) and `regex`.
 PARSER_FORMATS = {"dlrun-result": "dlrun-harness", "nccl-tests": "nccl-tests", "tf_cnn_benchmarks": "tf_cnn_benchmarks",
                   "horovod": "horovod", "dllogger": "dllogger", "mlperf": "mllog", "torchtitan": "torchtitan",
-                  "osu": "osu", "fio": "fio"}
+                  "megatron-lm": "megatron-lm", "nemo": "nemo", "osu": "osu", "fio": "fio"}
 ResultFormat = Literal["dlrun-result", "nccl-tests", "tf_cnn_benchmarks", "horovod", "dllogger", "mlperf",
-                       "torchtitan", "osu", "fio", "regex"]
+                       "torchtitan", "megatron-lm", "nemo", "osu", "fio", "regex"]
 #: What a declared figure of merit may be, with the unit it is given in and which way is better (as
 #: dlrun.results.parsers.result.METRICS and UNITS hold them; tests/test_byo.py checks that they agree).
 FigureMetric = Literal["throughput", "bandwidth", "latency", "busbw", "read_bandwidth", "file_read_rate"]

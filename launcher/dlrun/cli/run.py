@@ -126,7 +126,8 @@ def run(skip_checks: SkipChecksOpt = False, dry_run: DryRunOpt = False, verbose:
 
 
 #: The result formats of a site's command that report training (a batch, steps and precision mean something).
-TRAINING_FORMATS = frozenset({"dlrun-result", "tf_cnn_benchmarks", "horovod", "dllogger", "mlperf", "torchtitan"})
+TRAINING_FORMATS = frozenset({"dlrun-result", "tf_cnn_benchmarks", "horovod", "dllogger", "mlperf", "torchtitan",
+                              "megatron-lm", "nemo"})
 
 
 def run_shape(plan) -> str:
