@@ -145,7 +145,8 @@ def test_a_system_takes_only_its_schedulers_options(tmp_path):
     with pytest.raises(CatalogError) as refused:
         load_file(SystemSpec, path)
     assert str(refused.value) == (f"{path}:8: scheduler_options: Value error, qos: Extra inputs are not permitted "
-                                  "(scheduler lsf takes account, exclusive, extra, lsf_alloc_flags, partition, time)")
+                                  "(scheduler lsf takes account, exclusive, extra, lsf_alloc_flags, nodelist, partition, "
+                                  "time)")
     # `dlrun schema systems` says the same to an editor
     validator = jsonschema.Draft202012Validator(system_json_schema())
     entry = {"name": "site", "description": "a site", "nodes": 2, "cpu": {"cores_per_socket": 4}, "memory_gb": 8,
@@ -376,5 +377,5 @@ def test_a_sites_scheduler_refuses_an_option_it_does_not_take(dlrun_home, tmp_pa
     proc = run_cli("run", "trivial", "--system", "toy", "--dry-run", env=env)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip() == (f"dlrun: error: {system}:11: scheduler_options: Value error, toy_prio: Extra inputs "
-                                   "are not permitted (scheduler toy-batch takes account, exclusive, extra, partition, "
-                                   "time, toy_priority)")
+                                   "are not permitted (scheduler toy-batch takes account, exclusive, extra, nodelist, "
+                                   "partition, time, toy_priority)")
