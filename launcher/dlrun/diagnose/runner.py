@@ -17,6 +17,7 @@ from dlrun.reproduce.resume import TaggedStore
 from dlrun.reproduce.runner import run_concurrently
 from dlrun.results.compare.history import DEFAULT_LAST, judge, key_history
 from dlrun.results.store import Store
+from dlrun.results.store.fields import STAMP_FORMAT
 
 EXPERIMENT = "diagnose"
 
@@ -67,7 +68,7 @@ def run_rounds(rounds: list[list[Job]], *, store_path: Path, runs_root: Path,
 
 def stamp(now: float | None = None) -> str:
     """A store timestamp (the runs' created_at)."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() if now is None else now))
+    return time.strftime(STAMP_FORMAT, time.gmtime(time.time() if now is None else now))
 
 
 def with_baselines(probes: list[Probe], store: Store, *, before: str, last: int = DEFAULT_LAST,

@@ -61,14 +61,7 @@ def _judged(store: Store, filters: Filters) -> list[dict[str, Any]]:
 
 def _history(store: Store, run: dict[str, Any], last: int) -> list[tuple[str, float]]:
     """(run id, value) of the last `last` ok runs with the run's key stored before it, newest first."""
-    metrics = ", ".join(f"'{m}'" for m in PRIMARY_METRICS)
-    with store.reading() as conn:
-        return conn.execute(
-            "SELECT r.id, res.value FROM runs r JOIN results res ON res.run_id = r.id AND res.metric IN "
-            f"({metrics}) WHERE r.key_hash = ? AND r.status = 'ok' AND res.unit = ? AND r.id != ? AND "
-            "(r.created_at < ? OR (r.created_at = ? AND r.id < ?)) ORDER BY r.created_at DESC, r.id DESC LIMIT ?",
-            (run["key_hash"], run["unit"], run["id"], run["created_at"], run["created_at"], run["id"], last),
-        ).fetchall()
+    return key_history(store, run["key_hash"], run["unit"], before=run["created_at"], before_id=run["id"], last=last)
 
 
 def _row(store: Store, run: dict[str, Any], last: int, tolerance: float) -> dict[str, Any]:
@@ -103,16 +96,18 @@ def judge(value: float, past: list[float], tolerance: float, metric: str | None)
             **_verdict(value, low, high, deviation, tolerance, direction(metric or "throughput"))}
 
 
-def key_history(store: Store, key_hash: str, unit: str, *, before: str, last: int = DEFAULT_LAST,
-                exclude: frozenset[str] = frozenset()) -> list[tuple[str, float]]:
+def key_history(store: Store, key_hash: str, unit: str, *, before: str, before_id: str = "",
+                last: int = DEFAULT_LAST, exclude: frozenset[str] = frozenset()) -> list[tuple[str, float]]:
     """(run id, value) of the last `last` ok runs of a key stored before the time `before` (a store
-    timestamp), the runs `exclude` names left out, newest first: the machine's baseline at that time."""
+    timestamp; at that very time, those whose id sorts before `before_id`), the runs `exclude` names left out,
+    newest first: the machine's baseline at that time."""
     metrics = ", ".join(f"'{m}'" for m in PRIMARY_METRICS)
     with store.reading() as conn:
         found = conn.execute(
             "SELECT r.id, res.value FROM runs r JOIN results res ON res.run_id = r.id AND res.metric IN "
-            f"({metrics}) WHERE r.key_hash = ? AND r.status = 'ok' AND res.unit = ? AND r.created_at < ? "
-            "ORDER BY r.created_at DESC, r.id DESC LIMIT ?", (key_hash, unit, before, last + len(exclude))).fetchall()
+            f"({metrics}) WHERE r.key_hash = ? AND r.status = 'ok' AND res.unit = ? AND "
+            "(r.created_at < ? OR (r.created_at = ? AND r.id < ?)) ORDER BY r.created_at DESC, r.id DESC LIMIT ?",
+            (key_hash, unit, before, before, before_id, last + len(exclude))).fetchall()
     return [(run_id, value) for run_id, value in found if run_id not in exclude][:last]
 
 
