@@ -88,7 +88,7 @@ def test_no_baseline_below_three_runs_and_a_latecomer_never_counts(store):
 
 def test_history_mode_refuses_what_it_cannot_do(store):
     _history(store, HISTORY)
-    with pytest.raises(UsageError, match="--last 0: the baseline is made of 1 to 1000 runs"):
+    with pytest.raises(UsageError, match=r"bad --last 0; valid: 1 to 1000 runs"):
         compare(store, Filters(), mode="history", last=0)
     with pytest.raises(UsageError, match="--mode history compares no axis"):
         compare(store, Filters(), mode="history", by="system")

@@ -16,7 +16,6 @@ import typer
 from dlrun.cli.options import DryRunOpt, JsonOpt, SkipChecksOpt
 from dlrun.cli.output import console, handle_errors
 from dlrun.errors import UsageError
-from dlrun.results.compare.history import MAX_LAST
 
 #: The most nodes one diagnosis takes: N (N - 1) / 2 pair jobs.
 MAX_NODES = 64
@@ -53,11 +52,11 @@ def diagnose(
     Exit 1 when something is found."""
     from dlrun.cli.options import default_system, load_catalog
     from dlrun.diagnose import rounds
+    from dlrun.results.compare.history import check_last
 
     if not 0 < threshold < 1:
         raise UsageError(f"bad --threshold {threshold}; valid: a fraction between 0 and 1, like 0.8")
-    if not 1 <= last <= MAX_LAST:
-        raise UsageError(f"bad --last {last}; valid: 1 to {MAX_LAST} runs")
+    check_last(last)
     catalog = load_catalog()
     system = system or default_system(catalog)
     nodes, source = _nodes(catalog, system, nodelist, partition)

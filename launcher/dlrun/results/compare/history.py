@@ -35,10 +35,15 @@ METHOD = (f"baseline: the median of the last N ok runs stored before the run wit
           "of those runs (mean log +- t x sd x sqrt(1 + 1/n)), taken back with exp")
 
 
+def check_last(last: int) -> None:
+    """How many runs a baseline is made of (`--last` of compare --mode history and of diagnose)."""
+    if not 1 <= last <= MAX_LAST:
+        raise UsageError(f"bad --last {last}; valid: 1 to {MAX_LAST} runs (the baseline's)")
+
+
 def history(store: Store, filters: Filters, *, last: int = DEFAULT_LAST, tolerance: float = 0.05) -> Comparison:
     """One row per judged run: the selected run ids, else the newest successful run of each selected key."""
-    if not 1 <= last <= MAX_LAST:
-        raise UsageError(f"--last {last}: the baseline is made of 1 to {MAX_LAST} runs")
+    check_last(last)
     rows = [_row(store, run, last, tolerance) for run in _judged(store, filters)]
     notes = [] if rows else ["no successful run selected: nothing to judge against its history"]
     comparison = Comparison("history", f"each run against the last {last} ok runs of its key (its machine's "
