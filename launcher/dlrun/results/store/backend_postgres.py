@@ -117,9 +117,13 @@ class PgConnection:
 
 
 def _read_version(conn: PgConnection) -> int:
-    tables = conn.execute("SELECT to_regclass('dlrun_schema') IS NOT NULL, to_regclass('runs') IS NOT NULL").fetchone()
-    if not tables[0]:
-        if tables[1]:
+    # the catalog read as a table, in this statement's snapshot: to_regclass would answer from this backend's
+    # cache, which a writer that waited for the lock while another created the schema has not refreshed yet
+    tables = {name for (name,) in conn.execute(
+        "SELECT tablename FROM pg_catalog.pg_tables WHERE schemaname = current_schema() AND tablename IN "
+        "('dlrun_schema', 'runs')")}
+    if "dlrun_schema" not in tables:
+        if "runs" in tables:
             raise StoreDamaged(f"the result store {conn.url} holds a table `runs` but no dlrun schema version "
                                "(another program's database?); dlrun leaves it as it is: valid: a database of "
                                "its own for dlrun")

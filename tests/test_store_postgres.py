@@ -1,0 +1,230 @@
+"""The shared site store on PostgreSQL (dlrun.results.store.backend_postgres), against a real server the tests
+start (fixtures_postgres): concurrent writers and a writer SIGKILLed inside its transaction lose no committed
+run and leave no half run on either backend, the aggregates stay those of the runs; `store:` in config.yaml
+is what every command opens, its password never shown; a bad URL, an unreachable server, a wrong password
+are one line; the schema version and its migrations; runs moved between the two backends."""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import sqlite3
+from pathlib import Path
+
+import pytest
+from bundle_data import filled_store
+from conftest import cli_json, run_cli
+from fixtures_postgres import PASSWORD
+from fixtures_registry import free_port
+from test_store_samples import assert_aggregates_exact
+
+from dlrun.results.store import SCHEMA_VERSION, Store, StoreError
+from dlrun.results.store.location import PostgresUrl, parse_store
+from dlrun.results.store.query import Filters
+
+WRITERS, RUNS_EACH, KILLED_COMMITTED, KILLED_PENDING = 4, 12, 3, 5
+
+
+def _run(run_id: str, value: float, system: str) -> tuple[dict, list[dict]]:
+    return ({"id": run_id, "created_at": f"2026-01-01T00:00:{int(value) % 60:02d}Z", "status": "ok",
+             "workload": "resnet50", "system": system, "plan": {"x": 1}, "provenance": {"p": run_id},
+             "world_size": 2},
+            [{"metric": "throughput", "value": value, "unit": "images/sec"},
+             {"metric": "step_time", "value": 1 / value, "unit": "s"}])
+
+
+def _writer(location: str, worker: int) -> None:
+    store = Store(location)
+    for i in range(RUNS_EACH):  # one transaction per run, racing the other writers
+        store.add_runs([_run(f"w{worker}-{i}", 100.0 + i + worker / 10, f"sys{i % 3}")])
+
+
+def _killed_writer(location: str, inside) -> None:
+    """Commits KILLED_COMMITTED runs, then stops inside a transaction that has inserted KILLED_PENDING more
+    (rows, results and aggregates written, not committed) and waits there to be killed."""
+    store = Store(location)
+    for i in range(KILLED_COMMITTED):
+        store.add_runs([_run(f"k-{i}", 50.0 + i, "sys0")])
+
+    def pending():
+        for i in range(KILLED_PENDING):
+            yield _run(f"k-pending-{i}", 70.0 + i, f"sys{i % 3}")
+        inside.set()  # every pending run is inserted; the transaction is open
+        signal.pause()
+    store.add_runs(lambda: pending())
+
+
+def test_concurrent_writers_and_a_sigkill_lose_no_run(store_location):
+    ctx = mp.get_context("spawn")
+    inside = ctx.Event()
+    killed = ctx.Process(target=_killed_writer, args=(str(store_location), inside))
+    writers = [ctx.Process(target=_writer, args=(str(store_location), w)) for w in range(WRITERS)]
+    killed.start()
+    for proc in writers:
+        proc.start()
+    while not inside.wait(0.2):  # until it is inside its transaction (or has failed: then no wait)
+        assert killed.is_alive(), f"the writer to be killed exited first ({killed.exitcode})"
+    os.kill(killed.pid, signal.SIGKILL)  # mid-write: its transaction holds the store's write lock
+    killed.join(60)
+    assert killed.exitcode == -signal.SIGKILL
+    for proc in writers:
+        proc.join(300)
+        assert proc.exitcode == 0
+    store = Store(store_location)
+    ids = {run["id"] for run in store.list_runs(None)}
+    expected = {f"w{w}-{i}" for w in range(WRITERS) for i in range(RUNS_EACH)} | {
+        f"k-{i}" for i in range(KILLED_COMMITTED)}
+    assert ids == expected  # every committed run, and nothing of the killed transaction
+    with store.reading() as conn:
+        assert conn.execute("SELECT count(*) FROM results").fetchone()[0] == 2 * len(expected)  # no half run
+        assert conn.execute("SELECT count(*) FROM sample_runs").fetchone()[0] == len(expected)
+        assert not conn.execute("SELECT 1 FROM results WHERE run_id NOT IN (SELECT id FROM runs)").fetchone()
+    assert_aggregates_exact(store)
+
+
+# ------------------------------------------------------------------------------------ config.yaml, one line
+def _configure(dlrun_home: Path, store: str | None) -> None:
+    config = Path(os.environ["XDG_CONFIG_HOME"]) / "dlrun" / "config.yaml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text("site: here.example\n" + (f"store: {store!r}\n" if store else ""))
+
+
+def test_commands_use_the_configured_store_and_never_show_its_password(dlrun_home, postgres_url):
+    _configure(dlrun_home, postgres_url)
+    assert cli_json("results", "list") == []  # reading creates nothing
+    assert not dlrun_home.joinpath("results.sqlite").exists()
+    Store(postgres_url).add_runs([_run("pg-1", 120.0, "sys0")])
+    listed = cli_json("results", "list")
+    assert [run["id"] for run in listed] == ["pg-1"]
+    shown = run_cli("results", "show", "pg-1", check=True)
+    compared = run_cli("compare", "--workload", "resnet50", check=True)
+    for proc in (shown, compared):
+        assert PASSWORD not in proc.stdout + proc.stderr
+    assert not dlrun_home.joinpath("results.sqlite").exists()
+    assert PASSWORD not in str(Store(postgres_url).path) and PASSWORD not in repr(Store(postgres_url).path)
+
+
+@pytest.mark.parametrize("url, why", [
+    ("postgresql://u:s3cret-pw@db.example/", "no database name after the host"),
+    ("postgresql://u:s3cret-pw@db.example:port/x", "the port is not a number"),
+    ("mysql://u:s3cret-pw@db.example/x", "the scheme 'mysql' is not postgresql"),
+    ("/some/file.sqlite", "not a URL"),
+])
+def test_a_bad_store_url_is_one_line_naming_it_with_the_password_redacted(dlrun_home, url, why):
+    _configure(dlrun_home, url)
+    proc = run_cli("results", "list")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.count("\n") == 1 and why in proc.stderr and "valid: postgresql://USER@HOST" in proc.stderr
+    assert "s3cret-pw" not in proc.stderr and ("<redacted>" in proc.stderr or "s3cret" not in url)
+
+
+def test_an_unreachable_server_and_a_wrong_password_are_one_line(dlrun_home, postgres_server, postgres_url):
+    closed = f"postgresql://dlrun_test:{PASSWORD}@127.0.0.1:{free_port()}/nothing"
+    wrong = postgres_url.replace(PASSWORD, "not-the-pw-42")
+    for url, said in ((closed, "Connection refused"), (wrong, "password authentication failed")):
+        _configure(dlrun_home, url)
+        proc = run_cli("results", "list")
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+        assert said in proc.stderr and "cannot reach the result store postgresql://dlrun_test:<redacted>@" in proc.stderr
+        assert PASSWORD not in proc.stderr and "not-the-pw-42" not in proc.stderr
+    with pytest.raises(StoreError, match="password authentication failed"):
+        Store(wrong).add_runs([_run("x", 1.0, "s")])
+
+
+def test_the_password_may_come_from_pgpassword(dlrun_home, postgres_url, monkeypatch):
+    bare = postgres_url.replace(f":{PASSWORD}@", "@")
+    _configure(dlrun_home, bare)
+    Store(postgres_url).add_runs([_run("pg-2", 120.0, "sys0")])
+    assert [run["id"] for run in cli_json("results", "list", env={"PGPASSWORD": PASSWORD})] == ["pg-2"]
+
+
+def test_parse_store_keeps_the_url_and_redacts_it():
+    url = parse_store("postgresql://alice:p%40ss-word@db.example:5433/results?sslmode=require")
+    assert isinstance(url, PostgresUrl) and url.password == "p@ss-word"
+    assert str(url) == "postgresql://alice:<redacted>@db.example:5433/results?sslmode=require"
+    assert "p@ss-word" not in url.redact("FATAL: password p@ss-word for alice")
+
+
+# ----------------------------------------------------------------------------------- schema and migrations
+def _version(url: str) -> int:
+    with Store(url).reading() as conn:
+        return conn.execute("SELECT version FROM dlrun_schema").fetchone()[0]
+
+
+def test_a_postgresql_store_keeps_its_schema_version_and_is_upgraded_in_place(postgres_url):
+    store = Store(postgres_url)
+    store.add_runs([_run("a", 100.0, "sys0"), _run("b", 110.0, "sys1")])
+    assert _version(postgres_url) == SCHEMA_VERSION
+    with store.transaction() as conn:  # the store as a dlrun of schema 5 left it: no aggregates yet
+        conn.execute("DROP TABLE samples")
+        conn.execute("DROP TABLE sample_runs")
+        conn.execute("UPDATE dlrun_schema SET version = 5")
+    assert len(store.list_runs()) == 2  # reading upgrades it first (version 6 rebuilds the aggregates)
+    assert _version(postgres_url) == SCHEMA_VERSION
+    assert_aggregates_exact(store)
+    with store.transaction() as conn:
+        conn.execute("UPDATE dlrun_schema SET version = ?", (SCHEMA_VERSION + 1,))
+    with pytest.raises(Exception, match=f"schema version {SCHEMA_VERSION + 1}; this dlrun reads up to"):
+        store.list_runs()
+
+
+def test_a_database_of_another_program_is_left_alone(postgres_url):
+    import psycopg
+
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE runs (something integer)")
+    with pytest.raises(StoreError, match="holds a table `runs` but no dlrun schema version"):
+        Store(postgres_url).add_runs([_run("a", 100.0, "sys0")])
+
+
+# ------------------------------------------------------------------------------- between the two backends
+def test_a_bundle_imports_into_a_postgresql_store(dlrun_home, tmp_path, postgres_url):
+    source = filled_store(tmp_path / "a")  # runs of site-a, this site is here.example
+    _configure(dlrun_home, None)
+    bundle = tmp_path / "a.bundle"
+    dlrun_home.mkdir(parents=True, exist_ok=True)
+    (dlrun_home / "results.sqlite").write_bytes(source.path.read_bytes())
+    run_cli("results", "export", "--out", str(bundle), "--exporting-site", "site-a", check=True)
+    _configure(dlrun_home, postgres_url)
+    run_cli("results", "import", str(bundle), "--unsigned", check=True)
+    moved = {run["id"] for run in cli_json("results", "list")}
+    assert moved == {run["id"] for run in source.list_runs(None)} and moved
+    again = run_cli("results", "import", str(bundle), "--unsigned", check=True)  # twice adds nothing
+    assert len(cli_json("results", "list")) == len(moved) and "stored already" in again.stdout + again.stderr
+    assert_aggregates_exact(Store(postgres_url))
+
+
+def test_sqlite_errors_stay_sqlite_errors(tmp_path):
+    store = Store(tmp_path / "r.sqlite")
+    store.add_runs([_run("a", 1.0, "s")])
+    with pytest.raises(sqlite3.IntegrityError):
+        store.add_runs([_run("a", 1.0, "s")])
+
+
+def test_copy_moves_a_sites_store_to_postgresql_and_back(dlrun_home, tmp_path, postgres_url):
+    """A site's own runs (this site's name) are no bundle's to import: `results copy` moves them as they are."""
+    _configure(dlrun_home, None)
+    dlrun_home.mkdir(parents=True, exist_ok=True)
+    local = Store(dlrun_home / "results.sqlite")
+    local.add_runs([_run(f"own-{i}", 100.0 + i, f"sys{i % 2}") for i in range(6)])
+    before = {run["id"]: run for run in local.get_runs(Filters())}
+    bundle = tmp_path / "own.bundle"
+    run_cli("results", "export", "--out", str(bundle), check=True)
+    _configure(dlrun_home, postgres_url)
+    refused = run_cli("results", "import", str(bundle), "--unsigned")  # this site's own runs: no bundle's
+    assert refused.returncode == 1 and "dlrun results copy SOURCE" in refused.stderr
+    proc = run_cli("results", "copy", str(dlrun_home / "results.sqlite"), check=True)
+    assert "copied 6 of 6 runs" in proc.stdout and PASSWORD not in proc.stdout + proc.stderr
+    moved = {run["id"]: run for run in Store(postgres_url).get_runs(Filters())}
+    assert moved == before  # every field of every run, its results, origin, site and key
+    assert "6 stored already" in run_cli("results", "copy", str(dlrun_home / "results.sqlite"), check=True).stdout
+    assert_aggregates_exact(Store(postgres_url))
+    # and back, into a new SQLite store, from the URL (its password from the environment)
+    _configure(dlrun_home, None)
+    (dlrun_home / "results.sqlite").unlink()
+    bare = postgres_url.replace(f":{PASSWORD}@", "@")
+    proc = run_cli("results", "copy", bare, env={"PGPASSWORD": PASSWORD}, check=True)
+    assert "copied 6 of 6 runs" in proc.stdout
+    assert {run["id"]: run for run in Store(dlrun_home / "results.sqlite").get_runs(Filters())} == before
+    refused = run_cli("results", "copy", str(dlrun_home / "results.sqlite"))
+    assert refused.returncode == 2 and "is this site's store itself" in refused.stderr
