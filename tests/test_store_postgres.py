@@ -5,6 +5,7 @@ is what every command opens, its password never shown; a bad URL, an unreachable
 are one line; the schema version and its migrations; runs moved between the two backends."""
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import os
 import signal
@@ -228,3 +229,18 @@ def test_copy_moves_a_sites_store_to_postgresql_and_back(dlrun_home, tmp_path, p
     assert {run["id"]: run for run in Store(dlrun_home / "results.sqlite").get_runs(Filters())} == before
     refused = run_cli("results", "copy", str(dlrun_home / "results.sqlite"))
     assert refused.returncode == 2 and "is this site's store itself" in refused.stderr
+
+
+def test_a_real_run_is_stored_in_postgresql_and_its_password_nowhere(dlrun_home, postgres_url):
+    _configure(dlrun_home, postgres_url)
+    proc = run_cli("run", "trivial", "--steps", "1", "--warmup-steps", "1", "--batch-size", "2", "--tune", "off",
+                   env={"PGPASSWORD": PASSWORD})
+    assert proc.returncode == 0, proc.stderr
+    runs = Store(postgres_url).get_runs(Filters())
+    assert [run["status"] for run in runs] == ["ok"] and runs[0]["workload"] == "trivial"
+    assert not (dlrun_home / "results.sqlite").exists()
+    assert PASSWORD not in proc.stdout + proc.stderr
+    assert PASSWORD not in json.dumps(runs)
+    for path in dlrun_home.rglob("*"):
+        if path.is_file():
+            assert PASSWORD.encode() not in path.read_bytes(), path
