@@ -244,3 +244,25 @@ def test_a_real_run_is_stored_in_postgresql_and_its_password_nowhere(dlrun_home,
     for path in dlrun_home.rglob("*"):
         if path.is_file():
             assert PASSWORD.encode() not in path.read_bytes(), path
+
+
+def test_values_read_out_of_json_are_read_on_both_backends(store_location):
+    """compare --metric samples-per-joule and the energy report read a value inside a row's JSON."""
+    from dlrun.report.energy import _summaries
+
+    store = Store(store_location)
+    spj = 0.12345678901234568  # all 17 digits of a double
+    pairs = []
+    for run_id, telemetry in (("with", {"samples_per_joule": spj}), ("no-energy", {}), ("none", None)):
+        run, rows = _run(run_id, 100.0, "sys0")
+        rows[0]["extra"] = {"telemetry": telemetry} if telemetry is not None else {}
+        run["provenance"] = {"telemetry": {"energy_j": 5.5}} if telemetry else {}
+        pairs.append((run, rows))
+    store.add_runs(pairs)
+    got = {run_id: float(value) for group in store.grouped_values(Filters(), compared="samples-per-joule")
+           for run_id, value in zip(group["run_ids"], group["values"])}
+    # SQLite's printf keeps 16 digits (an ulp off at most); PostgreSQL gives the JSON number's own text
+    assert got["with"] == pytest.approx(spj, rel=1e-15) and got["none"] == float("-inf")
+    assert str(got["no-energy"]) == "nan"
+    summaries = _summaries(store, ["with", "none"])
+    assert summaries["with"][0] == {"energy_j": 5.5} and summaries["none"][0] is None
