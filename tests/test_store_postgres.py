@@ -266,3 +266,13 @@ def test_values_read_out_of_json_are_read_on_both_backends(store_location):
     assert str(got["no-energy"]) == "nan"
     summaries = _summaries(store, ["with", "none"])
     assert summaries["with"][0] == {"energy_j": 5.5} and summaries["none"][0] is None
+
+
+def test_without_the_driver_a_postgresql_store_is_one_line_saying_what_to_install(monkeypatch):
+    import sys
+
+    from dlrun.errors import UsageError
+
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # as where the postgresql extra is not installed
+    with pytest.raises(UsageError, match=r"needs the psycopg driver; valid: pip install 'dlrun\[postgresql\]'"):
+        Store(f"postgresql://u:{PASSWORD}@127.0.0.1/x").list_runs()
