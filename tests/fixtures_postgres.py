@@ -108,12 +108,17 @@ def postgres_server(tmp_path_factory):
             shutil.rmtree(work, ignore_errors=True)
 
 
-@pytest.fixture
-def postgres_url(postgres_server):
+def new_database(server: dict) -> str:
     """The URL of a new, empty database of the test role (password in the URL, as a site's config may hold it)."""
     name = f"dlrun_{os.getpid()}_{next(_DATABASES)}"
-    postgres_server["admin"](f"CREATE DATABASE {name} OWNER {ROLE}")
-    return (f"postgresql://{ROLE}:{PASSWORD}@{postgres_server['host']}:{postgres_server['port']}/{name}")
+    server["admin"](f"CREATE DATABASE {name} OWNER {ROLE}")
+    return f"postgresql://{ROLE}:{PASSWORD}@{server['host']}:{server['port']}/{name}"
+
+
+@pytest.fixture
+def postgres_url(postgres_server):
+    """A new, empty database's URL (new_database)."""
+    return new_database(postgres_server)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

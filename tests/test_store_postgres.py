@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from bundle_data import filled_store
 from conftest import cli_json, run_cli
-from fixtures_postgres import PASSWORD
+from fixtures_postgres import PASSWORD, new_database
 from fixtures_registry import free_port
 from test_store_samples import assert_aggregates_exact
 
@@ -276,3 +276,25 @@ def test_without_the_driver_a_postgresql_store_is_one_line_saying_what_to_instal
     monkeypatch.setitem(sys.modules, "psycopg", None)  # as where the postgresql extra is not installed
     with pytest.raises(UsageError, match=r"needs the psycopg driver; valid: pip install 'dlrun\[postgresql\]'"):
         Store(f"postgresql://u:{PASSWORD}@127.0.0.1/x").list_runs()
+
+
+def _first_writer(location: str, worker: int, start) -> None:
+    start.wait()  # all eight open the brand-new database at once
+    Store(location).add_runs([_run(f"w{worker}", 100.0 + worker, "sys0")])
+
+
+def test_eight_first_writers_on_fresh_databases_create_the_schema_once(postgres_server):
+    """Writers that waited for the lock while another created the schema once saw no schema (a stale catalog
+    cache) and ran the migrations again: `column "site" of relation "runs" already exists`."""
+    ctx = mp.get_context("fork")
+    for _ in range(5):
+        url = new_database(postgres_server)
+        start = ctx.Barrier(8)
+        procs = [ctx.Process(target=_first_writer, args=(url, w, start)) for w in range(8)]
+        for proc in procs:
+            proc.start()
+        for proc in procs:
+            proc.join(120)
+            assert proc.exitcode == 0
+        assert len(Store(url).list_runs(None)) == 8 and _version(url) == SCHEMA_VERSION
+
