@@ -10,14 +10,14 @@ VENV_ABS := $(abspath $(VENV))
 BIN := $(VENV)/bin
 # torch is pinned everywhere: a range that admits a newer release pulls several GB of CUDA wheels.
 TORCH_PIN := torch==2.13.0
-EXTRAS := torch,tf,test,images,bench,export,report,data,docs,check
+EXTRAS := torch,tf,test,images,bench,export,report,data,docs,check,postgresql
 # Debian packages the tests use: real MPI, a real Slurm cluster, real container runtimes (the Docker engine, whose
-# daemon the tests start privately), an image registry and skopeo, linters, ssh-keygen, fio, a headless browser
+# daemon the tests start privately), an image registry and skopeo, PostgreSQL (a server the tests start privately), linters, ssh-keygen, fio, a headless browser
 # (and its font) that opens the reports. (Apptainer comes from Debian sid, in a root of its own that the tests
 # make: tests/apptainer/.)
 APT_PACKAGES := qemu-user-static binfmt-support openmpi-bin libopenmpi-dev slurm-wlm munge charliecloud podman runc debootstrap shellcheck fio \
 	libtcmalloc-minimal4 libjemalloc2 squashfs-tools openssh-client chromium fonts-dejavu-core cmake g++ \
-	docker.io docker-registry skopeo openssl
+	docker.io docker-registry skopeo openssl postgresql
 # Horovod is built from its source release against the venv's torch (and TensorFlow when installed), cached
 # under $XDG_CACHE_HOME/dlrun/wheels: minutes the first time, seconds after (scripts/build-horovod.sh).
 HOROVOD_VERSION := 0.28.1
@@ -38,7 +38,7 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/activate
 setup: $(VENV)/.installed
 
 # Installs missing Debian packages when it can (root + apt-get); otherwise says exactly what to install.
-# No service starts: docker.io and docker-registry would start their daemons from their install scripts, so a
+# No service starts: docker.io, docker-registry and postgresql would start their daemons from their install scripts, so a
 # policy-rc.d that denies it is in place during the install (and removed after, unless it was there before).
 sysdeps:
 	@missing=""; for p in $(APT_PACKAGES); do \

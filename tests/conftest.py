@@ -18,7 +18,7 @@ os.environ["DLRUN_TUNE"] = "off"
 for _name in ("COLUMNS", "LINES"):
     os.environ.pop(_name, None)
 pytest_plugins: list[str] = ["fixtures_slurm", "fixtures_netns", "fixtures_images", "fixtures_apptainer",
-                            "fixtures_docker", "fixtures_registry"]
+                            "fixtures_docker", "fixtures_registry", "fixtures_postgres"]
 # The Ctrl-C tests signal dlrun processes the suite starts, as a terminal would. A shell that started the suite
 # in the background (a non-interactive `make test &`) hands it SIGINT and SIGQUIT ignored, and an ignored signal
 # stays ignored across exec in every child, where Python then installs no KeyboardInterrupt: those tests would
@@ -37,7 +37,9 @@ RESOURCE_MARKERS = ("mpi", "slurm", "horovod", "tensorflow", "browser", "contain
 
 #: The resources whose tests run in one xdist worker (`make test` runs two): a session fixture that builds an
 #: image or starts a cluster is made once, by the worker that runs every test needing it.
-XDIST_GROUPS = {"containers": "images", "slurm": "slurm"}
+XDIST_GROUPS = {"containers": "images", "slurm": "slurm", "postgres": "postgres"}
+#: The fixtures that reach the tests' PostgreSQL server (fixtures_postgres): their tests are marked `postgres`.
+POSTGRES_FIXTURES = ("postgres_server", "postgres_url")
 
 
 # tryfirst: xdist's worker adds each test's group to its node id in its own pytest_collection_modifyitems, which
@@ -50,6 +52,10 @@ def pytest_collection_modifyitems(config, items):
         for fixture, marker in RESOURCE_FIXTURES.items():
             if fixture in getattr(item, "fixturenames", ()):
                 item.add_marker(marker)
+        callspec = getattr(item, "callspec", None)
+        if any(name in getattr(item, "fixturenames", ()) for name in POSTGRES_FIXTURES) or (
+                callspec is not None and callspec.params.get("store_location") == "postgresql"):
+            item.add_marker("postgres")  # one server per session: every test of it in one worker
         groups = [group for marker, group in XDIST_GROUPS.items() if item.get_closest_marker(marker)]
         if groups:
             item.add_marker(pytest.mark.xdist_group(groups[0]))

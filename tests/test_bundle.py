@@ -280,7 +280,8 @@ def test_no_bundle_may_claim_this_sites_own_name(site_a, tmp_path, keys, monkeyp
     _config(tmp_path, monkeypatch, f"allowed_signers: {keys['allowed']}\n")
     signed = _export(site_a, tmp_path / "s.bundle", key=keys["alice"])
     with pytest.raises(BundleError, match=r"the bundle's manifest claims site 'site-a', this site's own name; "
-                                          r"refused \(runs made here are never imported\)"):
+                                          r"refused \(runs made here are never imported; to move this site's "
+                                          r"store between SQLite and PostgreSQL: dlrun results copy SOURCE\)"):
         _import(tmp_path / "b", signed)
     # a bundle from another site that carries runs this site made: refused for the runs it does not hold,
     # skipped (it made them) where it holds them

@@ -56,9 +56,9 @@ def _both(store: Store, filters: Filters, **how):
     return summed, rows
 
 
-def test_compare_from_the_aggregates_is_compare_from_the_rows(tmp_path):
+def test_compare_from_the_aggregates_is_compare_from_the_rows(store_location):
     for seed in range(4):
-        store, ids = _random_store(tmp_path / f"s{seed}.sqlite", seed)
+        store, ids = _random_store(store_location, seed)
         store.delete_runs(random.Random(seed).sample(ids, len(ids) // 5))  # deletes are exact too
         for filters, how in ((Filters(), {}), (Filters(image=("pt-b",)), {"by": "system", "baseline": "dgx2"}),
                              (Filters(system=("dgx2",), image=("pt-a",)), {"by": "devices"}),
@@ -68,6 +68,9 @@ def test_compare_from_the_aggregates_is_compare_from_the_rows(tmp_path):
             # every number, interval, verdict and run list, compared exactly (floats bit for bit)
             assert json.dumps(summed, sort_keys=True, default=str) == json.dumps(rows, sort_keys=True, default=str)
             assert summed["rows"], (seed, how)
+        store.delete_runs(ids)  # the next seed's store starts empty
+        with store.reading() as conn:
+            assert conn.execute("SELECT count(*) FROM samples").fetchone()[0] == 0
 
 
 def _groups(conn) -> dict:
@@ -76,28 +79,31 @@ def _groups(conn) -> dict:
         f"SELECT {cols}, n, sum_log, sum_log2, sum, sum2, min, max, newest FROM samples")}
 
 
-def test_the_sums_after_adds_and_deletes_are_those_of_the_runs_left(tmp_path):
+def test_the_sums_after_adds_and_deletes_are_those_of_the_runs_left(store_location):
     pairs: list = []
-    store, ids = _random_store(tmp_path / "s.sqlite", 7, pairs)
+    store, ids = _random_store(store_location, 7, pairs)
     store.delete_runs(ids[::3])
     # a bundle's import: pairs read one at a time, those stored already skipped (the deleted ones come back)
     back = store.add_runs(lambda: iter(pairs), skip_existing=True)
     assert sorted(back) == sorted(ids[::3])
     store.delete_runs(ids[::3])
-    conn = sqlite3.connect(store.path)
-    kept = _groups(conn)
-    with conn:
+    assert_aggregates_exact(store)
+
+
+def assert_aggregates_exact(store: Store) -> None:
+    """The store's aggregates are those made afresh from its runs, and each group's moments those of its values."""
+    with store.transaction() as conn:
+        kept = _groups(conn)
         samples.rebuild(conn, PRIMARY_METRICS)
-    assert _groups(conn) == kept and kept
-    # and each group's moments are those of its runs' values, computed from them
-    for ident, (n, *sums, low, high, _) in kept.items():
-        if not ident[-1]:
-            continue
-        values = [v for (v,) in conn.execute(
-            "SELECT value FROM sample_runs JOIN samples ON samples.id = sample WHERE " +
-            " AND ".join(f"samples.{name} IS ?" for name in samples.IDENTITY), ident)]
-        assert Moments.of(values) == Moments.from_text(n, *sums, low, high)
-    conn.close()
+        assert _groups(conn) == kept and kept
+        # and each group's moments are those of its runs' values, computed from them
+        for ident, (n, *sums, low, high, _) in kept.items():
+            if not ident[-1]:
+                continue
+            values = [v for (v,) in conn.execute(
+                "SELECT value FROM sample_runs JOIN samples ON samples.id = sample WHERE " +
+                " AND ".join(f"samples.{name} IS ?" for name in samples.IDENTITY), ident)]
+            assert Moments.of(values) == Moments.from_text(n, *sums, low, high)
 
 
 def _plan(conn, query: str, params=()) -> str:

@@ -134,9 +134,12 @@ def _run(run_id, created, **fields):
 
 
 @pytest.fixture
-def filled(tmp_path, monkeypatch):
+def filled(store_location, monkeypatch):
     monkeypatch.setenv("DLRUN_SITE", "here")
-    store = Store(tmp_path / "r.sqlite")
+    return _fill(Store(store_location))
+
+
+def _fill(store: Store) -> Store:
     store.add_run(_run("a", "2026-01-01T00:00:00Z", workload="resnet50", system="dgx2", image="tf1.14-nccl",
                        image_digest="sha256:" + "1" * 64), [])
     store.add_run(_run("b", "2026-02-01T00:00:00Z", workload="resnet50", system="rtx-ts4", site="bnl",
@@ -172,7 +175,9 @@ def test_since_takes_dates_times_and_ages():
         parse_since("last week")
 
 
-def test_bad_filter_values_name_the_closest_stored_value(filled, dlrun_home):
+def test_bad_filter_values_name_the_closest_stored_value(tmp_path, dlrun_home, monkeypatch):
+    monkeypatch.setenv("DLRUN_SITE", "here")
+    filled = _fill(Store(tmp_path / "r.sqlite"))
     dlrun_home.mkdir(parents=True, exist_ok=True)
     (dlrun_home / "results.sqlite").write_bytes(filled.path.read_bytes())
     for args, message in (

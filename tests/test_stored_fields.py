@@ -89,8 +89,8 @@ def test_the_unedited_bundle_imports(dlrun_home, tmp_path):
     assert len(cli_json("results", "list")) == 3
 
 
-def test_every_writer_goes_through_the_check(tmp_path):
-    store = Store(tmp_path / "results.sqlite")
+def test_every_writer_goes_through_the_check(store_location):
+    store = Store(store_location)
     record = {"id": "r1", "created_at": "not-a-date", "status": "ok", "plan": {}, "provenance": {}}
     with pytest.raises(StoredFieldError, match=r"^run 'r1': created_at 'not-a-date' is not a UTC time"):
         store.add_run(record, [{"metric": "throughput", "value": 1.0, "unit": "images/sec"}])
@@ -105,7 +105,8 @@ def test_every_writer_goes_through_the_check(tmp_path):
     store.add_run({**record, "id": "r2", "created_at": "2026-01-01T00:00:00Z", "status": "failed"},
                   [{"metric": "throughput", "value": 0.0, "unit": "images/sec"}])  # a failed run may say 0
     assert [r["id"] for r in store.list_runs()] == ["r2"]
-    assert not sqlite3.connect(store.path).execute("SELECT 1 FROM runs WHERE id = 'r1'").fetchone()
+    with store.reading() as conn:
+        assert not conn.execute("SELECT 1 FROM runs WHERE id = 'r1'").fetchone()
 
 
 def test_check_fields_accepts_what_dlrun_writes():

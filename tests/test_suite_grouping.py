@@ -25,6 +25,14 @@ def test_needs_the_resource(registry, i):
 @pytest.mark.parametrize("i", range(6))
 def test_plain(i):
     pass
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_location(request):  # as fixtures_postgres's: its postgresql tests reach the server, one group
+    return request.param
+
+@pytest.mark.parametrize("i", range(3))
+def test_on_both_backends(store_location, i):
+    pass
 '''
 
 CONFTEST = f'''
@@ -43,6 +51,11 @@ def test_a_resources_tests_run_in_one_worker(tmp_path):
                            "no:cacheprovider", str(tmp_path)], capture_output=True, text=True,
                           cwd=tmp_path, timeout=300, env={**os.environ, "DLRUN_TEST_TIMELINE": ""})
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    ran = re.findall(r"\[(gw\d)\].*PASSED \S+::(test_\w+)\[\d\](@\w+)?", proc.stdout)
-    grouped = {(worker, group) for worker, test, group in ran if test == "test_needs_the_resource"}
-    assert len(ran) == 12 and len(grouped) == 1 and grouped.pop()[1] == "@images", proc.stdout
+    ran = re.findall(r"\[(gw\d)\].*PASSED \S+::(test_\w+)\[([\w-]+)\](@\w+)?", proc.stdout)
+    grouped = {(worker, group) for worker, test, _, group in ran if test == "test_needs_the_resource"}
+    assert len(ran) == 18 and len(grouped) == 1 and grouped.pop()[1] == "@images", proc.stdout
+    backends = {(params.split("-")[0], worker, group) for worker, test, params, group in ran
+                if test == "test_on_both_backends"}
+    on_server = {(worker, group) for backend, worker, group in backends if backend == "postgresql"}
+    assert len(on_server) == 1 and on_server.pop()[1] == "@postgres", proc.stdout
+    assert {group for backend, _, group in backends if backend == "sqlite"} == {""}, proc.stdout

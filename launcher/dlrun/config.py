@@ -4,6 +4,9 @@
   site: NAME                 this site's name (dlrun.results.site)
   system: NAME               the system a run uses when `--system` and `$DLRUN_SYSTEM` name none
   allowed_signers: PATH      whose signed bundles `dlrun results import` accepts (relative to this file)
+  store: postgresql://USER@HOST[:PORT]/DATABASE
+                             the site's shared result store (dlrun.results.store.location); none: the SQLite
+                             file under $DLRUN_HOME
   references: {SYSTEM: [...]}  the site's own references per system that `dlrun check` judges runs against
                              (dlrun.gate.site_references)
 """

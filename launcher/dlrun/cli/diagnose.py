@@ -127,7 +127,7 @@ def _diagnose(nodes, source, pair_rounds, single_rounds, *, threshold: float, to
     from dlrun.cli.store import open_store
     from dlrun.diagnose import attribute
     from dlrun.diagnose.runner import run_rounds, stamp, with_baselines
-    from dlrun.paths import runs_dir, store_path
+    from dlrun.paths import runs_dir
 
     store = open_store(before_jobs=True)
     began = stamp()
@@ -135,11 +135,11 @@ def _diagnose(nodes, source, pair_rounds, single_rounds, *, threshold: float, to
     out.print(f"dlrun diagnose: {len(nodes)} nodes from {source}; {sum(map(len, pair_rounds))} pair probe(s) in "
               f"{len(pair_rounds)} round(s)" + (f", {len(nodes)} single-node probe(s)" if single_rounds else ""),
               markup=False)
-    pairs, stopped = run_rounds(pair_rounds, store_path=store_path(), runs_root=runs_dir(),
+    pairs, stopped = run_rounds(pair_rounds, store_path=store.path, runs_root=runs_dir(),
                                 finished=lambda probe: _say(out, probe))
     singles: list = []
     if single_rounds and not stopped:
-        singles, stopped = run_rounds(single_rounds, store_path=store_path(), runs_root=runs_dir(),
+        singles, stopped = run_rounds(single_rounds, store_path=store.path, runs_root=runs_dir(),
                                       finished=lambda probe: _say(out, probe))
     pairs = with_baselines(pairs, store, before=began, last=last, tolerance=tolerance)
     singles = with_baselines(singles, store, before=began, last=last, tolerance=tolerance)

@@ -132,10 +132,11 @@ def store_ceilings(store=None):
     """(system, dtype) -> the newest measured matmul rate in `store` (else the site's store), or None."""
     def lookup(system: str, dtype: str):
         from dlrun.measure import matmul_ceiling
-        from dlrun.paths import store_path
         from dlrun.results.store import Store
+        from dlrun.results.store.location import store_location
 
-        if store is None and not store_path().exists():
+        found = store or Store(store_location())
+        if not found.exists():
             return None
-        return matmul_ceiling(store or Store(store_path()), system, dtype)
+        return matmul_ceiling(found, system, dtype)
     return lookup

@@ -19,6 +19,7 @@ results_app = typer.Typer(help="Stored results and their run directories.", no_a
 results_app.command("export")(results_share.export)
 results_app.command("import")(results_share.import_)
 results_app.command("import-log")(results_share.import_log)
+results_app.command("copy")(results_share.copy)
 
 
 @results_app.command("list")

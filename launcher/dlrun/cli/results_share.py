@@ -1,8 +1,10 @@
-"""`dlrun results export|import|import-log`: results that leave this site or come into it.
+"""`dlrun results export|import|import-log|copy`: results that leave this site or come into it, or move between
+its stores.
 
     dlrun results export [RUN_ID ...] [filters] --out FILE [--format bundle|csv|jsonl|parquet]
                          [--with-logs] [--sign KEY] [--exporting-site NAME]
     dlrun results import BUNDLE [--allowed-signers FILE | --unsigned]
+    dlrun results copy SOURCE
     dlrun results import-log FILE --system SYSTEM [--format FORMAT] [--site SITE] [--machine here|RUN_ID]
                              [--workload W | --model M] [--image I] [--precision P] [--batch-size B]
                              [--nodes N] [--ranks-per-node R] [--fabric F] [--experiment E]
@@ -111,6 +113,35 @@ def import_(
     who = f"signed by {result.signer}, verified" if result.signer else "not verified (--unsigned)"
     kept = f"; {len(result.skipped)} stored already" if result.skipped else ""
     print(plain(f"imported {len(result.added)} of {result.runs} runs from site {result.site} ({who}){kept}"))
+
+
+@handle_errors
+def copy(
+    source: Annotated[str, typer.Argument(help="The store to copy from: an SQLite file (results.sqlite), or a "
+                                               "PostgreSQL store's URL postgresql://USER@HOST[:PORT]/DATABASE "
+                                               "(its password in PGPASSWORD or ~/.pgpass).", show_default=False)],
+    as_json: JsonOpt = False,
+) -> None:
+    """Copy every run of another store into this site's store (config.yaml's `store:`, else the SQLite file), as
+    stored there: how a site moves its store between SQLite and PostgreSQL. Runs stored already are skipped."""
+    from dlrun.results.store import Store
+    from dlrun.results.store.location import is_postgres, parse_store
+    from dlrun.results.store.transfer import copy_runs
+
+    target = _store()
+    origin = Store(parse_store(source, "the command line") if is_postgres(source) or "://" in source
+                   else Path(source))
+    if not origin.exists():
+        raise UsageError(f"no store at {source!r}; valid: an SQLite store file, or postgresql://USER@HOST/DATABASE")
+    if str(origin.path) == str(target.path):
+        raise UsageError(f"{str(origin.path)!r} is this site's store itself; valid: the other store")
+    origin.check()
+    added, held = copy_runs(origin, target)
+    if as_json:
+        print_json({"from": str(origin.path), "to": str(target.path), "runs": held, "added": added})
+        return
+    kept = f"; {held - len(added)} stored already" if held > len(added) else ""
+    print(plain(f"copied {len(added)} of {held} runs from {origin.path} to {target.path}{kept}"))
 
 
 WorkloadOpt = Annotated[Optional[str], typer.Option(

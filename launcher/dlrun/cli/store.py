@@ -10,11 +10,12 @@ def open_store(before_jobs: bool = False):
     """The store, checked (one line for a damaged one); `before_jobs`: checked whole (SQLite's quick check),
     as a command that is about to run jobs needs it."""
     from dlrun.files import remove_orphans
-    from dlrun.paths import TUNE_TRIALS, dlrun_home, runs_dir, staging_dirs, store_path
+    from dlrun.paths import TUNE_TRIALS, dlrun_home, runs_dir, staging_dirs
     from dlrun.results.store.import_staging import clean_interrupted_imports
     from dlrun.results.store import Store
+    from dlrun.results.store.location import store_location
 
-    store = Store(store_path())
+    store = Store(store_location())  # config.yaml's `store:` (PostgreSQL), else the SQLite file
     clean_interrupted_imports(dlrun_home())  # what an import killed by a signal left in imported/.staging-*
     remove_orphans(dlrun_home() / TUNE_TRIALS, "trial-*", ".dlrun.lock")  # and a tune killed in its trials
     store.check(integrity=before_jobs)  # a damaged or foreign store: one line now, not after a job or an import

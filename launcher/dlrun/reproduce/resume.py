@@ -103,7 +103,7 @@ def _matches(key: Key, stored_key: str | None, plan: str) -> bool:
 def stored_runs(store: Store, experiment: str, point: str, key: Key) -> list[StoredRun]:
     """The successful runs of `point` of `experiment` that match `key`, oldest first, with their values.
     Nothing when the store does not exist yet (reading must not create it: a dry run writes nothing)."""
-    if not store.path.exists():
+    if not store.exists():
         return []
     with store.connect() as conn:
         rows = conn.execute("SELECT id, created_at, key, plan, verdict FROM runs WHERE status = 'ok' AND "

@@ -117,7 +117,8 @@ class SignaturePolicy:
         """Refuse `site` (named by `what`) when it is this site's own, or one `signer` may not speak for."""
         if self.own_site is not None and site == self.own_site:
             raise BundleError(f"{what} claims site {site!r}, this site's own name; refused (runs made here are "
-                              "never imported)")
+                              "never imported; to move this site's store between SQLite and PostgreSQL: dlrun "
+                              "results copy SOURCE)")
         allowed = self.signer_sites.get(signer) if signer is not None else None
         if allowed is not None and not any(fnmatch.fnmatchcase(site, pattern) for pattern in allowed):
             raise BundleError(f"{what} claims site {site!r}, but its signer {signer} may speak only for "

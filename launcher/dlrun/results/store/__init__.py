@@ -1,174 +1,100 @@
-"""SQLite result store: WAL mode, one transaction per run, safe for parallel writers.
+"""The result store: one transaction per run, safe for parallel writers, on one of two backends: an SQLite file
+(the embedded default, `dlrun.results.store.backend_sqlite`) or a site's PostgreSQL database (`store:
+postgresql://...` in config.yaml, `dlrun.results.store.backend_postgres`), with the same schema, the same
+queries and the same commands. `dlrun.results.store.location` says which one a command opens.
 
 The schema and its versions are in `dlrun.results.store.schema`. Version 2 adds where a run came from (`site`,
 `origin`), what experiment point it belongs to (`experiment`, `point`) and its comparability key (`key`, `key_hash`; see
 `dlrun.results.key`), with the indexes that the `results list` filters and `compare` grouping use. Version 6 adds
 the aggregates compare and report read (`dlrun.results.store.samples`), kept by `add_runs` and `delete_runs`.
 
-The store is created private to its user (0600), in WAL mode, by whichever writer comes first; concurrent
-first writers wait for each other instead of failing (`PRAGMA journal_mode = WAL` and the schema answer
-"database is locked" without calling SQLite's busy handler, so they are retried here). Queries open the
-store without creating it: a store that does not exist yet reads as empty.
+Both backends take one write transaction at a time (SQLite's write lock, PostgreSQL's advisory lock), so the
+aggregates stay exact with concurrent writers. Queries open the store without creating it: a store that does
+not exist yet reads as empty. Errors are one line; a run whose id is stored already is sqlite3.IntegrityError
+on either backend, so callers catch one exception.
 """
 from __future__ import annotations
 
 import json
-import os
-import sqlite3
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from dlrun.errors import UsageError, unknown_name
-from dlrun.files import file_system_error, is_read_only
-from dlrun.paths import private_dir
 from dlrun.results.fingerprint import checked
 from dlrun.results.key import key_from_run, key_hash, key_json
 from dlrun.results.quality import run_quality
 from dlrun.results.store.query import Filters, like_prefix, where
-from dlrun.results.store.schema import (COMPARED_VALUES, ORIGINS, PRIMARY_METRICS, RUN_COLUMNS, SCHEMA_VERSION,
-                                        ensure_schema)
+from dlrun.results.store.schema import COMPARED_VALUES, ORIGINS, PRIMARY_METRICS, RUN_COLUMNS, SCHEMA_VERSION
 from dlrun.results.site import local_site
-from dlrun.results.store.check import StoreError, check_path, check_tables, damaged, is_damage
+from dlrun.results.store.check import StoreError
 from dlrun.results.store.fields import checked_fields
-from dlrun.results.store.connection import BUSY_TIMEOUT_S, retry_busy, set_up, uri, wal_bytes
+from dlrun.results.store.location import Location, PostgresUrl, is_postgres, parse_store
 from dlrun.results.store import grouped, samples
+
+__all__ = ["COMPARED_VALUES", "RUN_COLUMNS", "SCHEMA_VERSION", "Store", "StoreError"]
 
 Pair = tuple[dict[str, Any], list[dict[str, Any]]]
 Pairs = list[Pair]
 
 
+def backend_for(location: Location) -> Any:
+    """The backend that opens `location` (a SqliteBackend or a PostgresBackend)."""
+    if is_postgres(location):
+        from dlrun.results.store.backend_postgres import PostgresBackend  # psycopg only for such a store
+
+        url = location if isinstance(location, PostgresUrl) else parse_store(location, "the store's location")
+        return PostgresBackend(url)
+    from dlrun.results.store.backend_sqlite import SqliteBackend
+
+    return SqliteBackend(Path(location))
+
+
 class Store:
-    def __init__(self, path: Path):
-        self.path = Path(path)
+    def __init__(self, path: Location):
+        """`path`: the SQLite file, or a PostgreSQL store's URL (dlrun.results.store.location)."""
+        self.backend = backend_for(path)
+        self.path = self.backend.path  # the file, or the URL (its str() never shows a password)
 
-    def _create_private(self) -> None:
-        """The store file, created 0600 before SQLite opens it (its -wal and -shm files take its mode); never
-        through a symbolic link (dlrun.results.store.check), so nothing outside the store's folder is created or
-        chmodded."""
-        if is_read_only(self.path):  # before anything tries: one line naming the file system
-            raise file_system_error(self.path)
-        private_dir(self.path.parent)
-        check_path(self.path)
-        try:
-            fd = os.open(self.path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
-        except OSError as exc:
-            raise file_system_error(self.path, exc) or StoreError(
-                f"cannot create the result store {str(self.path)!r}: {exc.strerror}") from None
-        try:
-            if os.fstat(fd).st_mode & 0o077 and os.fstat(fd).st_uid == os.getuid():
-                os.fchmod(fd, 0o600)  # a store made by an older dlrun
-        finally:
-            os.close(fd)
+    @property
+    def kind(self) -> str:
+        """`sqlite` or `postgresql`."""
+        return self.backend.name
 
-    @contextmanager
-    def _damage_is_one_line(self) -> Iterator[None]:
-        """What SQLite reports as damage, anywhere in a connection's use, as StoreDamaged."""
-        try:
-            yield
-        except sqlite3.Error as exc:
-            if is_damage(exc):
-                raise damaged(self.path, f"is damaged or not a dlrun store ({exc})") from None
-            raise
+    def exists(self) -> bool:
+        """Whether the store may hold runs (a file that exists; a PostgreSQL store always may)."""
+        return self.backend.exists()
 
     def check(self, integrity: bool = False) -> None:
         """Refuse now (one line) a store that every later use would refuse: commands call it first. With
-        `integrity`, also one damaged past its header and tables (SQLite's quick_check: every page read, 0.3 s
-        for 100,000 runs), as a run does before its job, so that no job runs for a store that cannot take it."""
-        with self.reading() as conn:
-            if integrity and self.path.is_file():
-                found = conn.execute("PRAGMA quick_check(1)").fetchone()[0]
-                if found != "ok":
-                    raise damaged(self.path, f"is damaged ({' '.join(str(found).split())})")
+        `integrity`, also one damaged past its header and tables (for SQLite its quick_check: every page read,
+        0.3 s for 100,000 runs), as a run does before its job, so that no job runs for a store that cannot take it."""
+        self.backend.check(integrity)
 
     @contextmanager
-    def connect(self) -> Iterator[sqlite3.Connection]:
-        """A connection that writes; the first one creates the store (0600, WAL, schema) or upgrades it."""
-        self._create_private()
-        with self._damage_is_one_line():
-            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-            try:
-                conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_S * 1000}")
-                retry_busy(lambda: set_up(conn, self.path), self.path)
-                conn.execute("PRAGMA foreign_keys = ON")
-                yield conn
-            finally:
-                conn.close()
-
-    def _open_existing(self) -> sqlite3.Connection | None:
-        """A connection to the store as it is (read-write, else read-only), upgraded first when older;
-        None when no dlrun has set it up yet."""
-        # rw lets the last connection remove the -wal/-shm files it used. On a read-only file system (an
-        # archived or shared store) SQLite opens a WAL store read-only only with its -shm file there, or as
-        # immutable: nothing can change a file there, and without a -wal file every committed row is in it.
-        modes = ("rw", "ro") if not is_read_only(self.path) else ("ro", "ro&immutable=1")
-        for mode in modes:
-            conn = None
-            if mode.endswith("immutable=1") and wal_bytes(self.path):
-                raise StoreError(f"the result store {str(self.path)!r} is on a read-only file system with a "
-                                 "write-ahead log (-wal) but no -shm file, which SQLite cannot read there; valid: "
-                                 "copy the store with its -wal file to a writable place, or set DLRUN_HOME there")
-            try:
-                conn = sqlite3.connect(uri(self.path, mode), uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-                conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_S * 1000}")
-                version = check_tables(conn, self.path)  # refuses a newer one too
-                if version == 0 and not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'runs'").fetchone():
-                    conn.close()
-                    return None
-                if version < SCHEMA_VERSION and mode != "rw" and is_read_only(self.path):
-                    raise StoreError(f"the result store {str(self.path)!r} is of an older dlrun (schema "
-                                     f"{version}) on a read-only file system, where it cannot be upgraded; valid: "
-                                     "copy it to a writable place and set DLRUN_HOME there")
-                if version < SCHEMA_VERSION:
-                    conn.close()
-                    with self.connect():  # the upgrade is one write transaction
-                        pass
-                    return self._open_existing()
-                return conn
-            except BaseException as exc:
-                if conn is not None:
-                    conn.close()
-                if isinstance(exc, sqlite3.OperationalError) and not is_damage(exc) and mode != modes[-1]:
-                    continue
-                if isinstance(exc, sqlite3.OperationalError) and not is_damage(exc):
-                    raise file_system_error(self.path, exc) or StoreError(
-                        f"cannot read the result store {str(self.path)!r}: {exc}") from None
-                raise
-        return None
+    def connect(self) -> Iterator[Any]:
+        """A connection that writes; the first one creates the store's schema or upgrades it."""
+        with self.backend.connect() as conn:
+            yield conn
 
     @contextmanager
-    def reading(self) -> Iterator[sqlite3.Connection]:
-        """A connection for queries that creates nothing: a store that does not exist yet, or whose first
-        writer has not made its tables yet, reads as an empty store. A store of an older schema is
-        upgraded first (through a writing connection: the upgrade is one transaction)."""
-        check_path(self.path)
-        with self._damage_is_one_line():
-            conn = self._open_existing() if self.path.is_file() else None
-            if conn is None:
-                conn = sqlite3.connect(":memory:", isolation_level=None)
-                ensure_schema(conn)
-            try:
-                yield conn
-            finally:
-                conn.close()
+    def reading(self) -> Iterator[Any]:
+        """A connection for queries that creates nothing: a store without tables yet reads as empty. A store
+        of an older schema is upgraded first (through a writing connection: the upgrade is one transaction)."""
+        with self.backend.reading() as conn:
+            yield conn
+
+    @contextmanager
+    def transaction(self) -> Iterator[Any]:
+        """A connection in one write transaction that holds the store's write lock from its start, committed
+        when the block ends, rolled back when it raises."""
+        with self.backend.transaction() as conn:
+            yield conn
 
     def has_run(self, run_id: str) -> bool:
         with self.reading() as conn:
             return conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is not None
-
-    @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        """A connection in one write transaction (BEGIN IMMEDIATE takes the write lock up front), committed
-        when the block ends, rolled back when it raises."""
-        with self.connect() as conn:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
 
     def add_run(self, run: dict[str, Any], results: list[dict[str, Any]]) -> None:
         """Insert a run and its result rows atomically (BEGIN IMMEDIATE takes the write lock up front),
@@ -218,7 +144,7 @@ class Store:
                 pending.flush()
             return added
 
-        return retry_busy(write, self.path)
+        return self.backend.retry(write)
 
     def delete_runs(self, run_ids: Iterable[str], chunk: int = 500) -> list[str]:
         """Delete these runs and their result rows in one transaction; the ids that were stored."""
@@ -236,7 +162,7 @@ class Store:
                     conn.execute(f"DELETE FROM runs WHERE id IN ({marks})", part)
             return found
 
-        return retry_busy(write, self.path)
+        return self.backend.retry(write)
 
     @staticmethod
     def _row(run: dict[str, Any], results: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -258,13 +184,15 @@ class Store:
         return row, results
 
     @staticmethod
-    def _provenance_stored(conn: sqlite3.Connection, provenance_json: str, fields: tuple[str, ...]) -> bool:
+    def _provenance_stored(conn: Any, provenance_json: str, fields: tuple[str, ...]) -> bool:
         provenance = json.loads(provenance_json)
         values = [provenance.get(name) for name in fields]
         if None in values:  # a run that lacks one of the facts is like no stored run
             return False
         if not all(name.isidentifier() for name in fields):
             raise ValueError(f"not provenance field names: {fields}")
+        if getattr(conn, "dialect", "sqlite") == "postgresql":  # its json_extract reads every value as text
+            values = [value if isinstance(value, str) else json.dumps(value) for value in values]
         clauses = " AND ".join(f"json_extract(provenance, '$.{name}') = ?" for name in fields)
         return conn.execute(f"SELECT 1 FROM runs WHERE {clauses} LIMIT 1", values).fetchone() is not None
 

@@ -18,7 +18,7 @@ def by_key(conn: sqlite3.Connection, filters: Filters, by_site: bool, compared: 
     # The unary + keeps SQLite from walking the status or key index over the whole table (a random
     # read per run, 3x slower than one pass over 100,000 runs); the filters' own indexes still apply.
     clause = (clause + " AND " if clause else "WHERE ") + "+r.status = 'ok'"
-    site = "r.site" if by_site else "NULL"
+    site = "r.site" if by_site else "CAST(NULL AS TEXT)"  # PostgreSQL orders by no bare NULL
     value, read_from = COMPARED_VALUES[compared]
     metrics = ", ".join(f"'{m}'" for m in read_from)
     # one row per run: group_concat would turn each value into SQLite's text of it, not always the same double

@@ -69,10 +69,9 @@ class Pending:
         clause = " AND ".join(f"{name} IS ?" for name in IDENTITY)
         row = self.conn.execute(f"SELECT id FROM samples WHERE {clause}", ident).fetchone()
         if row is None:
-            cur = self.conn.execute(
+            row = self.conn.execute(
                 f"INSERT INTO samples ({', '.join(IDENTITY)}, n, sum_log, sum_log2, sum, sum2) "
-                f"VALUES ({', '.join('?' * len(IDENTITY))}, 0, ?, ?, ?, ?)", (*ident, *_EMPTY))
-            row = (cur.lastrowid,)
+                f"VALUES ({', '.join('?' * len(IDENTITY))}, 0, ?, ?, ?, ?) RETURNING id", (*ident, *_EMPTY)).fetchone()
         self.ids[ident] = row[0]
         return row[0]
 
@@ -104,19 +103,24 @@ class Pending:
     def flush(self) -> None:
         self._write_runs()
         for group, (n, s1, s2, t1, t2, low, high, newest) in self.added.items():
-            before = self.conn.execute("SELECT n, sum_log, sum_log2, sum, sum2 FROM samples WHERE id = ?",
-                                       (group,)).fetchone()
+            *before, was_low, was_high, was_newest = self.conn.execute(
+                "SELECT n, sum_log, sum_log2, sum, sum2, min, max, newest FROM samples WHERE id = ?",
+                (group,)).fetchone()
             total = Moments.from_text(*before, None, None) + Moments(n, s1, s2, t1, t2)
+            # extremes: a group of runs whose value is no rate has none (both stay NULL)
+            low = _merged(min, was_low, low)
+            high = _merged(max, was_high, high)
             self.conn.execute("UPDATE samples SET n = ?, sum_log = ?, sum_log2 = ?, sum = ?, sum2 = ?, "
-                              "min = min(coalesce(min, ?), ?), max = max(coalesce(max, ?), ?), "
-                              "newest = max(coalesce(newest, ?), ?) WHERE id = ?",
-                              (total.n, *total.sums_text(), *_finite(low) * 2, *_finite(high) * 2,
-                               newest, newest, group))
+                              "min = ?, max = ?, newest = ? WHERE id = ?",
+                              (total.n, *total.sums_text(), low, high, max(was_newest or newest, newest), group))
         self.added.clear()
 
 
-def _finite(value: float) -> tuple:
-    return (value if math.isfinite(value) else None,)
+def _merged(pick, stored: float | None, added: float) -> float | None:
+    """The group's extreme after the runs added: `pick` (min or max) of the stored one and theirs."""
+    if not math.isfinite(added):
+        return None
+    return added if stored is None else pick(stored, added)
 
 
 def remove(conn: sqlite3.Connection, run_ids: list[str]) -> None:

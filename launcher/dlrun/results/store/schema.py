@@ -1,14 +1,18 @@
 """The result store's schema: version 1 as first shipped, the migrations that bring a store of any older
 version up to date in place (in one write transaction), and the run columns every query reads.
 
-Schema versions live in `PRAGMA user_version`. Every later version is a list of statements in `MIGRATIONS`,
+Schema versions live in `PRAGMA user_version` (SQLite) or the one-row table `dlrun_schema` (PostgreSQL: the
+backend's `Versions`, which also spells each statement in its DDL). Every later version is a list of statements in `MIGRATIONS`,
 plus a Python step that fills new columns of existing rows. A fresh store is created at version 1 and
 migrated like any other, so a new and an upgraded store hold exactly the same schema."""
 from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from dlrun.errors import DlrunError
 from dlrun.results.fingerprint import fingerprint_of
@@ -97,30 +101,47 @@ def too_new_error(version: int) -> DlrunError:
                       "upgrade dlrun")
 
 
-def ensure_schema(conn: sqlite3.Connection) -> None:
+@dataclass(frozen=True)
+class Versions:
+    """How a backend keeps its schema version (SQLite: `PRAGMA user_version`; PostgreSQL: a one-row table),
+    starts its write transaction (holding the store's write lock from the start), and spells a statement of
+    SCHEMA_V1 and MIGRATIONS in its own DDL."""
+
+    read: Callable[[Any], int]
+    write: Callable[[Any, int], None]
+    begin: Callable[[Any], None]
+    ddl: Callable[[str], str] = str
+
+
+SQLITE = Versions(read=lambda conn: conn.execute("PRAGMA user_version").fetchone()[0],
+                  write=lambda conn, version: conn.execute(f"PRAGMA user_version = {int(version)}"),
+                  begin=lambda conn: conn.execute("BEGIN IMMEDIATE"))
+
+
+def ensure_schema(conn: Any, versions: Versions = SQLITE) -> None:
     """Create the schema, or upgrade an older store in place, in one write transaction.
 
-    Cheap when the store is current (one pragma read). Concurrent first users serialise on the write
+    Cheap when the store is current (one read of the version). Concurrent first users serialise on the write
     lock, and the one that comes second finds the work done."""
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    version = versions.read(conn)
     if version == SCHEMA_VERSION:
         return
     if version > SCHEMA_VERSION:
         raise too_new_error(version)
-    conn.execute("BEGIN IMMEDIATE")
+    versions.begin(conn)
     try:
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        version = versions.read(conn)
         if version < SCHEMA_VERSION:
             if version == 0:
                 for statement in SCHEMA_V1.split(";"):
                     if statement.strip():
-                        conn.execute(statement)
+                        conn.execute(versions.ddl(statement))
                 version = 1
             for target in range(version + 1, SCHEMA_VERSION + 1):
                 for statement in MIGRATIONS[target]:
-                    conn.execute(statement)
+                    conn.execute(versions.ddl(statement))
                 _FILL[target](conn)
-            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            versions.write(conn, SCHEMA_VERSION)
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
