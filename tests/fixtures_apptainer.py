@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from fixtures_images import CI_CACHE, dlrun
+from loopback import free_port
 
 SHIMS = Path(__file__).resolve().parent / "apptainer"
 #: the Debian sid root the shims run Apptainer from (about 270 MB)
@@ -70,12 +71,6 @@ def cpu_reference_sif(cpu_reference, apptainer):
     store = Path(env["DLRUN_IMAGES_DIR"]) / "cpu-reference" / cpu_reference["arch"]
     return {**cpu_reference, "env": env, "entry": json.loads(proc.stdout), "sif": store / "cpu-reference.sif",
             "sif_seconds": round(time.time() - started, 1), "sif_log": proc.stderr}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="session")

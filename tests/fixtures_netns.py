@@ -25,7 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from fixtures_slurm import (SLURM_COMMON, SlurmCluster, _free_port, _require_tools, _start, _wait_for, _which,
+
+from loopback import free_port
+from fixtures_slurm import (SLURM_COMMON, SlurmCluster, _require_tools, _start, _wait_for, _which,
                             start_munged, stop_all, system_yaml)
 
 NODES = ("d1", "d2", "d3")
@@ -146,7 +148,7 @@ def netns_cluster(tmp_path_factory) -> NetnsCluster:
         nodes = "\n".join(f"NodeName={node} NodeHostname={node} NodeAddr={subnet}.{i} CPUs=1 RealMemory=4000 "
                           "State=UNKNOWN" for i, node in enumerate(NODES, 1))
         (root / "slurm.conf").write_text(NETNS_CONF.format(
-            host=platform.node(), gateway=f"{subnet}.254", ctld_port=_free_port(), slurmd_port=_free_port(),
+            host=platform.node(), gateway=f"{subnet}.254", ctld_port=free_port(), slurmd_port=free_port(),
             munge_socket=socket_path, root=root, nodes=nodes))
         _start([_which("slurmctld"), "-i"], full_env, "slurmctld")
         started.append(root / "slurmctld.pid")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import shutil
-import socket
 import subprocess
 import tarfile
 import time
@@ -44,12 +43,6 @@ def require_registry_tools() -> None:
     if missing:
         pytest.fail("the registry tests need: " + "; ".join(missing) + " (`make sysdeps` installs them)",
                     pytrace=False)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _certificate(work: Path) -> tuple[Path, Path]:

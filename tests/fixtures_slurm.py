@@ -13,7 +13,6 @@ import platform
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -22,14 +21,10 @@ from pathlib import Path
 
 import pytest
 
+from loopback import free_port
+
 TOOLS = ("munged", "munge", "slurmctld", "slurmd", "sbatch", "srun", "scontrol", "squeue", "scancel", "sinfo")
 CLUSTER_SYSTEM = "dlrun-testcluster"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _which(tool: str) -> str | None:
@@ -214,8 +209,8 @@ def slurm_cluster(tmp_path_factory) -> SlurmCluster:
         munge_dir, socket_path = start_munged(started, full_env)
         host = platform.node()
         (root / "slurm.conf").write_text(SLURM_CONF.format(host=host, root=root, munge_socket=socket_path,
-                                                           ctld_port=_free_port(), n1_port=_free_port(),
-                                                           n2_port=_free_port()))
+                                                           ctld_port=free_port(), n1_port=free_port(),
+                                                           n2_port=free_port()))
         _start([_which("slurmctld"), "-i"], full_env, "slurmctld")
         started.append(root / "slurmctld.pid")
         for node in ("n1", "n2"):
