@@ -10,6 +10,10 @@ runs it (a fresh `dlrun` process); the first call, which also counts the models'
 efficiency columns (PyTorch import, cached afterwards), is reported on its own and not in the median.
 `dlrun report` writes its page and two PNG plots into a folder of the temporary directory (`{out}`), replaced
 by each call.
+
+`DLRUN_BENCH_STORE_BACKEND=postgresql` runs the same on a PostgreSQL store: a server of Debian's `postgresql` is
+started on loopback for the benchmark (tests/pg_cluster.py, as the tests start theirs), the rows are written
+through the store's own PostgreSQL connection, and the commands open it through `store:` in config.yaml.
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 from common import DLRUN, REPO_ROOT, Row, bench_env, median, spread, write_result
@@ -30,6 +35,8 @@ from common import DLRUN, REPO_ROOT, Row, bench_env, median, spread, write_resul
 GOAL = 2.0
 #: Runs in the store: 100,000, or DLRUN_BENCH_STORE_RUNS (benchmark 7 at a million: 1000000).
 STORE_RUNS = int(os.environ.get("DLRUN_BENCH_STORE_RUNS", "100000"))
+#: The store's backend: sqlite (the embedded default) or postgresql (a server started for the benchmark).
+BACKEND = os.environ.get("DLRUN_BENCH_STORE_BACKEND", "sqlite")
 _PER = STORE_RUNS // 200  # runs per configuration
 WORKLOADS = {"resnet50": "resnet50_v1.5", "resnet18": "resnet18", "alexnet": "alexnet", "vgg16": "vgg16",
              "inception3": "inception3"}
@@ -109,36 +116,49 @@ def _rows(runs: int, keys: dict) -> Iterator[tuple[list, tuple]]:
                (run["id"], "throughput", value, "images/sec", json.dumps({**row, "value": value})))
 
 
-def fill_store(path: Path, runs: int, chunk: int = 20_000) -> dict[str, float]:
-    """Fill the store, streamed (`chunk` runs at a time: memory stays bounded whatever `runs`), then make its
-    aggregates from the stored rows as a store upgrade does (dlrun.results.store.samples.rebuild); the seconds
-    of each step."""
+def _write(conn, parts: Iterator[list], cols: str, n_cols: int, commit) -> None:
+    for part in parts:
+        conn.executemany(f"INSERT INTO runs ({cols}) VALUES ({', '.join('?' * n_cols)})", [run for run, _ in part])
+        conn.executemany("INSERT INTO results (run_id, metric, value, unit, data) VALUES (?, ?, ?, ?, ?)",
+                         [result for _, result in part])
+        commit()
+
+
+def fill_store(where: Path | str, runs: int, chunk: int = 20_000) -> dict[str, float]:
+    """Fill the store (a SQLite file, or a PostgreSQL store's URL), streamed (`chunk` runs at a time: memory stays
+    bounded whatever `runs`), then make its aggregates from the stored rows as a store upgrade does
+    (dlrun.results.store.samples.rebuild); the seconds of each step."""
     sys.path.insert(0, str(REPO_ROOT / "launcher"))
     from dlrun.results.store import PRIMARY_METRICS, RUN_COLUMNS, Store
     from dlrun.results.store import samples
 
     start = time.perf_counter()
-    with Store(path).connect():
-        pass  # the schema (and its indexes) exactly as dlrun creates it
-    keys: dict = {}
-    conn = sqlite3.connect(path)
+    store = Store(where)
     cols = ", ".join((*RUN_COLUMNS, "key", "plan", "provenance", "fingerprint", "quality"))
-    made = _rows(runs, keys)
-    while True:
-        part = list(itertools.islice(made, chunk))
-        if not part:
-            break
-        with conn:
-            conn.executemany(f"INSERT INTO runs ({cols}) VALUES ({', '.join('?' * (len(RUN_COLUMNS) + 5))})",
-                             [run for run, _ in part])
-            conn.executemany("INSERT INTO results (run_id, metric, value, unit, data) VALUES (?, ?, ?, ?, ?)",
-                             [result for _, result in part])
-    rows_s = time.perf_counter() - start
-    with conn:
-        samples.rebuild(conn, PRIMARY_METRICS)
+    made = _rows(runs, {})
+    parts = iter(lambda: list(itertools.islice(made, chunk)), [])
+    with ExitStack() as stack:
+        if isinstance(where, Path):
+            with store.connect():
+                pass  # the schema (and its indexes) exactly as dlrun creates it
+            conn = sqlite3.connect(where)
+            stack.callback(conn.close)
+            _write(conn, parts, cols, len(RUN_COLUMNS) + 5, conn.commit)
+            rows_s = time.perf_counter() - start
+            with conn:
+                samples.rebuild(conn, PRIMARY_METRICS)
+            conn.execute("ANALYZE")
+        else:  # the store's own connection (its SQL translated), one transaction per chunk
+            conn = stack.enter_context(store.connect())
+            conn.execute("BEGIN")
+            _write(conn, parts, cols, len(RUN_COLUMNS) + 5, lambda: (conn.execute("COMMIT"), conn.execute("BEGIN")))
+            conn.execute("COMMIT")
+            rows_s = time.perf_counter() - start
+            conn.execute("BEGIN")
+            samples.rebuild(conn, PRIMARY_METRICS)
+            conn.execute("COMMIT")
+            conn.execute("ANALYZE")
     aggregates_s = time.perf_counter() - start - rows_s
-    conn.execute("ANALYZE")
-    conn.close()
     return {"rows_s": rows_s, "aggregates_s": aggregates_s, "total_s": time.perf_counter() - start,
             "max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
@@ -155,18 +175,38 @@ def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
+def _store(stack: ExitStack, home: Path) -> Path | str:
+    """Where the benchmark's store is: the SQLite file under its DLRUN_HOME, or a database on a PostgreSQL server
+    started for it (named by `store:` in its own config.yaml, beside DLRUN_HOME)."""
+    if BACKEND == "sqlite":
+        return home / "results.sqlite"
+    if BACKEND != "postgresql":
+        raise SystemExit(f"bad DLRUN_BENCH_STORE_BACKEND {BACKEND!r}; valid: sqlite, postgresql")
+    sys.path.insert(0, str(REPO_ROOT / "tests"))
+    from pg_cluster import cluster, new_database
+
+    url = new_database(stack.enter_context(cluster()))
+    config = home.parent / "config" / "dlrun"
+    config.mkdir(parents=True)
+    (config / "config.yaml").write_text(f"store: {url}\n")
+    return url
+
+
 def measure(threads: int, repeats: int, log, quick: bool = False) -> list[Row]:
     n = 3 if quick else 7
     rows: list[Row] = []
     record: dict = {"repeats": n, "store_runs": STORE_RUNS, "commands": {}}
-    with tempfile.TemporaryDirectory(prefix="dlrun-bench-compare-") as tmp:
+    record["backend"] = BACKEND
+    with tempfile.TemporaryDirectory(prefix="dlrun-bench-compare-") as tmp, ExitStack() as stack:
         home = Path(tmp) / "home"
         home.mkdir()
-        log(f"[7] fill a store with {STORE_RUNS:,} results (keys included)")
-        record["fill"] = fill_store(home / "results.sqlite", STORE_RUNS)
+        where = _store(stack, home)
+        log(f"[7] fill a {BACKEND} store with {STORE_RUNS:,} results (keys included)")
+        record["fill"] = fill_store(where, STORE_RUNS)
         log(f"[7] filled in {record['fill']['total_s']:.1f} s (rows {record['fill']['rows_s']:.1f} s, aggregates "
             f"{record['fill']['aggregates_s']:.1f} s, peak RSS {record['fill']['max_rss_mib']:.0f} MiB)")
-        env = bench_env(threads, DLRUN_HOME=str(home), XDG_CACHE_HOME=str(Path(tmp) / "cache"), DLRUN_SITE="bench")
+        env = bench_env(threads, DLRUN_HOME=str(home), XDG_CACHE_HOME=str(Path(tmp) / "cache"), DLRUN_SITE="bench",
+                        XDG_CONFIG_HOME=str(Path(tmp) / "config"))
         for name, args in COMMANDS.items():
             argv = [DLRUN, *(arg.replace("{out}", str(Path(tmp) / "report")) for arg in args)]
             first, _ = timed(argv, env)  # fills the model-facts cache where efficiency columns need it
@@ -174,7 +214,8 @@ def measure(threads: int, repeats: int, log, quick: bool = False) -> list[Row]:
             times, cpu = [w for w, _ in samples], [c for _, c in samples]
             record["commands"][name] = {"argv": args, "first_s": first, "times_s": times, "cpu_s": cpu}
             log(f"[7] {name}: first {first:.2f} s, then {spread(times)} s wall, {spread(cpu)} s CPU")
-            rows.append(Row("7 compare", f"dlrun {name}", median(times), unit="s", goal=GOAL, goal_op="<=",
+            on = "" if BACKEND == "sqlite" else f" [{BACKEND}]"
+            rows.append(Row("7 compare", f"dlrun {name}{on}", median(times), unit="s", goal=GOAL, goal_op="<=",
                             detail=f"{spread(times)} s; CPU {median(cpu):.2f} s; first call {first:.2f} s"))
     write_result("compare_store", record)
     return rows

@@ -16,7 +16,7 @@ import pytest
 from bundle_data import filled_store
 from conftest import cli_json, run_cli
 from fixtures_postgres import PASSWORD, new_database
-from fixtures_registry import free_port
+from loopback import free_port
 from test_store_samples import assert_aggregates_exact
 
 from dlrun.results.store import SCHEMA_VERSION, Store, StoreError
