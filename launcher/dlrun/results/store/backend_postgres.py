@@ -16,6 +16,7 @@ sqlite3.IntegrityError, as on SQLite.
 from __future__ import annotations
 
 import functools
+import os
 import random
 import re
 import sqlite3
@@ -161,6 +162,10 @@ class PostgresBackend:
 
     def __init__(self, url: PostgresUrl):
         self.path = url
+        #: The reading connection this process keeps while the schema is current: a command reads the store
+        #: several times (`results list` 8, a report more), and each new connection is a login (scram). Each
+        #: read still looks at the schema's version first (one query), since another dlrun may upgrade it.
+        self._reader: tuple[int, PgConnection] | None = None
 
     def exists(self) -> bool:
         return True
@@ -206,18 +211,60 @@ class PostgresBackend:
     def reading(self) -> Iterator[Any]:
         """A connection for queries: a database without dlrun's schema yet reads as an empty store (an empty
         in-memory SQLite store: nothing is created on the server); an older schema is upgraded first."""
+        kept = self._reader
+        if kept is not None and (kept[0] != os.getpid() or kept[1].raw.closed
+                                 or self._kept_version(kept[1]) != SCHEMA_VERSION):
+            self._forget_reader()
+            kept = None
+        if kept is not None:
+            with self._one_line():
+                try:
+                    yield kept[1]
+                except BaseException:
+                    self._forget_reader()
+                    raise
+            return
         with self._one_line():
             conn = self._open()
             try:
                 version = _read_version(conn)
-                if version == 0:
+                if version == 0:  # nothing is kept: a writer may create the schema before the next read
                     conn.close()
                     conn = sqlite3.connect(":memory:", isolation_level=None)
                     ensure_schema(conn)
                 elif version != SCHEMA_VERSION:
                     ensure_schema(conn, VERSIONS)  # refuses a newer one
+            except BaseException:
+                conn.close()
+                raise
+        if isinstance(conn, sqlite3.Connection):
+            try:
                 yield conn
             finally:
+                conn.close()
+            return
+        self._reader = (os.getpid(), conn)
+        with self._one_line():
+            try:
+                yield conn
+            except BaseException:
+                self._forget_reader()
+                raise
+
+    @staticmethod
+    def _kept_version(conn: PgConnection) -> int | None:
+        """The schema's version read through the kept connection; None when it no longer answers."""
+        try:
+            return _read_version(conn)
+        except _driver().Error:
+            return None
+
+    def _forget_reader(self) -> None:
+        """The kept reading connection closed and dropped (after an error, its state is not trusted)."""
+        if self._reader is not None:
+            pid, conn = self._reader
+            self._reader = None
+            if pid == os.getpid():
                 conn.close()
 
     @contextmanager
