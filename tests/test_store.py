@@ -157,3 +157,25 @@ def test_a_store_that_cannot_be_written_is_one_line_and_the_run_is_stored_later(
     assert run["status"] == "ok" and run["value"] > 0 and run["run_dir"] == str(dlrun_home / "runs" / run["id"])
     assert not list((dlrun_home / "runs").glob(".staging-*"))
     assert (dlrun_home / "runs" / run["id"] / "result.json").is_file()
+
+
+def test_a_stored_filter_value_is_checked_by_one_look_and_a_missing_one_named_with_the_closest(tmp_path):
+    """`results list --workload resnet50` read every workload the store holds (a scan of the column on a server)
+    to check one value; a value a run has is now one indexed look, and only a missing one lists the column."""
+    from dlrun.errors import UsageError
+    from dlrun.results.store.query import Filters, check_values
+
+    store = Store(tmp_path / "results.sqlite")
+    store.add_run(_record("20260101-000000-abcdef"), [{"metric": "throughput", "value": 3.0, "unit": "images/sec"}])
+    workload = store.list_runs()[0]["workload"]
+    listed: list[str] = []
+
+    def stored(column):
+        listed.append(column)
+        return store.distinct(column)
+
+    check_values(Filters(workload=(workload,), precision=("bf16",), status=("ok",)), stored, None, store.has_value)
+    assert listed == []
+    with pytest.raises(UsageError, match=f"did you mean {workload!r}"):
+        check_values(Filters(workload=(workload + "x",)), stored, None, store.has_value)
+    assert listed == ["workload"]

@@ -45,7 +45,7 @@ def build_filters(store, run_ids: list[str] | None = None, *, workload=None, sys
                       site=tuple(site or ()), experiment=tuple(experiment or ()),
                       precision=tuple(precision or ()), batch_size=tuple(batch_size or ()),
                       nodes=tuple(nodes or ()), since=parse_since(since) if since is not None else None)
-    check_values(filters, store.distinct, catalog_names)
+    check_values(filters, store.distinct, catalog_names, store.has_value)
     return filters
 
 

@@ -222,6 +222,13 @@ class Store:
         with self.reading() as conn:
             return [row[0] for row in conn.execute(f"SELECT DISTINCT {column} FROM runs")]
 
+    def has_value(self, column: str, value: Any) -> bool:
+        """Whether a stored run has `value` in `column` (one of RUN_COLUMNS): one look through its index."""
+        if column not in RUN_COLUMNS:
+            raise ValueError(f"not a runs column: {column}")
+        with self.reading() as conn:
+            return conn.execute(f"SELECT 1 FROM runs WHERE {column} = ? LIMIT 1", (value,)).fetchone() is not None
+
     def resolve_ids(self, prefixes: list[str]) -> tuple[str, ...]:
         """Full run ids for ids or unique prefixes (the rules of `get_run`)."""
         return tuple(self._resolve(prefix) for prefix in prefixes)

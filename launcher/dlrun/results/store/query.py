@@ -97,24 +97,27 @@ def parse_since(text: str, now: float | None = None) -> str:
 
 
 def check_values(filters: Filters, stored: Callable[[str], Iterable[str]],
-                 known: Callable[[str], Iterable[str]] | None = None) -> None:
+                 known: Callable[[str], Iterable[str]] | None = None,
+                 has: Callable[[str, str], bool] | None = None) -> None:
     """Refuse a filter value no stored run has, naming the closest one: a typo must not read as
-    "no results". `stored(column)` gives the values the store holds in that column; `known(filter)` the names
-    the catalogs define for it (asked only for a value the store lacks): such a value is valid, and selects
-    nothing until a run of it is stored."""
+    "no results". `has(column, value)` tells whether a stored run has that value (one indexed look); only for
+    a value it lacks are `stored(column)` (every value the store holds in that column, a scan of the column on
+    a server) and `known(filter)` (the names the catalogs define for it) asked: a value the catalogs define is
+    valid, and selects nothing until a run of it is stored."""
     for name, values in filters.active().items():
         if name in COUNTS:
             _positive(name, values)
             continue
-        if name == "status":
-            valid: list[str] = list(STATUSES)
-        else:
-            valid = sorted(v for v in stored(COLUMNS[name]) if v is not None)
-        if name == "precision":
-            valid = sorted({*valid, *PRECISIONS})  # what `dlrun run --precision` takes, stored or not
         for value in values:
             if name == "image" and value.startswith("sha256:"):
                 continue  # a digest prefix; checked by what it selects
+            # the states a run can be in, and what `dlrun run --precision` takes: valid, stored or not
+            if value in (STATUSES if name == "status" else PRECISIONS if name == "precision" else ()):
+                continue
+            if name != "status" and has is not None and has(COLUMNS[name], value):
+                continue
+            valid = list(STATUSES) if name == "status" else sorted(
+                {*(v for v in stored(COLUMNS[name]) if v is not None), *(PRECISIONS if name == "precision" else ())})
             if value in valid:
                 continue
             defined = sorted(known(name)) if known is not None and name != "status" else []
