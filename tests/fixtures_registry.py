@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from loopback import free_port
+
 REGISTRY_TOOLS = {"docker-registry": "docker-registry", "skopeo": "skopeo", "openssl": "openssl"}
 CONFIG = """\
 version: 0.1

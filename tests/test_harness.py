@@ -727,6 +727,13 @@ def _check_result_arithmetic(res, world, batch, steps):
     assert res["value"] <= sum(res["per_rank_images_per_sec"]) * (1 + 1e-9)
 
 
+def _channels_last_by_default() -> bool:
+    """Whether channels-last is `auto`'s choice on this CPU, as the harness decides it: where it was measured to
+    win on this processor kind (harness_contract.MEASURED_WINS; a Zen 4 or 5, not an Intel Xeon) and oneDNN is
+    there."""
+    return features.resolve_channels_last("auto", "fp32", "cpu")
+
+
 def test_single_process_run():
     proc = _run(["--model", "trivial", "--batch-size", "8", "--steps", "12",
                  "--warmup-steps", "2", "--display-every", "5", "--threads", "1",
@@ -736,7 +743,7 @@ def test_single_process_run():
     for expected in ("Model:       trivial", "Dataset:     imagenet (synthetic)",
                      "Mode:        training", "Batch size:  8 global", "8 per device",
                      "Num batches: 12", "Devices:     ['/cpu:0']",
-                     "Data format: %s" % ("NHWC" if features.mkldnn_available() else "NCHW"),
+                     "Data format: %s" % ("NHWC" if _channels_last_by_default() else "NCHW"),
                      "Optimizer:   sgd", "Variables:   replicated", "Running warm up",
                      "Done warm up", "Step\tImg/sec\ttotal_loss"):
         assert expected in out, expected
@@ -752,7 +759,7 @@ def test_single_process_run():
     assert res["model"] == "trivial" and res["params"] == 9232
     assert res["warmup_steps"] == 2 and res["threads"] == 1
     assert res["precision"] == "fp32"
-    assert res["channels_last"] is features.mkldnn_available()
+    assert res["channels_last"] is _channels_last_by_default()
     assert res["device"] == "cpu" and res["backend"] == "none"
     assert res["data_workers"] == 2 and res["rank_source"] == "single"
     assert res["final_loss"] > 0 and res["python_version"]
