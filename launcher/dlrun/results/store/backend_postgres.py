@@ -100,18 +100,21 @@ class PgConnection:
     def __init__(self, raw: Any, url: PostgresUrl):
         self.raw, self.url = raw, url
 
-    def execute(self, sql: str, params: Any = ()) -> Any:
+    @contextmanager
+    def _integrity_as_sqlite(self) -> Iterator[None]:
+        """A duplicate run id is sqlite3.IntegrityError, as on SQLite (its message with the password redacted)."""
         try:
-            return self.raw.execute(translate(sql), tuple(params))
+            yield
         except _driver().IntegrityError as exc:
             raise sqlite3.IntegrityError(self.url.redact(" ".join(str(exc).split()))) from None
 
+    def execute(self, sql: str, params: Any = ()) -> Any:
+        with self._integrity_as_sqlite():
+            return self.raw.execute(translate(sql), tuple(params))
+
     def executemany(self, sql: str, rows: Any) -> None:
-        try:
-            with self.raw.cursor() as cursor:
-                cursor.executemany(translate(sql), [tuple(row) for row in rows])
-        except _driver().IntegrityError as exc:
-            raise sqlite3.IntegrityError(self.url.redact(" ".join(str(exc).split()))) from None
+        with self._integrity_as_sqlite(), self.raw.cursor() as cursor:
+            cursor.executemany(translate(sql), [tuple(row) for row in rows])
 
     def close(self) -> None:
         self.raw.close()
