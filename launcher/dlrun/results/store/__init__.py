@@ -23,10 +23,9 @@ from typing import Any
 
 from dlrun.errors import UsageError, unknown_name
 from dlrun.results.fingerprint import checked
-from dlrun.results.key import key_from_run, key_hash, key_json
 from dlrun.results.quality import run_quality
 from dlrun.results.store.query import Filters, like_prefix, where
-from dlrun.results.store.schema import COMPARED_VALUES, ORIGINS, PRIMARY_METRICS, RUN_COLUMNS, SCHEMA_VERSION
+from dlrun.results.store.schema import COMPARED_VALUES, ORIGINS, PRIMARY_METRICS, RUN_COLUMNS, SCHEMA_VERSION, keyed
 from dlrun.results.site import local_site
 from dlrun.results.store.check import StoreError
 from dlrun.results.store.fields import checked_fields
@@ -176,9 +175,8 @@ class Store:
         row["fingerprint"] = json.dumps(fingerprint, sort_keys=True) if fingerprint else None
         quality = run_quality(row["status"], results)  # judged here by this dlrun's thresholds, as the key is
         row["quality"], row["verdict"] = json.dumps(quality, sort_keys=True), quality["verdict"]
-        key = run.get("key") or key_from_run({**run, "origin": row["origin"], "site": row["site"],
-                                              "fingerprint": fingerprint}, results)
-        row["key"], row["key_hash"] = key_json(key), key_hash(key)
+        row["key"], row["key_hash"] = keyed({**run, "origin": row["origin"], "site": row["site"],
+                                             "fingerprint": fingerprint}, results, run.get("key"))
         row["plan"] = json.dumps(run["plan"], sort_keys=True)
         row["provenance"] = json.dumps(run.get("provenance", {}), sort_keys=True)
         return row, results

@@ -16,7 +16,6 @@ from typing import Any
 
 from dlrun.errors import DlrunError
 from dlrun.results.fingerprint import fingerprint_of
-from dlrun.results.key import key_from_run, key_hash, key_json
 from dlrun.results.quality import run_quality
 from dlrun.results.site import local_site
 from dlrun.results.store import samples
@@ -148,6 +147,16 @@ def ensure_schema(conn: Any, versions: Versions = SQLITE) -> None:
         raise
 
 
+def keyed(run: dict[str, Any], results: list[dict[str, Any]], key: dict[str, Any] | None = None) -> tuple[str, str]:
+    """(key JSON, key hash) of a run (its own `key`, else the one made from its record). The key's module, and the
+    catalog's models with it, is imported here, by the writes and upgrades that need it: a command that only reads
+    the store (`results list`) does not load the catalog."""
+    from dlrun.results.key import key_from_run, key_hash, key_json
+
+    key = key or key_from_run(run, results)
+    return key_json(key), key_hash(key)
+
+
 def _fill_v2(conn: sqlite3.Connection) -> None:
     """Existing runs were stored at this site; they get their origin back from the record and their key."""
     site = local_site()
@@ -161,9 +170,9 @@ def _fill_v2(conn: sqlite3.Connection) -> None:
             "SELECT data FROM results WHERE run_id = ? ORDER BY metric", (run["id"],))]
         origin = run["plan"].get("origin") or run["provenance"].get("origin") or "local"
         run["origin"] = origin
-        key = key_from_run(run, results)
+        key, digest = keyed(run, results)
         conn.execute("UPDATE runs SET site = ?, origin = ?, key = ?, key_hash = ? WHERE id = ?",
-                     (site, origin, key_json(key), key_hash(key), run["id"]))
+                     (site, origin, key, digest, run["id"]))
 
 
 def _fill_v3(conn: sqlite3.Connection) -> None:
@@ -180,10 +189,10 @@ def _fill_v3(conn: sqlite3.Connection) -> None:
             "SELECT data FROM results WHERE run_id = ? ORDER BY metric", (run["id"],))]
         run["fingerprint"] = recovered_fingerprint(run, results)
         quality = run_quality(run["status"], results)
-        key = key_from_run(run, results)
+        key, digest = keyed(run, results)
         conn.execute("UPDATE runs SET fingerprint = ?, quality = ?, verdict = ?, key = ?, key_hash = ? WHERE id = ?",
                      (json.dumps(run["fingerprint"], sort_keys=True) if run["fingerprint"] else None,
-                      json.dumps(quality, sort_keys=True), quality["verdict"], key_json(key), key_hash(key), run["id"]))
+                      json.dumps(quality, sort_keys=True), quality["verdict"], key, digest, run["id"]))
 
 
 #: The largest inventory.json read back while upgrading (a node inventory is a few KiB).
@@ -224,8 +233,7 @@ def _fill_v4(conn: sqlite3.Connection) -> None:
         run["fingerprint"] = json.loads(row[-1]) if row[-1] else None
         results = [json.loads(r[0]) for r in conn.execute(
             "SELECT data FROM results WHERE run_id = ? ORDER BY metric", (run["id"],))]
-        key = key_from_run(run, results)
-        conn.execute("UPDATE runs SET key = ?, key_hash = ? WHERE id = ?", (key_json(key), key_hash(key), run["id"]))
+        conn.execute("UPDATE runs SET key = ?, key_hash = ? WHERE id = ?", (*keyed(run, results), run["id"]))
 
 
 def _fill_v5(conn: sqlite3.Connection) -> None:
@@ -248,10 +256,10 @@ def _fill_v5(conn: sqlite3.Connection) -> None:
             fingerprint.update({k: v for k, v in arch_fields(extra["node"]).items() if isinstance(v, str)})
         run["fingerprint"] = fingerprint
         quality = run_quality(run["status"], results)
-        key = key_from_run(run, results)
+        key, digest = keyed(run, results)
         conn.execute("UPDATE runs SET fingerprint = ?, quality = ?, verdict = ?, key = ?, key_hash = ? WHERE id = ?",
                      (json.dumps(fingerprint, sort_keys=True) if fingerprint else None,
-                      json.dumps(quality, sort_keys=True), quality["verdict"], key_json(key), key_hash(key), run["id"]))
+                      json.dumps(quality, sort_keys=True), quality["verdict"], key, digest, run["id"]))
 
 
 def _fill_v6(conn: sqlite3.Connection) -> None:
