@@ -54,6 +54,14 @@ def identity(run: dict[str, Any], metric: str, unit: str, value: float) -> tuple
     return tuple(fields[name] for name in IDENTITY)
 
 
+def group_clause(ident: tuple) -> str:
+    """The `WHERE` clause of the group `ident` (as `identity` gives it): `IS ?` matches a NULL field, and the key
+    hash, which a stored run always has, is matched by `=`, which both backends look up in `samples_key`
+    (PostgreSQL's `IS NOT DISTINCT FROM` is no index condition)."""
+    return " AND ".join(f"{name} {'=' if name == 'key_hash' and value is not None else 'IS'} ?"
+                        for name, value in zip(IDENTITY, ident))
+
+
 class Pending:
     """The groups a write transaction changes: their new runs are recorded at once, their sums once, at the end."""
 
@@ -66,8 +74,7 @@ class Pending:
     def _group(self, ident: tuple) -> int:
         if ident in self.ids:
             return self.ids[ident]
-        clause = " AND ".join(f"{name} IS ?" for name in IDENTITY)
-        row = self.conn.execute(f"SELECT id FROM samples WHERE {clause}", ident).fetchone()
+        row = self.conn.execute(f"SELECT id FROM samples WHERE {group_clause(ident)}", ident).fetchone()
         if row is None:
             row = self.conn.execute(
                 f"INSERT INTO samples ({', '.join(IDENTITY)}, n, sum_log, sum_log2, sum, sum2) "
