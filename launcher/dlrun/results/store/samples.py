@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from dlrun.results.moments import Moments, is_rate, scaled
@@ -161,17 +161,19 @@ def rebuild(conn: sqlite3.Connection, primary_metrics: Iterable[str], chunk: int
     pending = Pending(conn)
     metrics = ", ".join(f"'{m}'" for m in primary_metrics)
     cols = ("id", "created_at", *RUN_FIELDS)
-    cursor = conn.execute(f"SELECT {', '.join('r.' + c for c in cols)}, res.metric, res.unit, res.value "
-                          f"FROM runs r JOIN results res ON res.run_id = r.id AND res.metric IN ({metrics}) "
-                          "WHERE r.status = 'ok'")
-    while True:  # the reading cursor stays open while the groups are written through the connection
-        rows = cursor.fetchmany(chunk)
-        if not rows:
-            break
-        for row in rows:
-            run = dict(zip(cols, row))
-            pending.add(run, row[-3], row[-2], row[-1])
+    query = (f"SELECT {', '.join('r.' + c for c in cols)}, res.metric, res.unit, res.value "
+             f"FROM runs r JOIN results res ON res.run_id = r.id AND res.metric IN ({metrics}) WHERE r.status = 'ok'")
+    # the reading cursor stays open while the groups are written through the connection; on a server it is the
+    # server's (PgConnection.stream), as a plain cursor there holds every row in this process
+    stream = getattr(conn, "stream", None)
+    for row in stream(query, chunk) if stream is not None else _fetched(conn.execute(query), chunk):
+        pending.add(dict(zip(cols, row)), row[-3], row[-2], row[-1])
     pending.flush()
+
+
+def _fetched(cursor: sqlite3.Cursor, chunk: int) -> Iterator[tuple]:
+    while rows := cursor.fetchmany(chunk):
+        yield from rows
 
 
 #: How many run ids of a group compare and report list (its newest); a group with more says how many it has.
