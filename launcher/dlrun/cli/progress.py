@@ -13,6 +13,8 @@ from dlrun.text import for_rich, plain
 # tf_cnn_benchmarks' step row, which dlrun's harness prints too: `10\timages/sec: 12.3 +/- 0.1 (jitter = ...)`
 STEP_ROW = re.compile(r"^(?:\[\d+,0\]<std\w+>:)?\s*(?P<step>\d+)\s+(?P<unit>\w+)/sec:\s*(?P<rate>[0-9.]+)")
 TAG = re.compile(r"^\[\d+,\d+\]<std\w+>:\s?")
+#: How often the progress line is redrawn on a terminal between the job's lines.
+REDRAWS_PER_S = 2
 
 
 class RunDisplay:
@@ -28,9 +30,12 @@ class RunDisplay:
         self.out = console()
         self.err = console(stderr=True)
         self.total = plan.steps if plan.workload.trains else None
+        # redrawn twice a second on a terminal, and only when a line comes elsewhere: rich's default, ten
+        # redraws a second from a thread of its own, took 5 ms of CPU a second from the job's CPUs
         self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                                  TextColumn("{task.fields[rate]}"), TimeRemainingColumn(),
-                                 console=self.out, transient=True)
+                                 console=self.out, transient=True, auto_refresh=self.out.is_terminal,
+                                 refresh_per_second=REDRAWS_PER_S)
         self.task = self.progress.add_task(f"{plan.workload.name}: warming up", total=self.total, rate="")
 
     def __enter__(self) -> "RunDisplay":
